@@ -1,0 +1,43 @@
+# The two commands of the README, and the pieces they are made of.
+PY ?= python3
+PIP = $(PY) -m pip
+BUILD ?= build
+
+.PHONY: serve test install install-test ctest nvidia-check test-asan pytest
+
+serve: install
+	$(PY) -m llaisys.cli smoke
+
+test: install-test ctest nvidia-check pytest test-asan
+
+install:
+	$(PIP) install -q -r requirements-build.txt
+	$(PIP) install -q --no-build-isolation .
+
+install-test: install
+	$(PIP) install -q -r requirements-test.txt
+
+pytest:
+	$(PY) -m pytest -q
+
+# The C program that uses libllaisys through the public headers alone.
+ctest:
+	cmake -S . -B $(BUILD)/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
+	cmake --build $(BUILD)/ctest
+	ctest --test-dir $(BUILD)/ctest --output-on-failure
+
+# With nvcc present, the NVIDIA backend must compile and link (nothing here runs it).
+nvidia-check:
+	@if command -v nvcc > /dev/null; then \
+		cmake -S . -B $(BUILD)/nvidia -G Ninja -DLLAISYS_NVIDIA=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null && \
+		cmake --build $(BUILD)/nvidia && echo "nvidia backend: compiled and linked"; \
+	else echo "nvidia backend: nvcc not found, compile check skipped"; fi
+
+# ASan + UBSan build of the library, loaded into Python through LLAISYS_LIBRARY.
+test-asan:
+	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
+	cmake --build $(BUILD)/asan
+	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
+	LD_PRELOAD=$$(gcc -print-file-name=libasan.so) \
+	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+		$(PY) -m pytest -q -p no:cacheprovider test/ops test/core

@@ -1,0 +1,96 @@
+/* llaisys: the base of the C ABI.
+ *
+ * Every exported symbol is declared in include/llaisys.h or include/llaisys/<area>.h.
+ * Conventions (see doc/c_api.md):
+ *   - functions that act return llaisysStatus_t: 0 ok, >0 recoverable, <0 error;
+ *   - on any non-zero status a message is kept for the calling thread and returned by
+ *     llaisysGetLastError();
+ *   - constructors return a handle, or NULL with the message set;
+ *   - no C++ exception ever crosses this boundary, and bad input never aborts the process.
+ * Enum values are explicit and append-only.
+ */
+#ifndef LLAISYS_H
+#define LLAISYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define LLAISYS_API __declspec(dllexport)
+#else
+#define LLAISYS_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+#define LLAISYS_EXTERN_C_BEGIN extern "C" {
+#define LLAISYS_EXTERN_C_END }
+#else
+#define LLAISYS_EXTERN_C_BEGIN
+#define LLAISYS_EXTERN_C_END
+#endif
+
+LLAISYS_EXTERN_C_BEGIN
+
+/* Where memory lives and kernels run. */
+typedef enum {
+    LLAISYS_DEVICE_CPU = 0,
+    LLAISYS_DEVICE_NVIDIA = 1,
+} llaisysDeviceType_t;
+
+/* Element types. Values are part of the ABI. */
+typedef enum {
+    LLAISYS_DTYPE_INVALID = 0,
+    LLAISYS_DTYPE_F32 = 1,
+    LLAISYS_DTYPE_F16 = 2,
+    LLAISYS_DTYPE_BF16 = 3,
+    LLAISYS_DTYPE_I32 = 4,
+    LLAISYS_DTYPE_I64 = 5,
+    LLAISYS_DTYPE_U8 = 6,
+    LLAISYS_DTYPE_I8 = 7,
+    LLAISYS_DTYPE_F64 = 8,
+    LLAISYS_DTYPE_BOOL = 9,
+} llaisysDataType_t;
+
+/* Result of every function that acts. 0 ok, >0 recoverable, <0 error. */
+typedef int32_t llaisysStatus_t;
+enum {
+    LLAISYS_STATUS_OK = 0,
+    /* recoverable */
+    LLAISYS_STATUS_NOT_READY = 1,       /* an event or stream has work still pending */
+    LLAISYS_STATUS_NO_KV_SPACE = 2,     /* the KV cache has no room for the request */
+    /* errors */
+    LLAISYS_STATUS_INVALID_ARGUMENT = -1, /* a bad value: NULL handle, bad enum, bad size */
+    LLAISYS_STATUS_SHAPE_MISMATCH = -2,
+    LLAISYS_STATUS_DTYPE_MISMATCH = -3,
+    LLAISYS_STATUS_DEVICE_MISMATCH = -4,
+    LLAISYS_STATUS_OUT_OF_RANGE = -5,     /* an index or position outside its bounds */
+    LLAISYS_STATUS_BUFFER_TOO_SMALL = -6, /* a caller-given output buffer is too small */
+    LLAISYS_STATUS_OUT_OF_MEMORY = -7,
+    LLAISYS_STATUS_UNSUPPORTED = -8,      /* a device, dtype or layout this build cannot do */
+    LLAISYS_STATUS_DEVICE_ERROR = -9,     /* the device runtime (e.g. CUDA) reported an error */
+    LLAISYS_STATUS_INTERNAL = -100,       /* a bug in llaisys: please report it */
+};
+
+/* The message of the last non-zero status on the calling thread ("" if none).
+ * Owned by the library; valid until the next failing call on the same thread. */
+LLAISYS_API const char *llaisysGetLastError(void);
+
+/* The status of the last failing call on the calling thread (LLAISYS_STATUS_OK if none):
+ * how a NULL from a constructor tells its cause. */
+LLAISYS_API llaisysStatus_t llaisysGetLastStatus(void);
+
+/* Clear the calling thread's last error message and status. */
+LLAISYS_API void llaisysClearLastError(void);
+
+/* Size in bytes of one element of `dtype`, or 0 for an invalid value. */
+LLAISYS_API size_t llaisysDataTypeSize(llaisysDataType_t dtype);
+
+/* Static name of a dtype ("f32", "bf16", ...); "invalid" for unknown values. */
+LLAISYS_API const char *llaisysDataTypeName(llaisysDataType_t dtype);
+
+/* Library version string, static storage. */
+LLAISYS_API const char *llaisysVersion(void);
+
+LLAISYS_EXTERN_C_END
+
+#endif /* LLAISYS_H */

@@ -1,0 +1,67 @@
+/* Tensor operators. Every op checks its arguments (non-NULL handles, one device, matching
+ * dtypes and shapes, contiguous layout) and returns an error status instead of computing on
+ * bad input. Floating ops take f32, f16 or bf16 and accumulate in f32. Outputs are written
+ * in place into caller-created tensors; an output must not alias an input unless stated.
+ */
+#ifndef LLAISYS_OPS_H
+#define LLAISYS_OPS_H
+
+#include "tensor.h"
+
+LLAISYS_EXTERN_C_BEGIN
+
+/* out = a + b, elementwise; all three the same shape and dtype. out may alias a or b. */
+LLAISYS_API llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b);
+
+/* out = a * b, elementwise; all three the same shape and dtype. out may alias a or b. */
+LLAISYS_API llaisysStatus_t llaisysMul(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b);
+
+/* out[i, :] = weight[index[i], :].
+ * out [n, d], index [n] i64 (each in [0, vocab), else OUT_OF_RANGE), weight [vocab, d]. */
+LLAISYS_API llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_t index,
+                                             llaisysTensor_t weight);
+
+/* out = in @ weight^T + bias.
+ * out [m, n], in [m, k], weight [n, k], bias [n] or NULL. */
+LLAISYS_API llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in,
+                                          llaisysTensor_t weight, llaisysTensor_t bias);
+
+/* out[i, :] = in[i, :] / sqrt(mean(in[i, :]^2) + eps) * weight.
+ * out [m, d], in [m, d], weight [d]; eps > 0. out may alias in. */
+LLAISYS_API llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in,
+                                           llaisysTensor_t weight, float eps);
+
+/* Rotary position embedding, HF "rotate half" convention: for j < d/2, with
+ * angle = pos[i] * theta^(-2j/d),
+ *   out[i,h,j]       = x[i,h,j] cos - x[i,h,j+d/2] sin
+ *   out[i,h,j+d/2]   = x[i,h,j+d/2] cos + x[i,h,j] sin.
+ * out [n, heads, d], in [n, heads, d] (d even), pos [n] i64 (>= 0); theta > 0.
+ * out may alias in. */
+LLAISYS_API llaisysStatus_t llaisysRope(llaisysTensor_t out, llaisysTensor_t in,
+                                        llaisysTensor_t pos, float theta);
+
+/* Causal self-attention with grouped-query heads.
+ * out [q_len, heads, dv], q [q_len, heads, d], k [kv_len, kv_heads, d],
+ * v [kv_len, kv_heads, dv]; q_len <= kv_len; heads % kv_heads == 0.
+ * Query i sits at position kv_len - q_len + i and attends keys 0..that position.
+ * Query head h reads kv head h / (heads / kv_heads). */
+LLAISYS_API llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTensor_t q,
+                                                 llaisysTensor_t k, llaisysTensor_t v,
+                                                 float scale);
+
+/* out = up * silu(gate) = up * gate / (1 + exp(-gate)); all the same shape. */
+LLAISYS_API llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate,
+                                          llaisysTensor_t up);
+
+/* Per row of `vals` [rows, n] (or [n], one row): the first index of the maximum into
+ * max_idx [rows] (or [1]) i64 and the value into max_val [rows] (or [1]) of vals' dtype.
+ * n >= 1. NaN counts as larger than everything. */
+LLAISYS_API llaisysStatus_t llaisysArgmax(llaisysTensor_t max_idx, llaisysTensor_t max_val,
+                                          llaisysTensor_t vals);
+
+/* Softmax along the last dimension: out [.., n], in [.., n], same shape; out may alias in. */
+LLAISYS_API llaisysStatus_t llaisysSoftmax(llaisysTensor_t out, llaisysTensor_t in);
+
+LLAISYS_EXTERN_C_END
+
+#endif /* LLAISYS_OPS_H */

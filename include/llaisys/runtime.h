@@ -1,0 +1,97 @@
+/* Device runtime: devices, memory, copies, streams and events.
+ *
+ * The same calls work for every device type. On the CPU, streams run work in order on the
+ * calling thread (async copies complete before returning) and events time with the host's
+ * steady clock; the NVIDIA backend maps them onto CUDA streams and events.
+ */
+#ifndef LLAISYS_RUNTIME_H
+#define LLAISYS_RUNTIME_H
+
+#include "../llaisys.h"
+
+LLAISYS_EXTERN_C_BEGIN
+
+/* What kind of memory an allocation is. */
+typedef enum {
+    LLAISYS_MEMORY_HOST = 0,        /* ordinary host memory */
+    LLAISYS_MEMORY_PINNED_HOST = 1, /* page-locked host memory (plain host memory on CPU) */
+    LLAISYS_MEMORY_DEVICE = 2,      /* memory of the device itself */
+} llaisysMemoryKind_t;
+
+/* Direction of a copy. */
+typedef enum {
+    LLAISYS_MEMCPY_H2H = 0,
+    LLAISYS_MEMCPY_H2D = 1,
+    LLAISYS_MEMCPY_D2H = 2,
+    LLAISYS_MEMCPY_D2D = 3,
+} llaisysMemcpyKind_t;
+
+/* Opaque handles. */
+typedef struct LlaisysStream *llaisysStream_t;
+typedef struct LlaisysEvent *llaisysEvent_t;
+
+/* Number of devices of `device` type in this build and machine (0 when the backend is not
+ * compiled in or no device is present). `count` must not be NULL. */
+LLAISYS_API llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count);
+
+/* Make `device_id` the current device of its type for the calling thread. */
+LLAISYS_API llaisysStatus_t llaisysSetDevice(llaisysDeviceType_t device, int device_id);
+
+/* Wait until all work queued on the device has finished. */
+LLAISYS_API llaisysStatus_t llaisysDeviceSynchronize(llaisysDeviceType_t device, int device_id);
+
+/* Allocate `size` bytes of `kind` memory on (device, device_id) into *out. The caller owns
+ * the memory and must release it with llaisysFree with the same device and kind.
+ * size 0 gives *out == NULL and LLAISYS_STATUS_OK. */
+LLAISYS_API llaisysStatus_t llaisysMalloc(llaisysDeviceType_t device, int device_id,
+                                          llaisysMemoryKind_t kind, size_t size, void **out);
+
+/* Release memory from llaisysMalloc. NULL is a no-op. A pointer that did not come from
+ * llaisysMalloc with this device and kind is an error and is left alone. */
+LLAISYS_API llaisysStatus_t llaisysFree(llaisysDeviceType_t device, int device_id,
+                                        llaisysMemoryKind_t kind, void *ptr);
+
+/* Bytes currently handed out (allocated) and held from the system (reserved, >= allocated
+ * when the backend caches freed blocks) on (device, device_id), for all memory kinds that
+ * belong to that device. Either pointer may be NULL. */
+LLAISYS_API llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id,
+                                               size_t *allocated, size_t *reserved);
+
+/* Copy `size` bytes; blocks until done. Host pointers are ordinary or pinned memory. */
+LLAISYS_API llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id,
+                                          void *dst, const void *src, size_t size,
+                                          llaisysMemcpyKind_t kind);
+
+/* Queue a copy on `stream` (NULL: the device's default stream). The buffers must stay
+ * valid until the stream is synchronized. */
+LLAISYS_API llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int device_id,
+                                               void *dst, const void *src, size_t size,
+                                               llaisysMemcpyKind_t kind, llaisysStream_t stream);
+
+/* Create a stream on (device, device_id) into *out; free it with llaisysStreamDestroy. */
+LLAISYS_API llaisysStatus_t llaisysStreamCreate(llaisysDeviceType_t device, int device_id,
+                                                llaisysStream_t *out);
+/* Destroy a stream after its queued work completes. NULL is a no-op. */
+LLAISYS_API llaisysStatus_t llaisysStreamDestroy(llaisysStream_t stream);
+/* Wait for all work queued on `stream`. */
+LLAISYS_API llaisysStatus_t llaisysStreamSynchronize(llaisysStream_t stream);
+
+/* Create an event on (device, device_id) into *out; free it with llaisysEventDestroy. */
+LLAISYS_API llaisysStatus_t llaisysEventCreate(llaisysDeviceType_t device, int device_id,
+                                               llaisysEvent_t *out);
+/* Destroy an event. NULL is a no-op. */
+LLAISYS_API llaisysStatus_t llaisysEventDestroy(llaisysEvent_t event);
+/* Record `event` on `stream` (NULL: default stream). Both must be on the same device. */
+LLAISYS_API llaisysStatus_t llaisysEventRecord(llaisysEvent_t event, llaisysStream_t stream);
+/* LLAISYS_STATUS_OK if the event's work has completed, LLAISYS_STATUS_NOT_READY if not yet,
+ * an error status if the event was never recorded. */
+LLAISYS_API llaisysStatus_t llaisysEventQuery(llaisysEvent_t event);
+/* Wait until the event's work has completed. */
+LLAISYS_API llaisysStatus_t llaisysEventSynchronize(llaisysEvent_t event);
+/* Milliseconds between two recorded, completed events into *ms. */
+LLAISYS_API llaisysStatus_t llaisysEventElapsedTime(llaisysEvent_t start, llaisysEvent_t end,
+                                                    float *ms);
+
+LLAISYS_EXTERN_C_END
+
+#endif /* LLAISYS_RUNTIME_H */

@@ -1,0 +1,27 @@
+"""llaisys: an LLM inference engine for Qwen2-family models.
+
+The C++ core lives in libllaisys (bound with ctypes in ``llaisys.libllaisys``); this package
+adds tensors, ops, the device runtime, and (in later layers) the models, the engine and the
+OpenAI-compatible server. Importing it never imports torch or transformers.
+"""
+
+from . import ops, runtime
+from .libllaisys import DataType, DeviceType, LlaisysError, LlaisysInputError, MemcpyKind, MemoryKind, Status
+from .libllaisys import LIB as _LIB
+from .tensor import Tensor
+
+__version__ = _LIB.llaisysVersion().decode()
+
+__all__ = [
+    "DataType",
+    "DeviceType",
+    "LlaisysError",
+    "LlaisysInputError",
+    "MemcpyKind",
+    "MemoryKind",
+    "Status",
+    "Tensor",
+    "ops",
+    "runtime",
+    "__version__",
+]

@@ -1,0 +1,106 @@
+"""Mirror of include/llaisys.h: enums, status codes, the error type, base functions."""
+
+from __future__ import annotations
+
+import ctypes
+from enum import IntEnum
+
+
+class DeviceType(IntEnum):
+    CPU = 0
+    NVIDIA = 1
+
+
+class DataType(IntEnum):
+    INVALID = 0
+    F32 = 1
+    F16 = 2
+    BF16 = 3
+    I32 = 4
+    I64 = 5
+    U8 = 6
+    I8 = 7
+    F64 = 8
+    BOOL = 9
+
+
+class Status(IntEnum):
+    OK = 0
+    NOT_READY = 1
+    NO_KV_SPACE = 2
+    INVALID_ARGUMENT = -1
+    SHAPE_MISMATCH = -2
+    DTYPE_MISMATCH = -3
+    DEVICE_MISMATCH = -4
+    OUT_OF_RANGE = -5
+    BUFFER_TOO_SMALL = -6
+    OUT_OF_MEMORY = -7
+    UNSUPPORTED = -8
+    DEVICE_ERROR = -9
+    INTERNAL = -100
+
+
+class MemoryKind(IntEnum):
+    """Mirror of llaisysMemoryKind_t (include/llaisys/runtime.h)."""
+
+    HOST = 0
+    PINNED_HOST = 1
+    DEVICE = 2
+
+
+class MemcpyKind(IntEnum):
+    """Mirror of llaisysMemcpyKind_t (include/llaisys/runtime.h)."""
+
+    H2H = 0
+    H2D = 1
+    D2H = 2
+    D2D = 3
+
+
+class LlaisysError(RuntimeError):
+    """A non-zero status from libllaisys, with the library's message."""
+
+    def __init__(self, status: int, message: str):
+        self.status = status
+        try:
+            name = Status(status).name
+        except ValueError:
+            name = str(status)
+        super().__init__(f"[{name}] {message}")
+        self.message = message
+
+
+class LlaisysInputError(LlaisysError, ValueError):
+    """A status that blames the caller's input (bad argument, shape, dtype, device, index,
+    buffer size): also a ValueError, so input mistakes read as such everywhere."""
+
+
+_INPUT_STATUSES = {
+    Status.INVALID_ARGUMENT,
+    Status.SHAPE_MISMATCH,
+    Status.DTYPE_MISMATCH,
+    Status.DEVICE_MISMATCH,
+    Status.OUT_OF_RANGE,
+    Status.BUFFER_TOO_SMALL,
+}
+
+
+def error_for(status: int, message: str) -> LlaisysError:
+    """The exception for a status: LlaisysInputError for input mistakes, else LlaisysError."""
+    cls = LlaisysInputError if status in _INPUT_STATUSES else LlaisysError
+    return cls(status, message)
+
+
+def declare_base(lib: ctypes.CDLL) -> None:
+    lib.llaisysGetLastError.argtypes = []
+    lib.llaisysGetLastError.restype = ctypes.c_char_p
+    lib.llaisysGetLastStatus.argtypes = []
+    lib.llaisysGetLastStatus.restype = ctypes.c_int32
+    lib.llaisysClearLastError.argtypes = []
+    lib.llaisysClearLastError.restype = None
+    lib.llaisysDataTypeSize.argtypes = [ctypes.c_int]
+    lib.llaisysDataTypeSize.restype = ctypes.c_size_t
+    lib.llaisysDataTypeName.argtypes = [ctypes.c_int]
+    lib.llaisysDataTypeName.restype = ctypes.c_char_p
+    lib.llaisysVersion.argtypes = []
+    lib.llaisysVersion.restype = ctypes.c_char_p

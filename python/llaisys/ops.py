@@ -1,0 +1,58 @@
+"""Operators on Tensors; each writes into a caller-created output (see include/llaisys/ops.h)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from .libllaisys import LIB, check
+from .tensor import Tensor
+
+
+def add(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    check(LIB.llaisysAdd(out.handle, a.handle, b.handle))
+    return out
+
+
+def mul(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    check(LIB.llaisysMul(out.handle, a.handle, b.handle))
+    return out
+
+
+def embedding(out: Tensor, index: Tensor, weight: Tensor) -> Tensor:
+    check(LIB.llaisysEmbedding(out.handle, index.handle, weight.handle))
+    return out
+
+
+def linear(out: Tensor, inp: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+    check(LIB.llaisysLinear(out.handle, inp.handle, weight.handle, bias.handle if bias is not None else None))
+    return out
+
+
+def rms_norm(out: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:
+    check(LIB.llaisysRmsNorm(out.handle, inp.handle, weight.handle, float(eps)))
+    return out
+
+
+def rope(out: Tensor, inp: Tensor, pos: Tensor, theta: float) -> Tensor:
+    check(LIB.llaisysRope(out.handle, inp.handle, pos.handle, float(theta)))
+    return out
+
+
+def self_attention(out: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    check(LIB.llaisysSelfAttention(out.handle, q.handle, k.handle, v.handle, float(scale)))
+    return out
+
+
+def swiglu(out: Tensor, gate: Tensor, up: Tensor) -> Tensor:
+    check(LIB.llaisysSwiGLU(out.handle, gate.handle, up.handle))
+    return out
+
+
+def argmax(max_idx: Tensor, max_val: Tensor, vals: Tensor) -> tuple[Tensor, Tensor]:
+    check(LIB.llaisysArgmax(max_idx.handle, max_val.handle, vals.handle))
+    return max_idx, max_val
+
+
+def softmax(out: Tensor, inp: Tensor) -> Tensor:
+    check(LIB.llaisysSoftmax(out.handle, inp.handle))
+    return out

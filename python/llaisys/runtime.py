@@ -1,0 +1,109 @@
+"""Device runtime: devices, memory, copies, streams and events (include/llaisys/runtime.h)."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from .libllaisys import LIB, DeviceType, MemcpyKind, MemoryKind, Status, check
+
+
+def device_count(device: DeviceType) -> int:
+    n = ctypes.c_int(0)
+    check(LIB.llaisysGetDeviceCount(int(device), ctypes.byref(n)))
+    return n.value
+
+
+def set_device(device: DeviceType, device_id: int = 0) -> None:
+    check(LIB.llaisysSetDevice(int(device), device_id))
+
+
+def synchronize(device: DeviceType, device_id: int = 0) -> None:
+    check(LIB.llaisysDeviceSynchronize(int(device), device_id))
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    allocated: int  # bytes handed out and not yet freed
+    reserved: int  # bytes held from the system (>= allocated)
+
+
+def memory_stats(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> MemoryStats:
+    a, r = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    check(LIB.llaisysMemoryStats(int(device), device_id, ctypes.byref(a), ctypes.byref(r)))
+    return MemoryStats(a.value, r.value)
+
+
+def malloc(device: DeviceType, size: int, kind: MemoryKind = MemoryKind.DEVICE, device_id: int = 0) -> int:
+    """Raw allocation; returns the address (0 for size 0). Release with free()."""
+    p = ctypes.c_void_p()
+    check(LIB.llaisysMalloc(int(device), device_id, int(kind), size, ctypes.byref(p)))
+    return p.value or 0
+
+
+def free(device: DeviceType, ptr: int, kind: MemoryKind = MemoryKind.DEVICE, device_id: int = 0) -> None:
+    check(LIB.llaisysFree(int(device), device_id, int(kind), ctypes.c_void_p(ptr)))
+
+
+def memcpy(device: DeviceType, dst: int, src: int, size: int, kind: MemcpyKind, device_id: int = 0,
+           stream: "Stream | None" = None) -> None:
+    """Copy between raw addresses; with a stream the copy is queued on it."""
+    if stream is None:
+        check(LIB.llaisysMemcpy(int(device), device_id, ctypes.c_void_p(dst), ctypes.c_void_p(src), size, int(kind)))
+    else:
+        check(LIB.llaisysMemcpyAsync(int(device), device_id, ctypes.c_void_p(dst), ctypes.c_void_p(src), size,
+                                     int(kind), stream.handle))
+
+
+class Stream:
+    def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        h = ctypes.c_void_p()
+        check(LIB.llaisysStreamCreate(int(device), device_id, ctypes.byref(h)))
+        self.handle = h
+
+    def synchronize(self) -> None:
+        check(LIB.llaisysStreamSynchronize(self.handle))
+
+    def close(self) -> None:
+        if self.handle:
+            check(LIB.llaisysStreamDestroy(self.handle))
+            self.handle = None
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class Event:
+    def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        h = ctypes.c_void_p()
+        check(LIB.llaisysEventCreate(int(device), device_id, ctypes.byref(h)))
+        self.handle = h
+
+    def record(self, stream: "Stream | None" = None) -> None:
+        check(LIB.llaisysEventRecord(self.handle, stream.handle if stream else None))
+
+    def query(self) -> bool:
+        """True when the recorded work has completed."""
+        return check(LIB.llaisysEventQuery(self.handle)) == Status.OK
+
+    def synchronize(self) -> None:
+        check(LIB.llaisysEventSynchronize(self.handle))
+
+    def elapsed_ms(self, end: "Event") -> float:
+        ms = ctypes.c_float()
+        check(LIB.llaisysEventElapsedTime(self.handle, end.handle, ctypes.byref(ms)))
+        return ms.value
+
+    def close(self) -> None:
+        if self.handle:
+            check(LIB.llaisysEventDestroy(self.handle))
+            self.handle = None
+
+    def __enter__(self) -> "Event":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,175 @@
+"""Tensor: an owning Python handle on a libllaisys tensor, with numpy conversion."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from .dtypes import as_dtype, bf16_bits_to_f32, f32_to_bf16_bits, from_numpy_dtype, storage_numpy_dtype
+from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
+from .libllaisys.tensor import MAX_DIMS
+
+
+def _sizes(values: Sequence[int], what: str) -> "ctypes.Array[ctypes.c_size_t]":
+    values = [int(v) for v in values]
+    if len(values) > MAX_DIMS:
+        raise ValueError(f"{what} has {len(values)} entries; at most {MAX_DIMS} are supported")
+    if any(v < 0 for v in values):
+        raise ValueError(f"{what} {values} has a negative entry")
+    return (ctypes.c_size_t * max(len(values), 1))(*values)
+
+
+class Tensor:
+    """A tensor owned by this object; ``close()`` (or ``with``) releases the handle.
+
+    Views (``view``, ``permute``, ``slice``, ``reshape``) share storage and keep it alive on
+    their own, so handles can be closed in any order.
+    """
+
+    def __init__(self, shape: Sequence[int], dtype: "DataType | str" = DataType.F32,
+                 device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        dt = as_dtype(dtype)
+        handle = LIB.llaisysTensorCreate(_sizes(shape, "shape"), len(shape), int(dt), int(device), device_id)
+        self._handle = self._checked(handle)
+
+    @classmethod
+    def _wrap(cls, handle: int) -> "Tensor":
+        t = cls.__new__(cls)
+        t._handle = cls._checked(handle)
+        return t
+
+    @staticmethod
+    def _checked(handle) -> int:
+        if not handle:
+            raise error_for(LIB.llaisysGetLastStatus(), last_error())
+        return handle
+
+    # -- lifetime ---------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ValueError("tensor is closed")
+        return self._handle
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None) is not None:
+            LIB.llaisysTensorDestroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "Tensor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -- numpy ------------------------------------------------------------------------
+    @classmethod
+    def from_numpy(cls, array: np.ndarray, dtype: "DataType | str | None" = None,
+                   device: DeviceType = DeviceType.CPU, device_id: int = 0) -> "Tensor":
+        """Copy a numpy array into a new tensor. With dtype=bf16 a float array is rounded to
+        bf16 (a uint16 array is taken as bf16 bit patterns); f16 and f32 convert likewise."""
+        array = np.asarray(array)
+        dt = as_dtype(dtype) if dtype is not None else from_numpy_dtype(array.dtype)
+        if dt == DataType.BF16:
+            data = array if array.dtype == np.uint16 else f32_to_bf16_bits(array.astype(np.float32))
+        else:
+            data = array.astype(storage_numpy_dtype(dt), copy=False)
+        data = np.ascontiguousarray(data)
+        t = cls(data.shape, dt, device, device_id)
+        check(LIB.llaisysTensorLoad(t.handle, data.ctypes.data_as(ctypes.c_void_p), data.nbytes))
+        return t
+
+    def numpy(self, raw: bool = False) -> np.ndarray:
+        """A contiguous numpy copy. bf16 comes back as float32 (exact) unless raw=True, which
+        gives the uint16 bit patterns."""
+        out = np.empty(self.shape, dtype=storage_numpy_dtype(self.dtype))
+        check(LIB.llaisysTensorRead(self.handle, out.ctypes.data_as(ctypes.c_void_p), out.nbytes))
+        if self.dtype == DataType.BF16 and not raw:
+            return bf16_bits_to_f32(out)
+        return out
+
+    def load(self, array: np.ndarray) -> None:
+        """Overwrite the contents from a numpy array of exactly this tensor's shape."""
+        src = Tensor.from_numpy(array, self.dtype)
+        with src:
+            if src.shape != self.shape:
+                raise ValueError(f"cannot load an array of shape {src.shape} into a tensor of shape {self.shape}")
+            self.copy_(src)
+
+    # -- queries ----------------------------------------------------------------------
+    @property
+    def ndim(self) -> int:
+        return LIB.llaisysTensorNdim(self.handle)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        n = self.ndim
+        buf = (ctypes.c_size_t * max(n, 1))()
+        check(LIB.llaisysTensorShape(self.handle, buf, n))
+        return tuple(buf[i] for i in range(n))
+
+    @property
+    def strides(self) -> tuple[int, ...]:
+        n = self.ndim
+        buf = (ctypes.c_ssize_t * max(n, 1))()
+        check(LIB.llaisysTensorStrides(self.handle, buf, n))
+        return tuple(buf[i] for i in range(n))
+
+    @property
+    def dtype(self) -> DataType:
+        return DataType(LIB.llaisysTensorDataType(self.handle))
+
+    @property
+    def device(self) -> DeviceType:
+        return DeviceType(LIB.llaisysTensorDeviceType(self.handle))
+
+    @property
+    def device_id(self) -> int:
+        return LIB.llaisysTensorDeviceId(self.handle)
+
+    def numel(self) -> int:
+        return LIB.llaisysTensorNumel(self.handle)
+
+    def is_contiguous(self) -> bool:
+        return bool(LIB.llaisysTensorIsContiguous(self.handle))
+
+    def data_ptr(self) -> int:
+        return LIB.llaisysTensorData(self.handle) or 0
+
+    # -- views and copies -------------------------------------------------------------
+    def view(self, *shape: int) -> "Tensor":
+        return Tensor._wrap(LIB.llaisysTensorView(self.handle, _sizes(shape, "shape"), len(shape)))
+
+    def reshape(self, *shape: int) -> "Tensor":
+        return Tensor._wrap(LIB.llaisysTensorReshape(self.handle, _sizes(shape, "shape"), len(shape)))
+
+    def permute(self, *order: int) -> "Tensor":
+        return Tensor._wrap(LIB.llaisysTensorPermute(self.handle, _sizes(order, "order"), len(order)))
+
+    def slice(self, dim: int, start: int, end: int) -> "Tensor":
+        if min(dim, start, end) < 0:
+            raise ValueError(f"slice({dim}, {start}, {end}): arguments must be non-negative")
+        return Tensor._wrap(LIB.llaisysTensorSlice(self.handle, dim, start, end))
+
+    def contiguous(self) -> "Tensor":
+        return Tensor._wrap(LIB.llaisysTensorContiguous(self.handle))
+
+    def copy_(self, src: "Tensor") -> "Tensor":
+        check(LIB.llaisysTensorCopy(self.handle, src.handle))
+        return self
+
+    def debug(self, max_elements: int = 64) -> None:
+        check(LIB.llaisysTensorDebug(self.handle, max_elements))
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "Tensor(closed)"
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.name.lower()}, device={self.device.name.lower()})"

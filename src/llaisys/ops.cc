@@ -1,0 +1,73 @@
+// C ABI: operators (include/llaisys/ops.h). Wrappers only: checks live in src/ops/<op>/op.cpp.
+#include "guard.hpp"
+
+#include "../ops/add/op.hpp"
+#include "../ops/argmax/op.hpp"
+#include "../ops/embedding/op.hpp"
+#include "../ops/linear/op.hpp"
+#include "../ops/mul/op.hpp"
+#include "../ops/rms_norm/op.hpp"
+#include "../ops/rope/op.hpp"
+#include "../ops/self_attention/op.hpp"
+#include "../ops/softmax/op.hpp"
+#include "../ops/swiglu/op.hpp"
+#include "llaisys/ops.h"
+
+using namespace llaisys;
+using capi::guard;
+using capi::tensor_of;
+
+extern "C" {
+
+llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b) {
+    return guard([&] { ops::add(tensor_of(out, "out"), tensor_of(a, "a"), tensor_of(b, "b")); });
+}
+
+llaisysStatus_t llaisysMul(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b) {
+    return guard([&] { ops::mul(tensor_of(out, "out"), tensor_of(a, "a"), tensor_of(b, "b")); });
+}
+
+llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_t index, llaisysTensor_t weight) {
+    return guard(
+        [&] { ops::embedding(tensor_of(out, "out"), tensor_of(index, "index"), tensor_of(weight, "weight")); });
+}
+
+llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight,
+                              llaisysTensor_t bias) {
+    return guard([&] {
+        const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
+        ops::linear(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), b);
+    });
+}
+
+llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight, float eps) {
+    return guard(
+        [&] { ops::rms_norm(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), eps); });
+}
+
+llaisysStatus_t llaisysRope(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t pos, float theta) {
+    return guard([&] { ops::rope(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(pos, "pos"), theta); });
+}
+
+llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTensor_t q, llaisysTensor_t k, llaisysTensor_t v,
+                                     float scale) {
+    return guard([&] {
+        ops::self_attention(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k, "k"), tensor_of(v, "v"), scale);
+    });
+}
+
+llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate, llaisysTensor_t up) {
+    return guard([&] { ops::swiglu(tensor_of(out, "out"), tensor_of(gate, "gate"), tensor_of(up, "up")); });
+}
+
+llaisysStatus_t llaisysArgmax(llaisysTensor_t max_idx, llaisysTensor_t max_val, llaisysTensor_t vals) {
+    return guard([&] {
+        ops::argmax(tensor_of(max_idx, "max_idx"), tensor_of(max_val, "max_val"), tensor_of(vals, "vals"));
+    });
+}
+
+llaisysStatus_t llaisysSoftmax(llaisysTensor_t out, llaisysTensor_t in) {
+    return guard([&] { ops::softmax(tensor_of(out, "out"), tensor_of(in, "in")); });
+}
+
+}  // extern "C"

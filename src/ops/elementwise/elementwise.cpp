@@ -1,0 +1,18 @@
+#include "elementwise.hpp"
+
+#include "../check.hpp"
+
+namespace llaisys::ops {
+
+void binary_op(const char *name, cpu::BinaryOp op, Tensor &out, const Tensor &a, const Tensor &b) {
+    check_same_device(name, {&out, &a, &b});
+    check_same_dtype(name, {&out, &a, &b});
+    check_float(name, out);
+    check_shape(name, "a", a, out.shape());
+    check_shape(name, "b", b, out.shape());
+    check_contiguous(name, {&out, &a, &b});
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(name, out);
+    cpu::binary(op, out.data(), a.data(), b.data(), out.dtype(), out.numel());
+}
+
+}  // namespace llaisys::ops

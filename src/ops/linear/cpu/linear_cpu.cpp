@@ -1,0 +1,52 @@
+// Reference-grade linear: activations are widened to f32 once, each weight row once per
+// call (shared by all m rows), and dot products run as OpenMP SIMD reductions.
+// The tuned GEMM with repacked weights belongs to the model path (CPU speed issue).
+#include "linear_cpu.hpp"
+
+#include "../../../utils/types.hpp"
+
+#include <vector>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+template <class T>
+void to_f32_buffer(float *dst, const T *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] = to_f32(src[i]);
+}
+
+template <class T>
+void linear_impl(T *out, const T *in, const T *weight, const T *bias, size_t m, size_t n, size_t k) {
+    std::vector<float> x(m * k);  // [m, k] activations in f32
+    to_f32_buffer(x.data(), in, m * k);
+#pragma omp parallel
+    {
+        std::vector<float> w(k);  // [k] one weight row in f32
+#pragma omp for schedule(static)
+        for (ptrdiff_t j = 0; j < ptrdiff_t(n); j++) {
+            to_f32_buffer(w.data(), weight + size_t(j) * k, k);
+            float b = bias ? to_f32(bias[j]) : 0.0f;
+            for (size_t i = 0; i < m; i++) {
+                const float *xi = x.data() + i * k;
+                const float *wj = w.data();
+                float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+                for (size_t p = 0; p < k; p++) acc += xi[p] * wj[p];
+                out[i * n + size_t(j)] = from_f32<T>(acc + b);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void linear(std::byte *out, const std::byte *in, const std::byte *weight, const std::byte *bias,
+            llaisysDataType_t dtype, size_t m, size_t n, size_t k) {
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        linear_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
+                    reinterpret_cast<const T *>(weight), reinterpret_cast<const T *>(bias), m, n, k);
+    });
+}
+
+}  // namespace llaisys::ops::cpu

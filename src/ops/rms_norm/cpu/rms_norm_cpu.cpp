@@ -1,0 +1,38 @@
+#include "rms_norm_cpu.hpp"
+
+#include "../../../utils/types.hpp"
+
+#include <cmath>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+template <class T>
+void rms_norm_impl(T *out, const T *in, const T *weight, size_t m, size_t d, float eps) {
+#pragma omp parallel for schedule(static) if (m * d > 8192)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
+        const T *x = in + size_t(i) * d;
+        T *y = out + size_t(i) * d;
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (size_t j = 0; j < d; j++) {
+            float v = to_f32(x[j]);
+            ss += v * v;
+        }
+        float inv = 1.0f / std::sqrt(ss / float(d) + eps);
+        for (size_t j = 0; j < d; j++) y[j] = from_f32<T>(to_f32(x[j]) * inv * to_f32(weight[j]));
+    }
+}
+
+}  // namespace
+
+void rms_norm(std::byte *out, const std::byte *in, const std::byte *weight, llaisysDataType_t dtype, size_t m,
+              size_t d, float eps) {
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        rms_norm_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
+                      reinterpret_cast<const T *>(weight), m, d, eps);
+    });
+}
+
+}  // namespace llaisys::ops::cpu

@@ -1,0 +1,45 @@
+#include "rope_cpu.hpp"
+
+#include "../../../utils/types.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+template <class T>
+void rope_impl(T *out, const T *in, const int64_t *pos, size_t n, size_t heads, size_t d, float theta) {
+    size_t half = d / 2;
+    std::vector<float> inv_freq(half);  // [d/2], computed in f32 as transformers does
+    for (size_t j = 0; j < half; j++) inv_freq[j] = 1.0f / std::pow(theta, float(2 * j) / float(d));
+#pragma omp parallel for schedule(static) if (n * heads * d > 8192)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(n); i++) {
+        float p = float(pos[i]);
+        for (size_t j = 0; j < half; j++) {
+            float angle = p * inv_freq[j];
+            float c = std::cos(angle), s = std::sin(angle);
+            for (size_t h = 0; h < heads; h++) {
+                size_t base = (size_t(i) * heads + h) * d;
+                float x1 = to_f32(in[base + j]), x2 = to_f32(in[base + j + half]);
+                out[base + j] = from_f32<T>(x1 * c - x2 * s);
+                out[base + j + half] = from_f32<T>(x2 * c + x1 * s);
+            }
+        }
+    }
+}
+
+}  // namespace
+
+void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataType_t dtype, size_t n,
+          size_t heads, size_t d, float theta) {
+    for (size_t i = 0; i < n; i++) {
+        LLAISYS_CHECK(pos[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, "rope: pos[", i, "] = ", pos[i], " is negative");
+    }
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        rope_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in), pos, n, heads, d, theta);
+    });
+}
+
+}  // namespace llaisys::ops::cpu

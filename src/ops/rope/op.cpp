@@ -1,0 +1,28 @@
+#include "op.hpp"
+
+#include "../check.hpp"
+#include "cpu/rope_cpu.hpp"
+
+#include <cmath>
+
+namespace llaisys::ops {
+
+void rope(Tensor &out, const Tensor &in, const Tensor &pos, float theta) {
+    const char *op = "rope";
+    check_same_device(op, {&out, &in, &pos});
+    check_same_dtype(op, {&out, &in});
+    check_float(op, out);
+    check_dtype(op, "pos", pos, LLAISYS_DTYPE_I64);
+    check_ndim(op, "in", in, 3);
+    check_shape(op, "out", out, in.shape());
+    check_shape(op, "pos", pos, {in.shape()[0]});
+    check_contiguous(op, {&out, &in, &pos});
+    LLAISYS_CHECK(in.shape()[2] % 2 == 0, LLAISYS_STATUS_SHAPE_MISMATCH, op, ": head dim must be even, got ",
+                  in.describe());
+    LLAISYS_CHECK_ARG(std::isfinite(theta) && theta > 0.0f, op, ": theta must be positive, got ", theta);
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    cpu::rope(out.data(), in.data(), pos.data_as<int64_t>(), out.dtype(), in.shape()[0], in.shape()[1],
+              in.shape()[2], theta);
+}
+
+}  // namespace llaisys::ops

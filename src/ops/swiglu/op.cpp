@@ -1,0 +1,20 @@
+#include "op.hpp"
+
+#include "../check.hpp"
+#include "cpu/swiglu_cpu.hpp"
+
+namespace llaisys::ops {
+
+void swiglu(Tensor &out, const Tensor &gate, const Tensor &up) {
+    const char *op = "swiglu";
+    check_same_device(op, {&out, &gate, &up});
+    check_same_dtype(op, {&out, &gate, &up});
+    check_float(op, out);
+    check_shape(op, "gate", gate, out.shape());
+    check_shape(op, "up", up, out.shape());
+    check_contiguous(op, {&out, &gate, &up});
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    cpu::swiglu(out.data(), gate.data(), up.data(), out.dtype(), out.numel());
+}
+
+}  // namespace llaisys::ops
