@@ -16,18 +16,21 @@ LLAISYS_API llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, l
 /* out = a * b, elementwise; all three the same shape and dtype. out may alias a or b. */
 LLAISYS_API llaisysStatus_t llaisysMul(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b);
 
-/* out[i, :] = weight[index[i], :].
- * out [n, d], index [n] i64 (each in [0, vocab), else OUT_OF_RANGE), weight [vocab, d]. */
+/* out[i, :] = weight[index[i], :], converted to out's dtype.
+ * out [n, d], index [n] i64 (each in [0, vocab), else OUT_OF_RANGE), weight [vocab, d]
+ * (any float dtype). */
 LLAISYS_API llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_t index,
                                              llaisysTensor_t weight);
 
 /* out = in @ weight^T + bias.
- * out [m, n], in [m, k], weight [n, k], bias [n] or NULL. */
+ * out [m, n], in [m, k] of one float dtype; weight [n, k] and bias [n] (or NULL) of one
+ * float dtype, which may differ from the activations' (e.g. f32 activations, bf16 weights). */
 LLAISYS_API llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in,
                                           llaisysTensor_t weight, llaisysTensor_t bias);
 
 /* out[i, :] = in[i, :] / sqrt(mean(in[i, :]^2) + eps) * weight.
- * out [m, d], in [m, d], weight [d]; eps > 0. out may alias in. */
+ * out [m, d], in [m, d] of one float dtype, weight [d] of any float dtype; eps > 0.
+ * out may alias in. */
 LLAISYS_API llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in,
                                            llaisysTensor_t weight, float eps);
 
@@ -48,6 +51,20 @@ LLAISYS_API llaisysStatus_t llaisysRope(llaisysTensor_t out, llaisysTensor_t in,
 LLAISYS_API llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTensor_t q,
                                                  llaisysTensor_t k, llaisysTensor_t v,
                                                  float scale);
+
+/* Attention over cached keys/values, the kernel the model uses for both KV layouts.
+ * A flat batch of n tokens in rows: row s has query tokens [query_start[s], query_start[s+1])
+ * and sees cache entries kv_slots[kv_start[s] .. kv_start[s+1]) with positions kv_pos[..]
+ * (ascending within a row); token t attends the entries of its row with kv_pos <= q_pos[t].
+ * out [n, heads, dv], q [n, heads, d] (one float dtype); k_cache [n_slots, kv_heads, d],
+ * v_cache [n_slots, kv_heads, dv] (one float dtype); q_pos [n] i64; query_start and
+ * kv_start [n_seqs+1] i32; kv_slots [m] i32 (each < n_slots); kv_pos [m] i64.
+ * A query that sees no entry gets zeros. */
+LLAISYS_API llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTensor_t q,
+                                                  llaisysTensor_t k_cache, llaisysTensor_t v_cache,
+                                                  llaisysTensor_t q_pos, llaisysTensor_t query_start,
+                                                  llaisysTensor_t kv_start, llaisysTensor_t kv_slots,
+                                                  llaisysTensor_t kv_pos, float scale);
 
 /* out = up * silu(gate) = up * gate / (1 + exp(-gate)); all the same shape. */
 LLAISYS_API llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate,

@@ -6,6 +6,7 @@
 #include "../ops/embedding/op.hpp"
 #include "../ops/linear/op.hpp"
 #include "../ops/mul/op.hpp"
+#include "../ops/paged_attention/op.hpp"
 #include "../ops/rms_norm/op.hpp"
 #include "../ops/rope/op.hpp"
 #include "../ops/self_attention/op.hpp"
@@ -53,6 +54,18 @@ llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTensor_t q, lla
                                      float scale) {
     return guard([&] {
         ops::self_attention(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k, "k"), tensor_of(v, "v"), scale);
+    });
+}
+
+llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTensor_t q, llaisysTensor_t k_cache,
+                                      llaisysTensor_t v_cache, llaisysTensor_t q_pos, llaisysTensor_t query_start,
+                                      llaisysTensor_t kv_start, llaisysTensor_t kv_slots, llaisysTensor_t kv_pos,
+                                      float scale) {
+    return guard([&] {
+        ops::paged_attention(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k_cache, "k_cache"),
+                             tensor_of(v_cache, "v_cache"), tensor_of(q_pos, "q_pos"),
+                             tensor_of(query_start, "query_start"), tensor_of(kv_start, "kv_start"),
+                             tensor_of(kv_slots, "kv_slots"), tensor_of(kv_pos, "kv_pos"), scale);
     });
 }
 

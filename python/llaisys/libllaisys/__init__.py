@@ -44,13 +44,15 @@ def _load() -> ctypes.CDLL:
 LIB = _load()
 declare_base(LIB)
 
+from . import kv_cache as _kv_cache  # noqa: E402
 from . import ops as _ops  # noqa: E402
+from . import qwen2 as _qwen2  # noqa: E402
 from . import runtime as _runtime  # noqa: E402
+from . import sampler as _sampler  # noqa: E402
 from . import tensor as _tensor  # noqa: E402
 
-_runtime.declare(LIB)
-_tensor.declare(LIB)
-_ops.declare(LIB)
+for _module in (_runtime, _tensor, _ops, _sampler, _kv_cache, _qwen2):
+    _module.declare(LIB)
 
 
 def check(status: int) -> int:

@@ -10,15 +10,17 @@ namespace llaisys::ops {
 void rms_norm(Tensor &out, const Tensor &in, const Tensor &weight, float eps) {
     const char *op = "rms_norm";
     check_same_device(op, {&out, &in, &weight});
-    check_same_dtype(op, {&out, &in, &weight});
+    check_same_dtype(op, {&out, &in});
     check_float(op, out);
+    check_float(op, weight);  // may differ from the activations' dtype
     check_ndim(op, "in", in, 2);
     check_shape(op, "out", out, in.shape());
     check_shape(op, "weight", weight, {in.shape()[1]});
     check_contiguous(op, {&out, &in, &weight});
     LLAISYS_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, op, ": eps must be a positive number, got ", eps);
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
-    cpu::rms_norm(out.data(), in.data(), weight.data(), out.dtype(), in.shape()[0], in.shape()[1], eps);
+    cpu::rms_norm(out.data(), in.data(), out.dtype(), weight.data(), weight.dtype(), in.shape()[0], in.shape()[1],
+                  eps);
 }
 
 }  // namespace llaisys::ops

@@ -21,8 +21,12 @@ void rope(Tensor &out, const Tensor &in, const Tensor &pos, float theta) {
                   in.describe());
     LLAISYS_CHECK_ARG(std::isfinite(theta) && theta > 0.0f, op, ": theta must be positive, got ", theta);
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    const int64_t *p = pos.data_as<int64_t>();
+    for (size_t i = 0; i < pos.numel(); i++) {
+        LLAISYS_CHECK(p[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, op, ": pos[", i, "] = ", p[i], " is negative");
+    }
     cpu::rope(out.data(), in.data(), pos.data_as<int64_t>(), out.dtype(), in.shape()[0], in.shape()[1],
-              in.shape()[2], theta);
+              in.shape()[2], in.shape()[1] * in.shape()[2], theta);
 }
 
 }  // namespace llaisys::ops

@@ -14,7 +14,8 @@ void swiglu(Tensor &out, const Tensor &gate, const Tensor &up) {
     check_shape(op, "up", up, out.shape());
     check_contiguous(op, {&out, &gate, &up});
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
-    cpu::swiglu(out.data(), gate.data(), up.data(), out.dtype(), out.numel());
+    size_t n = out.numel();
+    cpu::swiglu(out.data(), gate.data(), up.data(), out.dtype(), 1, n, n, n);
 }
 
 }  // namespace llaisys::ops

@@ -1,6 +1,5 @@
 // Reference-grade linear: activations are widened to f32 once, each weight row once per
 // call (shared by all m rows), and dot products run as OpenMP SIMD reductions.
-// The tuned GEMM with repacked weights belongs to the model path (CPU speed issue).
 #include "linear_cpu.hpp"
 
 #include "../../../utils/types.hpp"
@@ -15,8 +14,8 @@ void to_f32_buffer(float *dst, const T *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = to_f32(src[i]);
 }
 
-template <class T>
-void linear_impl(T *out, const T *in, const T *weight, const T *bias, size_t m, size_t n, size_t k) {
+template <class TA, class TW>
+void linear_impl(TA *out, const TA *in, const TW *weight, const TW *bias, size_t m, size_t n, size_t k) {
     std::vector<float> x(m * k);  // [m, k] activations in f32
     to_f32_buffer(x.data(), in, m * k);
 #pragma omp parallel
@@ -32,7 +31,7 @@ void linear_impl(T *out, const T *in, const T *weight, const T *bias, size_t m, 
                 float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
                 for (size_t p = 0; p < k; p++) acc += xi[p] * wj[p];
-                out[i * n + size_t(j)] = from_f32<T>(acc + b);
+                out[i * n + size_t(j)] = from_f32<TA>(acc + b);
             }
         }
     }
@@ -40,12 +39,15 @@ void linear_impl(T *out, const T *in, const T *weight, const T *bias, size_t m, 
 
 }  // namespace
 
-void linear(std::byte *out, const std::byte *in, const std::byte *weight, const std::byte *bias,
-            llaisysDataType_t dtype, size_t m, size_t n, size_t k) {
-    dispatch_float(dtype, [&](auto tag) {
-        using T = decltype(tag);
-        linear_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
-                    reinterpret_cast<const T *>(weight), reinterpret_cast<const T *>(bias), m, n, k);
+void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+            const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k) {
+    dispatch_float(act, [&](auto atag) {
+        using TA = decltype(atag);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            linear_impl(reinterpret_cast<TA *>(out), reinterpret_cast<const TA *>(in),
+                        reinterpret_cast<const TW *>(weight), reinterpret_cast<const TW *>(bias), m, n, k);
+        });
     });
 }
 

@@ -6,8 +6,10 @@
 
 namespace llaisys::ops::cpu {
 
-// out [m, n] = in [m, k] @ weight[n, k]^T + bias [n] (bias may be null); f32 accumulation.
-void linear(std::byte *out, const std::byte *in, const std::byte *weight, const std::byte *bias,
-            llaisysDataType_t dtype, size_t m, size_t n, size_t k);
+// out [m, n] = in [m, k] @ weight [n, k]^T + bias [n] (bias may be null), f32 accumulation.
+// Activations (in, out) are of dtype `act`; weight and bias of dtype `wdt` (they may differ:
+// the model runs f32 activations over bf16 weights).
+void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+            const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k);
 
 }  // namespace llaisys::ops::cpu

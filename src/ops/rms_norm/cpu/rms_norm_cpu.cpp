@@ -7,8 +7,8 @@
 namespace llaisys::ops::cpu {
 namespace {
 
-template <class T>
-void rms_norm_impl(T *out, const T *in, const T *weight, size_t m, size_t d, float eps) {
+template <class T, class TW>
+void rms_norm_impl(T *out, const T *in, const TW *weight, size_t m, size_t d, float eps) {
 #pragma omp parallel for schedule(static) if (m * d > 8192)
     for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
         const T *x = in + size_t(i) * d;
@@ -26,12 +26,15 @@ void rms_norm_impl(T *out, const T *in, const T *weight, size_t m, size_t d, flo
 
 }  // namespace
 
-void rms_norm(std::byte *out, const std::byte *in, const std::byte *weight, llaisysDataType_t dtype, size_t m,
-              size_t d, float eps) {
-    dispatch_float(dtype, [&](auto tag) {
+void rms_norm(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+              llaisysDataType_t wdt, size_t m, size_t d, float eps) {
+    dispatch_float(act, [&](auto tag) {
         using T = decltype(tag);
-        rms_norm_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
-                      reinterpret_cast<const T *>(weight), m, d, eps);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            rms_norm_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
+                          reinterpret_cast<const TW *>(weight), m, d, eps);
+        });
     });
 }
 

@@ -9,7 +9,8 @@ namespace llaisys::ops::cpu {
 namespace {
 
 template <class T>
-void rope_impl(T *out, const T *in, const int64_t *pos, size_t n, size_t heads, size_t d, float theta) {
+void rope_impl(T *out, const T *in, const int64_t *pos, size_t n, size_t heads, size_t d, size_t stride,
+               float theta) {
     size_t half = d / 2;
     std::vector<float> inv_freq(half);  // [d/2], computed in f32 as transformers does
     for (size_t j = 0; j < half; j++) inv_freq[j] = 1.0f / std::pow(theta, float(2 * j) / float(d));
@@ -20,7 +21,7 @@ void rope_impl(T *out, const T *in, const int64_t *pos, size_t n, size_t heads, 
             float angle = p * inv_freq[j];
             float c = std::cos(angle), s = std::sin(angle);
             for (size_t h = 0; h < heads; h++) {
-                size_t base = (size_t(i) * heads + h) * d;
+                size_t base = size_t(i) * stride + h * d;
                 float x1 = to_f32(in[base + j]), x2 = to_f32(in[base + j + half]);
                 out[base + j] = from_f32<T>(x1 * c - x2 * s);
                 out[base + j + half] = from_f32<T>(x2 * c + x1 * s);
@@ -32,13 +33,10 @@ void rope_impl(T *out, const T *in, const int64_t *pos, size_t n, size_t heads, 
 }  // namespace
 
 void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataType_t dtype, size_t n,
-          size_t heads, size_t d, float theta) {
-    for (size_t i = 0; i < n; i++) {
-        LLAISYS_CHECK(pos[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, "rope: pos[", i, "] = ", pos[i], " is negative");
-    }
+          size_t heads, size_t d, size_t stride, float theta) {
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
-        rope_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in), pos, n, heads, d, theta);
+        rope_impl(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in), pos, n, heads, d, stride, theta);
     });
 }
 

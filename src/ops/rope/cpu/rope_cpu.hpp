@@ -7,9 +7,10 @@
 
 namespace llaisys::ops::cpu {
 
-// out/in [n, heads, d], pos [n]; HF rotate-half RoPE with base theta. out may alias in.
-// Throws OUT_OF_RANGE for a negative position (before writing).
+// out/in [n, heads, d] with `stride` elements between consecutive tokens (heads * d when
+// contiguous), pos [n]; HF rotate-half RoPE with base theta. out may alias in.
+// Positions may be negative (a rotation backwards, used to shift cached keys).
 void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataType_t dtype, size_t n,
-          size_t heads, size_t d, float theta);
+          size_t heads, size_t d, size_t stride, float theta);
 
 }  // namespace llaisys::ops::cpu

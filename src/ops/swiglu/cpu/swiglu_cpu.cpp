@@ -6,16 +6,19 @@
 
 namespace llaisys::ops::cpu {
 
-void swiglu(std::byte *out, const std::byte *gate, const std::byte *up, llaisysDataType_t dtype, size_t n) {
+void swiglu(std::byte *out, const std::byte *gate, const std::byte *up, llaisysDataType_t dtype, size_t rows,
+            size_t cols, size_t in_stride, size_t out_stride) {
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
-        auto *o = reinterpret_cast<T *>(out);
-        auto *g = reinterpret_cast<const T *>(gate);
-        auto *u = reinterpret_cast<const T *>(up);
-#pragma omp parallel for schedule(static) if (n > 16384)
-        for (ptrdiff_t i = 0; i < ptrdiff_t(n); i++) {
-            float x = to_f32(g[i]);
-            o[i] = from_f32<T>(to_f32(u[i]) * x / (1.0f + std::exp(-x)));
+#pragma omp parallel for schedule(static) collapse(2) if (rows * cols > 16384)
+        for (ptrdiff_t r = 0; r < ptrdiff_t(rows); r++) {
+            for (ptrdiff_t i = 0; i < ptrdiff_t(cols); i++) {
+                const T *g = reinterpret_cast<const T *>(gate) + size_t(r) * in_stride;
+                const T *u = reinterpret_cast<const T *>(up) + size_t(r) * in_stride;
+                T *o = reinterpret_cast<T *>(out) + size_t(r) * out_stride;
+                float x = to_f32(g[i]);
+                o[i] = from_f32<T>(to_f32(u[i]) * x / (1.0f + std::exp(-x)));
+            }
         }
     });
 }

@@ -1,0 +1,82 @@
+/* The KV cache: storage for keys and values of every layer, in one of two layouts.
+ *
+ * BLOCK (paged): a pool of n_blocks blocks of block_size slots. The caller (the Python block
+ *   manager) owns block ids and tells each step where to write (slot_mapping) and what to
+ *   read (block_tables); the cache stores, it keeps no per-sequence state.
+ * SLOT (unified cells, llama.cpp style): n_cells cells, each with a position and the set of
+ *   sequence ids that own it. A step names each row's seq id; the cache finds free cells,
+ *   and attention is masked by seq id and position. Out of cells is the recoverable status
+ *   LLAISYS_STATUS_NO_KV_SPACE, never a silent eviction.
+ * Both layouts read K/V through one attention kernel over "the slots a query may see".
+ */
+#ifndef LLAISYS_KV_CACHE_H
+#define LLAISYS_KV_CACHE_H
+
+#include "../llaisys.h"
+
+LLAISYS_EXTERN_C_BEGIN
+
+typedef enum {
+    LLAISYS_KV_LAYOUT_BLOCK = 0,
+    LLAISYS_KV_LAYOUT_SLOT = 1,
+} llaisysKVLayout_t;
+
+/* The largest seq id + 1 in the SLOT layout. */
+#define LLAISYS_KV_MAX_SEQS 256
+
+typedef struct {
+    llaisysKVLayout_t layout;
+    llaisysDataType_t dtype; /* storage dtype of K and V: f32, f16 or bf16 */
+    size_t n_layers;
+    size_t n_kv_heads;
+    size_t head_dim;
+    size_t n_slots;    /* total token slots; BLOCK: must be a multiple of block_size */
+    size_t block_size; /* BLOCK: slots per block (e.g. 16); SLOT: ignored */
+    float rope_theta;  /* SLOT: seq_add re-rotates stored keys with this base */
+    llaisysDeviceType_t device;
+    int device_id;
+} llaisysKVCacheParams_t;
+
+typedef struct LlaisysKVCache *llaisysKVCache_t;
+
+/* Number of slots that fit in `bytes` for these params (n_slots ignored; rounded down to
+ * whole blocks for BLOCK). */
+LLAISYS_API size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t bytes);
+
+/* Allocate the whole cache once. NULL on error (see llaisysGetLastError). Caller owns it. */
+LLAISYS_API llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params);
+LLAISYS_API void llaisysKVCacheDestroy(llaisysKVCache_t cache);
+
+typedef struct {
+    llaisysKVLayout_t layout;
+    size_t capacity; /* token slots */
+    size_t used;     /* SLOT: cells owned by at least one seq; BLOCK: 0 (the block manager counts) */
+    size_t free;     /* capacity - used */
+    size_t bytes;    /* bytes of K and V storage */
+    size_t block_size;
+} llaisysKVCacheStats_t;
+
+LLAISYS_API llaisysStatus_t llaisysKVCacheGetStats(llaisysKVCache_t cache, llaisysKVCacheStats_t *out);
+
+/* SLOT layout only (UNSUPPORTED on BLOCK). Positions ranges are [p0, p1); p1 < 0 means
+ * "to the end". seq ids are in [0, LLAISYS_KV_MAX_SEQS); seq -1 in seq_rm means all seqs. */
+/* Forget positions [p0, p1) of seq; cells left with no owner become free. */
+LLAISYS_API llaisysStatus_t llaisysKVCacheSeqRm(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1);
+/* Make dst share src's cells in [p0, p1) (no copy of K/V). */
+LLAISYS_API llaisysStatus_t llaisysKVCacheSeqCp(llaisysKVCache_t cache, int32_t src, int32_t dst, int64_t p0,
+                                                int64_t p1);
+/* Drop every cell not owned by seq (and seq's claim stays). */
+LLAISYS_API llaisysStatus_t llaisysKVCacheSeqKeep(llaisysKVCache_t cache, int32_t seq);
+/* Add delta to the positions of seq's cells in [p0, p1), re-rotating their keys; cells
+ * whose position would become negative are removed from seq. The cells must belong to seq
+ * alone (a shared cell cannot have two positions): INVALID_ARGUMENT otherwise. */
+LLAISYS_API llaisysStatus_t llaisysKVCacheSeqAdd(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1,
+                                                 int64_t delta);
+/* Largest position held by seq into *out, or -1 if it holds none. */
+LLAISYS_API llaisysStatus_t llaisysKVCacheSeqPosMax(llaisysKVCache_t cache, int32_t seq, int64_t *out);
+/* Both layouts: forget everything (SLOT: all cells free). */
+LLAISYS_API llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache);
+
+LLAISYS_EXTERN_C_END
+
+#endif /* LLAISYS_KV_CACHE_H */

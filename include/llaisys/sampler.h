@@ -1,0 +1,66 @@
+/* Sampling: turn one row of logits into a token, per-row parameters, in C++.
+ *
+ * The order is fixed (doc/sampling.md):
+ *   1. logit bias            logits[id] += bias
+ *   2. repetition penalty    for ids in prompt+output: l > 0 ? l / rp : l * rp
+ *   3. presence / frequency  for ids in output: l -= presence + frequency * count
+ *   4. temperature == 0      -> greedy: the first index of the maximum; stop here
+ *   5. temperature           l /= temperature
+ *   6. top-k                 keep the k largest (ties at the k-th value are kept)
+ *   7. top-p                 keep the smallest prefix of the sorted distribution whose mass >= top_p
+ *   8. min-p                 drop tokens whose probability < min_p * max probability
+ *   9. draw                  from the renormalised distribution with the row's RNG
+ * The RNG is counter based: the draw for a row depends only on (seed, step), so a request's
+ * samples are reproducible whatever else shares its batch.
+ * Log-probabilities are those of the model's distribution (log_softmax of the raw logits,
+ * before steps 1-8), as vLLM reports them by default.
+ */
+#ifndef LLAISYS_SAMPLER_H
+#define LLAISYS_SAMPLER_H
+
+#include "../llaisys.h"
+
+LLAISYS_EXTERN_C_BEGIN
+
+typedef struct {
+    float temperature;        /* >= 0; 0 means greedy */
+    int32_t top_k;            /* 0 (or <0): off */
+    float top_p;              /* (0, 1]; 1: off */
+    float min_p;              /* [0, 1]; 0: off */
+    float repetition_penalty; /* > 0; 1: off */
+    float presence_penalty;   /* 0: off */
+    float frequency_penalty;  /* 0: off */
+    uint64_t seed;            /* the request's seed */
+    uint64_t step;            /* the draw's index within the request (its number of output tokens) */
+    int32_t n_logprobs;       /* top-N logprobs to return, 0..capacity of the output */
+    const int64_t *prompt_tokens; /* [n_prompt] for the repetition penalty; borrowed for the call */
+    size_t n_prompt;
+    const int64_t *output_tokens; /* [n_output] for all penalties; borrowed for the call */
+    size_t n_output;
+    const int64_t *bias_ids;  /* [n_bias] token ids to bias; borrowed for the call */
+    const float *bias_values; /* [n_bias] */
+    size_t n_bias;
+} llaisysSamplingParams_t;
+
+/* Greedy defaults: temperature 0, all filters off, no penalties, no logprobs. */
+LLAISYS_API llaisysSamplingParams_t llaisysSamplingDefaultParams(void);
+
+/* Where sampling results go; all arrays are caller-owned. */
+typedef struct {
+    int64_t *token_ids;    /* [n_rows] the sampled ids */
+    float *logprobs;       /* [n_rows] logprob of each sampled id, or NULL */
+    int64_t *top_ids;      /* [n_rows, top_capacity] top-N ids by logprob, or NULL */
+    float *top_logprobs;   /* [n_rows, top_capacity] their logprobs, or NULL */
+    size_t top_capacity;   /* entries per row in top_ids/top_logprobs (>= every n_logprobs) */
+} llaisysSampleOutput_t;
+
+/* Sample one token per row of `logits` [n_rows, vocab] (f32, host memory) with
+ * params[n_rows]. INVALID_ARGUMENT for out-of-range parameters or token ids (>= vocab),
+ * BUFFER_TOO_SMALL if a row asks for more logprobs than top_capacity. */
+LLAISYS_API llaisysStatus_t llaisysSample(const float *logits, size_t n_rows, size_t vocab,
+                                          const llaisysSamplingParams_t *params,
+                                          llaisysSampleOutput_t *out);
+
+LLAISYS_EXTERN_C_END
+
+#endif /* LLAISYS_SAMPLER_H */

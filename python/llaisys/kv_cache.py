@@ -1,0 +1,98 @@
+"""KVCache: the core's K/V storage in the BLOCK (paged) or SLOT (unified cells) layout."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+from .libllaisys import LIB, check, error_for, last_error
+from .libllaisys.kv_cache import MAX_SEQS, KVCacheStats, KVLayout
+
+
+@dataclass(frozen=True)
+class KVStats:
+    layout: KVLayout
+    capacity: int  # token slots
+    used: int  # SLOT: cells owned by a sequence; BLOCK: 0 (the block manager counts)
+    free: int
+    bytes: int  # bytes of K and V storage
+    block_size: int
+
+
+def as_layout(layout: "KVLayout | str") -> KVLayout:
+    if isinstance(layout, KVLayout):
+        return layout
+    try:
+        return KVLayout[str(layout).upper()]
+    except KeyError:
+        raise ValueError(f"unknown KV layout {layout!r}; expected 'block' or 'slot'") from None
+
+
+class KVCache:
+    """Owns a core KV cache handle; make one with Qwen2Model.create_kv_cache()."""
+
+    def __init__(self, handle: int, layout: KVLayout):
+        if not handle:
+            raise error_for(LIB.llaisysGetLastStatus(), last_error())
+        self._handle = handle
+        self.layout = layout
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ValueError("KV cache is closed")
+        return self._handle
+
+    def stats(self) -> KVStats:
+        s = KVCacheStats()
+        check(LIB.llaisysKVCacheGetStats(self.handle, ctypes.byref(s)))
+        return KVStats(KVLayout(s.layout), s.capacity, s.used, s.free, s.bytes, s.block_size)
+
+    def clear(self) -> None:
+        check(LIB.llaisysKVCacheClear(self.handle))
+
+    # -- SLOT layout sequence operations (llama.cpp's llama_memory_seq_*) ----------------
+    @staticmethod
+    def _seq(seq: int, allow_all: bool = False) -> int:
+        if allow_all and seq == -1:
+            return seq
+        if not 0 <= seq < MAX_SEQS:
+            raise ValueError(f"seq id {seq} is outside [0, {MAX_SEQS})")
+        return seq
+
+    def seq_rm(self, seq: int, p0: int = 0, p1: int = -1) -> None:
+        """Forget positions [p0, p1) of seq (-1: every seq; p1 < 0: to the end)."""
+        check(LIB.llaisysKVCacheSeqRm(self.handle, self._seq(seq, True), p0, p1))
+
+    def seq_cp(self, src: int, dst: int, p0: int = 0, p1: int = -1) -> None:
+        """Let dst share src's cells in [p0, p1) without copying K/V."""
+        check(LIB.llaisysKVCacheSeqCp(self.handle, self._seq(src), self._seq(dst), p0, p1))
+
+    def seq_keep(self, seq: int) -> None:
+        check(LIB.llaisysKVCacheSeqKeep(self.handle, self._seq(seq)))
+
+    def seq_add(self, seq: int, p0: int, p1: int, delta: int) -> None:
+        """Shift seq's positions in [p0, p1) by delta (keys are re-rotated)."""
+        check(LIB.llaisysKVCacheSeqAdd(self.handle, self._seq(seq), p0, p1, delta))
+
+    def seq_pos_max(self, seq: int) -> int:
+        out = ctypes.c_int64()
+        check(LIB.llaisysKVCacheSeqPosMax(self.handle, self._seq(seq), ctypes.byref(out)))
+        return out.value
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            LIB.llaisysKVCacheDestroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "KVCache":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -1,0 +1,73 @@
+#include "kv_cache.hpp"
+
+#include "../ops/rope/cpu/rope_cpu.hpp"
+#include "../utils/error.hpp"
+#include "../utils/types.hpp"
+
+#include <cmath>
+#include <vector>
+
+namespace llaisys::kv {
+
+size_t KVCache::bytes_per_slot(const llaisysKVCacheParams_t &p) {
+    return 2 * p.n_layers * p.n_kv_heads * p.head_dim * dtype_size(p.dtype);
+}
+
+KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
+    LLAISYS_CHECK_ARG(p_.layout == LLAISYS_KV_LAYOUT_BLOCK || p_.layout == LLAISYS_KV_LAYOUT_SLOT,
+                      "unknown KV layout ", int(p_.layout));
+    LLAISYS_CHECK(is_float_dtype(p_.dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "KV cache dtype must be f32, f16 or bf16");
+    LLAISYS_CHECK_ARG(p_.n_layers > 0 && p_.n_kv_heads > 0 && p_.head_dim > 0 && p_.head_dim % 2 == 0,
+                      "KV cache needs n_layers, n_kv_heads > 0 and an even head_dim > 0");
+    LLAISYS_CHECK_ARG(p_.n_slots > 0, "KV cache needs at least one slot");
+    if (p_.layout == LLAISYS_KV_LAYOUT_BLOCK) {
+        LLAISYS_CHECK_ARG(p_.block_size > 0 && p_.n_slots % p_.block_size == 0, "BLOCK layout: n_slots (", p_.n_slots,
+                          ") must be a positive multiple of block_size (", p_.block_size, ")");
+    } else {
+        LLAISYS_CHECK_ARG(std::isfinite(p_.rope_theta) && p_.rope_theta > 0.0f, "SLOT layout needs rope_theta > 0");
+        cells_ = std::make_unique<UnifiedCells>(p_.n_slots);
+    }
+    std::vector<size_t> shape{p_.n_layers, p_.n_slots, p_.n_kv_heads, p_.head_dim};
+    k_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
+    v_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
+}
+
+std::byte *KVCache::k(size_t layer) const { return k_->data() + layer * p_.n_slots * row_elems() * k_->element_size(); }
+std::byte *KVCache::v(size_t layer) const { return v_->data() + layer * p_.n_slots * row_elems() * v_->element_size(); }
+
+UnifiedCells &KVCache::cells() {
+    LLAISYS_CHECK(cells_ != nullptr, LLAISYS_STATUS_UNSUPPORTED,
+                  "this operation needs the SLOT layout; the cache uses BLOCK (the block manager owns its slots)");
+    return *cells_;
+}
+
+llaisysKVCacheStats_t KVCache::stats() const {
+    llaisysKVCacheStats_t s{};
+    s.layout = p_.layout;
+    s.capacity = p_.n_slots;
+    s.used = cells_ ? cells_->used() : 0;
+    s.free = s.capacity - s.used;
+    s.bytes = bytes_per_slot(p_) * p_.n_slots;
+    s.block_size = p_.layout == LLAISYS_KV_LAYOUT_BLOCK ? p_.block_size : 1;
+    return s;
+}
+
+void KVCache::clear() {
+    if (cells_) cells_->clear();
+}
+
+void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
+    std::vector<int32_t> shifted;
+    cells().seq_add(seq, p0, p1, delta, shifted);
+    LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU || shifted.empty(), LLAISYS_STATUS_UNSUPPORTED,
+                  "seq_add with a position shift is only implemented on the CPU");
+    // RoPE composes: rotating a key stored at p by delta gives the key at p + delta.
+    for (size_t layer = 0; layer < p_.n_layers; layer++) {
+        for (int32_t cell : shifted) {
+            std::byte *row = k(layer) + size_t(cell) * row_elems() * dtype_size(p_.dtype);
+            ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(), p_.rope_theta);
+        }
+    }
+}
+
+}  // namespace llaisys::kv

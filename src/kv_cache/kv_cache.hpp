@@ -1,0 +1,41 @@
+// KV storage for all layers plus, in the SLOT layout, the cells' metadata.
+#pragma once
+
+#include "../tensor/tensor.hpp"
+#include "llaisys/kv_cache.h"
+#include "unified/cells.hpp"
+
+#include <memory>
+
+namespace llaisys::kv {
+
+class KVCache {
+public:
+    explicit KVCache(const llaisysKVCacheParams_t &params);
+
+    const llaisysKVCacheParams_t &params() const { return p_; }
+    llaisysKVLayout_t layout() const { return p_.layout; }
+    llaisysDataType_t dtype() const { return p_.dtype; }
+    size_t n_slots() const { return p_.n_slots; }
+    size_t row_elems() const { return p_.n_kv_heads * p_.head_dim; }  // elements of one slot of one layer
+
+    std::byte *k(size_t layer) const;  // [n_slots, n_kv_heads, head_dim] of layer
+    std::byte *v(size_t layer) const;
+
+    UnifiedCells &cells();  // SLOT only; throws UNSUPPORTED on BLOCK
+    llaisysKVCacheStats_t stats() const;
+    void clear();
+
+    // SLOT: shift seq's positions and re-rotate the stored keys by delta.
+    void seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta);
+
+    // Bytes of K+V storage for n_slots slots.
+    static size_t bytes_per_slot(const llaisysKVCacheParams_t &params);
+
+private:
+    llaisysKVCacheParams_t p_;
+    tensor_t k_, v_;  // [n_layers, n_slots, n_kv_heads, head_dim]
+    std::unique_ptr<UnifiedCells> cells_;
+};
+
+}  // namespace llaisys::kv

@@ -1,0 +1,95 @@
+// C ABI: KV cache (include/llaisys/kv_cache.h).
+#include "guard.hpp"
+
+#include "../kv_cache/kv_cache.hpp"
+#include "kv_handles.hpp"
+
+using namespace llaisys;
+using capi::guard;
+using capi::guard_value;
+
+namespace {
+
+kv::KVCache &cache_of(llaisysKVCache_t h) {
+    LLAISYS_CHECK_ARG(h != nullptr, "cache is NULL");
+    return *h->cache;
+}
+
+void check_seq(int32_t seq, const char *what) {
+    LLAISYS_CHECK(seq >= 0 && seq < LLAISYS_KV_MAX_SEQS, LLAISYS_STATUS_OUT_OF_RANGE, what, " ", seq,
+                  " is outside [0, ", LLAISYS_KV_MAX_SEQS, ")");
+}
+
+}  // namespace
+
+extern "C" {
+
+size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t bytes) {
+    return guard_value<size_t>(0, [&] {
+        LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
+        size_t per = kv::KVCache::bytes_per_slot(*params);
+        LLAISYS_CHECK_ARG(per > 0, "params describe an empty slot");
+        size_t n = bytes / per;
+        if (params->layout == LLAISYS_KV_LAYOUT_BLOCK && params->block_size > 0) n -= n % params->block_size;
+        return n;
+    });
+}
+
+llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params) {
+    return guard_value<llaisysKVCache_t>(nullptr, [&] {
+        LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
+        return new LlaisysKVCache{std::make_unique<kv::KVCache>(*params)};
+    });
+}
+
+void llaisysKVCacheDestroy(llaisysKVCache_t cache) { delete cache; }
+
+llaisysStatus_t llaisysKVCacheGetStats(llaisysKVCache_t cache, llaisysKVCacheStats_t *out) {
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = cache_of(cache).stats();
+    });
+}
+
+llaisysStatus_t llaisysKVCacheSeqRm(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1) {
+    return guard([&] {
+        if (seq != -1) check_seq(seq, "seq");
+        cache_of(cache).cells().seq_rm(seq, p0, p1);
+    });
+}
+
+llaisysStatus_t llaisysKVCacheSeqCp(llaisysKVCache_t cache, int32_t src, int32_t dst, int64_t p0, int64_t p1) {
+    return guard([&] {
+        check_seq(src, "src");
+        check_seq(dst, "dst");
+        cache_of(cache).cells().seq_cp(src, dst, p0, p1);
+    });
+}
+
+llaisysStatus_t llaisysKVCacheSeqKeep(llaisysKVCache_t cache, int32_t seq) {
+    return guard([&] {
+        check_seq(seq, "seq");
+        cache_of(cache).cells().seq_keep(seq);
+    });
+}
+
+llaisysStatus_t llaisysKVCacheSeqAdd(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
+    return guard([&] {
+        check_seq(seq, "seq");
+        cache_of(cache).seq_add(seq, p0, p1, delta);
+    });
+}
+
+llaisysStatus_t llaisysKVCacheSeqPosMax(llaisysKVCache_t cache, int32_t seq, int64_t *out) {
+    return guard([&] {
+        check_seq(seq, "seq");
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = cache_of(cache).cells().seq_pos_max(seq);
+    });
+}
+
+llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache) {
+    return guard([&] { cache_of(cache).clear(); });
+}
+
+}  // extern "C"

@@ -1,0 +1,32 @@
+// C ABI: sampling (include/llaisys/sampler.h).
+#include "guard.hpp"
+
+#include "../sampling/sampler.hpp"
+
+using namespace llaisys;
+
+extern "C" {
+
+llaisysSamplingParams_t llaisysSamplingDefaultParams(void) {
+    llaisysSamplingParams_t p{};
+    p.temperature = 0.0f;
+    p.top_k = 0;
+    p.top_p = 1.0f;
+    p.min_p = 0.0f;
+    p.repetition_penalty = 1.0f;
+    return p;
+}
+
+llaisysStatus_t llaisysSample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
+                              llaisysSampleOutput_t *out) {
+    return capi::guard([&] {
+        LLAISYS_CHECK_ARG(logits != nullptr || n_rows == 0, "logits is NULL");
+        LLAISYS_CHECK_ARG(params != nullptr || n_rows == 0, "params is NULL");
+        LLAISYS_CHECK_ARG(out != nullptr && (out->token_ids != nullptr || n_rows == 0), "out or out->token_ids is NULL");
+        LLAISYS_CHECK_ARG(vocab > 0, "vocab must be > 0");
+        for (size_t r = 0; r < n_rows; r++) sampling::check_params(params[r], vocab, out->top_capacity);
+        sampling::sample(logits, n_rows, vocab, params, *out);
+    });
+}
+
+}  // extern "C"

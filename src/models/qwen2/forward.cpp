@@ -1,0 +1,243 @@
+// One engine step: validate the flat batch, place its K/V, run every layer over all tokens
+// at once, then norm + lm_head + sampling for the sample rows only.
+#include "model.hpp"
+
+#include "../../ops/elementwise/cpu/elementwise_cpu.hpp"
+#include "../../ops/embedding/cpu/embedding_cpu.hpp"
+#include "../../ops/linear/cpu/linear_cpu.hpp"
+#include "../../ops/paged_attention/op.hpp"
+#include "../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
+#include "../../ops/rope/cpu/rope_cpu.hpp"
+#include "../../ops/swiglu/cpu/swiglu_cpu.hpp"
+#include "../../sampling/sampler.hpp"
+#include "../../utils/error.hpp"
+#include "../../utils/types.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace llaisys::models::qwen2 {
+namespace {
+
+std::byte *bytes(std::vector<float> &v) { return reinterpret_cast<std::byte *>(v.data()); }
+std::byte *bytes(float *p) { return reinterpret_cast<std::byte *>(p); }
+
+template <class T>
+void grow(std::vector<T> &v, size_t n) {
+    if (v.size() < n) v.resize(n);
+}
+
+// f32 row -> KV storage dtype
+void store_row(std::byte *dst, llaisysDataType_t dt, const float *src, size_t n) {
+    dispatch_float(dt, [&](auto tag) {
+        using T = decltype(tag);
+        T *d = reinterpret_cast<T *>(dst);
+        for (size_t i = 0; i < n; i++) d[i] = from_f32<T>(src[i]);
+    });
+}
+
+}  // namespace
+
+void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const {
+    const size_t n = b.n_tokens;
+    LLAISYS_CHECK_ARG(n > 0 && b.n_seqs > 0, "batch: needs at least one token and one row");
+    LLAISYS_CHECK_ARG(b.token_ids && b.positions && b.query_start, "batch: token_ids, positions and query_start are required");
+    LLAISYS_CHECK_ARG(b.query_start[0] == 0 && size_t(b.query_start[b.n_seqs]) == n,
+                      "batch: query_start must run from 0 to n_tokens (", n, ")");
+    for (size_t i = 0; i < n; i++) {
+        LLAISYS_CHECK(b.token_ids[i] >= 0 && size_t(b.token_ids[i]) < meta_.vocab_size, LLAISYS_STATUS_OUT_OF_RANGE,
+                      "batch: token_ids[", i, "] = ", b.token_ids[i], " is outside the vocabulary [0, ",
+                      meta_.vocab_size, ")");
+        LLAISYS_CHECK(b.positions[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, "batch: positions[", i, "] is negative");
+    }
+    for (size_t s = 0; s < b.n_seqs; s++) {
+        LLAISYS_CHECK_ARG(b.query_start[s] < b.query_start[s + 1], "batch: row ", s, " has no tokens");
+        for (int32_t t = b.query_start[s] + 1; t < b.query_start[s + 1]; t++) {
+            LLAISYS_CHECK_ARG(b.positions[t] > b.positions[t - 1], "batch: positions must increase within row ", s);
+        }
+    }
+    LLAISYS_CHECK_ARG(b.n_sample == 0 || b.sample_rows, "batch: sample_rows is NULL");
+    for (size_t i = 0; i < b.n_sample; i++) {
+        LLAISYS_CHECK(b.sample_rows[i] >= 0 && size_t(b.sample_rows[i]) < n, LLAISYS_STATUS_OUT_OF_RANGE,
+                      "batch: sample_rows[", i, "] = ", b.sample_rows[i], " is not a token of the batch");
+    }
+
+    if (cache.layout() == LLAISYS_KV_LAYOUT_BLOCK) {
+        const size_t bs = cache.params().block_size, n_blocks = cache.n_slots() / bs;
+        LLAISYS_CHECK_ARG(b.slot_mapping && b.block_tables && b.context_lens,
+                          "batch: the BLOCK layout needs slot_mapping, block_tables and context_lens");
+        for (size_t s = 0; s < b.n_seqs; s++) {
+            size_t q_len = size_t(b.query_start[s + 1] - b.query_start[s]);
+            LLAISYS_CHECK_ARG(b.context_lens[s] >= 0 && size_t(b.context_lens[s]) >= q_len, "batch: context_lens[", s,
+                              "] is shorter than the row's ", q_len, " query tokens");
+            size_t ctx = size_t(b.context_lens[s]);
+            LLAISYS_CHECK_ARG((ctx + bs - 1) / bs <= b.max_blocks, "batch: row ", s, " needs ", (ctx + bs - 1) / bs,
+                              " blocks but block_tables has ", b.max_blocks, " columns");
+            const int32_t *table = b.block_tables + s * b.max_blocks;
+            for (size_t j = 0; j < (ctx + bs - 1) / bs; j++) {
+                LLAISYS_CHECK(table[j] >= 0 && size_t(table[j]) < n_blocks, LLAISYS_STATUS_OUT_OF_RANGE, "batch: block ",
+                              table[j], " of row ", s, " is outside the pool of ", n_blocks, " blocks");
+            }
+            for (size_t i = 0; i < q_len; i++) {
+                size_t t = size_t(b.query_start[s]) + i;
+                int64_t want_pos = int64_t(ctx - q_len + i);
+                LLAISYS_CHECK_ARG(b.positions[t] == want_pos, "batch: token ", t, " of row ", s, " has position ",
+                                  b.positions[t], " but the BLOCK layout puts it at ", want_pos, " (context_len ", ctx, ")");
+                int64_t slot = int64_t(table[size_t(want_pos) / bs]) * int64_t(bs) + want_pos % int64_t(bs);
+                LLAISYS_CHECK_ARG(b.slot_mapping[t] == slot, "batch: slot_mapping[", t, "] = ", b.slot_mapping[t],
+                                  " disagrees with the block table (slot ", slot, ")");
+            }
+        }
+    } else {
+        LLAISYS_CHECK_ARG(b.seq_ids, "batch: the SLOT layout needs seq_ids");
+        for (size_t s = 0; s < b.n_seqs; s++) {
+            LLAISYS_CHECK(b.seq_ids[s] >= 0 && b.seq_ids[s] < LLAISYS_KV_MAX_SEQS, LLAISYS_STATUS_OUT_OF_RANGE,
+                          "batch: seq_ids[", s, "] = ", b.seq_ids[s], " is outside [0, ", LLAISYS_KV_MAX_SEQS, ")");
+            for (size_t r = 0; r < s; r++) {
+                LLAISYS_CHECK_ARG(b.seq_ids[r] != b.seq_ids[s], "batch: seq id ", b.seq_ids[s], " appears in two rows");
+            }
+        }
+    }
+}
+
+bool Model::plan_kv(kv::KVCache &cache, const llaisysBatch_t &b) {
+    RunState &rs = rs_;
+    rs.kv_start.assign(1, 0);
+    rs.kv_slots.clear();
+    rs.kv_pos.clear();
+    rs.write_slot.resize(b.n_tokens);
+    if (cache.layout() == LLAISYS_KV_LAYOUT_BLOCK) {
+        const size_t bs = cache.params().block_size;
+        std::memcpy(rs.write_slot.data(), b.slot_mapping, b.n_tokens * sizeof(int64_t));
+        for (size_t s = 0; s < b.n_seqs; s++) {
+            const int32_t *table = b.block_tables + s * b.max_blocks;
+            for (int32_t p = 0; p < b.context_lens[s]; p++) {
+                rs.kv_slots.push_back(table[size_t(p) / bs] * int32_t(bs) + p % int32_t(bs));
+                rs.kv_pos.push_back(p);
+            }
+            rs.kv_start.push_back(int32_t(rs.kv_slots.size()));
+        }
+        return true;
+    }
+    kv::UnifiedCells &cells = cache.cells();
+    for (size_t s = 0; s < b.n_seqs; s++) {
+        int64_t last = cells.seq_pos_max(b.seq_ids[s]);
+        LLAISYS_CHECK_ARG(b.positions[b.query_start[s]] > last, "batch: row ", s, " (seq ", b.seq_ids[s],
+                          ") starts at position ", b.positions[b.query_start[s]], " but the cache already holds position ",
+                          last, " of that seq (remove it with seq_rm first)");
+    }
+    std::vector<int32_t> free_cells;
+    if (!cells.find_free(b.n_tokens, free_cells)) return false;
+    for (size_t s = 0; s < b.n_seqs; s++) {
+        for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; t++) {
+            cells.assign(size_t(free_cells[size_t(t)]), b.seq_ids[s], b.positions[t]);
+            rs.write_slot[size_t(t)] = free_cells[size_t(t)];
+        }
+    }
+    for (size_t s = 0; s < b.n_seqs; s++) {
+        cells.visible(b.seq_ids[s], rs.kv_slots, rs.kv_pos);
+        rs.kv_start.push_back(int32_t(rs.kv_slots.size()));
+    }
+    return true;
+}
+
+void Model::reserve(size_t n, size_t n_sample) {
+    const size_t H = meta_.hidden_size, I = meta_.intermediate_size, hd = meta_.head_dim;
+    const size_t qkv_dim = (meta_.n_heads + 2 * meta_.n_kv_heads) * hd;
+    if (n > rs_.capacity_tokens) {
+        grow(rs_.x, n * H);
+        grow(rs_.h, n * H);
+        grow(rs_.qkv, n * qkv_dim);
+        grow(rs_.attn, n * meta_.n_heads * hd);
+        grow(rs_.proj, n * H);
+        grow(rs_.gate_up, n * 2 * I);
+        grow(rs_.act, n * I);
+        rs_.capacity_tokens = n;
+    }
+    if (n_sample > rs_.capacity_samples) {
+        grow(rs_.xs, n_sample * H);
+        grow(rs_.logits, n_sample * meta_.vocab_size);
+        rs_.capacity_samples = n_sample;
+    }
+}
+
+void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
+    const size_t n = b.n_tokens, H = meta_.hidden_size, I = meta_.intermediate_size, hd = meta_.head_dim;
+    const size_t nh = meta_.n_heads, nkv = meta_.n_kv_heads;
+    const size_t q_dim = nh * hd, kv_dim = nkv * hd, qkv_dim = q_dim + 2 * kv_dim;
+    const llaisysDataType_t f32 = LLAISYS_DTYPE_F32, wdt = meta_.dtype;
+    const float scale = 1.0f / std::sqrt(float(hd));
+    RunState &rs = rs_;
+    const ops::cpu::AttentionView view{b.n_seqs, b.query_start, b.positions, rs.kv_start.data(), rs.kv_slots.data(),
+                                       rs.kv_pos.data()};
+    const size_t kv_row_bytes = kv_dim * dtype_size(cache.dtype());
+
+    ops::cpu::embedding(bytes(rs.x), f32, b.token_ids, w_.embed->data(), wdt, n, meta_.vocab_size, H);
+    for (size_t l = 0; l < meta_.n_layers; l++) {
+        const LayerWeights &L = w_.layers[l];
+        // attention block
+        ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.in_norm->data(), wdt, n, H, meta_.rms_norm_eps);
+        ops::cpu::linear(bytes(rs.qkv), bytes(rs.h), f32, L.qkv_w->data(), L.qkv_b->data(), wdt, n, qkv_dim, H);
+        ops::cpu::rope(bytes(rs.qkv), bytes(rs.qkv), b.positions, f32, n, nh, hd, qkv_dim, meta_.rope_theta);
+        ops::cpu::rope(bytes(rs.qkv.data() + q_dim), bytes(rs.qkv.data() + q_dim), b.positions, f32, n, nkv, hd,
+                       qkv_dim, meta_.rope_theta);
+        for (size_t t = 0; t < n; t++) {  // K/V of this step into the cache
+            size_t slot = size_t(rs.write_slot[t]);
+            const float *row = rs.qkv.data() + t * qkv_dim;
+            store_row(cache.k(l) + slot * kv_row_bytes, cache.dtype(), row + q_dim, kv_dim);
+            store_row(cache.v(l) + slot * kv_row_bytes, cache.dtype(), row + q_dim + kv_dim, kv_dim);
+        }
+        ops::cpu::paged_attention(bytes(rs.attn), q_dim, bytes(rs.qkv), qkv_dim, f32, cache.k(l), cache.v(l),
+                                  cache.dtype(), view, nh, nkv, hd, hd, scale);
+        ops::cpu::linear(bytes(rs.proj), bytes(rs.attn), f32, L.o_w->data(), nullptr, wdt, n, H, q_dim);
+        ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
+        // MLP block
+        ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.post_norm->data(), wdt, n, H, meta_.rms_norm_eps);
+        ops::cpu::linear(bytes(rs.gate_up), bytes(rs.h), f32, L.gate_up_w->data(), nullptr, wdt, n, 2 * I, H);
+        ops::cpu::swiglu(bytes(rs.act), bytes(rs.gate_up), bytes(rs.gate_up.data() + I), f32, n, I, 2 * I, I);
+        ops::cpu::linear(bytes(rs.proj), bytes(rs.act), f32, L.down_w->data(), nullptr, wdt, n, H, I);
+        ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
+    }
+}
+
+llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                            const llaisysStepOutput_t &out) {
+    const kv::KVCache &ccache = cache;
+    const auto &cp = ccache.params();
+    LLAISYS_CHECK(cp.n_layers == meta_.n_layers && cp.n_kv_heads == meta_.n_kv_heads && cp.head_dim == meta_.head_dim,
+                  LLAISYS_STATUS_SHAPE_MISMATCH, "the KV cache was shaped for another model");
+    LLAISYS_CHECK(cp.device == device_ && cp.device_id == device_id_, LLAISYS_STATUS_DEVICE_MISMATCH,
+                  "the KV cache is on another device than the model");
+    LLAISYS_CHECK(device_ == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED, "Qwen2 step runs on the CPU in this build");
+    auto missing = missing_weights();
+    LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '",
+                      missing.empty() ? "" : missing.front(), "'");
+    validate_batch(ccache, b);
+    const size_t H = meta_.hidden_size, V = meta_.vocab_size;
+    const llaisysSampleOutput_t &so = out.sample;
+    if (params && b.n_sample) {
+        LLAISYS_CHECK_ARG(so.token_ids != nullptr, "out.sample.token_ids is NULL");
+        for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], V, so.top_capacity);
+    }
+    reserve(b.n_tokens, b.n_sample);
+    if (!plan_kv(cache, b)) {
+        return LLAISYS_STATUS_NO_KV_SPACE;
+    }
+    forward_layers(cache, b);
+    if (b.n_sample == 0) return LLAISYS_STATUS_OK;
+
+    for (size_t i = 0; i < b.n_sample; i++) {
+        std::memcpy(rs_.xs.data() + i * H, rs_.x.data() + size_t(b.sample_rows[i]) * H, H * sizeof(float));
+    }
+    const llaisysDataType_t f32 = LLAISYS_DTYPE_F32;
+    ops::cpu::rms_norm(bytes(rs_.xs), bytes(rs_.xs), f32, w_.final_norm->data(), meta_.dtype, b.n_sample, H,
+                       meta_.rms_norm_eps);
+    if (out.hidden) std::memcpy(out.hidden, rs_.xs.data(), b.n_sample * H * sizeof(float));
+    if (!params && !out.logits) return LLAISYS_STATUS_OK;
+    ops::cpu::linear(bytes(rs_.logits), bytes(rs_.xs), f32, w_.lm_head->data(), nullptr, meta_.dtype, b.n_sample, V, H);
+    if (out.logits) std::memcpy(out.logits, rs_.logits.data(), b.n_sample * V * sizeof(float));
+    if (params) sampling::sample(rs_.logits.data(), b.n_sample, V, params, so);
+    return LLAISYS_STATUS_OK;
+}
+
+}  // namespace llaisys::models::qwen2

@@ -1,0 +1,30 @@
+#pragma once
+
+#include "llaisys.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::ops::cpu {
+
+// The flat-batch view that both KV layouts reduce to.
+struct AttentionView {
+    size_t n_seqs;
+    const int32_t *query_start;  // [n_seqs + 1] token range of each row
+    const int64_t *q_pos;        // [n_tokens] position of each query token
+    const int32_t *kv_start;     // [n_seqs + 1] range of each row in kv_slots / kv_pos
+    const int32_t *kv_slots;     // [kv_start[n_seqs]] cache slot of each visible entry
+    const int64_t *kv_pos;       // [kv_start[n_seqs]] its position, ascending within a row
+};
+
+// Attention of every query token over the cache entries of its row with position <= its
+// own, online softmax in f32, GQA (query head h reads kv head h / (heads / kv_heads)).
+//   out     [n_tokens, heads, dv], rows `out_stride` elements apart (dtype act)
+//   q       [n_tokens, heads, d],  rows `q_stride` elements apart (dtype act)
+//   k_cache [n_slots, kv_heads, d], v_cache [n_slots, kv_heads, dv] (dtype kvdt)
+// A query that sees no entry gets zeros.
+void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
+                     const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
+                     const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale);
+
+}  // namespace llaisys::ops::cpu

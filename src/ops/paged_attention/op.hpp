@@ -1,0 +1,17 @@
+#pragma once
+
+#include "../../tensor/tensor.hpp"
+#include "cpu/paged_attention_cpu.hpp"
+
+namespace llaisys::ops {
+
+// Attention over cache slots (see include/llaisys/ops.h, llaisysPagedAttention).
+void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
+                     const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
+                     float scale);
+
+// Checks an attention view against the sizes it indexes (ranges monotonic, slots in
+// range, positions ascending); throws INVALID_ARGUMENT / OUT_OF_RANGE naming the fault.
+void check_attention_view(const cpu::AttentionView &view, size_t n_tokens, size_t n_slots);
+
+}  // namespace llaisys::ops

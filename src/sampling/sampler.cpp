@@ -1,0 +1,201 @@
+#include "sampler.hpp"
+
+#include "../utils/error.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <vector>
+
+namespace llaisys::sampling {
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+size_t first_argmax(const float *v, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (v[i] > v[best]) best = i;
+    }
+    return best;
+}
+
+// Scratch of one thread, reused across rows.
+struct Scratch {
+    std::vector<float> w;         // [vocab] processed logits
+    std::vector<int32_t> cand;    // candidate ids
+    std::vector<float> prob;      // [cand] probabilities
+    std::vector<int64_t> ids;     // sorted copies of token lists
+};
+
+// log_softmax of the raw logits: the logprob of `id` is logits[id] - lse.
+float log_sum_exp(const float *logits, size_t vocab) {
+    float mx = logits[first_argmax(logits, vocab)];
+    double sum = 0.0;
+    for (size_t i = 0; i < vocab; i++) sum += std::exp(double(logits[i] - mx));
+    return mx + float(std::log(sum));
+}
+
+void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, std::vector<int64_t> &ids) {
+    for (size_t i = 0; i < p.n_bias; i++) w[size_t(p.bias_ids[i])] += p.bias_values[i];
+    if (p.repetition_penalty != 1.0f && (p.n_prompt + p.n_output) > 0) {
+        ids.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt);
+        ids.insert(ids.end(), p.output_tokens, p.output_tokens + p.n_output);
+        std::sort(ids.begin(), ids.end());
+        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+        for (int64_t id : ids) {
+            float &l = w[size_t(id)];
+            l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
+        }
+    }
+    if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && p.n_output > 0) {
+        ids.assign(p.output_tokens, p.output_tokens + p.n_output);
+        std::sort(ids.begin(), ids.end());
+        for (size_t i = 0; i < ids.size();) {
+            size_t j = i;
+            while (j < ids.size() && ids[j] == ids[i]) j++;
+            w[size_t(ids[i])] -= p.presence_penalty + p.frequency_penalty * float(j - i);
+            i = j;
+        }
+    }
+}
+
+// Steps 5-9: temperature, top-k, top-p, min-p, draw. Returns the chosen id.
+int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
+    std::vector<float> &w = s.w;
+    std::vector<int32_t> &cand = s.cand;
+    float inv_t = 1.0f / p.temperature;
+    cand.resize(vocab);
+    std::iota(cand.begin(), cand.end(), 0);
+    auto by_logit = [&](int32_t a, int32_t b) { return w[size_t(a)] > w[size_t(b)] || (w[size_t(a)] == w[size_t(b)] && a < b); };
+    size_t k = (p.top_k > 0 && size_t(p.top_k) < vocab) ? size_t(p.top_k) : vocab;
+    if (k < vocab) {
+        std::nth_element(cand.begin(), cand.begin() + ptrdiff_t(k - 1), cand.end(), by_logit);
+        float kth = w[size_t(cand[k - 1])];
+        // keep every token tied with the k-th value
+        auto end = std::partition(cand.begin(), cand.end(), [&](int32_t id) { return w[size_t(id)] >= kth; });
+        cand.resize(size_t(end - cand.begin()));
+    }
+    bool need_sorted = p.top_p < 1.0f;
+    if (need_sorted) std::sort(cand.begin(), cand.end(), by_logit);
+    // softmax over the candidates at temperature T
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int32_t id : cand) mx = std::max(mx, w[size_t(id)]);
+    s.prob.resize(cand.size());
+    double total = 0.0;
+    for (size_t i = 0; i < cand.size(); i++) {
+        s.prob[i] = std::exp((w[size_t(cand[i])] - mx) * inv_t);
+        total += s.prob[i];
+    }
+    size_t keep = cand.size();
+    if (need_sorted) {
+        double mass = 0.0, target = double(p.top_p) * total;
+        for (size_t i = 0; i < cand.size(); i++) {
+            mass += s.prob[i];
+            if (mass >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+    }
+    // min-p: the most likely candidate has probability proportional to exp(0) = 1
+    float floor_p = p.min_p;  // relative to the max, whose unnormalised weight is 1
+    double kept_total = 0.0;
+    for (size_t i = 0; i < keep; i++) {
+        if (s.prob[i] < floor_p) s.prob[i] = 0.0f;
+        kept_total += s.prob[i];
+    }
+    double u = uniform(p.seed, p.step) * kept_total;
+    double acc = 0.0;
+    size_t last_nonzero = 0;
+    for (size_t i = 0; i < keep; i++) {
+        if (s.prob[i] <= 0.0f) continue;
+        last_nonzero = i;
+        acc += s.prob[i];
+        if (u < acc) return cand[i];
+    }
+    return cand[last_nonzero];  // rounding left u at the very top
+}
+
+void top_logprobs(const float *logits, size_t vocab, float lse, int32_t n, int64_t *ids, float *lps,
+                  std::vector<int32_t> &cand) {
+    cand.resize(vocab);
+    std::iota(cand.begin(), cand.end(), 0);
+    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    std::partial_sort(cand.begin(), cand.begin() + n, cand.end(), by_logit);
+    for (int32_t i = 0; i < n; i++) {
+        ids[i] = cand[size_t(i)];
+        lps[i] = logits[cand[size_t(i)]] - lse;
+    }
+}
+
+}  // namespace
+
+double uniform(uint64_t seed, uint64_t step) {
+    uint64_t x = splitmix64(seed ^ splitmix64(step ^ 0x5851f42d4c957f2dull));
+    return double(x >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
+}
+
+void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity) {
+    LLAISYS_CHECK_ARG(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature must be >= 0, got ",
+                      p.temperature);
+    LLAISYS_CHECK_ARG(std::isfinite(p.top_p) && p.top_p > 0.0f && p.top_p <= 1.0f, "top_p must be in (0, 1], got ",
+                      p.top_p);
+    LLAISYS_CHECK_ARG(std::isfinite(p.min_p) && p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1], got ",
+                      p.min_p);
+    LLAISYS_CHECK_ARG(std::isfinite(p.repetition_penalty) && p.repetition_penalty > 0.0f,
+                      "repetition_penalty must be > 0, got ", p.repetition_penalty);
+    LLAISYS_CHECK_ARG(std::isfinite(p.presence_penalty) && std::isfinite(p.frequency_penalty),
+                      "presence and frequency penalties must be finite");
+    LLAISYS_CHECK_ARG(p.n_logprobs >= 0, "n_logprobs must be >= 0, got ", p.n_logprobs);
+    LLAISYS_CHECK(size_t(p.n_logprobs) <= top_capacity && size_t(p.n_logprobs) <= vocab,
+                  LLAISYS_STATUS_BUFFER_TOO_SMALL, "n_logprobs ", p.n_logprobs,
+                  " exceeds the output capacity of ", top_capacity, " per row");
+    auto check_ids = [&](const int64_t *ids, size_t n, const char *what) {
+        LLAISYS_CHECK_ARG(n == 0 || ids != nullptr, what, " is NULL with ", n, " entries");
+        for (size_t i = 0; i < n; i++) {
+            LLAISYS_CHECK_ARG(ids[i] >= 0 && size_t(ids[i]) < vocab, what, "[", i, "] = ", ids[i],
+                              " is outside the vocabulary [0, ", vocab, ")");
+        }
+    };
+    check_ids(p.prompt_tokens, p.n_prompt, "prompt_tokens");
+    check_ids(p.output_tokens, p.n_output, "output_tokens");
+    check_ids(p.bias_ids, p.n_bias, "bias_ids");
+    LLAISYS_CHECK_ARG(p.n_bias == 0 || p.bias_values != nullptr, "bias_values is NULL");
+    for (size_t i = 0; i < p.n_bias; i++) {
+        LLAISYS_CHECK_ARG(std::isfinite(p.bias_values[i]), "bias_values[", i, "] is not finite");
+    }
+}
+
+void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
+            const llaisysSampleOutput_t &out) {
+#pragma omp parallel if (n_rows > 1)
+    {
+        Scratch s;
+#pragma omp for schedule(dynamic, 1)
+        for (ptrdiff_t r = 0; r < ptrdiff_t(n_rows); r++) {
+            const llaisysSamplingParams_t &p = params[r];
+            const float *row = logits + size_t(r) * vocab;
+            s.w.assign(row, row + vocab);
+            apply_penalties(s.w, p, s.ids);
+            int64_t chosen = p.temperature == 0.0f ? int64_t(first_argmax(s.w.data(), vocab)) : draw(s, vocab, p);
+            out.token_ids[r] = chosen;
+            bool want_lp = out.logprobs != nullptr || (p.n_logprobs > 0 && out.top_ids != nullptr);
+            if (!want_lp) continue;
+            float lse = log_sum_exp(row, vocab);
+            if (out.logprobs) out.logprobs[r] = row[chosen] - lse;
+            if (p.n_logprobs > 0 && out.top_ids && out.top_logprobs) {
+                top_logprobs(row, vocab, lse, p.n_logprobs, out.top_ids + size_t(r) * out.top_capacity,
+                             out.top_logprobs + size_t(r) * out.top_capacity, s.cand);
+            }
+        }
+    }
+}
+
+}  // namespace llaisys::sampling

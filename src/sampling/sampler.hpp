@@ -1,0 +1,21 @@
+// Per-row sampling on f32 logits, in the fixed order documented in include/llaisys/sampler.h.
+#pragma once
+
+#include "llaisys/sampler.h"
+
+#include <cstddef>
+
+namespace llaisys::sampling {
+
+// Throws INVALID_ARGUMENT naming the field when a parameter is out of range, or a token id
+// in the penalty/bias lists is outside [0, vocab).
+void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity);
+
+// Sample each row of logits [n_rows, vocab] with params[n_rows] into out (rows in parallel).
+void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
+            const llaisysSampleOutput_t &out);
+
+// The uniform draw in [0, 1) for (seed, step): counter based, so independent of batching.
+double uniform(uint64_t seed, uint64_t step);
+
+}  // namespace llaisys::sampling
