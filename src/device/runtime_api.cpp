@@ -19,6 +19,8 @@ Runtime &runtime(llaisysDeviceType_t device) {
 
 void check_device(llaisysDeviceType_t device, int id) {
     int n = runtime(device).device_count();
+    LLAISYS_CHECK(n > 0, LLAISYS_STATUS_UNSUPPORTED, "no ", device == LLAISYS_DEVICE_NVIDIA ? "NVIDIA " : "",
+                  "device on this machine (no driver or no GPU)");
     LLAISYS_CHECK_ARG(id >= 0 && id < n, "device id ", id, " is out of range: ", n, " device(s) of this type");
 }
 

@@ -131,6 +131,7 @@ size_t Tensor::numel() const { return product(shape_); }
 size_t Tensor::element_size() const { return dtype_size(dtype_); }
 
 bool Tensor::is_contiguous() const {
+    if (numel() == 0) return true;  // nothing to lay out (torch and numpy agree)
     ptrdiff_t expected = 1;
     for (size_t i = shape_.size(); i-- > 0;) {
         if (shape_[i] != 1 && strides_[i] != expected) return false;

@@ -1,8 +1,11 @@
-// Reference-grade linear: activations are widened to f32 once, each weight row once per
-// call (shared by all m rows), and dot products run as OpenMP SIMD reductions.
+// Linear. f32 activations take the SIMD GEMM of the active instruction set (gemm_kernel.inc);
+// everything else, and LLAISYS_ISA=scalar, takes the plain reference below: activations
+// widened to f32 once, each weight row once per call, OpenMP SIMD dot products.
 #include "linear_cpu.hpp"
 
+#include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/types.hpp"
+#include "gemm.hpp"
 
 #include <vector>
 
@@ -41,6 +44,14 @@ void linear_impl(TA *out, const TA *in, const TW *weight, const TW *bias, size_t
 
 void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
             const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k) {
+    Isa isa = active_isa();
+    if (act == LLAISYS_DTYPE_F32 && is_float_dtype(wdt) && isa != Isa::Scalar) {
+        auto *o = reinterpret_cast<float *>(out);
+        auto *x = reinterpret_cast<const float *>(in);
+        if (isa == Isa::Avx512) avx512::linear_f32(o, x, weight, bias, int(wdt), m, n, k);
+        else avx2::linear_f32(o, x, weight, bias, int(wdt), m, n, k);
+        return;
+    }
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
         dispatch_float(wdt, [&](auto wtag) {

@@ -1,0 +1,3 @@
+// AVX2 + FMA + F16C build of gemm_kernel.inc (compile flags set in CMakeLists.txt).
+#define LLAISYS_GEMM_NS avx2
+#include "gemm_kernel.inc"

@@ -1,0 +1,3 @@
+// AVX-512 build of gemm_kernel.inc (compile flags set in CMakeLists.txt).
+#define LLAISYS_GEMM_NS avx512
+#include "gemm_kernel.inc"
