@@ -1,0 +1,38 @@
+"""Sampling on host logits with the core's sampler (the same code the model step uses)."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Sequence
+
+import numpy as np
+
+from .libllaisys import LIB, check
+from .libllaisys.sampler import SampleOutput
+from .libllaisys.sampler import SamplingParams as CSamplingParams
+from .models.qwen2 import Qwen2Model, RowSampling, StepResult
+
+
+def sample(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int = 0) -> StepResult:
+    """Sample one token per row of logits [n_rows, vocab] (f32) with the core's sampler."""
+    logits = np.ascontiguousarray(logits, dtype=np.float32)
+    if logits.ndim != 2 or logits.shape[0] != len(rows):
+        raise ValueError(f"logits must be [n_rows, vocab] with one row per sampling entry, got {logits.shape}")
+    n, vocab = logits.shape
+    keep: list = []
+    params = (CSamplingParams * max(n, 1))()
+    for i, r in enumerate(rows):
+        Qwen2Model._fill(params[i], r, keep)
+    res = StepResult(np.zeros(n, np.int64), np.zeros(n, np.float32), None, None, None, None)
+    out = SampleOutput()
+    out.token_ids = res.token_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+    out.logprobs = res.logprobs.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    if top_capacity:
+        res.top_ids = np.zeros((n, top_capacity), np.int64)
+        res.top_logprobs = np.zeros((n, top_capacity), np.float32)
+        out.top_ids = res.top_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        out.top_logprobs = res.top_logprobs.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        out.top_capacity = top_capacity
+    check(LIB.llaisysSample(logits.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), n, vocab, params,
+                            ctypes.byref(out)))
+    return res
