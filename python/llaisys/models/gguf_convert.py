@@ -1,0 +1,197 @@
+"""Convert a Qwen2 GGUF file into a HuggingFace model directory (bf16 safetensors).
+
+Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
+(nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
+time. The tokenizer (byte-level BPE), chat template, special tokens and
+hyperparameters come from the GGUF metadata. The output directory appears
+atomically: it is built under a temporary name and renamed when complete.
+"""
+
+import json
+import os
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import gguf
+import numpy as np
+
+from . import bf16
+from .config import Qwen2Config
+from .gguf_tokenizer import build_tokenizer_files
+from .loader import validate_tensors
+from .safetensors_io import TensorSpec, write_safetensors_streaming
+
+_CHUNK_ELEMS = 1 << 22  # elements dequantized at once: bounds the f32 temporaries per worker
+
+_GLOBAL_NAMES = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_BLOCK_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+}
+
+
+def hf_tensor_name(gguf_name: str) -> str:
+    """GGUF tensor name -> HF name, e.g. "blk.3.attn_q.bias" -> "model.layers.3.self_attn.q_proj.bias"."""
+    parts = gguf_name.split(".")
+    if len(parts) == 2 and parts[0] in _GLOBAL_NAMES and parts[1] in ("weight", "bias"):
+        return f"{_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
+    if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK_NAMES
+            and parts[3] in ("weight", "bias")):
+        return f"model.layers.{int(parts[1])}.{_BLOCK_NAMES[parts[2]]}.{parts[3]}"
+    raise ValueError(f"GGUF tensor {gguf_name!r} has no Qwen2 HuggingFace equivalent")
+
+
+def _field(reader: gguf.GGUFReader, key: str, default=None, required: bool = True):
+    f = reader.fields.get(key)
+    if f is None:
+        if required:
+            raise ValueError(f"GGUF metadata lacks {key!r}")
+        return default
+    return f.contents()
+
+
+def _read_config(reader: gguf.GGUFReader, vocab_size: int, tied: bool) -> Qwen2Config:
+    arch = _field(reader, "general.architecture")
+    if arch != "qwen2":
+        raise ValueError(f"GGUF architecture is {arch!r}; only 'qwen2' can be converted")
+    p = "qwen2."
+    d = {
+        "architectures": ["Qwen2ForCausalLM"],
+        "model_type": "qwen2",
+        "hidden_size": _field(reader, p + "embedding_length"),
+        "intermediate_size": _field(reader, p + "feed_forward_length"),
+        "num_hidden_layers": _field(reader, p + "block_count"),
+        "num_attention_heads": _field(reader, p + "attention.head_count"),
+        "num_key_value_heads": _field(reader, p + "attention.head_count_kv"),
+        "vocab_size": vocab_size,
+        "max_position_embeddings": _field(reader, p + "context_length"),
+        "rms_norm_eps": _field(reader, p + "attention.layer_norm_rms_epsilon"),
+        "rope_theta": _field(reader, p + "rope.freq_base", 10000.0, required=False),
+        "tie_word_embeddings": tied,
+        "torch_dtype": "bfloat16",
+        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id", None, required=False),
+        "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id", None, required=False),
+    }
+    return Qwen2Config.from_dict(d, source="GGUF metadata")
+
+
+def _plan(reader: gguf.GGUFReader):
+    """Map and shape every GGUF tensor; returns (config, [(TensorSpec, ReaderTensor)])."""
+    plan, seen = [], {}
+    for t in reader.tensors:
+        name = hf_tensor_name(t.name)
+        if name in seen:
+            raise ValueError(f"GGUF tensors {seen[name]!r} and {t.name!r} both map to {name!r}")
+        seen[name] = t.name
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF lists dims innermost first
+        plan.append((TensorSpec(name, "bf16", shape), t))
+    if "model.embed_tokens.weight" not in seen:
+        raise ValueError("GGUF file has no token_embd.weight tensor")
+    embed = next(s for s, _ in plan if s.name == "model.embed_tokens.weight")
+    config = _read_config(reader, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen)
+    validate_tensors(config, {s.name: s for s, _ in plan}, "GGUF file")
+    return config, plan
+
+
+def _to_bf16(spec: TensorSpec, tensor) -> np.ndarray:
+    """Dequantize one GGUF tensor to f32 and round it to bf16, in row chunks to bound temporaries."""
+    raw = tensor.data  # [rows, bytes per row] for quantized types, else the values
+    if raw.ndim != 2 or len(spec.shape) != 2 or raw.shape[0] != spec.shape[0]:
+        f32 = gguf.quants.dequantize(raw, tensor.tensor_type)
+        if f32.size != int(np.prod(spec.shape)):
+            raise ValueError(f"GGUF tensor {tensor.name!r} dequantized to {f32.shape}, expected {spec.shape}")
+        return bf16.f32_to_bf16(f32.reshape(spec.shape))
+    out = np.empty(spec.shape, dtype=np.uint16)  # [rows, cols] bf16 bits
+    step = max(1, _CHUNK_ELEMS // spec.shape[1])
+    for r in range(0, spec.shape[0], step):
+        f32 = gguf.quants.dequantize(raw[r:r + step], tensor.tensor_type)
+        if f32.shape != (min(step, spec.shape[0] - r), spec.shape[1]):
+            raise ValueError(f"GGUF tensor {tensor.name!r} dequantized to rows of {f32.shape[1:]}, "
+                             f"expected {spec.shape[1]} columns")
+        out[r:r + step] = bf16.f32_to_bf16(f32)
+    return out
+
+
+def _write_weights(path: Path, plan, progress: Optional[Callable[[int, int], None]]) -> None:
+    total = sum(int(np.prod(s.shape)) * 2 for s, _ in plan)
+    by_name = {s.name: t for s, t in plan}
+    specs = [s for s, _ in plan]
+    done = 0
+    # two workers dequantize ahead while the main thread writes, at most `window` tensors in flight
+    window = 3
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {}
+
+        def submit(i):
+            if i < len(specs):
+                futures[i] = pool.submit(_to_bf16, specs[i], by_name[specs[i].name])
+
+        for i in range(window):
+            submit(i)
+        order = iter(range(len(specs)))
+
+        def produce(spec: TensorSpec) -> np.ndarray:
+            nonlocal done
+            i = next(order)
+            assert specs[i] is spec  # invariant: the writer asks in spec order
+            data = futures.pop(i).result()
+            submit(i + window)
+            done += data.nbytes
+            if progress is not None:
+                progress(done, total)
+            return data
+
+        write_safetensors_streaming(path, specs, produce, metadata={"format": "pt", "source": "gguf"})
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def convert_gguf(gguf_path: Union[str, os.PathLike], out_dir: Union[str, os.PathLike],
+                 progress: Optional[Callable[[int, int], None]] = None) -> Path:
+    """Convert `gguf_path` into the HF directory `out_dir` (which must not exist or be empty).
+
+    progress(done_bytes, total_bytes) is called after each tensor is written.
+    Returns `out_dir` as a Path.
+    """
+    gguf_path, out_dir = Path(gguf_path), Path(out_dir)
+    if not gguf_path.is_file():
+        raise ValueError(f"{gguf_path}: GGUF file does not exist")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise ValueError(f"{out_dir}: output directory already exists and is not empty")
+    try:
+        reader = gguf.GGUFReader(gguf_path)
+    except (ValueError, OSError, KeyError, IndexError) as e:
+        raise ValueError(f"{gguf_path}: not a readable GGUF file: {e}") from None
+    config, plan = _plan(reader)
+    tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        files = build_tokenizer_files(reader, config)
+        files.tokenizer.save(str(tmp / "tokenizer.json"))
+        _write_json(tmp / "tokenizer_config.json", files.tokenizer_config)
+        _write_json(tmp / "generation_config.json", files.generation_config)
+        _write_json(tmp / "config.json", config.to_hf_dict())
+        _write_weights(tmp / "model.safetensors", plan, progress)
+        if out_dir.exists():
+            out_dir.rmdir()  # empty, checked above
+        os.rename(tmp, out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out_dir

