@@ -1,0 +1,43 @@
+"""The engine: scheduler, KV block manager with prefix caching, output processing, and the
+runner seam. Pure Python + numpy; nothing here imports the native library."""
+
+from .config import EngineConfig
+from .executor import ModelRunner, empty_result
+from .kv_cache_manager import ComputedBlocks, KVCacheManager, PrefixCacheStats, hash_block_tokens
+from .llm_engine import LLMEngine
+from .metrics import EngineMetrics
+from .output_processor import OutputProcessor
+from .outputs import CompletionOutput, RequestOutput, Usage
+from .request import InvalidTransitionError, Request, RequestStatus, RequestTimes
+from .sampling_params import SamplingParams, SamplingParamsError
+from .scheduler import Scheduler, SchedulerOutput, check_fits
+from .step_input import StepInput, StepResult, build_step_input, unpack_result
+
+__all__ = [
+    "CompletionOutput",
+    "ComputedBlocks",
+    "EngineConfig",
+    "EngineMetrics",
+    "InvalidTransitionError",
+    "KVCacheManager",
+    "LLMEngine",
+    "ModelRunner",
+    "OutputProcessor",
+    "PrefixCacheStats",
+    "Request",
+    "RequestOutput",
+    "RequestStatus",
+    "RequestTimes",
+    "SamplingParams",
+    "SamplingParamsError",
+    "Scheduler",
+    "SchedulerOutput",
+    "StepInput",
+    "StepResult",
+    "Usage",
+    "build_step_input",
+    "check_fits",
+    "empty_result",
+    "hash_block_tokens",
+    "unpack_result",
+]

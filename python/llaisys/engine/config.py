@@ -1,0 +1,71 @@
+"""EngineConfig: the scheduler's and the KV block manager's knobs, validated on construction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+# The SLOT layout's largest seq id + 1 (LLAISYS_KV_MAX_SEQS in include/llaisys/kv_cache.h).
+KV_MAX_SEQS = 256
+
+KV_LAYOUTS = ("block", "slot")
+
+
+def _check_int(name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+@dataclass
+class EngineConfig:
+    """How much work one step may do and how much KV memory there is.
+
+    Every step computes at most ``max_num_batched_tokens`` tokens for at most
+    ``max_num_seqs`` sequences. The KV pool is ``num_blocks`` blocks of ``block_size`` token
+    slots (in the SLOT layout the same numbers count cells: ``num_blocks * block_size``).
+    """
+
+    max_num_seqs: int = 64  # most sequences computed in one step (and running at once)
+    max_num_batched_tokens: int = 2048  # token budget of one step, over all sequences
+    max_model_len: int = 4096  # most tokens (prompt + output) one sequence may hold
+    block_size: int = 16  # token slots per KV block
+    num_blocks: int = 1024  # KV blocks in the pool (from the memory budget at start-up)
+    # prefix caching of full blocks; None: on for "block", off for "slot" (where it is unsupported)
+    enable_prefix_caching: Optional[bool] = None
+    # most tokens one request may compute in one step (its prefill chunk); 0: no cap but the budget
+    long_prefill_token_threshold: int = 0
+    kv_layout: str = "block"  # "block" (paged, block tables) or "slot" (unified cells, seq ids)
+    seed: Optional[int] = None  # seeds the per-request seeds the engine picks; None: from the OS
+
+    def __post_init__(self) -> None:
+        _check_int("max_num_seqs", self.max_num_seqs, 1)
+        _check_int("max_num_batched_tokens", self.max_num_batched_tokens, 1)
+        _check_int("max_model_len", self.max_model_len, 1)
+        _check_int("block_size", self.block_size, 1)
+        _check_int("num_blocks", self.num_blocks, 1)
+        _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # every running sequence computes at least one token per step
+            raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                             f"max_num_seqs ({self.max_num_seqs})")
+        if self.kv_layout not in KV_LAYOUTS:
+            raise ValueError(f"kv_layout must be one of {KV_LAYOUTS}, got {self.kv_layout!r}")
+        if self.enable_prefix_caching is None:
+            self.enable_prefix_caching = self.kv_layout == "block"
+        if not isinstance(self.enable_prefix_caching, bool):
+            raise ValueError(f"enable_prefix_caching must be a bool or None, got {self.enable_prefix_caching!r}")
+        if self.kv_layout == "slot":
+            if self.enable_prefix_caching:
+                raise ValueError("enable_prefix_caching needs kv_layout='block' (the SLOT layout has no block hashes)")
+            if self.max_num_seqs > KV_MAX_SEQS:
+                raise ValueError(f"max_num_seqs must be <= {KV_MAX_SEQS} with kv_layout='slot' "
+                                 f"(seq ids), got {self.max_num_seqs}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
+
+    @property
+    def num_kv_slots(self) -> int:
+        """Token slots in the KV pool."""
+        return self.num_blocks * self.block_size

@@ -1,0 +1,66 @@
+"""Incremental detokenization and stop-string matching for one sequence.
+
+``decode(ids, skip_special_tokens=...) -> str`` is the tokenizer's; a decode that ends in
+U+FFFD means the last token ended inside a UTF-8 character, so the text waits for the next
+token. Decoding a short window (the tokens since the previous emit, after some context)
+keeps each step O(1) and keeps tokenizers that drop a word's leading space right.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+PROMPT_CONTEXT = 5  # prompt tokens decoded as left context of the first output token
+REPLACEMENT = "\ufffd"
+
+
+class IncrementalDetokenizer:
+    def __init__(self, decode: Callable, prompt_token_ids: Sequence[int], skip_special_tokens: bool):
+        self._decode = decode
+        self._skip = skip_special_tokens
+        self._ids = list(prompt_token_ids[-PROMPT_CONTEXT:])  # window: context + tokens not yet emitted
+        self._prefix = 0  # start of the context part of the window
+        self._read = len(self._ids)  # start of the tokens not yet turned into text
+
+    def _pending(self, final: bool) -> str:
+        ids = self._ids
+        before = self._decode(ids[self._prefix:self._read], skip_special_tokens=self._skip)
+        full = self._decode(ids[self._prefix:], skip_special_tokens=self._skip)
+        if len(full) <= len(before) or (full.endswith(REPLACEMENT) and not final):
+            return ""
+        self._ids = ids[self._read:]  # the new text's tokens become the next context
+        self._prefix, self._read = 0, len(self._ids)
+        return full[len(before):]
+
+    def add(self, token_id: int) -> str:
+        """Append a token; return the complete characters it finished (maybe none)."""
+        self._ids.append(token_id)
+        return self._pending(final=False)
+
+    def flush(self) -> str:
+        """At the end: whatever is still pending, a broken character as U+FFFD."""
+        return self._pending(final=True)
+
+
+def find_stop(text: str, num_new_chars: int, stops: Sequence[str]) -> Optional[tuple]:
+    """The earliest stop string that ends in the last num_new_chars of text, as (start, stop)."""
+    longest = max(len(s) for s in stops)
+    lo = max(0, len(text) - num_new_chars - longest + 1)
+    best = None
+    for s in stops:
+        i = text.find(s, lo)
+        if i >= 0 and (best is None or i < best[0]):
+            best = (i, s)
+    return best
+
+
+def stop_prefix_len(text: str, stops: Sequence[str]) -> int:
+    """Length of the longest suffix of text that begins some stop string: held back from the
+    user until it is known not to become a stop string."""
+    best = 0
+    for s in stops:
+        for k in range(min(len(s) - 1, len(text)), best, -1):
+            if text.endswith(s[:k]):
+                best = k
+                break
+    return best

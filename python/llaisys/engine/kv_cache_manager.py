@@ -1,0 +1,272 @@
+"""KVCacheManager: block ids, ref counts and the prefix cache (pure bookkeeping, no tensors).
+
+The pool has ``num_blocks`` blocks of ``block_size`` token slots. Each running request holds
+a block table (its blocks in position order). Full blocks whose K/V has been computed are
+keyed by a chained SHA-256 of (parent block hash, token ids) and kept in a hash -> block map;
+when a request frees them they go to the back of an LRU free queue but stay findable until
+a new allocation takes them from the front (eviction). A hit shares the block (ref count + 1)
+after comparing the stored parent hash and token ids with the request's (collision safety).
+
+In the SLOT layout the same accounting counts cells conservatively (a sequence of L tokens
+holds ceil(L / block_size) blocks' worth), prefix caching is off, and each request that holds
+KV also holds a seq id; released seq ids are queued for the runner to clear with seq_rm.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from .request import Request
+
+
+def hash_block_tokens(parent_hash: Optional[bytes], token_ids: Sequence[int]) -> bytes:
+    """SHA-256 over the parent's hash and the block's ids as little-endian int64."""
+    h = hashlib.sha256(parent_hash or b"\0" * 32)
+    h.update(np.asarray(token_ids, dtype="<i8").tobytes())
+    return h.digest()
+
+
+@dataclass(eq=False)
+class KVBlock:
+    """One block of the pool."""
+
+    block_id: int  # index into the pool
+    ref_cnt: int = 0  # block tables holding it; 0: in the free queue
+    block_hash: Optional[bytes] = None  # set while it is in the prefix cache
+    parent_hash: Optional[bytes] = None  # hash of the block before it when it was cached
+    token_ids: Optional[tuple] = None  # the block_size ids its K/V stands for, when cached
+
+
+@dataclass
+class ComputedBlocks:
+    """A prefix-cache hit: blocks holding the first ``num_tokens`` tokens of a request."""
+
+    block_ids: list  # hit blocks in position order
+    num_tokens: int  # len(block_ids) * block_size
+
+
+@dataclass
+class PrefixCacheStats:
+    """Prefix-cache counters since start-up (counted when an admission succeeds)."""
+
+    queries: int = 0  # admissions looked up
+    query_hits: int = 0  # lookups that hit at least one block
+    query_misses: int = 0  # lookups that hit nothing
+    query_tokens: int = 0  # tokens looked up (the requests' known tokens)
+    hit_tokens: int = 0  # tokens served from the cache (compute saved)
+    evictions: int = 0  # cached blocks reused for other tokens
+
+    @property
+    def miss_tokens(self) -> int:
+        return self.query_tokens - self.hit_tokens
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.query_tokens if self.query_tokens else 0.0
+
+
+class KVCacheManager:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 layout: str = "block", max_seq_ids: int = 256):
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching and layout == "block"
+        self.layout = layout
+        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self.free_queue: OrderedDict = OrderedDict((i, None) for i in range(num_blocks))  # LRU, front evicts first
+        self.cached: dict = {}  # block hash -> block id
+        self.tables: dict = {}  # request id -> [block ids]
+        self._num_hashed: dict = {}  # request id -> leading blocks of its table already in the cache
+        self.stats = PrefixCacheStats()
+        self._free_seq_ids = deque(range(max_seq_ids))  # SLOT: seq ids not held, oldest-freed first
+        self.released_seq_ids: list = []  # SLOT: freed since the scheduler last drained them
+
+    # ---- queries -------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks no table holds (cached ones included: they can be evicted)."""
+        return len(self.free_queue)
+
+    @property
+    def num_used_blocks(self) -> int:
+        return self.num_blocks - len(self.free_queue)
+
+    @property
+    def num_cached_blocks(self) -> int:
+        return len(self.cached)
+
+    @property
+    def usage(self) -> float:
+        """Fraction of the pool held by requests."""
+        return self.num_used_blocks / self.num_blocks
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def block_table(self, request_id: str) -> list:
+        return self.tables.get(request_id, [])
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        """Whether a request with no blocks could get KV for num_tokens tokens now."""
+        return self.blocks_for(num_tokens) <= len(self.free_queue)
+
+    # ---- prefix cache --------------------------------------------------------------------
+    def _hashes(self, req: Request, num_blocks: int) -> list:
+        """The request's chained block hashes, at least num_blocks of them (memoised on it)."""
+        bs, hashes = self.block_size, req.block_hashes
+        while len(hashes) < num_blocks:
+            i = len(hashes)
+            hashes.append(hash_block_tokens(hashes[-1] if i else None, req.all_token_ids[i * bs:(i + 1) * bs]))
+        return hashes
+
+    def get_computed_blocks(self, req: Request) -> ComputedBlocks:
+        """The longest cached prefix of the request's tokens, in whole blocks, stopping before
+        its last token (that one is always computed so the step has its logits)."""
+        if not self.enable_prefix_caching:
+            return ComputedBlocks([], 0)
+        bs, hits = self.block_size, []
+        n_max = (req.num_tokens - 1) // bs
+        for i, h in enumerate(self._hashes(req, n_max)[:n_max]):
+            bid = self.cached.get(h)
+            if bid is None:
+                break
+            blk = self.blocks[bid]
+            parent = req.block_hashes[i - 1] if i else None
+            if blk.parent_hash != parent or blk.token_ids != tuple(req.all_token_ids[i * bs:(i + 1) * bs]):
+                break  # hash collision: not the same tokens
+            hits.append(bid)
+        return ComputedBlocks(hits, len(hits) * bs)
+
+    def cache_blocks(self, req: Request) -> None:
+        """Enter the request's newly computed full blocks into the prefix cache. A hash that
+        another block already holds leaves this block uncached (it stays private)."""
+        if not self.enable_prefix_caching:
+            return
+        table, bs = self.tables.get(req.request_id, []), self.block_size
+        n_full = min(req.num_computed_tokens // bs, len(table))
+        start = self._num_hashed.get(req.request_id, 0)
+        if start >= n_full:
+            return  # no newly completed block (every decode step but one in block_size)
+        hashes = self._hashes(req, n_full)
+        for i in range(start, n_full):
+            blk = self.blocks[table[i]]
+            if blk.block_hash is None and hashes[i] not in self.cached:
+                blk.block_hash, blk.parent_hash = hashes[i], (hashes[i - 1] if i else None)
+                blk.token_ids = tuple(req.all_token_ids[i * bs:(i + 1) * bs])
+                self.cached[hashes[i]] = blk.block_id
+        self._num_hashed[req.request_id] = n_full
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached block. Refused (False) while any block is in use."""
+        if self.num_used_blocks:
+            return False
+        for bid in self.cached.values():
+            self._uncache(self.blocks[bid])
+        self.cached.clear()
+        return True
+
+    def _uncache(self, blk: KVBlock) -> None:
+        blk.block_hash = blk.parent_hash = blk.token_ids = None
+
+    # ---- allocation ----------------------------------------------------------------------
+    def allocate_slots(self, req: Request, num_new_tokens: int, computed: Optional[ComputedBlocks] = None) -> bool:
+        """Give the request blocks for its KV up to (computed tokens + num_new_tokens).
+
+        ``computed`` is given on admission (the hit from get_computed_blocks, possibly empty):
+        the hit blocks are shared and the lookup is counted. Returns False, changing nothing,
+        when the free pool is too small.
+        """
+        table = self.tables.get(req.request_id, [])
+        hit = computed.block_ids if computed is not None else []
+        start = computed.num_tokens if computed is not None else req.num_computed_tokens
+        need = self.blocks_for(start + num_new_tokens) - len(table) - len(hit)
+        reclaimed = sum(1 for b in hit if self.blocks[b].ref_cnt == 0)  # hits now sitting in the free queue
+        if need > len(self.free_queue) - reclaimed:
+            return False
+        if self.layout == "slot" and req.slot_seq_id is None:
+            req.slot_seq_id = self._free_seq_ids.popleft()
+        for bid in hit:
+            blk = self.blocks[bid]
+            if blk.ref_cnt == 0:
+                del self.free_queue[bid]
+            blk.ref_cnt += 1
+        table = table + hit + [self._take_free_block() for _ in range(max(need, 0))]
+        self.tables[req.request_id] = table
+        if computed is not None:
+            self._num_hashed[req.request_id] = len(hit)
+            self._count_lookup(req, computed)
+        return True
+
+    def _take_free_block(self) -> int:
+        bid, _ = self.free_queue.popitem(last=False)
+        blk = self.blocks[bid]
+        if blk.block_hash is not None:  # evict it from the prefix cache
+            if self.cached.get(blk.block_hash) == bid:
+                del self.cached[blk.block_hash]
+            self._uncache(blk)
+            self.stats.evictions += 1
+        blk.ref_cnt = 1
+        return bid
+
+    def _count_lookup(self, req: Request, computed: ComputedBlocks) -> None:
+        if not self.enable_prefix_caching:
+            return
+        s = self.stats
+        s.queries += 1
+        s.query_tokens += req.num_tokens
+        s.hit_tokens += computed.num_tokens
+        if computed.num_tokens:
+            s.query_hits += 1
+        else:
+            s.query_misses += 1
+
+    def free(self, req: Request) -> None:
+        """Release the request's blocks (tail first into the LRU queue, so the tail is evicted
+        before the reusable prefix) and, in the SLOT layout, its seq id."""
+        for bid in reversed(self.tables.pop(req.request_id, [])):
+            blk = self.blocks[bid]
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                self.free_queue[bid] = None
+        self._num_hashed.pop(req.request_id, None)
+        if req.slot_seq_id is not None:
+            self._free_seq_ids.append(req.slot_seq_id)
+            self.released_seq_ids.append(req.slot_seq_id)
+            req.slot_seq_id = None
+
+    def take_released_seq_ids(self) -> list:
+        """SLOT: seq ids freed since the last call (the runner clears them before the next step)."""
+        out, self.released_seq_ids = self.released_seq_ids, []
+        return out
+
+    # ---- invariants (tests) --------------------------------------------------------------
+    def check_invariants(self) -> None:
+        """Raise AssertionError if the bookkeeping is inconsistent."""
+        def fail(msg):
+            raise AssertionError(f"KVCacheManager: {msg}")
+
+        holders = [0] * self.num_blocks
+        for rid, table in self.tables.items():
+            if len(set(table)) != len(table):
+                fail(f"table of {rid} holds a block twice: {table}")
+            for bid in table:
+                holders[bid] += 1
+        for blk in self.blocks:
+            if blk.ref_cnt != holders[blk.block_id]:
+                fail(f"block {blk.block_id} ref_cnt {blk.ref_cnt} but {holders[blk.block_id]} tables hold it")
+            if (blk.ref_cnt == 0) != (blk.block_id in self.free_queue):
+                fail(f"block {blk.block_id} (ref_cnt {blk.ref_cnt}) is {'not ' if blk.ref_cnt == 0 else ''}free")
+            if blk.block_hash is not None and self.cached.get(blk.block_hash) != blk.block_id:
+                fail(f"block {blk.block_id} has a hash the map does not point at it")
+        if len(self.free_queue) != len(set(self.free_queue)):
+            fail("free queue holds duplicates")
+        for h, bid in self.cached.items():
+            if self.blocks[bid].block_hash != h:
+                fail(f"map entry for block {bid} does not match the block's hash")
+        if self.layout == "slot" and len(self._free_seq_ids) != len(set(self._free_seq_ids)):
+            fail("free seq ids hold duplicates")

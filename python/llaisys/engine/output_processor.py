@@ -1,0 +1,145 @@
+"""OutputProcessor: sampled tokens -> text, stop conditions, and RequestOutputs.
+
+Per sequence it runs the incremental detokenizer, matches stop strings across token
+boundaries (the text that might still become a stop string is held back, so a stop string
+never leaks), and decides when the sequence ends:
+
+    eos (unless ignore_eos) or a stop token id  -> FINISHED_STOPPED (the token's text is left
+    a stop string                               -> FINISHED_STOPPED  out unless
+                                                   include_stop_str_in_output)
+    max_tokens (resolved within max_model_len)  -> FINISHED_LENGTH
+Nothing but the length stops a sequence before it has min_tokens tokens (stop tokens count
+only after min_tokens others).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
+from .outputs import CompletionOutput, RequestOutput, Usage
+from .request import Request, RequestStatus
+
+
+@dataclass(eq=False)
+class _SeqText:
+    """Text state of one sequence."""
+
+    detok: IncrementalDetokenizer
+    text: str = ""  # text so far (stop string already cut)
+    sent_chars: int = 0  # chars of text already handed out
+    sent_tokens: int = 0  # output ids already handed out
+
+
+@dataclass(eq=False)
+class _Group:
+    """The n sibling sequences of one user request."""
+
+    request_id: str  # the caller's id
+    prompt: Optional[str]
+    prompt_token_ids: list
+    seqs: list  # [Request] by completion index
+
+
+class OutputProcessor:
+    def __init__(self, decode: Callable):
+        self.decode = decode  # decode(ids, skip_special_tokens=bool) -> str
+        self._groups: dict = {}  # external id -> _Group
+        self._texts: dict = {}  # req_id -> _SeqText
+
+    def add_group(self, request_id: str, prompt: Optional[str], seqs: list) -> None:
+        self._groups[request_id] = _Group(request_id, prompt, list(seqs[0].prompt_token_ids), list(seqs))
+        for req in seqs:
+            sp = req.sampling_params
+            self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, req.prompt_token_ids,
+                                                                          sp.skip_special_tokens))
+
+    def has_group(self, request_id: str) -> bool:
+        return request_id in self._groups
+
+    def group(self, request_id: str) -> list:
+        """The sibling sequences of a user request (empty if unknown or already reported finished)."""
+        g = self._groups.get(request_id)
+        return g.seqs if g else []
+
+    # ---- per token -----------------------------------------------------------------------
+    def append_token(self, req: Request, token_id: int, logprobs: Optional[dict],
+                     now: float) -> Optional[RequestStatus]:
+        """Append a sampled token to the sequence; the finished status it reaches, or None."""
+        req.append_output_token(token_id, logprobs)
+        if req.times.first_token is None:
+            req.times.first_token = now
+        req.times.last_token = now
+        sp, st = req.sampling_params, self._texts[req.request_id]
+        # as in vLLM: a stop token counts only after min_tokens other tokens (the sampler bans
+        # it until then, see Request.logit_bias_now); stop strings once min_tokens are out
+        can_stop = req.num_output_tokens >= sp.min_tokens
+        is_eos = not sp.ignore_eos and token_id in req.eos_token_ids
+        if req.num_output_tokens > sp.min_tokens and (is_eos or token_id in sp.stop_token_ids):
+            req.stop_reason = token_id if token_id in sp.stop_token_ids else None
+            if sp.include_stop_str_in_output:
+                st.text += st.detok.add(token_id)
+            st.text += st.detok.flush()
+            return RequestStatus.FINISHED_STOPPED
+        new = st.detok.add(token_id)
+        st.text += new
+        if new and can_stop and sp.stop:
+            hit = find_stop(st.text, len(new), sp.stop)
+            if hit is not None:
+                start, s = hit
+                st.text = st.text[:start + len(s)] if sp.include_stop_str_in_output else st.text[:start]
+                # holding back stop-string prefixes guarantees nothing past the cut was sent
+                assert st.sent_chars <= len(st.text), "stop string leaked"
+                req.stop_reason = s
+                return RequestStatus.FINISHED_STOPPED
+        if req.num_output_tokens >= req.max_tokens:
+            st.text += st.detok.flush()
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    # ---- outputs -------------------------------------------------------------------------
+    def make_outputs(self, reqs: list) -> list:
+        """One RequestOutput per user request that any of `reqs` belongs to, in first-seen
+        order. A request's last output (finished=True) drops its state."""
+        seen = {}
+        for req in reqs:
+            seen.setdefault(req.external_id, None)
+        return [self._group_output(self._groups[gid]) for gid in seen if gid in self._groups]
+
+    def _visible(self, req: Request, st: _SeqText) -> int:
+        """Chars of st.text that may be handed out now."""
+        sp = req.sampling_params
+        if req.is_finished:
+            if req.status != RequestStatus.FINISHED_STOPPED:
+                st.text += st.detok.flush()  # abort/error/length: nothing more is coming
+            return len(st.text)
+        if sp.stop and not sp.include_stop_str_in_output:
+            return len(st.text) - stop_prefix_len(st.text, sp.stop)
+        return len(st.text)
+
+    def _completion(self, req: Request) -> CompletionOutput:
+        st = self._texts[req.request_id]
+        visible = max(self._visible(req, st), st.sent_chars)
+        delta_text, delta_ids = st.text[st.sent_chars:visible], req.output_token_ids[st.sent_tokens:]
+        st.sent_chars, st.sent_tokens = visible, req.num_output_tokens
+        return CompletionOutput(index=req.index, text=st.text[:visible], token_ids=list(req.output_token_ids),
+                                delta_text=delta_text, delta_token_ids=list(delta_ids),
+                                logprobs=list(req.logprobs) if req.logprobs is not None else None,
+                                finish_reason=req.status.finish_reason, stop_reason=req.stop_reason)
+
+    def _group_output(self, g: _Group) -> RequestOutput:
+        outputs = [self._completion(r) for r in g.seqs]
+        finished = all(r.is_finished for r in g.seqs)
+        lead = g.seqs[0]
+        usage = Usage(prompt_tokens=len(g.prompt_token_ids),
+                      completion_tokens=sum(r.num_output_tokens for r in g.seqs),
+                      cached_tokens=max(lead.num_cached_tokens, 0))
+        error = next((r.error for r in g.seqs if r.error), None)
+        if finished:
+            del self._groups[g.request_id]
+            for r in g.seqs:
+                del self._texts[r.request_id]
+        return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
+                             outputs=outputs, finished=finished, usage=usage, metrics=replace(lead.times),
+                             error=error)

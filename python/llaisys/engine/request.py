@@ -1,0 +1,151 @@
+"""Request: one sequence the scheduler runs, and its lifecycle.
+
+A user request with ``n`` completions becomes ``n`` sibling ``Request`` objects (one per
+completion) that share the prompt; the scheduler and the KV manager only see these.
+
+    WAITING ──▶ RUNNING ──▶ FINISHED_STOPPED | FINISHED_LENGTH
+       ▲           │
+       └─PREEMPTED◀┘        any unfinished state ──▶ FINISHED_ABORTED | FINISHED_ERROR
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .sampling_params import SamplingParams
+
+# Added to the eos / stop-id logits while a request is under min_tokens (finite: the C
+# sampler rejects non-finite biases; exp(-1e9) is 0 in float32).
+MIN_TOKENS_BIAS = -1.0e9
+
+
+class RequestStatus(enum.IntEnum):
+    WAITING = 0  # queued, never run
+    RUNNING = 1  # holds KV blocks and is computed each step
+    PREEMPTED = 2  # blocks taken back; queued again, will recompute prompt + output so far
+    FINISHED_STOPPED = 3  # eos, a stop token or a stop string
+    FINISHED_LENGTH = 4  # max_tokens or max_model_len
+    FINISHED_ABORTED = 5  # abort_request / client went away
+    FINISHED_ERROR = 6  # the step that computed it failed
+
+    @property
+    def is_finished(self) -> bool:
+        return self >= RequestStatus.FINISHED_STOPPED
+
+    @property
+    def finish_reason(self) -> Optional[str]:
+        """OpenAI finish_reason of a finished status, None otherwise."""
+        return _FINISH_REASONS.get(self)
+
+
+_FINISH_REASONS = {
+    RequestStatus.FINISHED_STOPPED: "stop",
+    RequestStatus.FINISHED_LENGTH: "length",
+    RequestStatus.FINISHED_ABORTED: "abort",
+    RequestStatus.FINISHED_ERROR: "error",
+}
+
+_ENDS = {RequestStatus.FINISHED_ABORTED, RequestStatus.FINISHED_ERROR}
+# status -> statuses it may move to
+TRANSITIONS = {
+    RequestStatus.WAITING: {RequestStatus.RUNNING} | _ENDS,
+    RequestStatus.RUNNING: {RequestStatus.PREEMPTED, RequestStatus.FINISHED_STOPPED,
+                            RequestStatus.FINISHED_LENGTH} | _ENDS,
+    RequestStatus.PREEMPTED: {RequestStatus.RUNNING} | _ENDS,
+    RequestStatus.FINISHED_STOPPED: set(),
+    RequestStatus.FINISHED_LENGTH: set(),
+    RequestStatus.FINISHED_ABORTED: set(),
+    RequestStatus.FINISHED_ERROR: set(),
+}
+
+
+class InvalidTransitionError(RuntimeError):
+    """A request was moved between statuses the lifecycle does not connect (an engine bug)."""
+
+
+@dataclass
+class RequestTimes:
+    """Timestamps of one sequence on the engine's clock (None until it happens)."""
+
+    arrival: float  # add_request
+    first_scheduled: Optional[float] = None  # first step that computed any of its tokens
+    first_token: Optional[float] = None  # first output token appended
+    last_token: Optional[float] = None  # latest output token appended
+    finished: Optional[float] = None  # reached a finished status
+
+
+@dataclass(eq=False)
+class Request:
+    """Scheduling state of one sequence (one completion of a user request)."""
+
+    request_id: str  # unique engine-wide; "<external id>" or "<external id>#<index>" when n > 1
+    external_id: str  # the id the caller gave add_request
+    index: int  # which of the n completions this is
+    prompt_token_ids: list  # [n_prompt] prompt ids
+    sampling_params: SamplingParams
+    seed: int  # resolved sampling seed (uint64), recorded for reproducibility
+    max_tokens: int  # resolved output cap: sampling_params.max_tokens or max_model_len - n_prompt
+    eos_token_ids: frozenset  # ids that stop it unless ignore_eos (from the tokenizer)
+    times: RequestTimes  # lifecycle timestamps
+    # the sibling whose prompt blocks this one waits to share (prefix caching, n > 1); None if none
+    leader: Optional["Request"] = None
+    status: RequestStatus = RequestStatus.WAITING
+    output_token_ids: list = field(default_factory=list)  # [n_output] sampled ids
+    all_token_ids: list = field(default_factory=list)  # prompt + output ids (kept for slicing)
+    num_computed_tokens: int = 0  # tokens whose K/V is in the cache (reset by preemption)
+    num_cached_tokens: int = -1  # prompt tokens served by the prefix cache at first admission; -1: not yet
+    block_hashes: list = field(default_factory=list)  # chained hash of each full block of all_token_ids
+    slot_seq_id: Optional[int] = None  # SLOT layout: the core's seq id while it holds KV
+    num_preemptions: int = 0  # times it was preempted
+    stop_reason: object = None  # the stop string or stop token id that ended it (None for eos/length)
+    logprobs: Optional[list] = None  # per output token {token id: logprob}, when asked for
+    error: Optional[str] = None  # why it finished with FINISHED_ERROR
+
+    def __post_init__(self) -> None:
+        self.all_token_ids = list(self.prompt_token_ids)
+        if self.sampling_params.logprobs is not None and self.logprobs is None:
+            self.logprobs = []
+
+    @property
+    def num_prompt_tokens(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.output_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        """Prompt + output tokens known so far."""
+        return len(self.all_token_ids)
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status.is_finished
+
+    def set_status(self, new: RequestStatus) -> None:
+        """Move along the lifecycle; an edge that TRANSITIONS lacks raises InvalidTransitionError."""
+        if new not in TRANSITIONS[self.status]:
+            raise InvalidTransitionError(f"request {self.request_id}: {self.status.name} -> {new.name} "
+                                         f"is not a legal transition")
+        self.status = new
+
+    def append_output_token(self, token_id: int, logprobs: Optional[dict] = None) -> None:
+        self.output_token_ids.append(token_id)
+        self.all_token_ids.append(token_id)
+        if self.logprobs is not None:
+            self.logprobs.append(logprobs if logprobs is not None else {})
+
+    def logit_bias_now(self) -> dict:
+        """The logit bias for the next draw: the user's, plus MIN_TOKENS_BIAS on the eos and
+        stop ids while fewer than min_tokens tokens are out (the runner passes it to the sampler)."""
+        sp = self.sampling_params
+        if self.num_output_tokens >= sp.min_tokens:
+            return sp.logit_bias
+        bias = dict(sp.logit_bias)
+        banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))
+        for t in banned:
+            bias[t] = MIN_TOKENS_BIAS
+        return bias

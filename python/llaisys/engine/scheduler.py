@@ -1,0 +1,222 @@
+"""Scheduler: each step, how many tokens of which requests to compute (vLLM v1 style).
+
+There is no prefill phase and decode phase, only computed vs. known tokens. One token
+budget per step (``max_num_batched_tokens``) is spent first on the running requests in
+admission order (a decode token, or the next chunk of an unfinished prefill), then on
+waiting requests in arrival order (``max_num_seqs`` caps the running set). While a running
+request is served, one token per running request after it is kept back, so a long prefill
+never stalls a decode. When the pool runs out of blocks the most recently admitted running
+request is preempted: its blocks are freed and it goes back to the front of the queue, to be
+recomputed from prompt + output so far (its sampled tokens stay).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .config import EngineConfig
+from .kv_cache_manager import KVCacheManager
+from .request import Request, RequestStatus
+
+
+@dataclass
+class SchedulerOutput:
+    """What one step computes."""
+
+    scheduled: list = field(default_factory=list)  # [Request] the batch's rows, in order
+    num_scheduled_tokens: dict = field(default_factory=dict)  # req_id -> tokens to compute now
+    num_computed_tokens: dict = field(default_factory=dict)  # req_id -> tokens already in KV (the chunk starts here)
+    sample_req_ids: set = field(default_factory=set)  # req_ids whose chunk ends at their last known token: sample one
+    new_req_ids: list = field(default_factory=list)  # admitted for the first time this step
+    resumed_req_ids: list = field(default_factory=list)  # readmitted after preemption (recompute prompt + output)
+    preempted_req_ids: list = field(default_factory=list)  # preempted by this schedule(); blocks already free
+    finished_req_ids: set = field(default_factory=set)  # finished/aborted since the last schedule(): drop their state
+    free_seq_ids: list = field(default_factory=list)  # SLOT: seq ids freed since the last schedule(); seq_rm them first
+    total_num_scheduled_tokens: int = 0  # sum of num_scheduled_tokens
+
+
+def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optional[int]) -> int:
+    """Admission control: the resolved max_tokens, or ValueError when the request could never run."""
+    if num_prompt_tokens < 1:
+        raise ValueError("the prompt must hold at least one token")
+    if max_tokens is None:  # as many as fit in max_model_len and in the KV pool
+        room = min(config.max_model_len, config.num_kv_slots)
+        max_tokens = room - num_prompt_tokens
+        if max_tokens < 1:
+            raise ValueError(f"the prompt has {num_prompt_tokens} tokens, which leaves no room to generate within "
+                             f"max_model_len ({config.max_model_len}) and the KV pool ({config.num_kv_slots} tokens)")
+    total = num_prompt_tokens + max_tokens
+    if total > config.max_model_len:
+        raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens exceeds "
+                         f"max_model_len ({config.max_model_len})")
+    need = -(-total // config.block_size)
+    if need > config.num_blocks:
+        raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens needs "
+                         f"{need} KV blocks of {config.block_size} but the pool has {config.num_blocks}")
+    return max_tokens
+
+
+class Scheduler:
+    def __init__(self, config: EngineConfig, processor, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self.processor = processor  # OutputProcessor: appends sampled tokens and checks stops
+        self.clock = clock
+        self.kv = KVCacheManager(config.num_blocks, config.block_size, config.enable_prefix_caching,
+                                 config.kv_layout)
+        self.waiting: deque = deque()  # [Request] WAITING or PREEMPTED, front first
+        self.running: list = []  # [Request] RUNNING, in admission order (the last is preempted first)
+        self.requests: dict = {}  # req_id -> unfinished Request
+        self._finished_ids: set = set()  # finished since the last schedule()
+        self.num_preemptions = 0  # preemptions since start-up
+
+    # ---- admission -----------------------------------------------------------------------
+    def add_request(self, req: Request) -> None:
+        if req.request_id in self.requests:
+            raise ValueError(f"request id {req.request_id!r} is already in use")
+        self.requests[req.request_id] = req
+        self.waiting.append(req)
+
+    def has_unfinished_requests(self) -> bool:
+        return bool(self.requests)
+
+    @property
+    def num_preempted_waiting(self) -> int:
+        return sum(1 for r in self.waiting if r.status == RequestStatus.PREEMPTED)
+
+    # ---- one step ------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput(finished_req_ids=self._finished_ids)
+        self._finished_ids = set()
+        budget = self._schedule_running(out, self.config.max_num_batched_tokens)
+        if not out.preempted_req_ids:  # out of blocks: admit nothing new this step
+            self._schedule_waiting(out, budget)
+        out.free_seq_ids = self.kv.take_released_seq_ids()
+        return out
+
+    def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
+        n = req.num_tokens - num_computed
+        if self.config.long_prefill_token_threshold:
+            n = min(n, self.config.long_prefill_token_threshold)
+        return min(n, budget)
+
+    def _add_row(self, out: SchedulerOutput, req: Request, n: int) -> None:
+        rid = req.request_id
+        out.scheduled.append(req)
+        out.num_scheduled_tokens[rid] = n
+        out.num_computed_tokens[rid] = req.num_computed_tokens
+        if req.num_computed_tokens + n == req.num_tokens:
+            out.sample_req_ids.add(rid)
+        out.total_num_scheduled_tokens += n
+        if req.times.first_scheduled is None:
+            req.times.first_scheduled = self.clock()
+
+    def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            # keep one token for each running request after this one (budget >= len(running) - i holds)
+            n = self._chunk(req, req.num_computed_tokens, budget - (len(self.running) - i - 1))
+            assert n >= 1, "a running request must get a token (max_num_batched_tokens >= max_num_seqs)"
+            while not self.kv.allocate_slots(req, n):
+                victim = self.running.pop()
+                self._preempt(victim, out)
+                if victim is req:
+                    return budget
+            self._add_row(out, req, n)
+            budget -= n
+            i += 1
+        return budget
+
+    def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
+        held_back = []  # siblings waiting for their leader's prompt blocks
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting.popleft()
+            if self._waits_for_leader(req):
+                held_back.append(req)
+                continue
+            computed = self.kv.get_computed_blocks(req)
+            n = self._chunk(req, computed.num_tokens, budget)
+            if not self.kv.allocate_slots(req, n, computed):
+                self.waiting.appendleft(req)  # first come, first served: nobody overtakes it
+                break
+            resumed = req.status == RequestStatus.PREEMPTED
+            req.set_status(RequestStatus.RUNNING)
+            req.num_computed_tokens = computed.num_tokens
+            if req.num_cached_tokens < 0:
+                req.num_cached_tokens = computed.num_tokens
+            self.running.append(req)
+            (out.resumed_req_ids if resumed else out.new_req_ids).append(req.request_id)
+            self._add_row(out, req, n)
+            budget -= n
+        self.waiting.extendleft(reversed(held_back))
+
+    def _waits_for_leader(self, req: Request) -> bool:
+        """An n > 1 sibling is admitted once its leader has computed the prompt, so the prompt's
+        full blocks are shared from the prefix cache instead of computed n times."""
+        lead = req.leader
+        if lead is None:
+            return False
+        if lead.is_finished or lead.num_computed_tokens >= lead.num_prompt_tokens:
+            req.leader = None
+            return False
+        return True
+
+    def _preempt(self, req: Request, out: SchedulerOutput) -> None:
+        self.kv.free(req)
+        req.set_status(RequestStatus.PREEMPTED)
+        req.num_computed_tokens = 0
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(req)
+        out.preempted_req_ids.append(req.request_id)
+
+    # ---- after the step ------------------------------------------------------------------
+    def update_from_output(self, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict] = None) -> list:
+        """Advance the scheduled requests by the tokens just computed and append what was
+        sampled (``sampled``: req_id -> [token ids]; ``logprobs``: req_id -> [{id: logprob}]).
+        Requests that hit a stop condition are finished and their blocks freed.
+        Returns the requests that got tokens or finished."""
+        touched = []
+        now = self.clock()
+        for req in out.scheduled:
+            rid = req.request_id
+            if req.is_finished:  # aborted while the step ran
+                continue
+            req.num_computed_tokens += out.num_scheduled_tokens[rid]
+            self.kv.cache_blocks(req)
+            tokens = sampled.get(rid) if rid in out.sample_req_ids else None
+            if not tokens:
+                continue  # a middle prefill chunk: nothing sampled
+            lps = (logprobs or {}).get(rid) or [None] * len(tokens)
+            for tok, lp in zip(tokens, lps):
+                status = self.processor.append_token(req, int(tok), lp, now)
+                if status is not None:
+                    self.finish(req, status)
+                    break
+            touched.append(req)
+        return touched
+
+    def finish(self, req: Request, status: RequestStatus, error: Optional[str] = None) -> None:
+        """End a request in any unfinished state: leave the queues, free its blocks."""
+        if req.status == RequestStatus.RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        req.set_status(status)
+        req.error = error
+        req.times.finished = self.clock()
+        self.kv.free(req)
+        self._finished_ids.add(req.request_id)
+        del self.requests[req.request_id]
+
+    def abort(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED,
+              error: Optional[str] = None) -> Optional[Request]:
+        """Finish an unfinished request (waiting, running, preempted); None (a no-op) when the
+        id is unknown or already finished."""
+        req = self.requests.get(request_id)
+        if req is not None:
+            self.finish(req, status, error)
+        return req

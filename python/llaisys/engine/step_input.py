@@ -1,0 +1,125 @@
+"""StepInput / StepResult: the flat step contract between the engine and the model runner.
+
+One StepInput is one call into the core (llaisysQwen2ModelStep): the scheduled tokens of
+every sequence, flattened, with the index arrays the core needs, built with numpy.
+Shapes follow include/llaisys/models/qwen2.h (llaisysBatch_t).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .kv_cache_manager import KVCacheManager
+from .scheduler import SchedulerOutput
+
+
+@dataclass
+class StepInput:
+    """A flat batch of n_tokens tokens in n_seqs rows (one row per scheduled sequence)."""
+
+    token_ids: np.ndarray  # [n_tokens] int64 ids to compute
+    positions: np.ndarray  # [n_tokens] int64 logical position of each token
+    seq_of_token: np.ndarray  # [n_tokens] int32 row of each token
+    query_start: np.ndarray  # [n_seqs + 1] int32 token range of each row; [0] = 0, [-1] = n_tokens
+    context_lens: np.ndarray  # [n_seqs] int32 KV length of each row after this step
+    sample_rows: np.ndarray  # [n_sample] int32 flat token indices whose logits are sampled
+    req_ids: list  # [n_seqs] request id of each row
+    sample_requests: list  # [n_sample] Request of each sample row (its sampling params, seed,
+    #                        step = num_output_tokens, prompt/output ids, logit_bias_now())
+    kv_layout: str  # "block" or "slot"
+    block_size: int  # token slots per block
+    # BLOCK layout (None for SLOT)
+    slot_mapping: Optional[np.ndarray] = None  # [n_tokens] int64 block * block_size + offset to write K/V
+    block_tables: Optional[np.ndarray] = None  # [n_seqs, max_blocks] int32 blocks of each row; padding 0, never read
+    # SLOT layout (None for BLOCK)
+    seq_ids: Optional[np.ndarray] = None  # [n_seqs] int32 the core's seq id of each row
+    free_seq_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [n_free] int32
+    #   SLOT: seq ids released since the previous step; clear them (seq_rm) before computing
+    finished_req_ids: set = field(default_factory=set)  # requests gone since the previous step
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.token_ids.shape[0])
+
+    @property
+    def n_seqs(self) -> int:
+        return len(self.req_ids)
+
+    @property
+    def n_sample(self) -> int:
+        return int(self.sample_rows.shape[0])
+
+    @property
+    def max_blocks(self) -> int:
+        return 0 if self.block_tables is None else int(self.block_tables.shape[1])
+
+
+@dataclass
+class StepResult:
+    """What the runner returns for one StepInput; row i belongs to sample_rows[i]."""
+
+    sampled_token_ids: np.ndarray  # [n_sample] int64 sampled ids
+    logprobs: Optional[np.ndarray] = None  # [n_sample] float32 logprob of each sampled id, or None
+    top_token_ids: Optional[np.ndarray] = None  # [n_sample, k] int64 top-k ids by logprob (k >= every
+    #                                             row's sampling_params.logprobs), or None
+    top_logprobs: Optional[np.ndarray] = None  # [n_sample, k] float32 their logprobs, or None
+
+
+def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
+    """The step's flat arrays from the scheduler's decision and the block tables."""
+    reqs = out.scheduled
+    n_seqs = len(reqs)
+    starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+    q_lens = np.fromiter((out.num_scheduled_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+    query_start = np.zeros(n_seqs + 1, np.int32)
+    np.cumsum(q_lens, out=query_start[1:])
+    n_tokens = int(query_start[-1])
+    seq_of_token = np.repeat(np.arange(n_seqs, dtype=np.int32), q_lens)
+    # position of flat token t in row s: starts[s] + (t - query_start[s])
+    positions = np.arange(n_tokens, dtype=np.int64) + np.repeat(starts - query_start[:-1], q_lens)
+    chunks = [r.all_token_ids[s:s + n] for r, s, n in zip(reqs, starts.tolist(), q_lens.tolist())]
+    token_ids = np.fromiter((t for c in chunks for t in c), np.int64, n_tokens)
+    is_sampled = np.fromiter((r.request_id in out.sample_req_ids for r in reqs), bool, n_seqs)
+    batch = StepInput(
+        token_ids=token_ids, positions=positions, seq_of_token=seq_of_token, query_start=query_start,
+        context_lens=(starts + q_lens).astype(np.int32),
+        sample_rows=(query_start[1:][is_sampled] - 1).astype(np.int32),
+        req_ids=[r.request_id for r in reqs],
+        sample_requests=[r for r, s in zip(reqs, is_sampled.tolist()) if s],
+        kv_layout=kv.layout, block_size=kv.block_size,
+        free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
+    if kv.layout == "slot":
+        batch.seq_ids = np.fromiter((r.slot_seq_id for r in reqs), np.int32, n_seqs)
+        return batch
+    tables = [kv.block_table(r.request_id) for r in reqs]
+    block_tables = np.zeros((n_seqs, max((len(t) for t in tables), default=0)), np.int32)
+    for i, t in enumerate(tables):
+        block_tables[i, :len(t)] = t
+    bs = kv.block_size
+    batch.block_tables = block_tables
+    batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
+    return batch
+
+
+def unpack_result(batch: StepInput, result: StepResult) -> tuple:
+    """(sampled, logprobs): req_id -> [token ids] and req_id -> [{id: logprob}] (only for
+    requests that asked for logprobs)."""
+    ids = np.asarray(result.sampled_token_ids).reshape(-1)
+    if ids.shape[0] != batch.n_sample:
+        raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
+    sampled, logprobs = {}, {}
+    for i, req in enumerate(batch.sample_requests):
+        sampled[req.request_id] = [int(ids[i])]
+        want = req.sampling_params.logprobs
+        if want is None:
+            continue
+        entry = {}
+        if result.top_token_ids is not None and result.top_logprobs is not None and want:
+            entry = dict(zip(result.top_token_ids[i, :want].tolist(), result.top_logprobs[i, :want].tolist()))
+        if result.logprobs is not None:
+            entry[int(ids[i])] = float(result.logprobs[i])
+        logprobs[req.request_id] = [entry]
+    return sampled, logprobs

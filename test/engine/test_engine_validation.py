@@ -1,0 +1,93 @@
+"""SamplingParams, EngineConfig and admission checks: bad input is a ValueError naming the
+field and the allowed range."""
+
+import pytest
+
+from llaisys.engine import EngineConfig, SamplingParams, SamplingParamsError, check_fits
+
+BAD_PARAMS = [
+    ("n", 0, "n must be an integer >= 1"),
+    ("n", True, "n must be an integer >= 1"),
+    ("temperature", -0.1, "temperature must be a number >= 0"),
+    ("temperature", float("nan"), "temperature must be a number >= 0"),
+    ("top_p", 0.0, "top_p must be a number in (0, 1]"),
+    ("top_p", 1.5, "top_p must be a number in (0, 1]"),
+    ("top_k", -2, "top_k must be -1 or 0 (off) or an integer >= 1"),
+    ("top_k", 2.5, "top_k must be -1 or 0"),
+    ("min_p", 1.01, "min_p must be a number in [0, 1]"),
+    ("presence_penalty", 2.5, "presence_penalty must be a number in [-2, 2]"),
+    ("frequency_penalty", -3, "frequency_penalty must be a number in [-2, 2]"),
+    ("repetition_penalty", 0.0, "repetition_penalty must be a number > 0"),
+    ("max_tokens", 0, "max_tokens must be an integer >= 1 or None"),
+    ("min_tokens", -1, "min_tokens must be an integer >= 0"),
+    ("stop", "", "stop must be a non-empty string or a list of non-empty strings"),
+    ("stop", ["a", ""], "stop must be a non-empty string"),
+    ("stop", ["s"] * 17, "stop may hold at most 16 strings"),
+    ("stop", 5, "stop must be a non-empty string"),
+    ("stop_token_ids", [1, -1], "stop_token_ids must be a list of integers >= 0"),
+    ("ignore_eos", 1, "ignore_eos must be a bool"),
+    ("include_stop_str_in_output", "yes", "include_stop_str_in_output must be a bool"),
+    ("skip_special_tokens", None, "skip_special_tokens must be a bool"),
+    ("seed", 1.5, "seed must be an integer or None"),
+    ("logprobs", 21, "logprobs must be None or an integer in [0, 20]"),
+    ("logprobs", -1, "logprobs must be None or an integer in [0, 20]"),
+    ("logit_bias", {1: 101}, "logit_bias values must be numbers in [-100, 100]"),
+    ("logit_bias", {-1: 1.0}, "logit_bias keys must be token ids >= 0"),
+    ("logit_bias", [1], "logit_bias must be a dict"),
+]
+
+
+@pytest.mark.parametrize("field,value,message", BAD_PARAMS)
+def test_bad_sampling_params(field, value, message):
+    with pytest.raises(SamplingParamsError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[").replace("]", r"\]")) as e:
+        SamplingParams(**{field: value})
+    assert e.value.param == field
+    assert isinstance(e.value, ValueError)
+
+
+def test_sampling_params_defaults_and_normalisation():
+    sp = SamplingParams()
+    assert sp.greedy and sp.n == 1 and sp.top_k == -1 and sp.skip_special_tokens
+    assert sp.stop == [] and sp.stop_token_ids == [] and sp.logit_bias == {}
+    sp = SamplingParams(stop="\n\n", logit_bias={"7": 3, 8: -100}, temperature=1, top_k=0, max_tokens=None)
+    assert sp.stop == ["\n\n"] and sp.max_stop_len == 2
+    assert sp.logit_bias == {7: 3.0, 8: -100.0} and isinstance(sp.temperature, float)
+    with pytest.raises(ValueError, match=r"min_tokens \(5\) must be <= max_tokens \(4\)"):
+        SamplingParams(min_tokens=5, max_tokens=4)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(max_num_seqs=0), "max_num_seqs must be >= 1"),
+    (dict(max_num_batched_tokens=4, max_num_seqs=8), r"max_num_batched_tokens \(4\) must be >= max_num_seqs \(8\)"),
+    (dict(block_size=0), "block_size must be >= 1"),
+    (dict(num_blocks=2.5), "num_blocks must be an integer"),
+    (dict(kv_layout="paged"), "kv_layout must be one of"),
+    (dict(kv_layout="slot", enable_prefix_caching=True), "enable_prefix_caching needs kv_layout='block'"),
+    (dict(kv_layout="slot", max_num_seqs=300, max_num_batched_tokens=300), "max_num_seqs must be <= 256"),
+    (dict(long_prefill_token_threshold=-1), "long_prefill_token_threshold must be >= 0"),
+])
+def test_bad_engine_config(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        EngineConfig(**kwargs)
+
+
+def test_engine_config_prefix_caching_default_follows_layout():
+    assert EngineConfig().enable_prefix_caching is True
+    assert EngineConfig(kv_layout="slot").enable_prefix_caching is False
+
+
+def test_admission_rejections_state_both_numbers():
+    cfg = EngineConfig(max_model_len=100, block_size=16, num_blocks=4, max_num_seqs=4, max_num_batched_tokens=64)
+    with pytest.raises(ValueError, match=r"prompt \(90 tokens\) \+ max_tokens \(20\) = 110 tokens exceeds "
+                                         r"max_model_len \(100\)"):
+        check_fits(cfg, 90, 20)
+    with pytest.raises(ValueError, match=r"= 80 tokens needs 5 KV blocks of 16 but the pool has 4"):
+        check_fits(cfg, 70, 10)
+    with pytest.raises(ValueError, match=r"prompt has 64 tokens, which leaves no room .* max_model_len \(100\) "
+                                         r"and the KV pool \(64 tokens\)"):
+        check_fits(cfg, 64, None)
+    with pytest.raises(ValueError, match="at least one token"):
+        check_fits(cfg, 0, 5)
+    assert check_fits(cfg, 30, None) == 34  # max_tokens=None: up to what the pool holds
+    assert check_fits(EngineConfig(max_model_len=100), 30, None) == 70

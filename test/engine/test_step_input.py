@@ -1,0 +1,86 @@
+"""The flat step contract built from a scheduler output."""
+
+import numpy as np
+import pytest
+
+from fake_runner import FakeRunner
+from llaisys.engine import (KVCacheManager, ModelRunner, Request, RequestTimes, SamplingParams, SchedulerOutput,
+                            StepResult, build_step_input, unpack_result)
+
+
+def req(rid, n_prompt, computed, logprobs=None):
+    r = Request(rid, rid, 0, list(range(100, 100 + n_prompt)), SamplingParams(logprobs=logprobs), seed=0,
+                max_tokens=8, eos_token_ids=frozenset(), times=RequestTimes(0.0))
+    r.num_computed_tokens = computed
+    return r
+
+
+def schedule(kv, rows):
+    out = SchedulerOutput()
+    for r, n in rows:
+        assert kv.allocate_slots(r, n)
+        out.scheduled.append(r)
+        out.num_scheduled_tokens[r.request_id] = n
+        out.num_computed_tokens[r.request_id] = r.num_computed_tokens
+        if r.num_computed_tokens + n == r.num_tokens:
+            out.sample_req_ids.add(r.request_id)
+        out.total_num_scheduled_tokens += n
+    return out
+
+
+def test_block_layout_arrays():
+    kv = KVCacheManager(16, 4)
+    decode, middle, last = req("d", 10, 9), req("m", 10, 0), req("l", 7, 4)
+    out = schedule(kv, [(decode, 1), (middle, 6), (last, 3)])
+    b = build_step_input(out, kv)
+    assert b.n_tokens == 10 and b.n_seqs == 3 and b.req_ids == ["d", "m", "l"]
+    assert b.token_ids.tolist() == [109] + list(range(100, 106)) + [104, 105, 106]
+    assert b.positions.tolist() == [9, 0, 1, 2, 3, 4, 5, 4, 5, 6]
+    assert b.query_start.tolist() == [0, 1, 7, 10] and b.query_start.dtype == np.int32
+    assert b.seq_of_token.tolist() == [0, 1, 1, 1, 1, 1, 1, 2, 2, 2]
+    assert b.context_lens.tolist() == [10, 6, 7]
+    assert b.sample_rows.tolist() == [0, 9] and [r.request_id for r in b.sample_requests] == ["d", "l"]
+    tables = [kv.block_table(x) for x in "dml"]
+    assert b.block_tables.shape == (3, 3) and b.max_blocks == 3
+    for i, t in enumerate(tables):
+        assert b.block_tables[i, :len(t)].tolist() == t
+    want = [tables[s][p // 4] * 4 + p % 4 for s, p in zip(b.seq_of_token.tolist(), b.positions.tolist())]
+    assert b.slot_mapping.tolist() == want and b.slot_mapping.dtype == np.int64
+    assert b.seq_ids is None and b.kv_layout == "block"
+    for x in (decode, middle, last):
+        kv.free(x)
+
+
+def test_slot_layout_arrays():
+    kv = KVCacheManager(16, 4, enable_prefix_caching=False, layout="slot")
+    a, c = req("a", 5, 0), req("c", 3, 0)
+    out = schedule(kv, [(a, 5), (c, 3)])
+    out.free_seq_ids = [7]
+    b = build_step_input(out, kv)
+    assert b.seq_ids.tolist() == [0, 1] and b.slot_mapping is None and b.block_tables is None
+    assert b.free_seq_ids.tolist() == [7] and b.sample_rows.tolist() == [4, 7]
+    kv.free(a)
+    kv.free(c)
+
+
+def test_empty_batch():
+    b = build_step_input(SchedulerOutput(), KVCacheManager(4, 4))
+    assert b.n_tokens == 0 and b.n_seqs == 0 and b.n_sample == 0 and b.block_tables.shape == (0, 0)
+
+
+def test_unpack_result_maps_rows_and_logprobs():
+    kv = KVCacheManager(16, 4)
+    x, y = req("x", 3, 0, logprobs=2), req("y", 3, 0)
+    b = build_step_input(schedule(kv, [(x, 3), (y, 3)]), kv)
+    res = StepResult(np.array([5, 6]), np.array([-0.5, -0.25], np.float32),
+                     np.array([[1, 2, 3], [4, 5, 6]]), np.array([[-1, -2, -3], [-1, -2, -3]], np.float32))
+    sampled, lps = unpack_result(b, res)
+    assert sampled == {"x": [5], "y": [6]} and lps == {"x": [{1: -1.0, 2: -2.0, 5: -0.5}]}
+    with pytest.raises(RuntimeError, match="returned 1 sampled ids for 2 sample rows"):
+        unpack_result(b, StepResult(np.array([5])))
+    kv.free(x)
+    kv.free(y)
+
+
+def test_fake_runner_satisfies_the_protocol():
+    assert isinstance(FakeRunner(), ModelRunner)
