@@ -8,12 +8,15 @@ OpenAI-compatible server. Importing it never imports torch or transformers.
 from . import ops, runtime
 from .libllaisys import DataType, DeviceType, LlaisysError, LlaisysInputError, MemcpyKind, MemoryKind, Status
 from .libllaisys import LIB as _LIB
+from .engine import LLM, SamplingParams
 from .tensor import Tensor
 
 __version__ = _LIB.llaisysVersion().decode()
 
 __all__ = [
     "DataType",
+    "LLM",
+    "SamplingParams",
     "DeviceType",
     "LlaisysError",
     "LlaisysInputError",

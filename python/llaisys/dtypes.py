@@ -60,8 +60,10 @@ def from_numpy_dtype(dtype: np.dtype) -> DataType:
 
 def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
     """float32 array -> uint16 bf16 bit patterns, rounding to nearest even (NaN stays NaN)."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
-    rounded = ((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)).astype(np.uint16)
+    x = np.asarray(x, dtype=np.float32, order="C")  # (ascontiguousarray would make 0-d 1-d)
+    u = x.view(np.uint32)
+    rounded = np.asarray((u + np.uint32(0x7FFF) + ((u >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16),
+                         dtype=np.uint16)
     nan = np.isnan(x)
     if nan.any():
         rounded[nan] = ((u[nan] >> np.uint32(16)) | np.uint32(0x40)).astype(np.uint16)
@@ -70,4 +72,5 @@ def f32_to_bf16_bits(x: np.ndarray) -> np.ndarray:
 
 def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
     """uint16 bf16 bit patterns -> float32 (exact)."""
-    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
+    wide = np.asarray(bits, dtype=np.uint16).astype(np.uint32) << np.uint32(16)
+    return np.asarray(wide, dtype=np.uint32).view(np.float32)

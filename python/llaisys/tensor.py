@@ -82,7 +82,7 @@ class Tensor:
             data = array if array.dtype == np.uint16 else f32_to_bf16_bits(array.astype(np.float32))
         else:
             data = array.astype(storage_numpy_dtype(dt), copy=False)
-        data = np.ascontiguousarray(data)
+        data = np.asarray(data, order="C")  # (ascontiguousarray would make a 0-d array 1-d)
         t = cls(data.shape, dt, device, device_id)
         check(LIB.llaisysTensorLoad(t.handle, data.ctypes.data_as(ctypes.c_void_p), data.nbytes))
         return t

@@ -7,8 +7,12 @@
 #include "llaisys.h"
 #include "llaisys/tensor.h"
 
+#include "llaisys/runtime.h"
+
+#include <cstring>
 #include <new>
 #include <string>
+#include <type_traits>
 
 // A C handle to a tensor: the magic word catches some uses of destroyed handles.
 struct LlaisysTensor {
@@ -51,6 +55,40 @@ inline Tensor &tensor_of(llaisysTensor_t h, const char *what) {
     LLAISYS_CHECK_ARG(h != nullptr, what, " is NULL");
     LLAISYS_CHECK_ARG(h->magic == LlaisysTensor::kMagic && h->tensor, what, " is not a live tensor handle");
     return *h->tensor;
+}
+
+// The integer a C caller passed for an enum parameter. C lets any int stand where the ABI
+// names an enum, but in C++ an enum holding a value outside its enumerators' range is
+// undefined (UBSan: "load of value 42, which is not a valid value for type ..."), so entry
+// points read enum arguments by their bytes, never by an enum-typed load, before checking them.
+template <class E>
+int enum_bits(const E &e) {
+    static_assert(std::is_enum_v<E> && sizeof(E) == sizeof(int), "a C enum is an int");
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
+
+// `e` when it is one of lo..hi, else INVALID_ARGUMENT "unknown <what> <value>".
+template <class E>
+E enum_in_range(const E &e, E lo, E hi, const char *what) {
+    int v = enum_bits(e);
+    LLAISYS_CHECK_ARG(v >= int(lo) && v <= int(hi), "unknown ", what, " ", v);
+    return static_cast<E>(v);
+}
+
+// Every enum argument of the C ABI goes through one of these first: `x = enum_arg(x);`.
+inline llaisysDataType_t enum_arg(const llaisysDataType_t &x) {
+    return enum_in_range(x, LLAISYS_DTYPE_INVALID, LLAISYS_DTYPE_BOOL, "dtype");
+}
+inline llaisysDeviceType_t enum_arg(const llaisysDeviceType_t &x) {
+    return enum_in_range(x, LLAISYS_DEVICE_CPU, LLAISYS_DEVICE_NVIDIA, "device type");
+}
+inline llaisysMemoryKind_t enum_arg(const llaisysMemoryKind_t &x) {
+    return enum_in_range(x, LLAISYS_MEMORY_HOST, LLAISYS_MEMORY_DEVICE, "memory kind");
+}
+inline llaisysMemcpyKind_t enum_arg(const llaisysMemcpyKind_t &x) {
+    return enum_in_range(x, LLAISYS_MEMCPY_H2H, LLAISYS_MEMCPY_D2D, "memcpy kind");
 }
 
 inline llaisysTensor_t new_handle(tensor_t t) { return new LlaisysTensor{LlaisysTensor::kMagic, std::move(t)}; }

@@ -27,9 +27,15 @@ void llaisysClearLastError(void) {
     llaisys::capi::last_status = LLAISYS_STATUS_OK;
 }
 
-size_t llaisysDataTypeSize(llaisysDataType_t dtype) { return llaisys::dtype_size(dtype); }
+size_t llaisysDataTypeSize(llaisysDataType_t dtype) {
+    int v = llaisys::capi::enum_bits(dtype);  // any int may arrive here: no enum-typed load
+    return v >= 0 && v <= LLAISYS_DTYPE_BOOL ? llaisys::dtype_size(llaisysDataType_t(v)) : 0;
+}
 
-const char *llaisysDataTypeName(llaisysDataType_t dtype) { return llaisys::dtype_name(dtype); }
+const char *llaisysDataTypeName(llaisysDataType_t dtype) {
+    int v = llaisys::capi::enum_bits(dtype);
+    return v >= 0 && v <= LLAISYS_DTYPE_BOOL ? llaisys::dtype_name(llaisysDataType_t(v)) : "invalid";
+}
 
 const char *llaisysVersion(void) { return LLAISYS_VERSION_STRING; }
 

@@ -6,6 +6,7 @@
 #include "llaisys/runtime.h"
 
 using namespace llaisys;
+using capi::enum_arg;
 using capi::guard;
 
 struct LlaisysStream {
@@ -44,6 +45,7 @@ extern "C" {
 
 llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count) {
     return guard([&] {
+        device = enum_arg(device);
         LLAISYS_CHECK_ARG(count != nullptr, "count is NULL");
         if (device == LLAISYS_DEVICE_NVIDIA) {
 #ifndef LLAISYS_ENABLE_NVIDIA
@@ -57,6 +59,7 @@ llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count) {
 
 llaisysStatus_t llaisysSetDevice(llaisysDeviceType_t device, int device_id) {
     return guard([&] {
+        device = enum_arg(device);
         device::check_device(device, device_id);
         device::runtime(device).set_device(device_id);
     });
@@ -64,6 +67,7 @@ llaisysStatus_t llaisysSetDevice(llaisysDeviceType_t device, int device_id) {
 
 llaisysStatus_t llaisysDeviceSynchronize(llaisysDeviceType_t device, int device_id) {
     return guard([&] {
+        device = enum_arg(device);
         device::check_device(device, device_id);
         device::runtime(device).synchronize(device_id);
     });
@@ -72,6 +76,8 @@ llaisysStatus_t llaisysDeviceSynchronize(llaisysDeviceType_t device, int device_
 llaisysStatus_t llaisysMalloc(llaisysDeviceType_t device, int device_id, llaisysMemoryKind_t kind, size_t size,
                               void **out) {
     return guard([&] {
+        device = enum_arg(device);
+        kind = enum_arg(kind);
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
         *out = nullptr;
         *out = core::allocate(device, device_id, kind, size);
@@ -79,11 +85,16 @@ llaisysStatus_t llaisysMalloc(llaisysDeviceType_t device, int device_id, llaisys
 }
 
 llaisysStatus_t llaisysFree(llaisysDeviceType_t device, int device_id, llaisysMemoryKind_t kind, void *ptr) {
-    return guard([&] { core::release(device, device_id, kind, ptr); });
+    return guard([&] {
+        device = enum_arg(device);
+        kind = enum_arg(kind);
+        core::release(device, device_id, kind, ptr);
+    });
 }
 
 llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id, size_t *allocated, size_t *reserved) {
     return guard([&] {
+        device = enum_arg(device);
         auto s = core::memory_stats(device, device_id);
         if (allocated) *allocated = s.allocated;
         if (reserved) *reserved = s.reserved;
@@ -93,6 +104,8 @@ llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id, si
 llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id, void *dst, const void *src, size_t size,
                               llaisysMemcpyKind_t kind) {
     return guard([&] {
+        device = enum_arg(device);
+        kind = enum_arg(kind);
         device::check_device(device, device_id);
         check_memcpy_kind(kind);
         check_copy_args(dst, src, size);
@@ -103,6 +116,8 @@ llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id, void *d
 llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int device_id, void *dst, const void *src,
                                    size_t size, llaisysMemcpyKind_t kind, llaisysStream_t stream) {
     return guard([&] {
+        device = enum_arg(device);
+        kind = enum_arg(kind);
         device::check_device(device, device_id);
         check_memcpy_kind(kind);
         check_copy_args(dst, src, size);
@@ -113,6 +128,7 @@ llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int device_id, vo
 
 llaisysStatus_t llaisysStreamCreate(llaisysDeviceType_t device, int device_id, llaisysStream_t *out) {
     return guard([&] {
+        device = enum_arg(device);
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
         *out = nullptr;
         device::check_device(device, device_id);
@@ -138,6 +154,7 @@ llaisysStatus_t llaisysStreamSynchronize(llaisysStream_t stream) {
 
 llaisysStatus_t llaisysEventCreate(llaisysDeviceType_t device, int device_id, llaisysEvent_t *out) {
     return guard([&] {
+        device = enum_arg(device);
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
         *out = nullptr;
         device::check_device(device, device_id);

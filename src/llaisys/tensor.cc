@@ -27,6 +27,8 @@ extern "C" {
 llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim, llaisysDataType_t dtype,
                                     llaisysDeviceType_t device, int device_id) {
     return guard_value<llaisysTensor_t>(nullptr, [&] {
+        dtype = capi::enum_arg(dtype);
+        device = capi::enum_arg(device);
         return new_handle(Tensor::create(dims(shape, ndim, "shape"), dtype, device, device_id));
     });
 }

@@ -177,8 +177,10 @@ tensor_t Tensor::slice(size_t dim, size_t start, size_t end) const {
                   ") out of range for dim ", dim, " of size ", shape_[dim]);
     std::vector<size_t> shape = shape_;
     shape[dim] = end - start;
-    size_t offset = offset_ + start * size_t(strides_[dim]) * element_size();
-    return make_view(start == end ? offset_ : offset, shape, strides_);
+    // A view without elements keeps the old offset: the new one may lie past the storage
+    // (which is NULL for a zero-size tensor), and pointer arithmetic there is undefined.
+    size_t offset = product(shape) == 0 ? offset_ : offset_ + start * size_t(strides_[dim]) * element_size();
+    return make_view(offset, shape, strides_);
 }
 
 tensor_t Tensor::reshape(const std::vector<size_t> &shape) const {

@@ -4,6 +4,7 @@ runner seam. Pure Python + numpy; nothing here imports the native library."""
 from .config import EngineConfig
 from .executor import ModelRunner, empty_result
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, PrefixCacheStats, hash_block_tokens
+from .llm import LLM
 from .llm_engine import LLMEngine
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
@@ -20,6 +21,7 @@ __all__ = [
     "EngineMetrics",
     "InvalidTransitionError",
     "KVCacheManager",
+    "LLM",
     "LLMEngine",
     "ModelRunner",
     "OutputProcessor",

@@ -51,3 +51,8 @@ class RequestOutput:
     usage: Usage
     metrics: RequestTimes  # timestamps of completion 0 (arrival, first token, ...)
     error: Optional[str] = None  # why a completion finished with "error"
+
+    @property
+    def text(self) -> str:
+        """The text of the first completion (the only one unless n > 1)."""
+        return self.outputs[0].text if self.outputs else ""

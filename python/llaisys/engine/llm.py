@@ -1,0 +1,125 @@
+"""LLM: offline generation for one or many prompts, batched through the engine."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Iterator, Optional, Sequence, Union
+
+from ..models import hub
+from .config import EngineConfig
+from .llm_engine import LLMEngine
+from .outputs import RequestOutput
+from .prompts import normalize_prompts
+from .sampling_params import SamplingParams
+from .worker import DEFAULT_KV_CACHE_MEMORY, Worker, WorkerConfig
+
+
+class LLM:
+    """Load a model (a directory or a known name, downloaded on first use) and generate.
+
+    >>> llm = LLM()                                   # the default model
+    >>> llm.generate("Hello")[0].text
+    """
+
+    def __init__(self, model: Optional[str] = None, *, dtype: Optional[str] = None, device: str = "cpu",
+                 kv_layout: str = "block", kv_dtype: str = "f32",
+                 kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY, max_num_seqs: int = 32,
+                 max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
+                 enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
+                 seed: Optional[int] = None):
+        self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
+                                          kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory))
+        try:
+            num_blocks = self.worker.num_blocks(block_size)
+            limit = min(self.worker.model.config.max_position_embeddings, num_blocks * block_size)
+            if max_model_len is not None and max_model_len > limit:
+                raise ValueError(f"max_model_len {max_model_len} exceeds what the model and KV cache allow ({limit})")
+            self.config = EngineConfig(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                       max_model_len=max_model_len or limit, block_size=block_size,
+                                       num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
+                                       long_prefill_token_threshold=long_prefill_token_threshold,
+                                       kv_layout=self.worker.kv_layout, seed=seed)
+            self.engine = LLMEngine(self.config, self.worker.make_runner(self.config), self.worker.tokenizer)
+        except Exception:
+            self.worker.close()
+            raise
+        self._ids = itertools.count()
+
+    @property
+    def tokenizer(self):
+        return self.worker.tokenizer
+
+    def _add(self, prompts, sampling_params) -> list:
+        inputs = normalize_prompts(prompts, self.tokenizer)
+        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+            params: Sequence = [sampling_params or SamplingParams()] * len(inputs)
+        else:
+            params = list(sampling_params)
+            if len(params) != len(inputs):
+                raise ValueError(f"{len(params)} sampling params for {len(inputs)} prompts")
+        ids = []
+        try:
+            for inp, sp in zip(inputs, params):
+                rid = f"offline-{next(self._ids)}"
+                self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text)
+                ids.append(rid)
+        except Exception:
+            self.engine.abort_request(ids)
+            self._drain(set(ids))
+            raise
+        return ids
+
+    def _drain(self, ids: set) -> None:
+        while ids and self.engine.has_unfinished_requests():
+            for out in self.engine.step():
+                if out.finished:
+                    ids.discard(out.request_id)
+
+    def generate(self, prompts, sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None
+                 ) -> list:
+        """Generate for one prompt or many (strings, token-id lists or chat conversations);
+        returns one finished RequestOutput per prompt, in order."""
+        ids = self._add(prompts, sampling_params)
+        done = {}
+        pending = set(ids)
+        while pending:
+            for out in self.engine.step():
+                if out.finished and out.request_id in pending:
+                    done[out.request_id] = out
+                    pending.discard(out.request_id)
+        return [done[i] for i in ids]
+
+    def chat(self, conversations, sampling_params=None) -> list:
+        """generate() for one conversation or a list of conversations."""
+        return self.generate(conversations, sampling_params)
+
+    def stream(self, prompt, sampling_params: Optional[SamplingParams] = None) -> Iterator[RequestOutput]:
+        """Outputs of one prompt as they are produced; each carries the new text in
+        outputs[i].delta_text (never half a UTF-8 character). Closing the iterator early aborts."""
+        ids = self._add(prompt, sampling_params)
+        if len(ids) != 1:
+            self.engine.abort_request(ids)
+            self._drain(set(ids))
+            raise ValueError(f"stream() takes one prompt, got {len(ids)}")
+        rid = ids[0]
+        finished = False
+        try:
+            while not finished:
+                for out in self.engine.step():
+                    if out.request_id == rid:
+                        finished = out.finished
+                        yield out
+        finally:
+            if not finished:
+                self.engine.abort_request(rid)
+                self._drain({rid})
+
+    def close(self) -> None:
+        self.worker.close()
+
+    def __enter__(self) -> "LLM":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,45 @@
+"""What a caller may pass as prompts, turned into token ids (offline API and server alike)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass
+class PromptInput:
+    text: Optional[str]  # the prompt as text (rendered chat template for conversations), if known
+    token_ids: list  # the ids the engine computes
+
+
+def _is_conversation(x) -> bool:
+    return isinstance(x, list) and len(x) > 0 and all(isinstance(m, dict) for m in x)
+
+
+def _is_token_ids(x) -> bool:
+    return isinstance(x, list) and len(x) > 0 and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+
+
+def _one(p, tokenizer) -> PromptInput:
+    if isinstance(p, str):
+        if not p:
+            raise ValueError("a prompt must not be empty")
+        return PromptInput(p, tokenizer.encode(p))
+    if _is_token_ids(p):
+        return PromptInput(None, list(p))
+    if _is_conversation(p):
+        text = tokenizer.apply_chat_template(p, add_generation_prompt=True)
+        return PromptInput(text, tokenizer.encode(text))
+    raise ValueError("a prompt must be a non-empty string, a non-empty list of token ids, or a chat "
+                     "conversation (a list of {'role', 'content'} messages); got "
+                     f"{type(p).__name__}")
+
+
+def normalize_prompts(prompts, tokenizer) -> list:
+    """One PromptInput per prompt. A single string, token-id list or conversation is one
+    prompt; a list of those is many."""
+    if isinstance(prompts, str) or _is_token_ids(prompts) or _is_conversation(prompts):
+        return [_one(prompts, tokenizer)]
+    if isinstance(prompts, (list, tuple)) and len(prompts) > 0:
+        return [_one(p, tokenizer) for p in prompts]
+    raise ValueError("prompts must be a prompt or a non-empty list of prompts")

@@ -1,0 +1,93 @@
+"""The Python enum mirrors equal the C headers, name for name and value for value, and the
+dtype table agrees with llaisysDataTypeSize / llaisysDataTypeName."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import llaisys
+from llaisys import DataType, DeviceType, MemcpyKind, MemoryKind, Status
+from llaisys.dtypes import as_dtype, storage_numpy_dtype
+from llaisys.libllaisys import LIB
+from llaisys.libllaisys.kv_cache import KVLayout
+from llaisys.libllaisys.tensor import MAX_DIMS
+
+INCLUDE = Path(__file__).parents[2] / "include"
+HEADERS = sorted(INCLUDE.rglob("*.h"))  # llaisys.h, llaisys/runtime.h, ... : the whole C ABI
+
+# C prefix -> the Python IntEnum that mirrors it
+MIRRORS = {
+    "LLAISYS_DTYPE_": DataType,
+    "LLAISYS_DEVICE_": DeviceType,
+    "LLAISYS_STATUS_": Status,
+    "LLAISYS_MEMORY_": MemoryKind,
+    "LLAISYS_MEMCPY_": MemcpyKind,
+    "LLAISYS_KV_LAYOUT_": KVLayout,
+}
+
+# `LLAISYS_NAME = <decimal or hex>,` on a line of its own (the comma is optional on the last one)
+ENUMERATOR = re.compile(r"^\s*(LLAISYS_[A-Z0-9_]+)\s*=\s*(-?(?:0[xX][0-9a-fA-F]+|\d+))\s*,?\s*$", re.MULTILINE)
+
+
+def c_enumerators() -> dict[str, int]:
+    found: dict[str, int] = {}
+    for header in HEADERS:
+        text = re.sub(r"/\*.*?\*/", "", header.read_text(), flags=re.DOTALL)  # drop comments
+        for name, value in ENUMERATOR.findall(text):
+            assert name not in found, f"{name} defined twice"
+            found[name] = int(value, 0)
+    return found
+
+
+@pytest.mark.parametrize("prefix", list(MIRRORS))
+def test_python_enum_mirrors_the_header(prefix):
+    enum = MIRRORS[prefix]
+    c_values = {name[len(prefix):]: value for name, value in c_enumerators().items() if name.startswith(prefix)}
+    assert c_values, f"no {prefix}* enumerators found in {HEADERS}"
+    py_values = {member.name: int(member) for member in enum}
+    missing_in_python = sorted(set(c_values) - set(py_values))
+    missing_in_c = sorted(set(py_values) - set(c_values))
+    assert not missing_in_python, f"{enum.__name__} lacks {missing_in_python}"
+    assert not missing_in_c, f"{enum.__name__} has {missing_in_c}, which the headers do not"
+    assert py_values == c_values
+
+
+def test_every_enumerator_has_a_mirror():
+    unmirrored = [n for n in c_enumerators() if not any(n.startswith(p) for p in MIRRORS)]
+    assert not unmirrored, f"enumerators without a Python mirror: {unmirrored}"
+
+
+def test_max_dims_mirror():
+    text = (INCLUDE / "llaisys" / "tensor.h").read_text()
+    assert int(re.search(r"#define\s+LLAISYS_TENSOR_MAX_DIMS\s+(\d+)", text).group(1)) == MAX_DIMS
+
+
+@pytest.mark.parametrize("dtype", [d for d in DataType if d != DataType.INVALID], ids=lambda d: d.name.lower())
+def test_dtype_table_matches_the_library(dtype):
+    name = LIB.llaisysDataTypeName(int(dtype)).decode()
+    assert as_dtype(name) == dtype, f"C name {name!r} does not map back to {dtype!r}"
+    assert LIB.llaisysDataTypeSize(int(dtype)) == storage_numpy_dtype(dtype).itemsize
+    assert f"dtype={name}" in repr(llaisys.Tensor((1,), dtype))
+
+
+def test_invalid_dtype():
+    assert LIB.llaisysDataTypeSize(int(DataType.INVALID)) == 0
+    assert LIB.llaisysDataTypeName(int(DataType.INVALID)) == b"invalid"
+
+
+def test_input_statuses_are_value_errors():
+    """Exactly the statuses that blame the caller's input map to LlaisysInputError."""
+    from llaisys.libllaisys import error_for
+
+    inputs = {Status.INVALID_ARGUMENT, Status.SHAPE_MISMATCH, Status.DTYPE_MISMATCH, Status.DEVICE_MISMATCH,
+              Status.OUT_OF_RANGE, Status.BUFFER_TOO_SMALL}
+    for status in Status:
+        if status <= 0 and status != Status.OK:
+            err = error_for(int(status), "m")
+            assert isinstance(err, llaisys.LlaisysError) and err.status == status
+            assert isinstance(err, llaisys.LlaisysInputError) == (status in inputs), status
+            assert str(err) == f"[{status.name}] m"
+    assert str(error_for(-12345, "odd")) == "[-12345] odd"
