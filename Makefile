@@ -5,8 +5,11 @@ BUILD ?= build
 
 .PHONY: serve test install install-test ctest nvidia-check test-asan pytest
 
+# Until the server lands (issue 5): download + verify the default model on first use, then
+# answer one chat prompt with it, streamed.
 serve: install
 	$(PY) -m llaisys.cli smoke
+	$(PY) -m llaisys.cli generate --chat "Write a Python function that returns the nth Fibonacci number." --max-tokens 128
 
 test: install-test ctest nvidia-check pytest test-asan
 
