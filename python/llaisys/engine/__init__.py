@@ -1,6 +1,7 @@
 """The engine: scheduler, KV block manager with prefix caching, output processing, and the
 runner seam. Pure Python + numpy; nothing here imports the native library."""
 
+from .async_engine import AsyncEngine, EngineDeadError, RequestStream
 from .config import EngineConfig
 from .executor import ModelRunner, empty_result
 from .kv_cache_manager import ComputedBlocks, KVCacheManager, PrefixCacheStats, hash_block_tokens
@@ -15,6 +16,9 @@ from .scheduler import Scheduler, SchedulerOutput, check_fits
 from .step_input import StepInput, StepResult, build_step_input, unpack_result
 
 __all__ = [
+    "AsyncEngine",
+    "EngineDeadError",
+    "RequestStream",
     "CompletionOutput",
     "ComputedBlocks",
     "EngineConfig",

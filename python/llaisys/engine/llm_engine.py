@@ -66,8 +66,7 @@ class LLMEngine:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         sp = sampling_params if sampling_params is not None else SamplingParams()
-        ids = _check_prompt(prompt_token_ids, getattr(self.tokenizer, "vocab_size", None))
-        max_tokens = check_fits(self.config, len(ids), sp.max_tokens)
+        ids, max_tokens = self.check_request(prompt_token_ids, sp)
         seq_ids = [request_id] if sp.n == 1 else [f"{request_id}#{i}" for i in range(sp.n)]
         if self.processor.has_group(request_id) or any(s in self.scheduler.requests for s in seq_ids):
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -82,11 +81,19 @@ class LLMEngine:
         for req in seqs:
             self.scheduler.add_request(req)
 
-    def abort_request(self, request_ids: Union[str, Iterable[str]]) -> None:
+    def check_request(self, prompt_token_ids, sampling_params: SamplingParams) -> tuple:
+        """(prompt ids as a list, the max_tokens the request gets), or ValueError: the checks of
+        add_request that need no engine state (safe to call from any thread)."""
+        ids = _check_prompt(prompt_token_ids, getattr(self.tokenizer, "vocab_size", None))
+        return ids, check_fits(self.config, len(ids), sampling_params.max_tokens)
+
+    def abort_request(self, request_ids: Union[str, Iterable[str]], error: Optional[str] = None) -> None:
         """Abort requests in any state (unknown or finished ids are ignored); their last
-        output (finish_reason "abort") comes from the next step()."""
+        output (finish_reason "abort", or "error" with `error` as the reason when given)
+        comes from the next step()."""
+        status = RequestStatus.FINISHED_ABORTED if error is None else RequestStatus.FINISHED_ERROR
         for rid in [request_ids] if isinstance(request_ids, str) else request_ids:
-            self._finish_group(rid, RequestStatus.FINISHED_ABORTED)
+            self._finish_group(rid, status, error)
 
     def _finish_group(self, request_id: str, status: RequestStatus, error: Optional[str] = None) -> None:
         for req in self.processor.group(request_id):

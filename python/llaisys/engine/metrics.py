@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -37,6 +38,15 @@ class EngineMetrics:
     tpot: deque = field(default_factory=_samples)  # mean time per output token after the first
     e2e: deque = field(default_factory=_samples)  # arrival -> finished
     queue_time: deque = field(default_factory=_samples)  # arrival -> first scheduled
+
+    def copy(self) -> "EngineMetrics":
+        """An independent copy (cheap: the sample deques are copied at C speed)."""
+        m = copy.copy(self)
+        m.finished_total = dict(self.finished_total)
+        m.prefix_cache = copy.copy(self.prefix_cache)
+        for name in ("ttft", "tpot", "e2e", "queue_time"):
+            setattr(m, name, deque(getattr(self, name), maxlen=MAX_SAMPLES))
+        return m
 
     @property
     def prefix_cache_hit_rate(self) -> float:

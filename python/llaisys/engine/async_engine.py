@@ -1,0 +1,266 @@
+"""AsyncEngine: one background thread drives LLMEngine.step(); other threads add requests,
+read their outputs from per-request streams, and abort them.
+
+The engine itself is single-threaded. Callers never touch it: add_request checks what can be
+checked without engine state (so a bad request fails at once, in the caller's thread) and
+queues a command; the loop applies queued commands between steps, so an abort takes effect
+before the next step, and a request never waits behind a long prefill to be admitted.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from typing import Callable, Iterator, Optional
+
+from .llm_engine import LLMEngine
+from .outputs import CompletionOutput, RequestOutput, Usage
+from .request import RequestTimes
+from .sampling_params import SamplingParams
+
+log = logging.getLogger(__name__)
+
+MAX_CONSECUTIVE_FAILURES = 3  # steps that raise in a row before the loop gives up
+IDLE_WAIT_S = 0.5  # how long the idle loop sleeps between checks when nothing wakes it
+
+
+class EngineDeadError(RuntimeError):
+    """The engine loop has stopped (shut down, or died after repeated failures)."""
+
+
+class RequestStream:
+    """The outputs of one request, in order; the last has ``finished`` set."""
+
+    def __init__(self, engine: "AsyncEngine", request_id: str):
+        self.request_id = request_id
+        self.finished = False  # the final output has been taken by the reader
+        self._engine = engine
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+
+    def get(self, timeout: Optional[float] = None) -> RequestOutput:
+        """The next output; TimeoutError if none comes within `timeout` seconds."""
+        if self.finished:
+            raise RuntimeError(f"request {self.request_id!r} has already delivered its final output")
+        try:
+            out = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no output for request {self.request_id!r} within {timeout} s") from None
+        self.finished = out.finished
+        return out
+
+    def __iter__(self) -> Iterator[RequestOutput]:
+        while not self.finished:
+            yield self.get()
+
+    def abort(self) -> None:
+        """Abort the request; its final output (finish_reason "abort") still arrives."""
+        self._engine.abort(self.request_id)
+
+
+def _error_output(request_id: str, prompt: Optional[str], prompt_ids: list, n: int, error: str) -> RequestOutput:
+    """A final output for a request the engine could not take or finish."""
+    outs = [CompletionOutput(i, "", [], "", [], None, "error") for i in range(n)]
+    return RequestOutput(request_id, prompt, prompt_ids, outs, True, Usage(len(prompt_ids), 0, 0),
+                         RequestTimes(time.monotonic(), finished=time.monotonic()), error=error)
+
+
+class AsyncEngine:
+    """Runs `engine` on a daemon thread; every public method is thread-safe."""
+
+    def __init__(self, engine: LLMEngine, name: str = "llaisys-engine"):
+        self.engine = engine
+        self.error: Optional[str] = None  # why the loop died
+        self._streams: dict = {}  # request id -> (RequestStream, prompt, prompt ids, n) until final output
+        self._commands: deque = deque()  # ("add", ...), ("abort", id), ("call", fn, future)
+        self._lock = threading.Lock()  # guards _streams, _commands, _closing and the metrics copy
+        self._wake = threading.Event()
+        self._closing = False  # no new requests
+        self._stop = False  # the loop exits once every stream has its final output
+        self._metrics = engine.metrics.copy()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    # ---- the caller's side ---------------------------------------------------------------
+    @property
+    def tokenizer(self):
+        return self.engine.tokenizer
+
+    @property
+    def config(self):
+        return self.engine.config
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    @property
+    def num_unfinished(self) -> int:
+        """Requests added whose final output has not been queued yet."""
+        with self._lock:
+            return len(self._streams)
+
+    def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
+                    prompt: Optional[str] = None) -> RequestStream:
+        """Queue a request and return its stream. ValueError (SamplingParamsError) for a bad
+        request, EngineDeadError once shutdown began or the loop died."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        sp = sampling_params if sampling_params is not None else SamplingParams()
+        ids, _ = self.engine.check_request(prompt_token_ids, sp)
+        stream = RequestStream(self, request_id)
+        with self._lock:
+            self._check_open()
+            if request_id in self._streams:
+                raise ValueError(f"request id {request_id!r} is already in use")
+            self._streams[request_id] = (stream, prompt, ids, sp.n)
+            self._commands.append(("add", request_id, ids, sp, prompt))
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        """Abort a request in any state before the next step; unknown or finished ids are ignored."""
+        with self._lock:
+            if request_id in self._streams:
+                self._commands.append(("abort", request_id))
+        self._wake.set()
+
+    def submit(self, fn: Callable[[LLMEngine], object]) -> Future:
+        """Run fn(engine) on the loop thread between steps (for anything that touches the model
+        or the KV cache); its result or exception comes back through the Future."""
+        fut: Future = Future()
+        with self._lock:
+            self._check_open()
+            self._commands.append(("call", fn, fut))
+        self._wake.set()
+        return fut
+
+    def snapshot(self):
+        """A copy of the engine's metrics as of the last step."""
+        with self._lock:
+            return self._metrics.copy()
+
+    def shutdown(self, drain_timeout: float = 0.0) -> None:
+        """Stop admitting, give in-flight requests up to `drain_timeout` seconds to finish,
+        abort the rest (their final outputs are still delivered) and stop the loop."""
+        with self._lock:
+            self._closing = True
+        deadline = time.monotonic() + max(0.0, drain_timeout)
+        while self.num_unfinished and time.monotonic() < deadline and self._thread.is_alive():
+            time.sleep(0.02)
+        with self._lock:
+            for rid in self._streams:
+                self._commands.append(("abort", rid))
+            self._stop = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join()
+
+    def _check_open(self) -> None:
+        if self.error is not None:
+            raise EngineDeadError(f"the engine loop has died: {self.error}")
+        if self._closing or not self._thread.is_alive():
+            raise EngineDeadError("the engine is shutting down")
+
+    # ---- the loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        failures = 0
+        try:
+            while True:
+                self._apply_commands()
+                if not self.engine.has_unfinished_requests():
+                    with self._lock:
+                        if self._stop and not self._streams and not self._commands:
+                            return
+                    self._wake.wait(IDLE_WAIT_S)
+                    self._wake.clear()
+                    continue
+                try:
+                    outputs = self.engine.step()
+                    failures = 0
+                except Exception as e:  # a bug outside the runner: fail what is in flight, go on
+                    failures += 1
+                    log.exception("engine step raised (%d in a row)", failures)
+                    if failures >= MAX_CONSECUTIVE_FAILURES:
+                        raise
+                    self._fail_in_flight(f"{type(e).__name__}: {e}")
+                    continue
+                self._deliver(outputs)
+        except BaseException as e:
+            self.error = f"{type(e).__name__}: {e}"
+            log.exception("engine loop died")
+            self._fail_everything(self.error)
+
+    def _apply_commands(self) -> None:
+        with self._lock:
+            commands, self._commands = list(self._commands), deque()
+        for cmd in commands:
+            if cmd[0] == "add":
+                _, rid, ids, sp, prompt = cmd
+                try:
+                    self.engine.add_request(rid, ids, sp, prompt=prompt)
+                except Exception as e:  # checked up front already; anything left fails this request only
+                    self._finish_stream(rid, f"{type(e).__name__}: {e}")
+            elif cmd[0] == "abort":
+                self.engine.abort_request(cmd[1])
+            else:
+                _, fn, fut = cmd
+                if fut.set_running_or_notify_cancel():
+                    try:
+                        fut.set_result(fn(self.engine))
+                    except BaseException as e:
+                        fut.set_exception(e)
+        if commands:
+            self._refresh_metrics()
+
+    def _deliver(self, outputs: list) -> None:
+        self._refresh_metrics()
+        with self._lock:
+            for out in outputs:
+                entry = self._streams.get(out.request_id)
+                if entry is None:
+                    continue
+                if out.finished:
+                    del self._streams[out.request_id]
+                entry[0]._queue.put(out)
+
+    def _refresh_metrics(self) -> None:
+        m = self.engine.metrics.copy()
+        sched = self.engine.scheduler  # gauges right after commands, not only after steps
+        m.num_running, m.num_waiting = len(sched.running), len(sched.waiting)
+        m.kv_usage = sched.kv.usage
+        with self._lock:
+            self._metrics = m
+
+    def _finish_stream(self, request_id: str, error: str) -> None:
+        with self._lock:
+            entry = self._streams.pop(request_id, None)
+        if entry is not None:
+            stream, prompt, ids, n = entry
+            stream._queue.put(_error_output(request_id, prompt, ids, n, error))
+
+    def _fail_in_flight(self, error: str) -> None:
+        """Finish every unfinished request with `error` and collect their final outputs."""
+        with self._lock:
+            ids = list(self._streams)
+        try:
+            self.engine.abort_request(ids, error=error)
+            self._deliver(self.engine.step())
+        except Exception:  # the engine stays broken: the loop counts the next failure
+            log.exception("could not finish the failed requests through the engine")
+        for rid in ids:  # whatever the step did not deliver gets a synthetic final output
+            self._finish_stream(rid, error)
+
+    def _fail_everything(self, error: str) -> None:
+        with self._lock:
+            self._closing = True
+            ids = list(self._streams)
+            commands, self._commands = list(self._commands), deque()
+        for cmd in commands:
+            if cmd[0] == "call" and cmd[2].set_running_or_notify_cancel():
+                cmd[2].set_exception(EngineDeadError(f"the engine loop has died: {error}"))
+        for rid in ids:
+            self._finish_stream(rid, error)
