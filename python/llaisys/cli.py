@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .cli_models import add_convert_gguf_parser, add_download_parser
+from .cli_models import add_convert_gguf_parser, add_download_parser, add_export_gguf_parser
 
 
 def run_smoke(args) -> int:
@@ -74,6 +74,7 @@ def main(argv=None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     add_download_parser(sub)
     add_convert_gguf_parser(sub)
+    add_export_gguf_parser(sub)
     add_generate_parser(sub)
     smoke = sub.add_parser("smoke", help="check that the library loads and computes")
     smoke.set_defaults(func=run_smoke)

@@ -1,7 +1,8 @@
-"""`llaisys download` and `llaisys convert-gguf`: argparse registration and handlers.
+"""`llaisys download`, `llaisys convert-gguf` and `llaisys export-gguf`: argparse registration and handlers.
 
 Each `add_*_parser(subparsers)` adds one subcommand and sets `func`, a handler that
 takes the parsed args and returns the process exit code (0 ok, 1 failure, 2 bad input).
+`llaisys export-gguf` is the reverse of convert-gguf.
 The result path is printed on stdout; progress and errors go to stderr.
 """
 
@@ -30,6 +31,16 @@ def add_convert_gguf_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (must not exist, or be empty)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_convert_gguf)
+    return p
+
+
+def add_export_gguf_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser(
+        "export-gguf", help="write a Qwen2 HuggingFace directory as a GGUF file with the same values (for llama.cpp)")
+    p.add_argument("model", help="a model directory or a known model name")
+    p.add_argument("out_file", metavar="OUT.gguf", help="the GGUF file to write (replaced if it exists)")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
+    p.set_defaults(func=run_export_gguf)
     return p
 
 
@@ -64,6 +75,21 @@ def run_convert_gguf(args) -> int:
         return 2
     except OSError as e:
         print(f"llaisys convert-gguf: failed: {e}", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+def run_export_gguf(args) -> int:
+    from .models import gguf_export, hub
+
+    try:
+        out = gguf_export.export_gguf(hub.resolve_model(args.model), args.out_file, progress=not args.quiet)
+    except ValueError as e:
+        print(f"llaisys export-gguf: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"llaisys export-gguf: failed: {e}", file=sys.stderr)
         return 1
     print(out)
     return 0
