@@ -39,6 +39,7 @@ def add_export_gguf_parser(subparsers) -> argparse.ArgumentParser:
         "export-gguf", help="write a Qwen2 HuggingFace directory as a GGUF file with the same values (for llama.cpp)")
     p.add_argument("model", help="a model directory or a known model name")
     p.add_argument("out_file", metavar="OUT.gguf", help="the GGUF file to write (replaced if it exists)")
+    p.add_argument("--dtype", choices=["bf16", "f16", "f32"], help="convert the weights first (default: keep them)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_export_gguf)
     return p
@@ -84,7 +85,8 @@ def run_export_gguf(args) -> int:
     from .models import gguf_export, hub
 
     try:
-        out = gguf_export.export_gguf(hub.resolve_model(args.model), args.out_file, progress=not args.quiet)
+        out = gguf_export.export_gguf(hub.resolve_model(args.model), args.out_file, dtype=args.dtype,
+                                       progress=not args.quiet)
     except ValueError as e:
         print(f"llaisys export-gguf: error: {e}", file=sys.stderr)
         return 2

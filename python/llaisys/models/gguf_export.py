@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import gguf
 import numpy as np
@@ -68,11 +68,14 @@ def _widen(data: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.PathLike],
-                progress: bool = False) -> Path:
-    """Write `model_dir` (a Qwen2 HF directory) to the GGUF file `out_path` (replaced atomically);
-    progress shows the gguf package's progress bar while the tensors are written."""
+                dtype: Optional[str] = None, progress: bool = False) -> Path:
+    """Write `model_dir` (a Qwen2 HF directory) to the GGUF file `out_path` (replaced atomically).
+
+    dtype ("bf16", "f16", "f32") converts the weights first, as `--dtype` does at load; None
+    keeps the checkpoint's values exactly. progress shows the gguf package's progress bar.
+    """
     model_dir, out_path = Path(model_dir), Path(out_path)
-    loaded = load_model(model_dir)  # validated and memory-mapped
+    loaded = load_model(model_dir, dtype=dtype)  # validated; memory-mapped unless converted
     cfg, dtype = loaded.config, loaded.dtype
     if dtype not in _GGML_TYPE:
         raise ValueError(f"{model_dir}: weights in {dtype} cannot be exported (bf16, f16 or f32 only)")

@@ -1,0 +1,417 @@
+"""llaisys against llama.cpp and HF transformers on the same weights, same machine, same threads.
+
+    python tools/bench_compare.py [--models NAME ...] [--backends llaisys llama.cpp-bf16 ...]
+                                  [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
+
+Workloads (greedy, random token ids from a fixed seed, the same for every backend):
+  prefill    one 512-token prompt                                  -> prompt tok/s
+  decode     64-token prompt, then 128 tokens one at a time         -> output tok/s
+  batch-B    B sequences of 32 prompt tokens, then 32 decode steps
+             with all B sequences in each step (B = 1 4 8 16 32)    -> aggregate output tok/s
+  offline    32 requests, mixed lengths (prompts 16..256, outputs 16..128), all submitted at
+             once (llaisys: the engine's continuous batching; llama.cpp: one batch per step over
+             every unfinished sequence; transformers: not run, it has no continuous batching)
+                                                                     -> requests/s, TTFT, TPOT
+
+Backends: llaisys (this checkout's package), llama.cpp-bf16 / llama.cpp-f16 (llama-cpp-python,
+installed on first use into its own virtualenv under the llaisys cache, low-level API so that
+many sequences decode in one llama_decode call; the GGUF is written from our model directory by
+`llaisys export-gguf`, so llama.cpp runs on exactly our bf16 values), hf-bf16 / hf-f32
+(transformers, torch==2.13.0, with a KV cache). Each backend runs in its own process; the
+repeats alternate backends (A B C A B C ...); the table shows medians with min-max and the ratio
+of llaisys to each peer. Writes JSON with every sample.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"
+BATCHES = (1, 4, 8, 16, 32)
+ALL_BACKENDS = ("llaisys", "llama.cpp-bf16", "llama.cpp-f16", "hf-bf16", "hf-f32")
+
+
+# ---- workloads (shared by every worker) ------------------------------------------------------
+def workload_spec(quick: bool) -> dict:
+    if quick:  # a smoke run of the tool itself
+        return {"prefill": 64, "decode_prompt": 16, "decode": 8, "batch_prompt": 8, "batch_steps": 4,
+                "batches": [1, 4], "offline": 4}
+    return {"prefill": 512, "decode_prompt": 64, "decode": 128, "batch_prompt": 32, "batch_steps": 32,
+            "batches": list(BATCHES), "offline": 32}
+
+
+def offline_requests(n: int, vocab: int, seed: int = 7) -> list:
+    """[(prompt ids, output length)]: mixed lengths, the same for every backend."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(100, vocab - 100, int(rng.integers(16, 257))).tolist(), int(rng.integers(16, 129)))
+            for _ in range(n)]
+
+
+def prompt(n: int, vocab: int, seed: int) -> list:
+    import numpy as np
+
+    return np.random.default_rng(seed).integers(100, vocab - 100, n).tolist()
+
+
+# ---- llaisys worker ------------------------------------------------------------------------
+def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
+    import numpy as np
+
+    from llaisys import LLM, SamplingParams
+    from llaisys.models.loader import load_model
+    from llaisys.models.qwen2 import Qwen2Model, RowSampling
+
+    model = Qwen2Model(load_model(model_dir))
+    vocab = model.config.vocab_size
+    res = {}
+
+    def step(cache, toks, pos, starts, seqs, rows):
+        """One core call; greedy ids of `rows`, sampled in the core (as the engine does)."""
+        return model.step(cache, token_ids=toks, positions=pos, query_start=starts, seq_ids=seqs,
+                          sample_rows=rows, sampling=[RowSampling()] * len(rows))
+
+    with model.create_kv_cache("slot", n_slots=4096) as cache:
+        p = prompt(spec["prefill"], vocab, 1)
+        t = time.perf_counter()
+        step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
+        res["prefill"] = len(p) / (time.perf_counter() - t)
+    with model.create_kv_cache("slot", n_slots=4096) as cache:
+        p = prompt(spec["decode_prompt"], vocab, 2)
+        out = step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
+        nxt, n = int(out.token_ids[0]), len(p)
+        t = time.perf_counter()
+        for i in range(spec["decode"]):
+            nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
+        res["decode"] = spec["decode"] / (time.perf_counter() - t)
+    for b in spec["batches"]:
+        lp, steps = spec["batch_prompt"], spec["batch_steps"]
+        with model.create_kv_cache("slot", n_slots=b * (lp + steps) + 64) as cache:
+            toks = sum((prompt(lp, vocab, 100 + s) for s in range(b)), [])
+            pos = np.tile(np.arange(lp), b)
+            starts = np.arange(b + 1) * lp
+            out = step(cache, toks, pos, starts, list(range(b)), (starts[1:] - 1).tolist())
+            nxt = out.token_ids.tolist()
+            t = time.perf_counter()
+            for i in range(steps):
+                nxt = step(cache, nxt, [lp + i] * b, list(range(b + 1)), list(range(b)), list(range(b))).token_ids.tolist()
+            res[f"batch-{b}"] = b * steps / (time.perf_counter() - t)
+    model.close()
+
+    reqs = offline_requests(spec["offline"], vocab)
+    with LLM(model_dir, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
+        params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in reqs]
+        t = time.perf_counter()
+        outs = llm.generate([ids for ids, _ in reqs], params)
+        wall = time.perf_counter() - t
+    ttft = [o.metrics.first_token - o.metrics.arrival for o in outs]
+    tpot = [(o.metrics.last_token - o.metrics.first_token) / max(1, len(o.outputs[0].token_ids) - 1) for o in outs]
+    res["offline"] = {"requests_s": len(reqs) / wall, "output_tok_s": sum(n for _, n in reqs) / wall,
+                      "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot)}
+    return res
+
+
+# ---- llama.cpp worker (runs in the tool's own virtualenv; imports nothing from llaisys) --------
+def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
+    import ctypes
+
+    import llama_cpp as L
+    import numpy as np
+
+    L.llama_backend_init()
+    mparams = L.llama_model_default_params()
+    model = L.llama_model_load_from_file(gguf_path.encode(), mparams)
+    if not model:
+        raise RuntimeError(f"llama.cpp could not load {gguf_path}")
+    vocab_h = L.llama_model_get_vocab(model)
+    vocab = L.llama_vocab_n_tokens(vocab_h)
+    max_seqs = max(spec["batches"] + [spec["offline"]])
+
+    def context(n_ctx: int, n_seq: int):
+        cp = L.llama_context_default_params()
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, 512, 512
+        cp.n_seq_max = n_seq
+        cp.n_threads = cp.n_threads_batch = threads
+        cp.no_perf = True
+        ctx = L.llama_init_from_model(model, cp)
+        if not ctx:
+            raise RuntimeError("llama.cpp could not create a context")
+        return ctx
+
+    batch = L.llama_batch_init(4096, 0, max_seqs)
+
+    def decode(ctx, rows):
+        """rows: [(seq, [tokens], first position, want logits of the last)] -> argmax per wanted row."""
+        batch.n_tokens = 0
+        wanted = []
+        for seq, toks, p0, want in rows:
+            for j, tok in enumerate(toks):
+                i = batch.n_tokens
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = tok, p0 + j, 1
+                batch.seq_id[i][0] = seq
+                last = want and j == len(toks) - 1
+                batch.logits[i] = last
+                if last:
+                    wanted.append(i)
+                batch.n_tokens += 1
+        rc = L.llama_decode(ctx, batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode returned {rc}")
+        out = []
+        for i in wanted:
+            logits = np.ctypeslib.as_array(ctypes.cast(L.llama_get_logits_ith(ctx, i), ctypes.POINTER(ctypes.c_float)),
+                                           shape=(vocab,))
+            out.append(int(logits.argmax()))
+        return out
+
+    def prefill_chunks(ctx, seq, toks, p0=0):
+        """Prompt in chunks of at most 512 tokens (n_batch); the argmax after the last."""
+        nxt = None
+        for c in range(0, len(toks), 512):
+            part = toks[c:c + 512]
+            got = decode(ctx, [(seq, part, p0 + c, c + 512 >= len(toks))])
+            nxt = got[0] if got else nxt
+        return nxt
+
+    res = {}
+    ctx = context(4096, 1)
+    p = prompt(spec["prefill"], vocab, 1)
+    t = time.perf_counter()
+    prefill_chunks(ctx, 0, p)
+    res["prefill"] = len(p) / (time.perf_counter() - t)
+    L.llama_free(ctx)
+
+    ctx = context(4096, 1)
+    p = prompt(spec["decode_prompt"], vocab, 2)
+    nxt, n = prefill_chunks(ctx, 0, p), len(p)
+    t = time.perf_counter()
+    for i in range(spec["decode"]):
+        nxt = decode(ctx, [(0, [nxt], n + i, True)])[0]
+    res["decode"] = spec["decode"] / (time.perf_counter() - t)
+    L.llama_free(ctx)
+
+    for b in spec["batches"]:
+        lp, steps = spec["batch_prompt"], spec["batch_steps"]
+        ctx = context(max(256, b * (lp + steps) + 64), b)
+        nxt = decode(ctx, [(s, prompt(lp, vocab, 100 + s), 0, True) for s in range(b)])
+        t = time.perf_counter()
+        for i in range(steps):
+            nxt = decode(ctx, [(s, [nxt[s]], lp + i, True) for s in range(b)])
+        res[f"batch-{b}"] = b * steps / (time.perf_counter() - t)
+        L.llama_free(ctx)
+
+    # offline: every unfinished sequence in each step; prompts go in whole (up to 256 tokens each)
+    # while the step holds at most 512 tokens, the rest wait for the next step
+    reqs = offline_requests(spec["offline"], vocab)
+    ctx = context(sum(len(p) + n for p, n in reqs) + 64, len(reqs))
+    t0 = time.perf_counter()
+    state = [{"fed": 0, "out": [], "first": None, "last": None, "next": None} for _ in reqs]
+    while any(len(s["out"]) < n for s, (_, n) in zip(state, reqs)):
+        rows, budget, who = [], 512, []
+        for k, (s, (p, n)) in enumerate(zip(state, reqs)):
+            if len(s["out"]) >= n:
+                continue
+            if s["fed"] < len(p):
+                if len(p) - s["fed"] > budget:
+                    continue
+                rows.append((k, p[s["fed"]:], s["fed"], True))
+                budget -= len(p) - s["fed"]
+            elif budget >= 1:
+                rows.append((k, [s["next"]], len(p) + len(s["out"]) - 1, True))
+                budget -= 1
+            else:
+                continue
+            who.append(k)
+        got = decode(ctx, rows)
+        now = time.perf_counter()
+        for k, tok in zip(who, got):
+            s = state[k]
+            s["fed"] = len(reqs[k][0])
+            s["out"].append(tok)
+            s["next"] = tok
+            s["first"] = s["first"] or now
+            s["last"] = now
+    wall = time.perf_counter() - t0
+    L.llama_free(ctx)
+    ttft = [s["first"] - t0 for s in state]
+    tpot = [(s["last"] - s["first"]) / max(1, n - 1) for s, (_, n) in zip(state, reqs)]
+    res["offline"] = {"requests_s": len(reqs) / wall, "output_tok_s": sum(n for _, n in reqs) / wall,
+                      "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot)}
+    L.llama_batch_free(batch)
+    L.llama_model_free(model)
+    return res
+
+
+# ---- transformers worker ---------------------------------------------------------------------
+def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    vocab = model.config.vocab_size
+    res = {}
+
+    def greedy(out):
+        return out.logits[:, -1].argmax(-1, keepdim=True)
+
+    with torch.inference_mode():
+        p = torch.tensor([prompt(spec["prefill"], vocab, 1)])
+        t = time.perf_counter()
+        model(p, logits_to_keep=1)
+        res["prefill"] = p.shape[1] / (time.perf_counter() - t)
+
+        p = torch.tensor([prompt(spec["decode_prompt"], vocab, 2)])
+        out = model(p, use_cache=True, logits_to_keep=1)
+        nxt, past = greedy(out), out.past_key_values
+        t = time.perf_counter()
+        for _ in range(spec["decode"]):
+            out = model(nxt, past_key_values=past, use_cache=True)
+            nxt, past = greedy(out), out.past_key_values
+        res["decode"] = spec["decode"] / (time.perf_counter() - t)
+
+        for b in spec["batches"]:
+            p = torch.tensor([prompt(spec["batch_prompt"], vocab, 100 + s) for s in range(b)])
+            out = model(p, use_cache=True, logits_to_keep=1)
+            nxt, past = greedy(out), out.past_key_values
+            t = time.perf_counter()
+            for _ in range(spec["batch_steps"]):
+                out = model(nxt, past_key_values=past, use_cache=True)
+                nxt, past = greedy(out), out.past_key_values
+            res[f"batch-{b}"] = b * spec["batch_steps"] / (time.perf_counter() - t)
+    return res
+
+
+# ---- the driver ------------------------------------------------------------------------------
+def llama_cpp_python() -> str:
+    """The python of the tool's llama-cpp-python virtualenv, created on first use (~20 min build)."""
+    home = Path(os.environ.get("LLAISYS_HOME", Path.home() / ".cache" / "llaisys"))
+    venv = home / "bench" / "llama-cpp-venv"
+    py = venv / "bin" / "python"
+    probe = [str(py), "-c", "import llama_cpp"]
+    if py.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return str(py)
+    print(f"installing {LLAMA_CPP_PIN} into {venv} (compiles llama.cpp: about 20 minutes on 2 cores)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PIN, "numpy"], check=True)
+    return str(py)
+
+
+def gguf_for(model_dir: str, dtype: str) -> str:
+    """Our model directory as a GGUF in `dtype` (bf16: exactly our values), written once."""
+    from llaisys.models.gguf_export import export_gguf
+
+    out = Path(model_dir).parent / f"{Path(model_dir).name}-{dtype}.gguf"
+    if not out.exists() or out.stat().st_mtime < (Path(model_dir) / "config.json").stat().st_mtime:
+        export_gguf(model_dir, out, dtype=None if dtype == "bf16" else dtype)
+    return str(out)
+
+
+def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if backend.startswith("llama.cpp"):
+        exe, target = llama_cpp_python(), gguf_for(model_dir, backend.split("-")[1])
+    else:
+        exe, target = sys.executable, model_dir
+    cmd = [exe, __file__, "--worker", backend, target, json.dumps(spec), str(threads)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{backend} worker failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def worker_main(backend: str, target: str, spec_json: str, threads: str) -> None:
+    spec, threads = json.loads(spec_json), int(threads)
+    if backend == "llaisys":
+        res = run_llaisys(target, spec, threads)
+    elif backend.startswith("llama.cpp"):
+        res = run_llama_cpp(target, spec, threads)
+    else:
+        res = run_hf(target, spec, threads, {"hf-bf16": "bfloat16", "hf-f32": "float32"}[backend])
+    print(json.dumps(res))
+
+
+def flatten(res: dict) -> dict:
+    out = {k: v for k, v in res.items() if not isinstance(v, dict)}
+    for k, v in res.get("offline", {}).items():
+        out[f"offline {k}"] = v
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
+    ap.add_argument("--backends", nargs="+", default=list(ALL_BACKENDS), choices=ALL_BACKENDS)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
+    ap.add_argument("--out", default="bench_compare.json")
+    args = ap.parse_args()
+    from llaisys.models import hub
+
+    spec = workload_spec(args.quick)
+    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "cores": os.cpu_count(),
+              "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
+    for name in args.models:
+        model_dir = hub.resolve_model(name)
+        samples = {b: [] for b in args.backends}
+        for r in range(args.repeats):
+            for b in args.backends:  # alternate: A B C, A B C, ...
+                print(f"[{name}] repeat {r + 1}/{args.repeats}: {b}", flush=True)
+                samples[b].append(flatten(run_worker(b, model_dir, spec, args.threads)))
+        report["models"][name] = samples
+        print_table(name, samples, args.backends)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"wrote {args.out}")
+
+
+def print_table(name: str, samples: dict, backends: list) -> None:
+    metrics = list(dict.fromkeys(k for runs in samples.values() for run in runs for k in run))
+    lower_better = {"offline ttft_s", "offline tpot_s"}
+    print(f"\n{name}: median (min-max); ratio = llaisys / peer (> 1: llaisys better)")
+    print(f"{'metric':22}" + "".join(f"{b:>26}" for b in backends))
+    for m in metrics:
+        cells, med = [], {}
+        for b in backends:
+            vals = [run[m] for run in samples[b] if m in run]
+            if not vals:
+                cells.append(f"{'-':>26}")
+                continue
+            med[b] = statistics.median(vals)
+            cells.append(f"{med[b]:>10.3g} ({min(vals):.3g}-{max(vals):.3g})".rjust(26))
+        print(f"{m:22}" + "".join(cells))
+        if "llaisys" in med:
+            ratios = []
+            for b in backends:
+                if b != "llaisys" and b in med and med[b] > 0 and med["llaisys"] > 0:
+                    ratio = med[b] / med["llaisys"] if m in lower_better else med["llaisys"] / med[b]
+                    ratios.append(f"{b} x{ratio:.2f}")
+            if ratios:
+                print(f"{'':22}  " + ", ".join(ratios))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--worker":
+        worker_main(*sys.argv[2:6])
+    else:
+        main()
