@@ -2,8 +2,13 @@
 
     python tools/bench_models.py [--models NAME ...] [--prompt-len 512] [--decode-len 128] [--out FILE]
 
-Prints a table and writes JSON. Timings only: the host is shared, so compare figures
-taken in one run."""
+Prints a table and writes JSON (a list of rows, one per model; tools/bench_limits reads it).
+Prefill is one step of prompt-len tokens; decode is decode-len single-token steps, each
+sampled greedily in the core as the engine does. Each figure is the median over --repeats
+runs (all runs are kept in the JSON). Timings only: the host is shared, so compare figures
+taken in one run, and read them beside the load average printed with them. On a host with
+more runnable threads than cores, OMP_WAIT_POLICY=passive keeps OpenMP's spinning at every
+barrier from eating the time slices (doc/benchmarks.md)."""
 
 from __future__ import annotations
 
@@ -16,11 +21,21 @@ import numpy as np
 
 from llaisys.models import hub
 from llaisys.models.loader import load_model
-from llaisys.models.qwen2 import Qwen2Model
+from llaisys.models.qwen2 import Qwen2Model, RowSampling
+
+
+def _greedy_step(model: Qwen2Model, cache, tokens, start: int) -> int:
+    """Run `tokens` at positions start.. as one row of seq 0 and return the greedy next token,
+    sampled in the core as the engine does (no logits through Python)."""
+    n = len(tokens)
+    res = model.step(cache, token_ids=tokens, positions=np.arange(start, start + n), query_start=[0, n],
+                     seq_ids=[0], sample_rows=[n - 1], sampling=[RowSampling()])
+    return int(res.token_ids[0])
 
 
 def bench(name: str, prompt_len: int, decode_len: int, repeats: int) -> dict:
     path = hub.resolve_model(name)
+    load_avg_start = os.getloadavg()[0]
     t0 = time.perf_counter()
     model = Qwen2Model(load_model(path))
     load_s = time.perf_counter() - t0
@@ -30,20 +45,19 @@ def bench(name: str, prompt_len: int, decode_len: int, repeats: int) -> dict:
     for _ in range(repeats):
         with model.create_kv_cache("slot", n_slots=prompt_len + decode_len + 16) as cache:
             t = time.perf_counter()
-            res = model.step(cache, token_ids=prompt, positions=np.arange(prompt_len), query_start=[0, prompt_len],
-                             seq_ids=[0], sample_rows=[prompt_len - 1], want_logits=True)
+            nxt = _greedy_step(model, cache, prompt, 0)
             prefill.append(prompt_len / (time.perf_counter() - t))
-            nxt = int(np.argmax(res.logits[0]))
             t = time.perf_counter()
             for i in range(decode_len):
-                res = model.step(cache, token_ids=[nxt], positions=[prompt_len + i], query_start=[0, 1], seq_ids=[0],
-                                 sample_rows=[0], want_logits=True)
-                nxt = int(np.argmax(res.logits[0]))
+                nxt = _greedy_step(model, cache, [nxt], prompt_len + i)
             decode.append(decode_len / (time.perf_counter() - t))
     model.close()
     return {"model": name, "load_s": round(load_s, 2), "prefill_tok_s": round(float(np.median(prefill)), 1),
-            "decode_tok_s": round(float(np.median(decode)), 1), "prompt_len": prompt_len,
-            "decode_len": decode_len, "repeats": repeats}
+            "decode_tok_s": round(float(np.median(decode)), 1), "prefill_runs": [round(x, 1) for x in prefill],
+            "decode_runs": [round(x, 1) for x in decode], "prompt_len": prompt_len, "decode_len": decode_len,
+            "repeats": repeats, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "load_avg_start": round(load_avg_start, 2),
+            "load_avg_end": round(os.getloadavg()[0], 2)}
 
 
 def main() -> None:
@@ -54,11 +68,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="bench_models.json")
     args = ap.parse_args()
+    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, threads: {os.environ.get('OMP_NUM_THREADS', 'all')}"
+          f" of {os.cpu_count()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
+          f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     rows = [bench(m, args.prompt_len, args.decode_len, args.repeats) for m in args.models]
-    print(f"{'model':32} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13}   (threads: "
-          f"{os.environ.get('OMP_NUM_THREADS', 'all')}, load avg {os.getloadavg()[0]:.2f})")
+    print(f"{'model':32} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'load avg':>12}")
     for r in rows:
-        print(f"{r['model']:32} {r['load_s']:7.2f} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f}")
+        print(f"{r['model']:32} {r['load_s']:7.2f} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f} "
+              f"{r['load_avg_start']:5.2f}->{r['load_avg_end']:<5.2f}")
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=2)
 

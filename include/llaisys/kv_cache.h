@@ -30,7 +30,7 @@ typedef struct {
     size_t n_layers;
     size_t n_kv_heads;
     size_t head_dim;
-    size_t n_slots;    /* total token slots; BLOCK: must be a multiple of block_size */
+    size_t n_slots;    /* total token slots, <= INT32_MAX; BLOCK: a multiple of block_size */
     size_t block_size; /* BLOCK: slots per block (e.g. 16); SLOT: ignored */
     float rope_theta;  /* SLOT: seq_add re-rotates stored keys with this base */
     llaisysDeviceType_t device;

@@ -5,12 +5,15 @@
 #include "../utils/types.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 namespace llaisys::kv {
 
 size_t KVCache::bytes_per_slot(const llaisysKVCacheParams_t &p) {
-    return 2 * p.n_layers * p.n_kv_heads * p.head_dim * dtype_size(p.dtype);
+    size_t row = mul_size(mul_size(p.n_kv_heads, p.head_dim, "KV cache n_kv_heads * head_dim"), dtype_size(p.dtype),
+                          "KV cache row bytes");
+    return mul_size(mul_size(2, p.n_layers, "KV cache 2 * n_layers"), row, "KV cache bytes per slot");
 }
 
 KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
@@ -20,6 +23,9 @@ KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
     LLAISYS_CHECK_ARG(p_.n_layers > 0 && p_.n_kv_heads > 0 && p_.head_dim > 0 && p_.head_dim % 2 == 0,
                       "KV cache needs n_layers, n_kv_heads > 0 and an even head_dim > 0");
     LLAISYS_CHECK_ARG(p_.n_slots > 0, "KV cache needs at least one slot");
+    // slots are int32 in block tables and attention views
+    LLAISYS_CHECK_ARG(p_.n_slots <= size_t(INT32_MAX), "KV cache n_slots ", p_.n_slots, " exceeds ", INT32_MAX);
+    mul_size(bytes_per_slot(p_), p_.n_slots, "KV cache bytes (n_slots * bytes per slot)");
     if (p_.layout == LLAISYS_KV_LAYOUT_BLOCK) {
         LLAISYS_CHECK_ARG(p_.block_size > 0 && p_.n_slots % p_.block_size == 0, "BLOCK layout: n_slots (", p_.n_slots,
                           ") must be a positive multiple of block_size (", p_.block_size, ")");

@@ -5,9 +5,10 @@
 #include "../tensor/tensor.hpp"
 #include "../utils/error.hpp"
 #include "llaisys.h"
-#include "llaisys/tensor.h"
-
+#include "llaisys/kv_cache.h"
+#include "llaisys/models/qwen2.h"
 #include "llaisys/runtime.h"
+#include "llaisys/tensor.h"
 
 #include <cstring>
 #include <new>
@@ -89,6 +90,23 @@ inline llaisysMemoryKind_t enum_arg(const llaisysMemoryKind_t &x) {
 }
 inline llaisysMemcpyKind_t enum_arg(const llaisysMemcpyKind_t &x) {
     return enum_in_range(x, LLAISYS_MEMCPY_H2H, LLAISYS_MEMCPY_D2D, "memcpy kind");
+}
+inline llaisysKVLayout_t enum_arg(const llaisysKVLayout_t &x) {
+    return enum_in_range(x, LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_KV_LAYOUT_SLOT, "KV layout");
+}
+
+// Structs passed by pointer carry enums too: a copy with every enum field checked.
+inline llaisysKVCacheParams_t checked(const llaisysKVCacheParams_t &p) {
+    llaisysKVCacheParams_t c = p;
+    c.layout = enum_arg(p.layout);
+    c.dtype = enum_arg(p.dtype);
+    c.device = enum_arg(p.device);
+    return c;
+}
+inline llaisysQwen2Meta_t checked(const llaisysQwen2Meta_t &m) {
+    llaisysQwen2Meta_t c = m;
+    c.dtype = enum_arg(m.dtype);
+    return c;
 }
 
 inline llaisysTensor_t new_handle(tensor_t t) { return new LlaisysTensor{LlaisysTensor::kMagic, std::move(t)}; }

@@ -27,10 +27,11 @@ extern "C" {
 size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t bytes) {
     return guard_value<size_t>(0, [&] {
         LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
-        size_t per = kv::KVCache::bytes_per_slot(*params);
-        LLAISYS_CHECK_ARG(per > 0, "params describe an empty slot");
+        const llaisysKVCacheParams_t p = capi::checked(*params);
+        size_t per = kv::KVCache::bytes_per_slot(p);
+        LLAISYS_CHECK_ARG(per > 0, "params describe an empty slot (n_layers, n_kv_heads, head_dim or dtype is 0)");
         size_t n = bytes / per;
-        if (params->layout == LLAISYS_KV_LAYOUT_BLOCK && params->block_size > 0) n -= n % params->block_size;
+        if (p.layout == LLAISYS_KV_LAYOUT_BLOCK && p.block_size > 0) n -= n % p.block_size;
         return n;
     });
 }
@@ -38,7 +39,7 @@ size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t 
 llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params) {
     return guard_value<llaisysKVCache_t>(nullptr, [&] {
         LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
-        return new LlaisysKVCache{std::make_unique<kv::KVCache>(*params)};
+        return new LlaisysKVCache{std::make_unique<kv::KVCache>(capi::checked(*params))};
     });
 }
 

@@ -24,7 +24,8 @@ extern "C" {
 llaisysQwen2Model_t llaisysQwen2ModelCreate(const llaisysQwen2Meta_t *meta, llaisysDeviceType_t device, int device_id) {
     return guard_value<llaisysQwen2Model_t>(nullptr, [&] {
         LLAISYS_CHECK_ARG(meta != nullptr, "meta is NULL");
-        return new LlaisysQwen2Model{std::make_unique<models::qwen2::Model>(*meta, device, device_id)};
+        device = capi::enum_arg(device);
+        return new LlaisysQwen2Model{std::make_unique<models::qwen2::Model>(capi::checked(*meta), device, device_id)};
     });
 }
 
@@ -34,6 +35,7 @@ llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model, const char
                                            llaisysDataType_t dtype, const size_t *shape, size_t ndim) {
     return guard([&] {
         LLAISYS_CHECK_ARG(name != nullptr, "name is NULL");
+        dtype = capi::enum_arg(dtype);
         LLAISYS_CHECK_ARG(shape != nullptr || ndim == 0, "shape is NULL");
         LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " is too large");
         model_of(model).set_weight(name, data, dtype, std::vector<size_t>(shape, shape + ndim));
@@ -58,6 +60,8 @@ llaisysKVCache_t llaisysQwen2ModelCreateKVCache(llaisysQwen2Model_t model, llais
                                                 llaisysDataType_t dtype, size_t n_slots, size_t block_size) {
     return guard_value<llaisysKVCache_t>(nullptr, [&] {
         auto &m = model_of(model);
+        layout = capi::enum_arg(layout);
+        dtype = capi::enum_arg(dtype);
         llaisysKVCacheParams_t p{};
         p.layout = layout;
         p.dtype = dtype;
@@ -77,8 +81,11 @@ llaisysStatus_t llaisysQwen2ModelStep(llaisysQwen2Model_t model, llaisysKVCache_
                                       const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) {
     llaisysStatus_t status = LLAISYS_STATUS_OK;
     llaisysStatus_t guarded = guard([&] {
-        LLAISYS_CHECK_ARG(cache != nullptr && batch != nullptr && out != nullptr, "cache, batch and out are required");
-        status = model_of(model).step(*cache->cache, *batch, params, *out);
+        auto &m = model_of(model);
+        LLAISYS_CHECK_ARG(cache != nullptr, "cache is NULL");
+        LLAISYS_CHECK_ARG(batch != nullptr, "batch is NULL");
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        status = m.step(*cache->cache, *batch, params, *out);
     });
     if (guarded != LLAISYS_STATUS_OK) return guarded;
     if (status == LLAISYS_STATUS_NO_KV_SPACE) {

@@ -22,8 +22,10 @@ llaisysStatus_t llaisysSample(const float *logits, size_t n_rows, size_t vocab, 
     return capi::guard([&] {
         LLAISYS_CHECK_ARG(logits != nullptr || n_rows == 0, "logits is NULL");
         LLAISYS_CHECK_ARG(params != nullptr || n_rows == 0, "params is NULL");
-        LLAISYS_CHECK_ARG(out != nullptr && (out->token_ids != nullptr || n_rows == 0), "out or out->token_ids is NULL");
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        sampling::check_output(*out, n_rows);
         LLAISYS_CHECK_ARG(vocab > 0, "vocab must be > 0");
+        mul_size(n_rows, vocab, "n_rows * vocab");
         for (size_t r = 0; r < n_rows; r++) sampling::check_params(params[r], vocab, out->top_capacity);
         sampling::sample(logits, n_rows, vocab, params, *out);
     });

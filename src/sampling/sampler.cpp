@@ -173,6 +173,12 @@ void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_cap
     }
 }
 
+void check_output(const llaisysSampleOutput_t &out, size_t n_rows) {
+    LLAISYS_CHECK_ARG(n_rows == 0 || out.token_ids != nullptr, "out.token_ids is NULL");
+    LLAISYS_CHECK_ARG(out.top_capacity == 0 || (out.top_ids != nullptr && out.top_logprobs != nullptr),
+                      "out.top_capacity is ", out.top_capacity, " but out.top_ids or out.top_logprobs is NULL");
+}
+
 void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
             const llaisysSampleOutput_t &out) {
 #pragma omp parallel if (n_rows > 1)

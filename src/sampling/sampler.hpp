@@ -11,6 +11,10 @@ namespace llaisys::sampling {
 // in the penalty/bias lists is outside [0, vocab).
 void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity);
 
+// Throws INVALID_ARGUMENT when `out` cannot take n_rows results: token_ids NULL, or a
+// top_capacity without both top arrays.
+void check_output(const llaisysSampleOutput_t &out, size_t n_rows);
+
 // Sample each row of logits [n_rows, vocab] with params[n_rows] into out (rows in parallel).
 void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
             const llaisysSampleOutput_t &out);

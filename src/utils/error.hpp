@@ -4,6 +4,7 @@
 
 #include "llaisys.h"
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,13 @@ std::string str_cat(const Args &...args) {
 template <class... Args>
 [[noreturn]] void fail(llaisysStatus_t status, const Args &...args) {
     throw Error(status, str_cat(args...));
+}
+
+// a * b for sizes the caller chose (n_slots * bytes per slot, ...): INVALID_ARGUMENT naming
+// `what` when the product does not fit in size_t, instead of a silently wrapped allocation.
+inline size_t mul_size(size_t a, size_t b, const char *what) {
+    if (a != 0 && b > SIZE_MAX / a) fail(LLAISYS_STATUS_INVALID_ARGUMENT, what, " overflows size_t (", a, " * ", b, ")");
+    return a * b;
 }
 
 }  // namespace llaisys

@@ -3,6 +3,9 @@
  * A step computes a flat batch of tokens from many sequences at once: prefill chunks
  * (query length L) and decode tokens (query length 1) alike. Activations are f32; weights
  * keep the model dtype and are widened inside the kernels.
+ * Threads: one model (and one cache) must not be used by two threads at once; the step
+ * reuses the model's workspace. Distinct model/cache pairs may run concurrently.
+ * Reference: doc/c_api.md.
  */
 #ifndef LLAISYS_MODELS_QWEN2_H
 #define LLAISYS_MODELS_QWEN2_H
@@ -29,15 +32,17 @@ typedef struct {
 
 typedef struct LlaisysQwen2Model *llaisysQwen2Model_t;
 
-/* A model with unset weights. NULL on error. The caller owns it. */
+/* A model with unset weights. NULL on error (bad enum, zero or overflowing sizes, ...).
+ * The caller owns it. */
 LLAISYS_API llaisysQwen2Model_t llaisysQwen2ModelCreate(const llaisysQwen2Meta_t *meta,
                                                         llaisysDeviceType_t device, int device_id);
 LLAISYS_API void llaisysQwen2ModelDestroy(llaisysQwen2Model_t model);
 
 /* Copy one weight from host memory, by its HuggingFace name (e.g.
  * "model.layers.3.self_attn.q_proj.weight"), converting from `dtype` to the model dtype.
- * `shape[ndim]` must be what the meta implies. Unknown names, wrong shapes or a byte count
- * that does not match are errors. `data` is only read during the call. */
+ * `shape[ndim]` must be what the meta implies, and `data` holds that many elements of
+ * `dtype` (f32, f16 or bf16). Unknown names and wrong shapes are errors. `data` is only
+ * read during the call. */
 LLAISYS_API llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model, const char *name,
                                                        const void *data, llaisysDataType_t dtype,
                                                        const size_t *shape, size_t ndim);
@@ -85,7 +90,8 @@ typedef struct {
  * sample with params[i] (params may be NULL to skip sampling, e.g. for embeddings).
  * Returns LLAISYS_STATUS_NO_KV_SPACE (recoverable, nothing written) when a SLOT cache has
  * too few free cells; errors for malformed batches (ids out of range, slots out of range,
- * ranges inconsistent). */
+ * ranges inconsistent), checked before anything is written: a refused step changes
+ * neither the model nor the cache. */
 LLAISYS_API llaisysStatus_t llaisysQwen2ModelStep(llaisysQwen2Model_t model, llaisysKVCache_t cache,
                                                   const llaisysBatch_t *batch,
                                                   const llaisysSamplingParams_t *params,

@@ -3,6 +3,7 @@
 #include "../../utils/error.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 namespace llaisys::kv {
@@ -72,6 +73,8 @@ void UnifiedCells::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta, s
         if (!seqs_[c].test(size_t(seq)) || !in_range(pos_[c], p0, p1)) continue;
         LLAISYS_CHECK_ARG(seqs_[c].count() == 1, "seq_add: cell at position ", pos_[c], " of seq ", seq,
                           " is shared with another sequence; shift it with each owner alone (seq_rm/seq_cp first)");
+        LLAISYS_CHECK_ARG(delta < 0 || pos_[c] <= INT64_MAX - delta, "seq_add: position ", pos_[c], " + delta ", delta,
+                          " overflows int64");
     }
     for (size_t c = 0; c < size(); c++) {
         if (!seqs_[c].test(size_t(seq)) || !in_range(pos_[c], p0, p1)) continue;

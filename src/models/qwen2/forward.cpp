@@ -13,7 +13,9 @@
 #include "../../utils/error.hpp"
 #include "../../utils/types.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 namespace llaisys::models::qwen2 {
@@ -41,17 +43,26 @@ void store_row(std::byte *dst, llaisysDataType_t dt, const float *src, size_t n)
 void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const {
     const size_t n = b.n_tokens;
     LLAISYS_CHECK_ARG(n > 0 && b.n_seqs > 0, "batch: needs at least one token and one row");
+    LLAISYS_CHECK_ARG(n <= size_t(INT32_MAX), "batch: n_tokens ", n, " exceeds ", INT32_MAX, " (query_start is int32)");
+    LLAISYS_CHECK_ARG(b.n_seqs <= n, "batch: ", b.n_seqs, " rows for ", n, " tokens (every row needs a token)");
     LLAISYS_CHECK_ARG(b.token_ids && b.positions && b.query_start, "batch: token_ids, positions and query_start are required");
-    LLAISYS_CHECK_ARG(b.query_start[0] == 0 && size_t(b.query_start[b.n_seqs]) == n,
-                      "batch: query_start must run from 0 to n_tokens (", n, ")");
+    // query_start first: every later loop indexes tokens through it
+    LLAISYS_CHECK_ARG(b.query_start[0] == 0, "batch: query_start[0] must be 0, got ", b.query_start[0]);
+    for (size_t s = 0; s < b.n_seqs; s++) {
+        LLAISYS_CHECK_ARG(b.query_start[s] < b.query_start[s + 1], "batch: query_start must increase (row ", s,
+                          " has no tokens: query_start[", s, "] = ", b.query_start[s], ", query_start[", s + 1,
+                          "] = ", b.query_start[s + 1], ")");
+    }
+    LLAISYS_CHECK_ARG(size_t(b.query_start[b.n_seqs]) == n, "batch: query_start must end at n_tokens (", n,
+                      "), got ", b.query_start[b.n_seqs]);
     for (size_t i = 0; i < n; i++) {
         LLAISYS_CHECK(b.token_ids[i] >= 0 && size_t(b.token_ids[i]) < meta_.vocab_size, LLAISYS_STATUS_OUT_OF_RANGE,
                       "batch: token_ids[", i, "] = ", b.token_ids[i], " is outside the vocabulary [0, ",
                       meta_.vocab_size, ")");
-        LLAISYS_CHECK(b.positions[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, "batch: positions[", i, "] is negative");
+        LLAISYS_CHECK(b.positions[i] >= 0, LLAISYS_STATUS_OUT_OF_RANGE, "batch: positions[", i, "] = ", b.positions[i],
+                      " is negative");
     }
     for (size_t s = 0; s < b.n_seqs; s++) {
-        LLAISYS_CHECK_ARG(b.query_start[s] < b.query_start[s + 1], "batch: row ", s, " has no tokens");
         for (int32_t t = b.query_start[s] + 1; t < b.query_start[s + 1]; t++) {
             LLAISYS_CHECK_ARG(b.positions[t] > b.positions[t - 1], "batch: positions must increase within row ", s);
         }
@@ -66,11 +77,15 @@ void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) co
         const size_t bs = cache.params().block_size, n_blocks = cache.n_slots() / bs;
         LLAISYS_CHECK_ARG(b.slot_mapping && b.block_tables && b.context_lens,
                           "batch: the BLOCK layout needs slot_mapping, block_tables and context_lens");
+        mul_size(b.n_seqs, b.max_blocks, "batch: n_seqs * max_blocks");
+        size_t visible = 0;  // KV entries the attention view will list (int32 offsets)
         for (size_t s = 0; s < b.n_seqs; s++) {
             size_t q_len = size_t(b.query_start[s + 1] - b.query_start[s]);
             LLAISYS_CHECK_ARG(b.context_lens[s] >= 0 && size_t(b.context_lens[s]) >= q_len, "batch: context_lens[", s,
                               "] is shorter than the row's ", q_len, " query tokens");
             size_t ctx = size_t(b.context_lens[s]);
+            visible += ctx;
+            LLAISYS_CHECK_ARG(visible <= size_t(INT32_MAX), "batch: context_lens add up to more than ", INT32_MAX);
             LLAISYS_CHECK_ARG((ctx + bs - 1) / bs <= b.max_blocks, "batch: row ", s, " needs ", (ctx + bs - 1) / bs,
                               " blocks but block_tables has ", b.max_blocks, " columns");
             const int32_t *table = b.block_tables + s * b.max_blocks;
@@ -145,6 +160,7 @@ void Model::reserve(size_t n, size_t n_sample) {
     const size_t H = meta_.hidden_size, I = meta_.intermediate_size, hd = meta_.head_dim;
     const size_t qkv_dim = (meta_.n_heads + 2 * meta_.n_kv_heads) * hd;
     if (n > rs_.capacity_tokens) {
+        mul_size(n, std::max({H, qkv_dim, 2 * I}), "step buffers (n_tokens * widest row)");
         grow(rs_.x, n * H);
         grow(rs_.h, n * H);
         grow(rs_.qkv, n * qkv_dim);
@@ -155,6 +171,7 @@ void Model::reserve(size_t n, size_t n_sample) {
         rs_.capacity_tokens = n;
     }
     if (n_sample > rs_.capacity_samples) {
+        mul_size(n_sample, std::max(H, meta_.vocab_size), "step buffers (n_sample * vocab)");
         grow(rs_.xs, n_sample * H);
         grow(rs_.logits, n_sample * meta_.vocab_size);
         rs_.capacity_samples = n_sample;
@@ -216,7 +233,7 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
     const size_t H = meta_.hidden_size, V = meta_.vocab_size;
     const llaisysSampleOutput_t &so = out.sample;
     if (params && b.n_sample) {
-        LLAISYS_CHECK_ARG(so.token_ids != nullptr, "out.sample.token_ids is NULL");
+        sampling::check_output(so, b.n_sample);
         for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], V, so.top_capacity);
     }
     reserve(b.n_tokens, b.n_sample);
