@@ -1,4 +1,4 @@
-"""The `llaisys` command: download, convert-gguf, generate, smoke (and serve, later)."""
+"""The `llaisys` command: download, convert-gguf, generate, serve, smoke."""
 
 from __future__ import annotations
 
@@ -69,6 +69,12 @@ def run_generate(args) -> int:
     return 0
 
 
+def add_serve_parser(sub) -> None:
+    from .server.serve import add_serve_parser as add
+
+    add(sub)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="llaisys", description="llaisys: LLM inference for Qwen2-family models")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -76,6 +82,7 @@ def main(argv=None) -> int:
     add_convert_gguf_parser(sub)
     add_export_gguf_parser(sub)
     add_generate_parser(sub)
+    add_serve_parser(sub)
     smoke = sub.add_parser("smoke", help="check that the library loads and computes")
     smoke.set_defaults(func=run_smoke)
     args = parser.parse_args(argv)

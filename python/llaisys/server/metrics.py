@@ -1,0 +1,151 @@
+"""Prometheus metrics for GET /metrics: ``llaisys:``-prefixed, modelled on vLLM's names.
+
+Two sources, one registry (our own, never the process-global one, so two apps in one process
+do not clash):
+
+- engine state, read at scrape time from each model's ``AsyncEngine.snapshot()``: gauges
+  (running, waiting, KV usage) and the engine's counters (prompt/generation tokens,
+  preemptions, prefix-cache tokens queried and hit). Reading at scrape time means the
+  numbers are the engine's own, never a second count that could drift from it.
+- per-request observations the server reports through ``on_request_done`` once an HTTP
+  request ends: finish reasons, TTFT / TPOT / end-to-end / inter-token latency histograms,
+  and HTTP errors by status.
+
+Every series carries ``model_name`` (the served name); a model name the server does not
+serve is recorded as ``"unknown"`` so a client cannot grow the label set.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "llaisys:"
+UNKNOWN_MODEL = "unknown"
+
+# bucket bounds in seconds (vLLM's, trimmed to what a CPU engine spans)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0)
+
+
+class _EngineCollector:
+    """Yields the engines' gauges and counters from a fresh snapshot at every scrape."""
+
+    def __init__(self, engines: Callable[[], dict]):
+        self._engines = engines
+
+    def describe(self):
+        return []  # unchecked collector: the series depend on the models served
+
+    def collect(self):
+        fams = {
+            "running": GaugeMetricFamily(PREFIX + "num_requests_running", "Requests holding KV (running).",
+                                         labels=["model_name"]),
+            "waiting": GaugeMetricFamily(PREFIX + "num_requests_waiting", "Requests queued (preempted ones too).",
+                                         labels=["model_name"]),
+            "kv": GaugeMetricFamily(PREFIX + "kv_cache_usage_perc",
+                                    "Fraction of KV blocks held by requests (1 = full).", labels=["model_name"]),
+            "alive": GaugeMetricFamily(PREFIX + "engine_alive", "1 while the engine loop runs, 0 once it died.",
+                                       labels=["model_name"]),
+            "prompt": CounterMetricFamily(PREFIX + "prompt_tokens", "Prompt tokens of admitted requests.",
+                                          labels=["model_name"]),
+            "gen": CounterMetricFamily(PREFIX + "generation_tokens", "Output tokens generated.",
+                                       labels=["model_name"]),
+            "preempt": CounterMetricFamily(PREFIX + "num_preemptions", "Requests preempted (KV ran out).",
+                                           labels=["model_name"]),
+            "pq": CounterMetricFamily(PREFIX + "prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+                                      labels=["model_name"]),
+            "ph": CounterMetricFamily(PREFIX + "prefix_cache_hits", "Prompt tokens served from the prefix cache.",
+                                      labels=["model_name"]),
+        }
+        for name, eng in sorted(self._engines().items()):
+            m = eng.snapshot()
+            fams["running"].add_metric([name], m.num_running)
+            fams["waiting"].add_metric([name], m.num_waiting)
+            fams["kv"].add_metric([name], m.kv_usage)
+            fams["alive"].add_metric([name], 1.0 if eng.is_alive else 0.0)
+            fams["prompt"].add_metric([name], m.prompt_tokens_total)
+            fams["gen"].add_metric([name], m.generation_tokens_total)
+            fams["preempt"].add_metric([name], m.num_preemptions_total)
+            fams["pq"].add_metric([name], m.prefix_cache.query_tokens)
+            fams["ph"].add_metric([name], m.prefix_cache.hit_tokens)
+        yield from fams.values()
+
+
+class ServerMetrics:
+    """The /metrics registry of one server; `engines()` gives served name -> AsyncEngine."""
+
+    def __init__(self, engines: Callable[[], dict]):
+        self._engines = engines
+        self._lock = threading.Lock()  # one request's observations land together
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_EngineCollector(engines))
+        reg = dict(registry=self.registry)
+        self.request_success = Counter(PREFIX + "request_success", "Finished requests by finish reason "
+                                       "(one per completion; n > 1 counts n).", ["model_name", "finished_reason"],
+                                       **reg)
+        self.http_errors = Counter(PREFIX + "http_errors", "HTTP requests answered with an error, by status.",
+                                   ["model_name", "status"], **reg)
+        self.ttft = Histogram(PREFIX + "time_to_first_token_seconds", "Arrival to first output token.",
+                              ["model_name"], buckets=TTFT_BUCKETS, **reg)
+        self.tpot = Histogram(PREFIX + "time_per_output_token_seconds", "Mean time per output token after the "
+                              "first, per request.", ["model_name"], buckets=TPOT_BUCKETS, **reg)
+        self.itl = Histogram(PREFIX + "inter_token_latency_seconds", "Time between consecutive streamed chunks.",
+                             ["model_name"], buckets=TPOT_BUCKETS, **reg)
+        self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "Arrival to the last byte of the response.",
+                             ["model_name"], buckets=E2E_BUCKETS, **reg)
+
+    def _label(self, model: Optional[str]) -> str:
+        return model if model and model in self._engines() else UNKNOWN_MODEL
+
+    def on_request_done(self, model: Optional[str], out, status: int, ttft_s: Optional[float], e2e_s: float,
+                        itl_s: list) -> None:
+        """Record one finished HTTP request (call once per request, errors included).
+
+        `out` is its final RequestOutput (None when it never reached the engine), `ttft_s`
+        the server-measured time to the first token (None: take the engine's timestamps),
+        `itl_s` the gaps between streamed chunks (empty when not streaming)."""
+        name = self._label(model)
+        with self._lock:
+            if status >= 400:
+                self.http_errors.labels(name, str(int(status))).inc()
+            if out is None or not out.finished:
+                return
+            for c in out.outputs:
+                self.request_success.labels(name, c.finish_reason or "unknown").inc()
+            if status >= 400:
+                return
+            times = out.metrics
+            if ttft_s is None and times is not None and times.first_token is not None:
+                ttft_s = times.first_token - times.arrival
+            if ttft_s is not None:
+                self.ttft.labels(name).observe(ttft_s)
+            tpot = _tpot(out, itl_s)
+            if tpot is not None:
+                self.tpot.labels(name).observe(tpot)
+            for gap in itl_s:
+                self.itl.labels(name).observe(gap)
+            self.e2e.labels(name).observe(e2e_s)
+
+    def render(self) -> tuple:
+        """(body, content type) of the Prometheus text exposition."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _tpot(out, itl_s: list) -> Optional[float]:
+    """Mean seconds per output token after the first, from the engine's timestamps of
+    completion 0; from the streamed gaps when the engine's are missing; None for <= 1 token."""
+    times = out.metrics
+    n = len(out.outputs[0].token_ids) if out.outputs else 0
+    if times is not None and times.first_token is not None and times.last_token is not None and n > 1:
+        return (times.last_token - times.first_token) / (n - 1)
+    if itl_s:
+        return sum(itl_s) / len(itl_s)
+    return None

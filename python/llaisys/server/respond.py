@@ -1,0 +1,202 @@
+"""A started Generation turned into the HTTP answer: one JSON body, or an SSE stream.
+
+Both read the same events; the stream sends each output as it comes (the first chunk of
+a chat stream carries the role, a choice's last chunk its finish_reason, an optional usage
+chunk with ``choices: []`` precedes ``data: [DONE]``); the JSON body is what the stream
+would add up to. finish() runs exactly once whichever way the answer ends, and releases
+everything the request held: engine requests, admission slot, session turn, and reports
+metrics, the token charge and the request's log line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Iterator, Optional
+
+from flask import Response, g, jsonify
+
+from .errors import APIError
+from .limits import ClientGone
+from .responses import TokenText, chat_logprobs, completion_logprobs, envelope, sum_usage
+
+log = logging.getLogger("llaisys.server")
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+def sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
+
+
+class Run:
+    """Answers one chat ("chat") or completion ("text") request from its Generation."""
+
+    def __init__(self, state, served, req, gen, ticket, kind: str, prompt_texts: list, session=None):
+        self.state = state  # the app's ServerState
+        self.served = served  # registry.ServedModel
+        self.req = req  # protocol.ChatRequest / CompletionRequest
+        self.gen = gen  # generation.Generation, started
+        self.ticket = ticket  # limits.Ticket
+        self.kind = kind
+        self.prompt_texts = prompt_texts  # echo text per prompt ("" unless echo)
+        self.session = session  # (session id, owner) of a session turn, or None
+        self.created = int(time.time())
+        self.n = req.sampling.get("n", 1)
+        self.text_of = TokenText(served.engine.tokenizer)
+        self.texts: dict = {}  # choice index -> text streamed so far
+        self.done: set = set()  # choice indices whose finish_reason was sent
+        self.log_fields = g.log_fields  # the request's log record (flask.g is gone once streaming)
+        self.log_fields["deferred"] = req.stream  # a stream logs when it ends, not when the view returns
+        self._finished = False
+
+    # ---- shared ----------------------------------------------------------------------------
+    def respond(self) -> Response:
+        if self.req.stream:
+            return Response(self._stream(), mimetype="text/event-stream", headers=SSE_HEADERS)
+        return self._json()
+
+    def finish(self, status: int) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        self.gen.close()
+        self.ticket.release()
+        finals = [self.gen.finals[i] for i in sorted(self.gen.finals)]
+        usage = sum_usage([o.usage for o in finals]) if finals else None
+        if self.session is not None:
+            reply = None
+            if status == 200 and finals and finals[0].outputs[0].finish_reason in ("stop", "length"):
+                reply = {"role": "assistant", "content": finals[0].outputs[0].text}
+            self.state.sessions.end_turn(*self.session, reply)
+        if usage is not None:
+            self.state.admission.charge(self.gen.owner, usage.total_tokens)
+        ttft = None if self.gen.first_token_at is None else self.gen.first_token_at - self.log_fields["t0"]
+        self.state.metrics.on_request_done(self.served.name, finals[0] if finals else None, status, ttft,
+                                           time.monotonic() - self.log_fields["t0"], self.gen.itl)
+        f = self.log_fields
+        f.update(status=status, reported=True, ttft=ttft)
+        if usage is not None:
+            f.update(prompt_tokens=usage.prompt_tokens, completion_tokens=usage.completion_tokens,
+                     cached_tokens=usage.cached_tokens)
+        f["finish"] = ",".join(sorted({c.finish_reason or "none" for o in finals for c in o.outputs})) or None
+        self.state.log_request(f)
+
+    def _choice_index(self, prompt_index: int, c) -> int:
+        return prompt_index * self.n + c.index
+
+    def _logprobs(self, c, token_ids: list, prompt_offset: int = 0):
+        if self.req.logprobs is None or not token_ids:
+            return None
+        entries = c.logprobs[len(c.logprobs) - len(token_ids):] if c.logprobs else [{}] * len(token_ids)
+        if self.kind == "chat":
+            return chat_logprobs(token_ids, entries, self.req.logprobs, self.text_of)
+        return completion_logprobs(token_ids, entries, self.req.logprobs, self.text_of, prompt_offset)
+
+    def _reported_reason(self, c) -> Optional[str]:
+        """The finish_reason a client sees: stop/length, and abort only for an explicit cancel
+        (other aborts and errors are answered as errors)."""
+        if c.finish_reason in ("stop", "length"):
+            return c.finish_reason
+        if c.finish_reason == "abort" and self.gen.abort_cause == "cancel":
+            return "abort"
+        return None
+
+    # ---- JSON ------------------------------------------------------------------------------
+    def _json(self) -> Response:
+        try:
+            for _ in self.gen.events():
+                pass
+        except ClientGone:
+            self.finish(499)
+            raise
+        except BaseException:
+            self.finish(500)
+            raise
+        err = self.gen.failure()
+        if err is not None:
+            self.finish(err.status)
+            raise err
+        choices = []
+        for i in sorted(self.gen.finals):
+            for c in self.gen.finals[i].outputs:
+                reason = self._reported_reason(c)
+                if self.kind == "chat":
+                    choices.append({"index": self._choice_index(i, c),
+                                    "message": {"role": "assistant", "content": c.text},
+                                    "logprobs": self._logprobs(c, c.token_ids), "finish_reason": reason})
+                else:
+                    echo = self.prompt_texts[i]
+                    choices.append({"index": self._choice_index(i, c), "text": echo + c.text,
+                                    "logprobs": self._logprobs(c, c.token_ids, len(echo)), "finish_reason": reason})
+        choices.sort(key=lambda ch: ch["index"])
+        usage = sum_usage([o.usage for o in self.gen.finals.values()])
+        body = envelope(self.kind, self.gen.response_id, self.created, self.served.name, choices, usage)
+        self.finish(200)
+        return jsonify(body)
+
+    # ---- SSE -------------------------------------------------------------------------------
+    def _chunk(self, choices: list, usage=None) -> bytes:
+        return sse(envelope(self.kind, self.gen.response_id, self.created, self.served.name, choices, usage,
+                            chunk=True, include_usage=self.req.include_usage))
+
+    def _first_chunks(self) -> Iterator[bytes]:
+        for i in range(len(self.prompt_texts)):
+            for k in range(self.n):
+                idx = i * self.n + k
+                if self.kind == "chat":
+                    choice = {"index": idx, "delta": {"role": "assistant", "content": ""}, "logprobs": None,
+                              "finish_reason": None}
+                elif self.prompt_texts[i]:
+                    choice = {"index": idx, "text": self.prompt_texts[i], "logprobs": None, "finish_reason": None}
+                else:
+                    continue
+                self.texts[idx] = "" if self.kind == "chat" else self.prompt_texts[i]
+                yield self._chunk([choice])
+
+    def _output_chunks(self, prompt_index: int, out) -> Iterator[bytes]:
+        for c in out.outputs:
+            idx = self._choice_index(prompt_index, c)
+            if idx in self.done:
+                continue
+            sent = self.texts.setdefault(idx, "")
+            lp = self._logprobs(c, c.delta_token_ids, len(sent))
+            reason = self._reported_reason(c)
+            if not (c.delta_text or lp or reason):
+                continue
+            self.texts[idx] = sent + c.delta_text
+            if self.kind == "chat":
+                choice = {"index": idx, "delta": {"content": c.delta_text} if c.delta_text else {}, "logprobs": lp,
+                          "finish_reason": reason}
+            else:
+                choice = {"index": idx, "text": c.delta_text, "logprobs": lp, "finish_reason": reason}
+            if reason is not None:
+                self.done.add(idx)
+            yield self._chunk([choice])
+
+    def _stream(self) -> Iterator[bytes]:
+        status = 200
+        try:
+            yield from self._first_chunks()
+            for i, out in self.gen.events():
+                yield from self._output_chunks(i, out)
+            err = self.gen.failure()
+            if err is not None:
+                status = err.status
+                yield sse(err.body())
+            elif self.req.include_usage:
+                yield self._chunk([], sum_usage([o.usage for o in self.gen.finals.values()]))
+            yield b"data: [DONE]\n\n"
+        except ClientGone:
+            status = 499
+        except GeneratorExit:  # the server could not write: the client went away
+            status = 499
+            raise
+        except Exception as e:  # a fault of ours mid-stream: tell the client, then end the stream
+            log.exception("stream %s failed", self.gen.response_id)
+            status = 500
+            yield sse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body())
+            yield b"data: [DONE]\n\n"
+        finally:
+            self.finish(status)

@@ -1,0 +1,279 @@
+"""The OpenAI routes and their helpers: chat and text completions, embeddings, tokenize /
+detokenize, cancel, sessions.
+
+Order inside a generation route: parse and type-check the body, pick the model (404), take
+an admission slot (429 at once when full, before any tokenizing), then tokenize, resolve
+max_tokens and hand the request to the engine.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+import uuid
+
+import numpy as np
+from flask import Blueprint, current_app, g, jsonify, request
+
+from ..engine.async_engine import EngineDeadError
+from .errors import APIError, bad_request, missing, not_found, unavailable, wrong_type
+from .generation import Generation, client_gone_check
+from .protocol import (check_sampling, get_field, parse_chat, parse_completion, parse_messages,
+                       resolve_max_tokens)
+from .respond import Run
+from .sessions import SessionBusy, SessionStoreFull
+
+bp = Blueprint("openai", __name__)
+
+
+def state():
+    return current_app.extensions["llaisys"]
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex}"
+
+
+def _start(served, owner: str) -> tuple:
+    """Take an admission slot for `owner` on `served`: (ticket, deadline, client_gone)."""
+    st = state()
+    g.log_fields.update(model=served.name, user=owner)
+    gone = client_gone_check(request.environ)
+    deadline = g.log_fields["t0"] + st.limits.request_timeout_s
+    return st.admission.acquire(owner, deadline, gone), deadline, gone
+
+
+def _sampling(req, n_prompt: int, served, param: str):
+    st = state()
+    max_tokens = resolve_max_tokens(req.max_tokens, n_prompt, served.max_model_len, st.request_limits.max_tokens_cap,
+                                    param)
+    return check_sampling(dict(req.sampling, max_tokens=max_tokens, logprobs=req.logprobs))
+
+
+def _begin_session(session_id: str, owner: str, messages: list) -> list:
+    try:
+        return state().sessions.begin_turn(session_id, owner, messages)
+    except KeyError:
+        raise not_found(f"session {session_id!r} does not exist", code="session_not_found",
+                        param="session_id") from None
+    except SessionBusy as e:
+        raise APIError(409, str(e), code="session_busy", param="session_id") from None
+    except SessionStoreFull as e:
+        raise unavailable(str(e), code="sessions_full", retry_after=1) from None
+    except ValueError as e:
+        raise bad_request(str(e), param="session_id") from None
+
+
+@bp.post("/v1/chat/completions")
+def chat_completions():
+    st = state()
+    req = parse_chat(st.read_json(), st.request_limits)
+    served = st.registry.get(req.model)
+    owner = st.identity(req.user)
+    ticket, deadline, gone = _start(served, owner)
+    session = None
+    try:
+        messages = req.messages
+        if req.session_id is not None:
+            messages = _begin_session(req.session_id, owner, messages)
+            session = (req.session_id, owner)
+        tok = served.engine.tokenizer
+        try:
+            text = tok.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
+        except ValueError as e:
+            raise bad_request(str(e), param="messages") from None
+        ids = tok.encode(text)
+        sp = _sampling(req, len(ids), served, "messages")
+        gen = Generation(served.engine, new_id("chatcmpl"), owner, deadline, gone, st.cancels)
+        g.log_fields["id"] = gen.response_id
+        gen.start([(ids, text)], [sp])
+    except BaseException:
+        ticket.release()
+        if session is not None:
+            st.sessions.end_turn(*session, None)
+        raise
+    return Run(st, served, req, gen, ticket, "chat", [""], session).respond()
+
+
+def _completion_prompts(req, tokenizer) -> list:
+    """(token ids, text) per prompt; token-id prompts keep text None."""
+    out = []
+    for i, p in enumerate(req.prompts):
+        if isinstance(p, str):
+            out.append((tokenizer.encode(p), p))
+            if not out[-1][0]:
+                raise bad_request(f"prompt {i} encodes to no tokens", param="prompt", code="empty_prompt")
+        else:
+            out.append((list(p), None))
+    return out
+
+
+@bp.post("/v1/completions")
+def completions():
+    st = state()
+    req = parse_completion(st.read_json(), st.request_limits)
+    served = st.registry.get(req.model)
+    owner = st.identity(req.user)
+    ticket, deadline, gone = _start(served, owner)
+    try:
+        tok = served.engine.tokenizer
+        prompts = _completion_prompts(req, tok)
+        params = [_sampling(req, len(ids), served, "prompt") for ids, _ in prompts]
+        echo = [""] * len(prompts)
+        if req.echo:
+            try:
+                echo = [text if text is not None else tok.decode(ids) for ids, text in prompts]
+            except ValueError as e:
+                raise bad_request(str(e), param="prompt") from None
+        gen = Generation(served.engine, new_id("cmpl"), owner, deadline, gone, st.cancels)
+        g.log_fields["id"] = gen.response_id
+        gen.start(prompts, params)
+    except BaseException:
+        ticket.release()
+        raise
+    return Run(st, served, req, gen, ticket, "text", echo).respond()
+
+
+def _embedding_inputs(raw, tokenizer) -> list:
+    if raw is None:
+        raise missing("input")
+    ints = lambda x: isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
+    if isinstance(raw, str) or ints(raw):
+        raw = [raw]
+    if not isinstance(raw, list) or not raw or not all(isinstance(x, str) or ints(x) for x in raw):
+        raise bad_request("input must be a non-empty string, an array of strings, an array of token ids or an array "
+                          "of token-id arrays", param="input")
+    if len(raw) > 256:
+        raise bad_request(f"at most 256 inputs per request, got {len(raw)}", param="input")
+    ids = [tokenizer.encode(x) if isinstance(x, str) else list(x) for x in raw]
+    vocab = tokenizer.vocab_size
+    for i, x in enumerate(ids):
+        if not x:
+            raise bad_request(f"input {i} is empty", param="input", code="empty_prompt")
+        bad = [t for t in x if not 0 <= t < vocab]
+        if bad:
+            raise bad_request(f"input {i}: token id {bad[0]} is outside the vocabulary [0, {vocab})", param="input")
+    return ids
+
+
+@bp.post("/v1/embeddings")
+def embeddings():
+    from .embeddings import embed
+
+    st = state()
+    body = st.read_json()
+    served = st.registry.get(get_field(body, "model", "str"))
+    fmt = get_field(body, "encoding_format", "str", "float")
+    if fmt not in ("float", "base64"):
+        raise bad_request("encoding_format must be 'float' or 'base64'", param="encoding_format")
+    owner = st.identity(get_field(body, "user", "str"))
+    ticket, deadline, _ = _start(served, owner)
+    with ticket:
+        inputs = _embedding_inputs(body.get("input"), served.engine.tokenizer)
+        n_ctx = served.max_model_len
+        for ids in inputs:
+            if len(ids) > n_ctx:
+                raise bad_request(f"input ({len(ids)} tokens) exceeds the model's context of {n_ctx} tokens",
+                                  param="input", code="context_length_exceeded", n_prompt_tokens=len(ids), n_ctx=n_ctx)
+        dims = get_field(body, "dimensions", "int")
+        try:
+            vectors = embed(served.engine, inputs, timeout=max(0.1, deadline - time.monotonic()))
+        except TimeoutError:
+            raise APIError(504, "embedding ran past the server's request timeout", code="request_timeout") from None
+        except EngineDeadError as e:
+            raise unavailable(str(e), code="engine_unavailable") from None
+        except ValueError as e:
+            raise bad_request(str(e), param="input") from None
+        if dims is not None and dims != len(vectors[0]):
+            raise bad_request(f"dimensions must be the model's hidden size ({len(vectors[0])})", param="dimensions",
+                              code="unsupported_parameter")
+    data = []
+    for i, v in enumerate(vectors):
+        v = np.asarray(v, dtype="<f4")
+        emb = base64.b64encode(v.tobytes()).decode("ascii") if fmt == "base64" else v.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": emb})
+    n = sum(len(x) for x in inputs)
+    g.log_fields.update(prompt_tokens=n, completion_tokens=0)
+    return jsonify({"object": "list", "data": data, "model": served.name,
+                    "usage": {"prompt_tokens": n, "total_tokens": n}})
+
+
+@bp.post("/tokenize")
+def tokenize():
+    st = state()
+    body = st.read_json()
+    served = st.registry.get(get_field(body, "model", "str"))
+    tok = served.engine.tokenizer
+    prompt, messages = body.get("prompt"), body.get("messages")
+    if (prompt is None) == (messages is None):
+        raise bad_request("give exactly one of 'prompt' and 'messages'", param="prompt")
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            raise wrong_type("prompt", "a string", prompt)
+        ids = tok.encode(prompt, add_special_tokens=get_field(body, "add_special_tokens", "bool", False))
+    else:
+        if body.get("chat_template") is not None:
+            raise bad_request("client-supplied chat templates are not accepted", param="chat_template",
+                              code="unsupported_parameter")
+        try:
+            ids = tok.apply_chat_template(parse_messages(messages),
+                                          add_generation_prompt=get_field(body, "add_generation_prompt", "bool", True),
+                                          tokenize=True)
+        except ValueError as e:
+            raise bad_request(str(e), param="messages") from None
+    return jsonify({"tokens": ids, "count": len(ids), "max_model_len": served.max_model_len})
+
+
+@bp.post("/detokenize")
+def detokenize():
+    st = state()
+    body = st.read_json()
+    served = st.registry.get(get_field(body, "model", "str"))
+    tokens = body.get("tokens")
+    if tokens is None:
+        raise missing("tokens")
+    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise wrong_type("tokens", "an array of integers", tokens)
+    try:
+        text = served.engine.tokenizer.decode(tokens)
+    except ValueError as e:
+        raise bad_request(str(e), param="tokens") from None
+    return jsonify({"prompt": text})
+
+
+@bp.post("/v1/requests/<rid>/cancel")
+def cancel(rid: str):
+    st = state()
+    owner = st.identity(request.args.get("user") or _optional_user())
+    if not st.cancels.cancel(rid, owner):
+        raise not_found(f"no running request {rid!r}", code="request_not_found")
+    return jsonify({"id": rid, "object": "request.cancel", "cancelled": True})
+
+
+def _optional_user():
+    """The `user` of an optional JSON body (cancel and session routes)."""
+    if not request.content_length:
+        return None
+    return get_field(state().read_json(), "user", "str")
+
+
+@bp.get("/v1/sessions/<sid>")
+def get_session(sid: str):
+    st = state()
+    try:
+        messages = st.sessions.get(sid, st.identity(request.args.get("user")))
+    except KeyError:
+        raise not_found(f"session {sid!r} does not exist", code="session_not_found") from None
+    return jsonify({"id": sid, "object": "session", "messages": messages})
+
+
+@bp.delete("/v1/sessions/<sid>")
+def delete_session(sid: str):
+    st = state()
+    try:
+        deleted = st.sessions.delete(sid, st.identity(request.args.get("user")))
+    except SessionBusy as e:
+        raise APIError(409, str(e), code="session_busy") from None
+    if not deleted:
+        raise not_found(f"session {sid!r} does not exist", code="session_not_found")
+    return jsonify({"id": sid, "object": "session.deleted", "deleted": True})

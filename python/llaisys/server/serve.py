@@ -1,0 +1,172 @@
+"""`llaisys serve`: bind, load the models in the background, serve until SIGTERM/SIGINT,
+then drain.
+
+If loading fails the process exits 1. Shutdown: /health and new requests answer 503 at once; requests in flight get up to
+--drain-timeout seconds to finish; the rest are aborted (a stream ends with an error event
+and [DONE]); the engines stop and the process exits 0. A second signal skips the drain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+
+log = logging.getLogger("llaisys.server")
+
+
+def add_serve_parser(sub) -> None:
+    p = sub.add_parser("serve", help="run the OpenAI-compatible server and the web page",
+                       description="Serve models over an OpenAI-compatible HTTP API (and the chat page at /). "
+                                   "With no model, the default model is downloaded (first run) and served.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("models", nargs="*", metavar="MODEL", help="model directory or known name (served under its "
+                                                              "base name); NAME_OR_DIR=SERVED_NAME renames it")
+    p.add_argument("--model", action="append", default=[], metavar="NAME_OR_DIR[=SERVED_NAME]",
+                   help="a model to serve (repeatable; the first is the default for requests without 'model')")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes the server)")
+    p.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port, printed)")
+    e = p.add_argument_group("engine")
+    e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"])
+    e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
+    e.add_argument("--kv-layout", default="block", choices=["block", "slot"])
+    e.add_argument("--kv-cache-memory", default="1GiB", help="KV cache budget per model, e.g. 512MiB, 2GB")
+    e.add_argument("--max-num-seqs", type=int, default=32, help="most sequences per engine step")
+    e.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one engine step")
+    e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
+    e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
+    e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
+    s = p.add_argument_group("access and limits")
+    s.add_argument("--api-key", action="append", default=[], help="require this key (repeatable; default: "
+                                                                    "$LLAISYS_API_KEY if set, else no key)")
+    s.add_argument("--cors-origin", action="append", default=[], help="allow this browser origin ('*': any); "
+                                                                        "no CORS headers without it")
+    s.add_argument("--max-concurrent-requests", type=int, default=64, help="requests in the engine at once")
+    s.add_argument("--max-queue", type=int, default=256, help="requests waiting for a slot; beyond: 429")
+    s.add_argument("--per-user-concurrency", type=int, default=None, help="requests in flight per user")
+    s.add_argument("--per-user-token-budget", type=int, default=None,
+                   help="prompt + completion tokens per user per --token-budget-window")
+    s.add_argument("--token-budget-window", type=float, default=60.0, help="seconds")
+    s.add_argument("--max-body-bytes", type=int, default=4 << 20, help="request body limit (413 beyond)")
+    s.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request is aborted")
+    s.add_argument("--max-n", type=int, default=8, help="most completions per prompt (n)")
+    s.add_argument("--max-tokens-cap", type=int, default=None,
+                   help="most tokens a request may ask for; also the default (default: up to the context)")
+    s.add_argument("--max-sessions", type=int, default=1024, help="server-side sessions kept")
+    s.add_argument("--session-ttl", type=float, default=3600.0, help="seconds an idle session is kept")
+    s.add_argument("--drain-timeout", type=float, default=30.0, help="seconds in-flight requests get on shutdown")
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=run_serve)
+
+
+def build_state(args):
+    """ServerState from parsed arguments (ValueError for bad values)."""
+    from ..models import hub
+    from .app import ServerState
+    from .limits import ServerLimits
+    from .protocol import Limits
+    from .registry import ModelSpec, Registry, parse_model_arg
+    from .sessions import SessionStore
+
+    specs = [parse_model_arg(m) for m in list(args.models) + list(args.model)]
+    if not specs:
+        specs = [ModelSpec(hub.DEFAULT_MODEL, hub.DEFAULT_MODEL)]
+    for name, v in (("--max-n", args.max_n), ("--max-tokens-cap", args.max_tokens_cap)):
+        if v is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    engine_kwargs = dict(device=args.device, dtype=args.dtype, kv_layout=args.kv_layout,
+                         kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
+                         max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+                         seed=args.seed)
+    if args.no_prefix_caching:
+        engine_kwargs["enable_prefix_caching"] = False
+    keys = list(args.api_key) or ([os.environ["LLAISYS_API_KEY"]] if os.environ.get("LLAISYS_API_KEY") else [])
+    if any(not k for k in keys):
+        raise ValueError("--api-key must not be empty")
+    limits = ServerLimits(max_concurrent_requests=args.max_concurrent_requests, max_queue=args.max_queue,
+                          per_user_concurrency=args.per_user_concurrency,
+                          per_user_token_budget=args.per_user_token_budget,
+                          token_budget_window_s=args.token_budget_window, max_body_bytes=args.max_body_bytes,
+                          request_timeout_s=args.request_timeout)
+    return ServerState(Registry(specs, engine_kwargs), limits=limits,
+                       request_limits=Limits(max_n=args.max_n, max_tokens_cap=args.max_tokens_cap),
+                       api_keys=tuple(keys), cors_origins=tuple(args.cors_origin),
+                       sessions=SessionStore(args.max_sessions, args.session_ttl))
+
+
+class _Shutdown:
+    """Runs the drain once, on its own thread (serve_forever keeps answering meanwhile)."""
+
+    def __init__(self, st, server, drain_timeout: float):
+        self.st, self.server, self.drain_timeout = st, server, drain_timeout
+        self.started = False
+        self.force = threading.Event()
+
+    def on_signal(self, signum, frame) -> None:
+        if self.started:
+            log.warning("second signal: aborting in-flight requests now")
+            self.force.set()
+            return
+        self.started = True
+        log.info("%s received: draining (up to %.0f s)", signal.Signals(signum).name, self.drain_timeout)
+        threading.Thread(target=self.run, name="llaisys-shutdown", daemon=True).start()
+
+    def run(self) -> None:
+        st = self.st
+        st.draining = True
+        st.admission.close()
+        deadline = time.monotonic() + self.drain_timeout
+        while st.admission.num_active and time.monotonic() < deadline and not self.force.is_set():
+            time.sleep(0.05)
+        if st.admission.num_active:
+            log.warning("drain timeout: aborting %d requests", st.admission.num_active)
+        st.registry.shutdown(drain_timeout=0.0)  # aborts the rest; their streams end with an error event
+        end = time.monotonic() + 5.0  # let the aborted responses be written
+        while st.admission.num_active and time.monotonic() < end:
+            time.sleep(0.05)
+        self.server.shutdown()
+
+
+def run_serve(args) -> int:
+    from werkzeug.serving import make_server
+
+    from .app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server writes its own request lines
+    try:
+        st = build_state(args)
+    except ValueError as e:
+        print(f"llaisys serve: error: {e}", file=sys.stderr)
+        return 2
+    app = create_app(st)
+    try:
+        server = make_server(args.host, args.port, app, threaded=True)
+    except OSError as e:
+        print(f"llaisys serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
+        return 2
+    host, port = server.server_address[:2]
+    shown = f"[{host}]" if ":" in host else host
+    names = ", ".join(st.registry.models)
+    print(f"llaisys: serving {names} on http://{shown}:{port}/ (loading the model; /health answers 503 until "
+          f"ready)", file=sys.stderr, flush=True)
+    def load() -> None:
+        st.registry.load()
+        if st.registry.state == "failed":  # nothing to serve: say why and exit 1
+            log.error("cannot serve: %s", st.registry.error)
+            server.shutdown()
+
+    threading.Thread(target=load, name="llaisys-load", daemon=True).start()
+    shutdown = _Shutdown(st, server, args.drain_timeout)
+    signal.signal(signal.SIGTERM, shutdown.on_signal)
+    signal.signal(signal.SIGINT, shutdown.on_signal)
+    try:
+        server.serve_forever()
+    finally:
+        server.server_close()
+    log.info("server stopped")
+    return 0 if st.registry.state != "failed" else 1
