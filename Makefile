@@ -5,11 +5,10 @@ BUILD ?= build
 
 .PHONY: serve test install install-test ctest nvidia-check test-asan pytest
 
-# Until the server lands (issue 5): download + verify the default model on first use, then
-# answer one chat prompt with it, streamed.
+# The OpenAI-compatible server and the chat page at http://127.0.0.1:8000/ (the default model
+# is downloaded and verified on first use). Pass options with ARGS, e.g. make serve ARGS="--port 9000".
 serve: install
-	$(PY) -m llaisys.cli smoke
-	$(PY) -m llaisys.cli generate --chat "Write a Python function that returns the nth Fibonacci number." --max-tokens 128
+	$(PY) -m llaisys.cli serve $(ARGS)
 
 test: install-test ctest nvidia-check pytest test-asan
 
@@ -17,8 +16,11 @@ install:
 	$(PIP) install -q -r requirements-build.txt
 	$(PIP) install -q --no-build-isolation .
 
+# test references (torch, transformers, llama.cpp is not among them), the openai client, and
+# Debian's chromium for the web page tests (playwright drives it; it never downloads a browser).
 install-test: install
 	$(PIP) install -q -r requirements-test.txt
+	command -v chromium > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; }
 
 pytest:
 	$(PY) -m pytest -q

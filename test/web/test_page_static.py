@@ -1,0 +1,96 @@
+"""The chat page served as plain files, with no llaisys server behind it: what it does when
+the server is missing or answers with an error, the keyboard, and conversations kept in
+localStorage. Fast; the streaming behaviour is in test_chat_live.py (real model).
+"""
+
+from web_helpers import StaticServer
+
+
+def open_page(new_page, url, **kw):
+    page = new_page(**kw)
+    page.goto(url)
+    page.wait_for_selector("body[data-state=idle]")
+    return page
+
+
+def test_http_error_keeps_typed_text(new_page, static_server):
+    # A plain file server answers POST /v1/chat/completions with 501: a real 5xx.
+    page = open_page(new_page, static_server.url)
+    page.fill("#input", "hello there")
+    page.press("#input", "Enter")
+    page.wait_for_function("document.getElementById('error-text').textContent.includes('501')")
+    assert page.is_visible("#error-banner")
+    assert page.input_value("#input") == "hello there"
+    assert page.locator("#messages .msg").count() == 0  # the unsent turn is not kept
+    assert page.get_attribute("body", "data-state") == "idle"
+    assert page.is_visible("#send") and not page.is_visible("#stop")
+
+
+def test_server_down_keeps_typed_text(new_page):
+    server = StaticServer()
+    page = open_page(new_page, server.url)
+    server.stop()
+    page.fill("#input", "are you there?")
+    page.press("#input", "Enter")
+    page.wait_for_function("document.getElementById('error-text').textContent.includes('Cannot reach')")
+    assert page.input_value("#input") == "are you there?"
+    assert page.inner_text("#server-status") == "Server unreachable"
+
+
+def test_shift_enter_is_a_newline(new_page, static_server):
+    page = open_page(new_page, static_server.url)
+    page.click("#input")
+    page.keyboard.type("line one")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("line two")
+    assert page.input_value("#input") == "line one\nline two"
+    assert page.locator("#messages .msg").count() == 0
+
+
+def test_rename_delete_persist(new_page, static_server):
+    page = open_page(new_page, static_server.url)
+    page.click("#new-chat")  # the open chat is empty: no second empty one is made
+    assert page.locator("#conv-list li").count() == 1
+    page.click("#conv-list li.active [data-action=rename]")
+    page.fill(".rename-input", "  My <b>plan</b>  ")
+    page.press(".rename-input", "Enter")
+    assert page.inner_text("#conv-list li.active .conv-open") == "My <b>plan</b>"
+    assert page.inner_text("#conv-title") == "My <b>plan</b>"
+    page.reload()
+    page.wait_for_selector("body[data-state=idle]")
+    assert page.inner_text("#conv-list li.active .conv-open") == "My <b>plan</b>"
+    # Delete asks once more before it deletes; a fresh empty chat takes the last one's place.
+    page.click("#conv-list li.active [data-action=delete]")
+    assert page.inner_text("#conv-list li.active [data-action=delete]") == "Delete?"
+    page.click("#conv-list li.active [data-action=delete]")
+    assert page.locator("#conv-list li").count() == 1
+    assert page.inner_text("#conv-list li .conv-open") == "New chat"
+    page.reload()
+    page.wait_for_selector("body[data-state=idle]")
+    assert page.inner_text("#conv-list li .conv-open") == "New chat"
+
+
+def test_settings_are_per_conversation(new_page, static_server):
+    page = open_page(new_page, static_server.url)
+    page.click("#toggle-settings")
+    page.fill("#set-system", "Answer in French.")
+    page.fill("#set-temperature", "5")  # out of range: clamped to 2
+    page.press("#set-temperature", "Tab")
+    assert page.input_value("#set-temperature") == "2"
+    page.fill("#set-max-tokens", "64")
+    page.press("#set-max-tokens", "Tab")
+    # Give the first chat a message so New chat makes a second one; it inherits the settings.
+    page.evaluate("""() => {
+      const doc = JSON.parse(localStorage.getItem('llaisys.chat.v1'));
+      doc.conversations[0].messages.push({ role: 'user', content: 'hi' });
+      localStorage.setItem('llaisys.chat.v1', JSON.stringify(doc));
+    }""")
+    page.reload()
+    page.wait_for_selector("body[data-state=idle]")
+    page.click("#new-chat")
+    page.click("#toggle-settings")
+    assert page.input_value("#set-system") == "Answer in French."
+    page.fill("#set-system", "Be brief.")
+    page.click("#conv-list li:not(.active) .conv-open")
+    assert page.input_value("#set-system") == "Answer in French."
+    assert page.input_value("#set-max-tokens") == "64"

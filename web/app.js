@@ -1,0 +1,345 @@
+/**
+ * The chat page's controller: wires the DOM to the store and the server.
+ *
+ * One answer streams at a time (`gen`). Its text lands in the conversation it was asked in
+ * even if the user switches away; the DOM is refreshed only when that conversation is open.
+ * Stop aborts the fetch and also calls the server's cancel route, so the request is freed
+ * at once rather than when the server next notices the closed connection.
+ * document.body.dataset.state is 'idle' or 'generating', for styling and for tests.
+ */
+
+import { cancelRequest, describeError, listModels } from './api.js';
+import { AnswerRun, streamAnswer } from './chat.js';
+import { copyText } from './markdown.js';
+import { bindSettings, openSettings, renderSettings } from './settings.js';
+import { Store, requestMessages } from './store.js';
+import { fillMessage, renderConversationList, renderMessages } from './view.js';
+
+const $ = (id) => document.getElementById(id);
+const store = new Store();
+const ui = {
+  renaming: null, // id of the conversation whose name is being edited
+  confirming: null, // id of the conversation whose Delete was clicked once
+  editing: null, // index of the user message being edited
+  models: [], // ids from /v1/models
+  errorKind: null, // ApiError kind of the message in the error banner, if any
+};
+let gen = null; // { convId, msg, run: AnswerRun, controller, stopped } while an answer streams
+let renderQueued = false;
+let lastSave = 0;
+
+const SAVE_EVERY_MS = 1000; // how often a streaming answer is written to localStorage
+
+// ---- rendering ------------------------------------------------------------------------
+
+function renderSidebar() {
+  renderConversationList($('conv-list'), store, {
+    renaming: ui.renaming, confirming: ui.confirming, busyId: gen?.convId,
+  });
+  const input = document.querySelector('.rename-input');
+  if (input) {
+    input.focus();
+    input.select();
+  }
+}
+
+function renderConversation() {
+  const conv = store.active;
+  $('conv-title').textContent = conv ? conv.title : 'New chat';
+  const messages = $('messages');
+  renderMessages(messages, conv, { busy: Boolean(gen), editing: ui.editing });
+  if (gen && conv && gen.convId === conv.id) {
+    const node = messages.querySelector(`[data-index="${conv.messages.indexOf(gen.msg)}"]`);
+    if (node) fillMessage(node, gen.msg, { generating: true });
+  }
+  const area = messages.querySelector('.edit-input');
+  if (area) area.focus();
+  messages.scrollTop = messages.scrollHeight;
+}
+
+function renderAll() {
+  renderSidebar();
+  renderConversation();
+  renderSettings(store, ui.models);
+}
+
+/** Redraws the streaming answer at most once per frame. */
+function queueStreamRender() {
+  if (renderQueued) return;
+  renderQueued = true;
+  requestAnimationFrame(() => {
+    renderQueued = false;
+    const conv = store.active;
+    if (!gen || !conv || conv.id !== gen.convId) return;
+    const messages = $('messages');
+    const node = messages.querySelector(`[data-index="${conv.messages.indexOf(gen.msg)}"]`);
+    if (!node) return;
+    const atBottom = messages.scrollHeight - messages.scrollTop - messages.clientHeight < 80;
+    fillMessage(node, gen.msg, { generating: true });
+    if (atBottom) messages.scrollTop = messages.scrollHeight;
+  });
+}
+
+function setBusy(busy) {
+  document.body.dataset.state = busy ? 'generating' : 'idle';
+  $('send').hidden = busy;
+  $('stop').hidden = !busy;
+}
+
+function showError(text, kind = null) {
+  $('error-text').textContent = text;
+  $('error-banner').hidden = false;
+  ui.errorKind = kind;
+}
+
+function hideError() {
+  $('error-banner').hidden = true;
+  ui.errorKind = null;
+}
+
+// ---- models -----------------------------------------------------------------------------
+
+async function loadModels() {
+  try {
+    ui.models = await listModels(store.apiKey);
+    $('server-status').textContent = ui.models.length ? `Connected · ${ui.models[0]}` : 'Connected';
+    $('server-status').className = 'server-status ok';
+    if (ui.errorKind === 'auth' || ui.errorKind === 'network') hideError(); // fixed now
+  } catch (err) {
+    $('server-status').textContent = { auth: 'API key needed', network: 'Server unreachable', busy: 'Server busy' }[
+      err.kind] || 'Server error';
+    $('server-status').className = 'server-status bad';
+    showError(describeError(err, Boolean(store.apiKey)), err.kind);
+    if (err.kind === 'auth') openSettings(true);
+  }
+  renderSettings(store, ui.models);
+}
+
+// ---- generation -------------------------------------------------------------------------
+
+/**
+ * Streams an answer to `conv`'s messages as they stand. `restore` is the text of a user
+ * message just sent: if the request fails before any answer text, that message is taken
+ * back out and its text returned to the input box, so nothing typed is lost.
+ */
+async function generate(conv, restore = null) {
+  hideError();
+  ui.editing = null;
+  const s = conv.settings;
+  // 'streaming' is saved with the partial text, so a reload mid-answer shows it as stopped.
+  const msg = { role: 'assistant', content: '', status: 'streaming' };
+  const body = {
+    messages: requestMessages(conv), temperature: s.temperature, top_p: s.top_p, max_tokens: s.max_tokens,
+  };
+  conv.messages.push(msg);
+  store.touch(conv);
+  const run = new AnswerRun();
+  gen = { convId: conv.id, msg, run, controller: new AbortController(), stopped: false };
+  setBusy(true);
+  renderAll();
+  try {
+    if (!ui.models.length) await loadModels();
+    const model = ui.models.includes(s.model) ? s.model : (ui.models[0] || '');
+    if (model) body.model = model;
+    await streamAnswer(body, run, {
+      apiKey: store.apiKey,
+      signal: gen.controller.signal,
+      onText: (delta) => {
+        msg.content += delta;
+        queueStreamRender();
+        if (performance.now() - lastSave > SAVE_EVERY_MS) {
+          lastSave = performance.now();
+          store.save();
+        }
+      },
+    });
+    msg.stats = run.stats();
+    if (run.finish === 'abort') msg.status = 'stopped';
+    else delete msg.status;
+  } catch (err) {
+    if (gen.stopped || err.name === 'AbortError') {
+      msg.status = 'stopped';
+      msg.stats = run.stats();
+    } else if (msg.content === '') {
+      conv.messages.splice(conv.messages.indexOf(msg), 1);
+      if (restore !== null && conv.messages.at(-1)?.role === 'user') {
+        conv.messages.pop();
+        const box = $('input');
+        box.value = box.value ? `${restore}\n${box.value}` : restore;
+        autosize(box);
+      }
+      showError(describeError(err, Boolean(store.apiKey)), err.kind);
+      if (err.kind === 'auth') openSettings(true);
+    } else {
+      msg.status = 'error';
+      msg.error = describeError(err, Boolean(store.apiKey));
+      showError(msg.error, err.kind);
+    }
+  } finally {
+    gen = null;
+    store.touch(conv);
+    if (store.saveError) showError(store.saveError);
+    setBusy(false);
+    renderAll();
+  }
+}
+
+function stop() {
+  if (!gen) return;
+  gen.stopped = true;
+  if (gen.run.requestId) cancelRequest(gen.run.requestId, store.apiKey);
+  gen.controller.abort();
+}
+
+function send() {
+  const box = $('input');
+  const text = box.value;
+  if (gen || text.trim() === '') return;
+  const conv = store.active || store.create();
+  conv.messages.push({ role: 'user', content: text });
+  box.value = '';
+  autosize(box);
+  generate(conv, text);
+}
+
+// ---- events -----------------------------------------------------------------------------
+
+function autosize(area) {
+  area.style.height = 'auto';
+  area.style.height = `${Math.min(area.scrollHeight, 240)}px`;
+}
+
+function onMessageAction(action, index) {
+  const conv = store.active;
+  if (!conv || gen) return;
+  const msg = conv.messages[index];
+  if (action === 'copy' && msg) {
+    copyText(msg.content).catch(() => showError('Could not copy to the clipboard.'));
+  } else if (action === 'edit') {
+    ui.editing = index;
+    renderConversation();
+  } else if (action === 'cancel-edit') {
+    ui.editing = null;
+    renderConversation();
+  } else if (action === 'save-edit') {
+    const text = document.querySelector('.edit-input').value;
+    if (text.trim() === '') return;
+    conv.messages.splice(index); // this turn and every later one are replaced
+    conv.messages.push({ role: 'user', content: text });
+    generate(conv);
+  } else if (action === 'regenerate') {
+    if (conv.messages.at(-1)?.role === 'assistant') conv.messages.pop();
+    generate(conv);
+  } else if (action === 'retry') {
+    generate(conv);
+  }
+}
+
+function onConversationAction(action, id) {
+  if (action === 'open') {
+    store.open(id);
+    ui.editing = null;
+    ui.confirming = null;
+    $('app').classList.remove('sidebar-open');
+    renderAll();
+  } else if (action === 'rename') {
+    ui.renaming = id;
+    renderSidebar();
+  } else if (action === 'delete') {
+    if (gen && gen.convId === id) return; // stop it first
+    if (ui.confirming !== id) {
+      ui.confirming = id;
+      renderSidebar();
+      setTimeout(() => {
+        if (ui.confirming === id) {
+          ui.confirming = null;
+          renderSidebar();
+        }
+      }, 3000);
+      return;
+    }
+    ui.confirming = null;
+    store.remove(id);
+    if (!store.active) store.create();
+    renderAll();
+  }
+}
+
+function finishRename(input, commit) {
+  if (ui.renaming === null) return;
+  if (commit) store.rename(input.dataset.id, input.value);
+  ui.renaming = null;
+  renderAll();
+}
+
+function bind() {
+  $('composer').addEventListener('submit', (e) => {
+    e.preventDefault();
+    send();
+  });
+  $('input').addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      send();
+    }
+  });
+  $('input').addEventListener('input', (e) => autosize(e.target));
+  $('stop').addEventListener('click', stop);
+  $('error-close').addEventListener('click', hideError);
+  $('new-chat').addEventListener('click', () => {
+    const current = store.active;
+    if (!current || current.messages.length > 0) store.create(current);
+    ui.editing = null;
+    $('app').classList.remove('sidebar-open');
+    renderAll();
+    $('input').focus();
+  });
+  $('toggle-sidebar').addEventListener('click', () => $('app').classList.toggle('sidebar-open'));
+  $('scrim').addEventListener('click', () => {
+    $('app').classList.remove('sidebar-open');
+    openSettings(false);
+  });
+  $('toggle-settings').addEventListener('click', () => openSettings($('settings').hidden));
+  $('close-settings').addEventListener('click', () => openSettings(false));
+  bindSettings(store, { onApiKey: loadModels });
+
+  $('conv-list').addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-action]');
+    if (b) onConversationAction(b.dataset.action, b.dataset.id);
+  });
+  $('conv-list').addEventListener('keydown', (e) => {
+    if (!e.target.classList.contains('rename-input')) return;
+    if (e.key === 'Enter') finishRename(e.target, true);
+    if (e.key === 'Escape') finishRename(e.target, false);
+  });
+  $('conv-list').addEventListener('focusout', (e) => {
+    if (e.target.classList.contains('rename-input')) finishRename(e.target, true);
+  });
+
+  const messages = $('messages');
+  messages.addEventListener('click', (e) => {
+    const b = e.target.closest('button[data-action]');
+    if (!b || b.classList.contains('copy-btn')) return;
+    if (b.dataset.action === 'suggest') {
+      $('input').value = b.textContent;
+      send();
+      return;
+    }
+    onMessageAction(b.dataset.action, Number(b.dataset.index));
+  });
+  messages.addEventListener('keydown', (e) => {
+    if (!e.target.classList.contains('edit-input')) return;
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      onMessageAction('save-edit', Number(e.target.closest('.msg').dataset.index));
+    } else if (e.key === 'Escape') {
+      onMessageAction('cancel-edit');
+    }
+  });
+}
+
+if (!store.active) store.create();
+bind();
+setBusy(false);
+renderAll();
+loadModels();
