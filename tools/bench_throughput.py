@@ -16,7 +16,9 @@ caching on, leaves the prefix's full blocks in the cache, as earlier traffic wit
 system prompt would. Counters are differences over the timed run only.
 
 Prints a table and writes JSON: requests/s, output and total tokens/s, TTFT and TPOT
-p50/p95, peak KV usage, prefix-cache hit rate and the prefill tokens actually computed.
+p50/p95, peak KV usage, prefix-cache hit rate and the prefill tokens actually computed, and
+the split of wall time between the C step call and the Python around it (scheduling, index
+arrays, sampling bookkeeping, detokenization).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Optional
 
 import numpy as np
 
+import llaisys.models.qwen2 as qwen2_module
 from llaisys.engine import EngineConfig, LLMEngine, SamplingParams
 from llaisys.engine.worker import Worker, WorkerConfig
 from llaisys.models import hub
@@ -87,6 +90,44 @@ def step_profile(worker: Worker, rows=(1, 4, 16), ctx: int = 32, repeats: int = 
 
 def _pct(xs: list, q: float) -> Optional[float]:
     return float(np.percentile(xs, q)) if xs else None
+
+
+class CoreCallTimer:
+    """Times the C call of each step (llaisysQwen2ModelStep) by standing in for the ctypes
+    library object that llaisys.models.qwen2 calls through; everything else in a run's wall
+    time is Python: scheduling, building the step's index arrays, sampling bookkeeping,
+    detokenization and output processing."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.calls = 0
+        self._lib = None
+
+    def __enter__(self):
+        self._lib = qwen2_module.LIB
+        step = self._lib.llaisysQwen2ModelStep
+
+        def timed(*a):
+            t = time.perf_counter()
+            try:
+                return step(*a)
+            finally:
+                self.seconds += time.perf_counter() - t
+                self.calls += 1
+
+        lib = self._lib
+
+        class Proxy:
+            llaisysQwen2ModelStep = staticmethod(timed)
+
+            def __getattr__(self, name):
+                return getattr(lib, name)
+
+        qwen2_module.LIB = Proxy()
+        return self
+
+    def __exit__(self, *exc):
+        qwen2_module.LIB = self._lib
 
 
 class TimedRunner:
@@ -152,13 +193,16 @@ class Runner:
             peak[0] = max(peak[0], eng.metrics.kv_usage)
 
         eng.runner.steps.clear()
-        t0, c0 = time.perf_counter(), time.process_time()
-        if mode == "batched":
-            outs = _run_all(eng, wl.prompts, sp, "req", watch)
-        else:
-            outs = [o for i, p in enumerate(wl.prompts) for o in _run_all(eng, [p], sp, f"req{i}-", watch)]
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        with CoreCallTimer() as core:
+            t0, c0 = time.perf_counter(), time.process_time()
+            if mode == "batched":
+                outs = _run_all(eng, wl.prompts, sp, "req", watch)
+            else:
+                outs = [o for i, p in enumerate(wl.prompts) for o in _run_all(eng, [p], sp, f"req{i}-", watch)]
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         row = _summarise(wl, mode, kv_layout, prefix_caching, outs, wall, m0, eng, peak[0])
+        row.update(core_call_s=round(core.seconds, 3), python_s=round(wall - core.seconds, 3),
+                   python_share=round(1 - core.seconds / wall, 4), core_calls=core.calls)
         row.update(cpu_s=round(cpu, 2), output_tokens_per_cpu_s=round(len(outs) * wl.output_len / cpu, 3),
                    load_avg_1m=round(os.getloadavg()[0], 2), **eng.runner.profile())
         return row, outs
@@ -239,6 +283,9 @@ def print_profile(rows: list) -> None:
               f"core {r['core_s_prefill_steps']:.1f} s in {r['prefill_steps']} prefill steps + "
               f"{r['core_s_decode_steps']:.1f} s in {r['decode_steps']} decode steps, of {r['wall_s']:.1f} s wall "
               f"(cpu {r['cpu_s']:.0f} s, load {r['load_avg_1m']:.1f}); decode ms/step by rows {{{by}}}")
+        print(f"  {'':10} Python outside the C step call: {r['python_s']:.2f} s of {r['wall_s']:.1f} s wall "
+              f"({r['python_share']:.1%}) over {r['core_calls']} calls, "
+              f"{r['python_s'] / max(r['core_calls'], 1) * 1000:.1f} ms per step")
 
 
 def add_common_args(ap: argparse.ArgumentParser) -> None:
