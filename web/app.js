@@ -336,6 +336,14 @@ function bind() {
       onMessageAction('cancel-edit');
     }
   });
+  // Streaming text is saved at most once a second; a page closed or reloaded mid-answer
+  // saves what has arrived, so the partial answer comes back (marked stopped) after reload.
+  // The fetch that the unload cuts off then fails; gen.stopped makes that a stop, not an error.
+  window.addEventListener('pagehide', () => {
+    if (!gen) return;
+    gen.stopped = true;
+    store.save();
+  });
 }
 
 if (!store.active) store.create();

@@ -55,8 +55,7 @@ class Server:
 def launch(model_dir, tmp_dir: Path, *args: str) -> Server:
     """Start a server and wait until /health answers 200."""
     port = free_port()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "python")] + [p for p in [env.get("PYTHONPATH")] if p])
+    env = dict(os.environ)  # the installed package, or PYTHONPATH/LLAISYS_LIBRARY as the test run has them
     log_path = tmp_dir / f"server-{port}.log"
     cmd = [sys.executable, "-m", "llaisys.cli", "serve", f"{model_dir}={MODEL_NAME}", "--port", str(port),
            "--kv-cache-memory", "128MiB", *args]
