@@ -28,6 +28,24 @@ LLAISYS_API llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_
 LLAISYS_API llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in,
                                           llaisysTensor_t weight, llaisysTensor_t bias);
 
+/* A linear weight packed once for the CPU GEMM (column panels of 16 or 32 outputs, in the
+ * weight's own dtype; layout in doc/architecture.md). The model packs its weights this way;
+ * these calls make the same kernel usable and testable on its own. */
+typedef struct LlaisysPackedLinear *llaisysPackedLinear_t;
+
+/* Pack weight [n, k] (f32, f16 or bf16, contiguous, CPU; n, k > 0). On success *out is a new
+ * handle owned by the caller (free it with llaisysPackedLinearDestroy); it holds its own
+ * packed copy, so `weight` may be destroyed afterwards. On error *out is NULL. */
+LLAISYS_API llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedLinear_t *out);
+
+/* out = in @ weight^T + bias with the packed weight. out [m, n] and in [m, k] are f32 on the
+ * CPU; bias [n] (or NULL) has the weight's dtype. All handles are borrowed for the call. */
+LLAISYS_API llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out,
+                                                     llaisysTensor_t in, llaisysTensor_t bias);
+
+/* Free a packed weight; NULL is ignored. */
+LLAISYS_API void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed);
+
 /* out[i, :] = in[i, :] / sqrt(mean(in[i, :]^2) + eps) * weight.
  * out [m, d], in [m, d] of one float dtype, weight [d] of any float dtype; eps > 0.
  * out may alias in. */

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ctypes
 from typing import Optional
 
 from .libllaisys import LIB, check
+from .libllaisys.ops import llaisysPackedLinear_t
 from .tensor import Tensor
 
 
@@ -26,6 +28,47 @@ def embedding(out: Tensor, index: Tensor, weight: Tensor) -> Tensor:
 def linear(out: Tensor, inp: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     check(LIB.llaisysLinear(out.handle, inp.handle, weight.handle, bias.handle if bias is not None else None))
     return out
+
+
+class PackedLinear:
+    """A linear weight [n, k] packed once for the CPU GEMM (the form the model runs).
+
+    ``packed(out, inp, bias)`` computes out [m, n] = inp [m, k] @ weight^T + bias, with out and
+    inp f32 and bias (optional) of the weight's dtype. The object holds its own packed copy,
+    so ``weight`` may be freed; close() (or the end of a ``with`` block) frees it.
+    """
+
+    def __init__(self, weight: Tensor):
+        self._handle: Optional[int] = None
+        handle = llaisysPackedLinear_t()
+        check(LIB.llaisysPackedLinearCreate(weight.handle, ctypes.byref(handle)))
+        self._handle = handle.value
+        self.n, self.k = weight.shape
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ValueError("PackedLinear is closed")
+        return self._handle
+
+    def __call__(self, out: Tensor, inp: Tensor, bias: Optional[Tensor] = None) -> Tensor:
+        check(LIB.llaisysPackedLinearApply(self.handle, out.handle, inp.handle,
+                                           bias.handle if bias is not None else None))
+        return out
+
+    def close(self) -> None:
+        if self._handle is not None:
+            LIB.llaisysPackedLinearDestroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "PackedLinear":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def rms_norm(out: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:

@@ -18,6 +18,23 @@ using namespace llaisys;
 using capi::guard;
 using capi::tensor_of;
 
+// A C handle to a packed weight; the magic word catches some uses of destroyed handles.
+struct LlaisysPackedLinear {
+    static constexpr uint32_t kMagic = 0x9ac7ed11;
+    uint32_t magic = kMagic;
+    std::unique_ptr<ops::cpu::PackedWeight> weight;
+};
+
+namespace {
+
+const ops::cpu::PackedWeight &packed_of(llaisysPackedLinear_t h) {
+    LLAISYS_CHECK_ARG(h != nullptr, "packed is NULL");
+    LLAISYS_CHECK_ARG(h->magic == LlaisysPackedLinear::kMagic && h->weight, "packed is not a live packed-linear handle");
+    return *h->weight;
+}
+
+}  // namespace
+
 extern "C" {
 
 llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b) {
@@ -39,6 +56,30 @@ llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in, llaisysTe
         const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
         ops::linear(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), b);
     });
+}
+
+llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedLinear_t *out) {
+    if (out) *out = nullptr;
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        auto packed = ops::pack_linear(tensor_of(weight, "weight"));
+        *out = new LlaisysPackedLinear{LlaisysPackedLinear::kMagic, std::move(packed)};
+    });
+}
+
+llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out, llaisysTensor_t in,
+                                         llaisysTensor_t bias) {
+    return guard([&] {
+        const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
+        ops::linear_packed(tensor_of(out, "out"), tensor_of(in, "in"), packed_of(packed), b);
+    });
+}
+
+void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed) {
+    if (packed && packed->magic == LlaisysPackedLinear::kMagic) {
+        packed->magic = 0;
+        delete packed;
+    }
 }
 
 llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight, float eps) {

@@ -6,6 +6,8 @@ import ctypes
 
 from .tensor import llaisysTensor_t as T
 
+llaisysPackedLinear_t = ctypes.c_void_p
+
 
 def declare(lib: ctypes.CDLL) -> None:
     f = ctypes.c_float
@@ -14,6 +16,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysMul": [T, T, T],
         "llaisysEmbedding": [T, T, T],
         "llaisysLinear": [T, T, T, T],
+        "llaisysPackedLinearCreate": [T, ctypes.POINTER(llaisysPackedLinear_t)],
+        "llaisysPackedLinearApply": [llaisysPackedLinear_t, T, T, T],
         "llaisysRmsNorm": [T, T, T, f],
         "llaisysRope": [T, T, T, f],
         "llaisysSelfAttention": [T, T, T, T, f],
@@ -26,3 +30,5 @@ def declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.argtypes = argtypes
         fn.restype = ctypes.c_int32
+    lib.llaisysPackedLinearDestroy.argtypes = [llaisysPackedLinear_t]
+    lib.llaisysPackedLinearDestroy.restype = None

@@ -29,4 +29,36 @@ void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *b
                 n, k);
 }
 
+std::unique_ptr<cpu::PackedWeight> pack_linear(const Tensor &weight) {
+    const char *op = "packed linear";
+    check_float(op, weight);
+    check_ndim(op, "weight", weight, 2);
+    check_contiguous(op, {&weight});
+    if (weight.device() != LLAISYS_DEVICE_CPU) no_kernel(op, weight);
+    return std::make_unique<cpu::PackedWeight>(
+        cpu::PackedWeight::pack(weight.data(), weight.dtype(), weight.shape()[0], weight.shape()[1]));
+}
+
+void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, const Tensor *bias) {
+    const char *op = "packed linear";
+    check_same_device(op, {&out, &in});
+    check_dtype(op, "out", out, LLAISYS_DTYPE_F32);
+    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
+    check_ndim(op, "in", in, 2);
+    const size_t m = in.shape()[0];
+    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
+                  " and the packed weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
+    check_shape(op, "out", out, {m, w.n()});
+    check_contiguous(op, {&out, &in});
+    if (bias) {
+        check_same_device(op, {&out, bias});
+        check_dtype(op, "bias", *bias, w.dtype());
+        check_shape(op, "bias", *bias, {w.n()});
+        check_contiguous(op, {bias});
+    }
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    cpu::linear_packed(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
+                       bias ? bias->data() : nullptr, m);
+}
+
 }  // namespace llaisys::ops

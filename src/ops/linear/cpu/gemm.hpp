@@ -4,10 +4,24 @@
 #include <cstddef>
 
 namespace llaisys::ops::cpu {
+
+// Packed weights (packed.hpp): output columns per panel for each ISA, and the k block the
+// packed GEMM walks a panel in (a KC x NR block of bf16 is 16 KiB at NR = 32: it stays in L1
+// while every row tile of the activations passes over it).
+constexpr size_t kPackedNrAvx2 = 16;
+constexpr size_t kPackedNrAvx512 = 32;
+constexpr size_t kPackedKc = 256;
+
 namespace avx2 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
+// out [m, n] = x [m, k] @ W^T + bias [n] (or null, dtype wdt); W packed for NR = 16.
+void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
+                       size_t n, size_t k);
 }
 namespace avx512 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
+// The same with W packed for NR = 32.
+void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
+                       size_t n, size_t k);
 }
 }  // namespace llaisys::ops::cpu

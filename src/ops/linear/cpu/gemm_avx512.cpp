@@ -1,3 +1,4 @@
-// AVX-512 build of gemm_kernel.inc (compile flags set in CMakeLists.txt).
+// AVX-512 build of gemm_kernel.inc and gemm_packed_kernel.inc (compile flags set in CMakeLists.txt).
 #define LLAISYS_GEMM_NS avx512
 #include "gemm_kernel.inc"
+#include "gemm_packed_kernel.inc"

@@ -1,12 +1,15 @@
 // Linear. f32 activations take the SIMD GEMM of the active instruction set (gemm_kernel.inc);
 // everything else, and LLAISYS_ISA=scalar, takes the plain reference below: activations
 // widened to f32 once, each weight row once per call, OpenMP SIMD dot products.
+// linear_packed runs the packed-panel GEMM (gemm_packed_kernel.inc) of the ISA a
+// PackedWeight was packed for, or, for Isa::Scalar, the plain loop over panels below.
 #include "linear_cpu.hpp"
 
 #include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/types.hpp"
 #include "gemm.hpp"
 
+#include <algorithm>
 #include <vector>
 
 namespace llaisys::ops::cpu {
@@ -40,7 +43,42 @@ void linear_impl(TA *out, const TA *in, const TW *weight, const TW *bias, size_t
     }
 }
 
+// The packed GEMM without SIMD: per panel, per row, NR f32 sums over k.
+template <class TW>
+void packed_reference(float *out, const float *x, const PackedWeight &w, const TW *bias, size_t m) {
+    const size_t n = w.n(), k = w.k(), nr = w.nr();
+    std::vector<size_t> lane(nr);  // where column c of a panel row is stored (bf16 interleaves)
+    for (size_t c = 0; c < nr; c++) lane[c] = w.lane(c);
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t pp = 0; pp < ptrdiff_t(w.n_panels()); pp++) {
+        const size_t p = size_t(pp), j0 = p * nr, cols = std::min(nr, n - j0);
+        const TW *panel = reinterpret_cast<const TW *>(w.data()) + p * k * nr;  // [k][nr]
+        std::vector<float> acc(nr);
+        for (size_t i = 0; i < m; i++) {
+            std::fill(acc.begin(), acc.end(), 0.0f);
+            for (size_t kk = 0; kk < k; kk++) {
+                const float a = x[i * k + kk];
+                for (size_t c = 0; c < nr; c++) acc[c] += a * to_f32(panel[kk * nr + lane[c]]);
+            }
+            for (size_t c = 0; c < cols; c++) out[i * n + j0 + c] = acc[c] + (bias ? to_f32(bias[j0 + c]) : 0.0f);
+        }
+    }
+}
+
 }  // namespace
+
+void linear_packed(float *out, const float *x, const PackedWeight &w, const std::byte *bias, size_t m) {
+    const int wdt = int(w.dtype());
+    switch (w.isa()) {
+    case Isa::Avx512: avx512::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
+    case Isa::Avx2: avx2::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
+    default:
+        dispatch_float(w.dtype(), [&](auto tag) {
+            using TW = decltype(tag);
+            packed_reference(out, x, w, reinterpret_cast<const TW *>(bias), m);
+        });
+    }
+}
 
 void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
             const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k) {

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "llaisys.h"
+#include "packed.hpp"
 
 #include <cstddef>
 
@@ -11,5 +12,10 @@ namespace llaisys::ops::cpu {
 // the model runs f32 activations over bf16 weights).
 void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
             const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k);
+
+// out [m, n] = x [m, k] @ W^T + bias [n] (or null; dtype w.dtype()), W packed (packed.hpp),
+// f32 activations, f32 accumulation. Runs the kernel of the ISA the weight was packed for
+// (a scalar loop over the panels when that is Isa::Scalar).
+void linear_packed(float *out, const float *x, const PackedWeight &w, const std::byte *bias, size_t m);
 
 }  // namespace llaisys::ops::cpu

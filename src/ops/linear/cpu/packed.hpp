@@ -1,0 +1,60 @@
+// A linear layer's weight packed once for the CPU GEMM (linear_packed in linear_cpu.hpp).
+//
+// Layout. The HF weight W [n, k] (row j is output column j) is cut into n_panels =
+// ceil(n / nr) column panels of nr output columns; the last one is zero-padded. Panel p is k
+// rows of nr elements, row kk holding W[p*nr + c, kk] for c in [0, nr):
+//   storage [n_panels][k][nr], in the weight's own dtype (bf16 stays bf16).
+// The GEMM walks a panel in blocks of kc rows; each block is one contiguous run of kc * nr
+// elements read front to back, and the whole panel is contiguous too (decode streams it).
+// nr is 32 when packed for AVX-512 and 16 otherwise (AVX2, scalar); the ISA is recorded and
+// linear_packed runs the kernel of that ISA.
+// bf16 rows are interleaved: column c sits at element 2c for c < nr/2 and 2(c - nr/2) + 1
+// otherwise, so each 32-bit lane holds columns c and c + nr/2 and widening to f32 is a shift
+// and a mask instead of a shuffle. f16 and f32 rows are in column order.
+#pragma once
+
+#include "../../../utils/cpu_isa.hpp"
+#include "llaisys.h"
+
+#include <cstddef>
+#include <cstdlib>
+#include <memory>
+
+namespace llaisys::ops::cpu {
+
+class PackedWeight {
+public:
+    // All zeros, n x k, dtype f32/f16/bf16, packed for active_isa(). Fill with set_rows.
+    PackedWeight(size_t n, size_t k, llaisysDataType_t dtype);
+    // Pack a whole weight w [n, k] of dtype `dtype`.
+    static PackedWeight pack(const void *w, llaisysDataType_t dtype, size_t n, size_t k);
+
+    // Rows [row0, row0 + rows) of W from src [rows, k] of dtype src_dt (converted, rounding
+    // to nearest even, when it differs from dtype()).
+    void set_rows(size_t row0, size_t rows, const void *src, llaisysDataType_t src_dt);
+    // dst [k] = W[j, :] widened to f32 (the embedding lookup of a tied lm_head reads this).
+    void row_f32(size_t j, float *dst) const;
+
+    size_t n() const { return n_; }
+    size_t k() const { return k_; }
+    size_t nr() const { return nr_; }
+    size_t n_panels() const { return (n_ + nr_ - 1) / nr_; }
+    llaisysDataType_t dtype() const { return dtype_; }
+    Isa isa() const { return isa_; }
+    const std::byte *data() const { return data_.get(); }  // [n_panels][k][nr]
+    size_t bytes() const { return bytes_; }
+    // Where column c (< nr) of a panel row is stored within that row.
+    size_t lane(size_t c) const;
+
+private:
+    struct Free {
+        void operator()(std::byte *p) const { std::free(p); }
+    };
+    size_t n_, k_, nr_;
+    llaisysDataType_t dtype_;
+    Isa isa_;
+    size_t bytes_;
+    std::unique_ptr<std::byte[], Free> data_;
+};
+
+}  // namespace llaisys::ops::cpu
