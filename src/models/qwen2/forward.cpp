@@ -189,12 +189,16 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
                                        rs.kv_pos.data()};
     const size_t kv_row_bytes = kv_dim * dtype_size(cache.dtype());
 
-    ops::cpu::embedding(bytes(rs.x), f32, b.token_ids, w_.embed->data(), wdt, n, meta_.vocab_size, H);
+    if (w_.embed) {
+        ops::cpu::embedding(bytes(rs.x), f32, b.token_ids, w_.embed->data(), wdt, n, meta_.vocab_size, H);
+    } else {  // tied: the embedding is stored once, as the packed lm_head (ids checked above)
+        for (size_t t = 0; t < n; t++) w_.lm_head->row_f32(size_t(b.token_ids[t]), rs.x.data() + t * H);
+    }
     for (size_t l = 0; l < meta_.n_layers; l++) {
         const LayerWeights &L = w_.layers[l];
         // attention block
         ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.in_norm->data(), wdt, n, H, meta_.rms_norm_eps);
-        ops::cpu::linear(bytes(rs.qkv), bytes(rs.h), f32, L.qkv_w->data(), L.qkv_b->data(), wdt, n, qkv_dim, H);
+        ops::cpu::linear_packed(rs.qkv.data(), rs.h.data(), *L.qkv_w, L.qkv_b->data(), n);  // [n, qkv_dim]
         ops::cpu::rope(bytes(rs.qkv), bytes(rs.qkv), b.positions, f32, n, nh, hd, qkv_dim, meta_.rope_theta);
         ops::cpu::rope(bytes(rs.qkv.data() + q_dim), bytes(rs.qkv.data() + q_dim), b.positions, f32, n, nkv, hd,
                        qkv_dim, meta_.rope_theta);
@@ -206,13 +210,13 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
         }
         ops::cpu::paged_attention(bytes(rs.attn), q_dim, bytes(rs.qkv), qkv_dim, f32, cache.k(l), cache.v(l),
                                   cache.dtype(), view, nh, nkv, hd, hd, scale);
-        ops::cpu::linear(bytes(rs.proj), bytes(rs.attn), f32, L.o_w->data(), nullptr, wdt, n, H, q_dim);
+        ops::cpu::linear_packed(rs.proj.data(), rs.attn.data(), *L.o_w, nullptr, n);  // [n, H]
         ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
         // MLP block
         ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.post_norm->data(), wdt, n, H, meta_.rms_norm_eps);
-        ops::cpu::linear(bytes(rs.gate_up), bytes(rs.h), f32, L.gate_up_w->data(), nullptr, wdt, n, 2 * I, H);
+        ops::cpu::linear_packed(rs.gate_up.data(), rs.h.data(), *L.gate_up_w, nullptr, n);  // [n, 2 I]
         ops::cpu::swiglu(bytes(rs.act), bytes(rs.gate_up), bytes(rs.gate_up.data() + I), f32, n, I, 2 * I, I);
-        ops::cpu::linear(bytes(rs.proj), bytes(rs.act), f32, L.down_w->data(), nullptr, wdt, n, H, I);
+        ops::cpu::linear_packed(rs.proj.data(), rs.act.data(), *L.down_w, nullptr, n);  // [n, H]
         ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
     }
 }
@@ -251,7 +255,7 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
                        meta_.rms_norm_eps);
     if (out.hidden) std::memcpy(out.hidden, rs_.xs.data(), b.n_sample * H * sizeof(float));
     if (!params && !out.logits) return LLAISYS_STATUS_OK;
-    ops::cpu::linear(bytes(rs_.logits), bytes(rs_.xs), f32, w_.lm_head->data(), nullptr, meta_.dtype, b.n_sample, V, H);
+    ops::cpu::linear_packed(rs_.logits.data(), rs_.xs.data(), *w_.lm_head, nullptr, b.n_sample);  // [n_sample, V]
     if (out.logits) std::memcpy(out.logits, rs_.logits.data(), b.n_sample * V * sizeof(float));
     if (params) sampling::sample(rs_.logits.data(), b.n_sample, V, params, so);
     return LLAISYS_STATUS_OK;

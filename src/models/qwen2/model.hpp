@@ -3,35 +3,43 @@
 #pragma once
 
 #include "../../kv_cache/kv_cache.hpp"
+#include "../../ops/linear/cpu/packed.hpp"
 #include "../../tensor/tensor.hpp"
 #include "llaisys/models/qwen2.h"
 
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 namespace llaisys::models::qwen2 {
 
+// Linear weights are packed at load for the CPU GEMM (ops/linear/cpu/packed.hpp), in the
+// model dtype and in host memory; the HF-layout copy is never kept.
+using packed_t = std::unique_ptr<ops::cpu::PackedWeight>;
+
 struct LayerWeights {
     tensor_t in_norm;    // [H]
-    tensor_t qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
+    packed_t qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
     tensor_t qkv_b;      // [(nh + 2 nkv) * hd]
-    tensor_t o_w;        // [H, nh * hd]
+    packed_t o_w;        // [H, nh * hd]
     tensor_t post_norm;  // [H]
-    tensor_t gate_up_w;  // [2 I, H]  rows: gate, then up
-    tensor_t down_w;     // [H, I]
+    packed_t gate_up_w;  // [2 I, H]  rows: gate, then up
+    packed_t down_w;     // [H, I]
 };
 
 struct Weights {
-    tensor_t embed;       // [V, H]
+    tensor_t embed;       // [V, H]; null when tied: the lookup then reads rows of lm_head
     tensor_t final_norm;  // [H]
-    tensor_t lm_head;     // [V, H]; the same tensor as embed when tied
+    packed_t lm_head;     // [V, H]; holds the embedding too when tied (stored once)
     std::vector<LayerWeights> layers;
 };
 
-// Where a named HF weight lands: rows [row0, row0 + shape[0]) of `dst`.
+// Where a named HF weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `packed`
+// when that is set.
 struct WeightSlot {
     tensor_t dst;
+    ops::cpu::PackedWeight *packed;  // owned by Weights
     size_t row0;
     std::vector<size_t> shape;  // the HF shape
     bool set = false;

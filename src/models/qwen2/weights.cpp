@@ -61,40 +61,48 @@ Model::Model(const llaisysQwen2Meta_t &meta, llaisysDeviceType_t device, int dev
     const size_t H = meta_.hidden_size, I = meta_.intermediate_size, V = meta_.vocab_size, hd = meta_.head_dim;
     const size_t nq = meta_.n_heads * hd, nkv = meta_.n_kv_heads * hd;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, meta_.dtype, device_, device_id_); };
+    auto make_packed = [&](size_t n, size_t k) { return std::make_unique<ops::cpu::PackedWeight>(n, k, meta_.dtype); };
     auto slot = [&](const std::string &name, tensor_t dst, size_t row0, std::vector<size_t> shape) {
-        slots_[name] = WeightSlot{std::move(dst), row0, std::move(shape)};
+        slots_[name] = WeightSlot{std::move(dst), nullptr, row0, std::move(shape)};
+    };
+    auto slot_packed = [&](const std::string &name, const packed_t &dst, size_t row0, std::vector<size_t> shape) {
+        slots_[name] = WeightSlot{nullptr, dst.get(), row0, std::move(shape)};
     };
 
-    w_.embed = make({V, H});
     w_.final_norm = make({H});
-    w_.lm_head = meta_.tie_word_embeddings ? w_.embed : make({V, H});
-    slot("model.embed_tokens.weight", w_.embed, 0, {V, H});
+    w_.lm_head = make_packed(V, H);
     slot("model.norm.weight", w_.final_norm, 0, {H});
-    if (!meta_.tie_word_embeddings) slot("lm_head.weight", w_.lm_head, 0, {V, H});
+    if (meta_.tie_word_embeddings) {
+        slot_packed("model.embed_tokens.weight", w_.lm_head, 0, {V, H});
+    } else {
+        w_.embed = make({V, H});
+        slot("model.embed_tokens.weight", w_.embed, 0, {V, H});
+        slot_packed("lm_head.weight", w_.lm_head, 0, {V, H});
+    }
 
     w_.layers.resize(meta_.n_layers);
     for (size_t l = 0; l < meta_.n_layers; l++) {
         LayerWeights &L = w_.layers[l];
         L.in_norm = make({H});
-        L.qkv_w = make({nq + 2 * nkv, H});
+        L.qkv_w = make_packed(nq + 2 * nkv, H);
         L.qkv_b = make({nq + 2 * nkv});
-        L.o_w = make({H, nq});
+        L.o_w = make_packed(H, nq);
         L.post_norm = make({H});
-        L.gate_up_w = make({2 * I, H});
-        L.down_w = make({H, I});
+        L.gate_up_w = make_packed(2 * I, H);
+        L.down_w = make_packed(H, I);
         std::string p = "model.layers." + std::to_string(l) + ".";
         slot(p + "input_layernorm.weight", L.in_norm, 0, {H});
-        slot(p + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
-        slot(p + "self_attn.k_proj.weight", L.qkv_w, nq, {nkv, H});
-        slot(p + "self_attn.v_proj.weight", L.qkv_w, nq + nkv, {nkv, H});
+        slot_packed(p + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
+        slot_packed(p + "self_attn.k_proj.weight", L.qkv_w, nq, {nkv, H});
+        slot_packed(p + "self_attn.v_proj.weight", L.qkv_w, nq + nkv, {nkv, H});
         slot(p + "self_attn.q_proj.bias", L.qkv_b, 0, {nq});
         slot(p + "self_attn.k_proj.bias", L.qkv_b, nq, {nkv});
         slot(p + "self_attn.v_proj.bias", L.qkv_b, nq + nkv, {nkv});
-        slot(p + "self_attn.o_proj.weight", L.o_w, 0, {H, nq});
+        slot_packed(p + "self_attn.o_proj.weight", L.o_w, 0, {H, nq});
         slot(p + "post_attention_layernorm.weight", L.post_norm, 0, {H});
-        slot(p + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
-        slot(p + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
-        slot(p + "mlp.down_proj.weight", L.down_w, 0, {H, I});
+        slot_packed(p + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
+        slot_packed(p + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
+        slot_packed(p + "mlp.down_proj.weight", L.down_w, 0, {H, I});
     }
 }
 
@@ -108,9 +116,13 @@ void Model::set_weight(const std::string &name, const void *data, llaisysDataTyp
     LLAISYS_CHECK(is_float_dtype(dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", name,
                   "' must be f32, f16 or bf16, got ", dtype_name(dtype));
     LLAISYS_CHECK_ARG(data != nullptr, "weight '", name, "' data is NULL");
-    size_t n = 1;
-    for (size_t d : shape) n *= d;
-    convert_rows(*s.dst, s.row0, data, dtype, n);
+    if (s.packed) {
+        s.packed->set_rows(s.row0, shape[0], data, dtype);
+    } else {
+        size_t n = 1;
+        for (size_t d : shape) n *= d;
+        convert_rows(*s.dst, s.row0, data, dtype, n);
+    }
     s.set = true;
 }
 
