@@ -1,9 +1,11 @@
-"""Load time, prefill and single-stream decode speed of real models through the core.
+"""Load time, resident memory after load, prefill and single-stream decode speed of real
+models through the core.
 
     python tools/bench_models.py [--models NAME ...] [--prompt-len 512] [--decode-len 128] [--out FILE]
 
 Prints a table and writes JSON (a list of rows, one per model; tools/bench_limits reads it).
-Prefill is one step of prompt-len tokens; decode is decode-len single-token steps, each
+Memory is this process's VmRSS (and peak, VmHWM) from /proc/self/status right after the
+load. Prefill is one step of prompt-len tokens; decode is decode-len single-token steps, each
 sampled greedily in the core as the engine does. Each figure is the median over --repeats
 runs (all runs are kept in the JSON). Timings only: the host is shared, so compare figures
 taken in one run, and read them beside the load average printed with them. On a host with
@@ -33,12 +35,27 @@ def _greedy_step(model: Qwen2Model, cache, tokens, start: int) -> int:
     return int(res.token_ids[0])
 
 
+def _rss_mb() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB, from /proc/self/status (0 where unreadable)."""
+    vals = {"VmRSS": 0.0, "VmHWM": 0.0}
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                key = line.split(":")[0]
+                if key in vals:
+                    vals[key] = int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return round(vals["VmRSS"], 1), round(vals["VmHWM"], 1)
+
+
 def bench(name: str, prompt_len: int, decode_len: int, repeats: int) -> dict:
     path = hub.resolve_model(name)
     load_avg_start = os.getloadavg()[0]
     t0 = time.perf_counter()
     model = Qwen2Model(load_model(path))
     load_s = time.perf_counter() - t0
+    rss_load, peak_load = _rss_mb()
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, model.config.vocab_size, prompt_len)
     prefill, decode = [], []
@@ -52,7 +69,8 @@ def bench(name: str, prompt_len: int, decode_len: int, repeats: int) -> dict:
                 nxt = _greedy_step(model, cache, [nxt], prompt_len + i)
             decode.append(decode_len / (time.perf_counter() - t))
     model.close()
-    return {"model": name, "load_s": round(load_s, 2), "prefill_tok_s": round(float(np.median(prefill)), 1),
+    return {"model": name, "load_s": round(load_s, 2), "rss_after_load_mb": rss_load,
+            "peak_rss_load_mb": peak_load, "prefill_tok_s": round(float(np.median(prefill)), 1),
             "decode_tok_s": round(float(np.median(decode)), 1), "prefill_runs": [round(x, 1) for x in prefill],
             "decode_runs": [round(x, 1) for x in decode], "prompt_len": prompt_len, "decode_len": decode_len,
             "repeats": repeats, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -72,9 +90,10 @@ def main() -> None:
           f" of {os.cpu_count()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
           f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     rows = [bench(m, args.prompt_len, args.decode_len, args.repeats) for m in args.models]
-    print(f"{'model':32} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'load avg':>12}")
+    print(f"{'model':32} {'load s':>7} {'RSS MiB':>8} {'prefill tok/s':>14} {'decode tok/s':>13} {'load avg':>12}")
     for r in rows:
-        print(f"{r['model']:32} {r['load_s']:7.2f} {r['prefill_tok_s']:14.1f} {r['decode_tok_s']:13.1f} "
+        print(f"{r['model']:32} {r['load_s']:7.2f} {r['rss_after_load_mb']:8.0f} {r['prefill_tok_s']:14.1f} "
+              f"{r['decode_tok_s']:13.1f} "
               f"{r['load_avg_start']:5.2f}->{r['load_avg_end']:<5.2f}")
     with open(args.out, "w") as f:
         json.dump(rows, f, indent=2)
