@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 #include <new>
+#include <type_traits>
 
 namespace llaisys::ops::cpu {
 
@@ -22,7 +23,10 @@ PackedWeight::PackedWeight(size_t n, size_t k, llaisysDataType_t dtype)
     size_t alloc = (bytes_ + 63) / 64 * 64;
     data_.reset(static_cast<std::byte *>(std::aligned_alloc(64, alloc)));
     if (!data_) throw std::bad_alloc();
-    std::memset(data_.get(), 0, alloc);  // the tail panel's padding columns stay zero
+    // Only the tail panel is cleared (its padding columns must read as zero); every other
+    // element is written by set_rows, and touching 1 GB here would only add to the load.
+    const size_t panel_bytes = k * nr_ * dtype_size(dtype);
+    std::memset(data_.get() + bytes_ - panel_bytes, 0, alloc - (bytes_ - panel_bytes));
 }
 
 PackedWeight PackedWeight::pack(const void *w, llaisysDataType_t dtype, size_t n, size_t k) {

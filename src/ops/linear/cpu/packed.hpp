@@ -24,7 +24,8 @@ namespace llaisys::ops::cpu {
 
 class PackedWeight {
 public:
-    // All zeros, n x k, dtype f32/f16/bf16, packed for active_isa(). Fill with set_rows.
+    // n x k, dtype f32/f16/bf16, packed for active_isa(); fill every row with set_rows
+    // (rows not yet set hold unspecified values; the tail panel's padding is zero).
     PackedWeight(size_t n, size_t k, llaisysDataType_t dtype);
     // Pack a whole weight w [n, k] of dtype `dtype`.
     static PackedWeight pack(const void *w, llaisysDataType_t dtype, size_t n, size_t k);
