@@ -52,6 +52,13 @@ LLAISYS_API void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed);
 LLAISYS_API llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in,
                                            llaisysTensor_t weight, float eps);
 
+/* The residual step of a transformer block, fused: residual += in (rounded to the
+ * activations' dtype), then out = rms_norm(residual, weight, eps) as llaisysRmsNorm.
+ * out, residual and in [m, d] of one float dtype, weight [d] of any float dtype; eps > 0.
+ * residual is updated in place; out must not alias residual or in. */
+LLAISYS_API llaisysStatus_t llaisysAddRmsNorm(llaisysTensor_t out, llaisysTensor_t residual,
+                                              llaisysTensor_t in, llaisysTensor_t weight, float eps);
+
 /* Rotary position embedding, HF "rotate half" convention: for j < d/2, with
  * angle = pos[i] * theta^(-2j/d),
  *   out[i,h,j]       = x[i,h,j] cos - x[i,h,j+d/2] sin

@@ -76,6 +76,12 @@ def rms_norm(out: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:
     return out
 
 
+def add_rms_norm(out: Tensor, residual: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """residual += inp, then out = rms_norm(residual, weight, eps); returns out."""
+    check(LIB.llaisysAddRmsNorm(out.handle, residual.handle, inp.handle, weight.handle, float(eps)))
+    return out
+
+
 def rope(out: Tensor, inp: Tensor, pos: Tensor, theta: float) -> Tensor:
     check(LIB.llaisysRope(out.handle, inp.handle, pos.handle, float(theta)))
     return out

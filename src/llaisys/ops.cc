@@ -87,6 +87,14 @@ llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in, llaisysT
         [&] { ops::rms_norm(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), eps); });
 }
 
+llaisysStatus_t llaisysAddRmsNorm(llaisysTensor_t out, llaisysTensor_t residual, llaisysTensor_t in,
+                                  llaisysTensor_t weight, float eps) {
+    return guard([&] {
+        ops::add_rms_norm(tensor_of(out, "out"), tensor_of(residual, "residual"), tensor_of(in, "in"),
+                          tensor_of(weight, "weight"), eps);
+    });
+}
+
 llaisysStatus_t llaisysRope(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t pos, float theta) {
     return guard([&] { ops::rope(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(pos, "pos"), theta); });
 }

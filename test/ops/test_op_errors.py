@@ -71,6 +71,13 @@ CASES = [
     ("rms_norm", lambda: ops.rms_norm(t(2, 4, dtype="bf16"), t(2, 4), t(4), 1e-6), DTYPE, ["rms_norm"]),
     ("rms_norm", lambda: ops.rms_norm(t(8), t(8), t(8), 1e-6), SHAPE, ["rms_norm"]),
     ("rms_norm", lambda: ops.rms_norm(t(2, 4), transposed(2, 4), t(4), 1e-6), ARG, ["contiguous"]),
+    # add_rms_norm
+    ("add_rms_norm", lambda: ops.add_rms_norm(t(2, 4), t(2, 4), t(2, 4), t(5), 1e-6), SHAPE, ["add_rms_norm", "weight"]),
+    ("add_rms_norm", lambda: ops.add_rms_norm(t(2, 4), t(3, 4), t(2, 4), t(4), 1e-6), SHAPE, ["residual"]),
+    ("add_rms_norm", lambda: ops.add_rms_norm(t(2, 4), t(2, 4), t(2, 4), t(4), 0.0), ARG, ["eps"]),
+    ("add_rms_norm", lambda: ops.add_rms_norm(t(2, 4), t(2, 4, dtype="bf16"), t(2, 4), t(4), 1e-6), DTYPE, ["add_rms_norm"]),
+    ("add_rms_norm", lambda: ops.add_rms_norm(t(2, 4), t(2, 4), transposed(2, 4), t(4), 1e-6), ARG, ["contiguous"]),
+    ("add_rms_norm", lambda: (lambda a: ops.add_rms_norm(a, a, t(2, 4), t(4), 1e-6))(t(2, 4)), ARG, ["alias"]),
     # rope
     ("rope", lambda: ops.rope(t(2, 3, 5), t(2, 3, 5), t(2, dtype="i64"), 1e4), SHAPE, ["rope", "even"]),
     ("rope", lambda: ops.rope(t(2, 3, 4), t(2, 3, 4), t(2, dtype="i32"), 1e4), DTYPE, ["rope", "pos"]),

@@ -167,6 +167,19 @@ def test_rms_norm_in_place(bridge, dtype):
     bridge.assert_close(t, xd / torch.sqrt(xd.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double(), dtype, scale=4.0)
 
 
+@pytest.mark.parametrize("m,d,eps", [(1, 1, 1e-6), (5, 33, 1e-6), (17, 4097, 1e-6), (3, 896, 1.0)])
+def test_add_rms_norm(bridge, dtype, m, d, eps):
+    r, x, w = bridge.randn((m, d), dtype, 2.0), bridge.randn((m, d), dtype), bridge.randn((d,), dtype)
+    res, out = bridge.to_llaisys(r), bridge.empty((m, d), dtype)
+    ops.add_rms_norm(out, res, bridge.to_llaisys(x), bridge.to_llaisys(w), eps)
+    # the residual holds the sum rounded to the dtype, as a separate add would store it
+    summed = (r.double() + x.double()).to(r.dtype)
+    torch.testing.assert_close(bridge.to_torch(res), summed.float(), atol=0, rtol=0)
+    sd = summed.double()
+    expected = sd / torch.sqrt(sd.pow(2).mean(-1, keepdim=True) + eps) * w.double()
+    bridge.assert_close(out, expected, dtype, scale=4.0)
+
+
 def test_mixed_dtype_weights(bridge, weight_dtype):
     """f32 activations with weights of any float dtype (include/llaisys/ops.h)."""
     x = bridge.uniform((3, 65), "f32")

@@ -19,6 +19,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysPackedLinearCreate": [T, ctypes.POINTER(llaisysPackedLinear_t)],
         "llaisysPackedLinearApply": [llaisysPackedLinear_t, T, T, T],
         "llaisysRmsNorm": [T, T, T, f],
+        "llaisysAddRmsNorm": [T, T, T, T, f],
         "llaisysRope": [T, T, T, f],
         "llaisysSelfAttention": [T, T, T, T, f],
         "llaisysPagedAttention": [T, T, T, T, T, T, T, T, T, f],

@@ -194,10 +194,12 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
     } else {  // tied: the embedding is stored once, as the packed lm_head (ids checked above)
         for (size_t t = 0; t < n; t++) w_.lm_head->row_f32(size_t(b.token_ids[t]), rs.x.data() + t * H);
     }
+    // x is the residual stream, h its normalised copy. Each residual add is fused with the
+    // norm that follows it (post_norm of this layer, in_norm of the next).
+    ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, w_.layers[0].in_norm->data(), wdt, n, H, meta_.rms_norm_eps);
     for (size_t l = 0; l < meta_.n_layers; l++) {
         const LayerWeights &L = w_.layers[l];
-        // attention block
-        ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.in_norm->data(), wdt, n, H, meta_.rms_norm_eps);
+        // attention block (h = in_norm(x) already)
         ops::cpu::linear_packed(rs.qkv.data(), rs.h.data(), *L.qkv_w, L.qkv_b->data(), n);  // [n, qkv_dim]
         ops::cpu::rope(bytes(rs.qkv), bytes(rs.qkv), b.positions, f32, n, nh, hd, qkv_dim, meta_.rope_theta);
         ops::cpu::rope(bytes(rs.qkv.data() + q_dim), bytes(rs.qkv.data() + q_dim), b.positions, f32, n, nkv, hd,
@@ -211,13 +213,18 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
         ops::cpu::paged_attention(bytes(rs.attn), q_dim, bytes(rs.qkv), qkv_dim, f32, cache.k(l), cache.v(l),
                                   cache.dtype(), view, nh, nkv, hd, hd, scale);
         ops::cpu::linear_packed(rs.proj.data(), rs.attn.data(), *L.o_w, nullptr, n);  // [n, H]
-        ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
-        // MLP block
-        ops::cpu::rms_norm(bytes(rs.h), bytes(rs.x), f32, L.post_norm->data(), wdt, n, H, meta_.rms_norm_eps);
+        // MLP block: x += o_proj; h = post_norm(x)
+        ops::cpu::add_rms_norm(bytes(rs.h), bytes(rs.x), bytes(rs.proj), f32, L.post_norm->data(), wdt, n, H,
+                               meta_.rms_norm_eps);
         ops::cpu::linear_packed(rs.gate_up.data(), rs.h.data(), *L.gate_up_w, nullptr, n);  // [n, 2 I]
         ops::cpu::swiglu(bytes(rs.act), bytes(rs.gate_up), bytes(rs.gate_up.data() + I), f32, n, I, 2 * I, I);
         ops::cpu::linear_packed(rs.proj.data(), rs.act.data(), *L.down_w, nullptr, n);  // [n, H]
-        ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
+        if (l + 1 < meta_.n_layers) {  // x += down_proj; h = next layer's in_norm(x)
+            ops::cpu::add_rms_norm(bytes(rs.h), bytes(rs.x), bytes(rs.proj), f32, w_.layers[l + 1].in_norm->data(),
+                                   wdt, n, H, meta_.rms_norm_eps);
+        } else {  // the final norm runs on the sampled rows only (step)
+            ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(rs.x), bytes(rs.x), bytes(rs.proj), f32, n * H);
+        }
     }
 }
 

@@ -23,4 +23,23 @@ void rms_norm(Tensor &out, const Tensor &in, const Tensor &weight, float eps) {
                   eps);
 }
 
+void add_rms_norm(Tensor &out, Tensor &residual, const Tensor &in, const Tensor &weight, float eps) {
+    const char *op = "add_rms_norm";
+    check_same_device(op, {&out, &residual, &in, &weight});
+    check_same_dtype(op, {&out, &residual, &in});
+    check_float(op, out);
+    check_float(op, weight);
+    check_ndim(op, "in", in, 2);
+    check_shape(op, "out", out, in.shape());
+    check_shape(op, "residual", residual, in.shape());
+    check_shape(op, "weight", weight, {in.shape()[1]});
+    check_contiguous(op, {&out, &residual, &in, &weight});
+    LLAISYS_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, op, ": eps must be a positive number, got ", eps);
+    LLAISYS_CHECK_ARG(out.data() != residual.data() && out.data() != in.data(), op,
+                      ": out must not alias residual or in");
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    cpu::add_rms_norm(out.data(), residual.data(), in.data(), out.dtype(), weight.data(), weight.dtype(),
+                      in.shape()[0], in.shape()[1], eps);
+}
+
 }  // namespace llaisys::ops

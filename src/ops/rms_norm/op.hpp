@@ -7,4 +7,7 @@ namespace llaisys::ops {
 // out = in / sqrt(mean(in^2) + eps) * weight, per row (see include/llaisys/ops.h).
 void rms_norm(Tensor &out, const Tensor &in, const Tensor &weight, float eps);
 
+// residual += in; out = rms_norm(residual, weight, eps), fused (see include/llaisys/ops.h).
+void add_rms_norm(Tensor &out, Tensor &residual, const Tensor &in, const Tensor &weight, float eps);
+
 }  // namespace llaisys::ops

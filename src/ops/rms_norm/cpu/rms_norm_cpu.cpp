@@ -24,7 +24,38 @@ void rms_norm_impl(T *out, const T *in, const TW *weight, size_t m, size_t d, fl
     }
 }
 
+template <class T, class TW>
+void add_rms_norm_impl(T *out, T *residual, const T *in, const TW *weight, size_t m, size_t d, float eps) {
+#pragma omp parallel for schedule(static) if (m * d > 8192)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
+        T *r = residual + size_t(i) * d;
+        const T *x = in + size_t(i) * d;
+        T *y = out + size_t(i) * d;
+        float ss = 0.0f;
+        for (size_t j = 0; j < d; j++) {
+            T sum = from_f32<T>(to_f32(r[j]) + to_f32(x[j]));  // what a separate add would store
+            r[j] = sum;
+            float v = to_f32(sum);
+            ss += v * v;
+        }
+        float inv = 1.0f / std::sqrt(ss / float(d) + eps);
+        for (size_t j = 0; j < d; j++) y[j] = from_f32<T>(to_f32(r[j]) * inv * to_f32(weight[j]));
+    }
+}
+
 }  // namespace
+
+void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act,
+                  const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps) {
+    dispatch_float(act, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            add_rms_norm_impl(reinterpret_cast<T *>(out), reinterpret_cast<T *>(residual),
+                              reinterpret_cast<const T *>(in), reinterpret_cast<const TW *>(weight), m, d, eps);
+        });
+    });
+}
 
 void rms_norm(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
               llaisysDataType_t wdt, size_t m, size_t d, float eps) {
