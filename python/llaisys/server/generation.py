@@ -129,15 +129,24 @@ class Generation:
         from .limits import ClientGone
 
         remaining = len(self._streams)
+        next_check = time.monotonic() + POLL_S
         while remaining:
             try:
                 index, out = self._queue.get(timeout=POLL_S)
             except queue.Empty:
+                index, out = None, None
+            # The client and the deadline are checked every POLL_S whether or not outputs
+            # arrive: a fast engine yields a token more often than that, and the deadline
+            # must still end a request that never pauses.
+            now = time.monotonic()
+            if out is None or now >= next_check:
+                next_check = now + POLL_S
                 if self.client_gone():
                     self.abort("disconnect")
-                    raise ClientGone() from None
-                if self.abort_cause is None and time.monotonic() >= self.deadline:
+                    raise ClientGone()
+                if self.abort_cause is None and now >= self.deadline:
                     self.abort("timeout")
+            if out is None:
                 continue
             if any(c.delta_token_ids for c in out.outputs):
                 now = time.monotonic()
