@@ -138,8 +138,11 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
 
     def context(n_ctx: int, n_seq: int):
         cp = L.llama_context_default_params()
-        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, 512, 512
+        # n_batch: the most tokens one llama_decode call may hold (32 prompts of 32 tokens go in
+        # one call); n_ubatch: how many of them are computed at a time inside the call
+        cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, min(n_ctx, 4096), 512
         cp.n_seq_max = n_seq
+        cp.kv_unified = True  # one KV buffer for all sequences (else each gets n_ctx / n_seq cells)
         cp.n_threads = cp.n_threads_batch = threads
         cp.no_perf = True
         ctx = L.llama_init_from_model(model, cp)
