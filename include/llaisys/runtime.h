@@ -57,6 +57,12 @@ LLAISYS_API llaisysStatus_t llaisysFree(llaisysDeviceType_t device, int device_i
 LLAISYS_API llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id,
                                                size_t *allocated, size_t *reserved);
 
+/* Bytes of (device, device_id)'s memory free now and in total, as the system sees it (cudaMemGetInfo on
+ * a GPU, so blocks cached by this library count as used; MemAvailable and MemTotal of the host for
+ * the CPU). Either pointer may be NULL. The engine sizes its KV pool on a GPU from these. */
+LLAISYS_API llaisysStatus_t llaisysGetMemoryInfo(llaisysDeviceType_t device, int device_id, size_t *free,
+                                                 size_t *total);
+
 /* Copy `size` bytes; blocks until done. Host pointers are ordinary or pinned memory. */
 LLAISYS_API llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id,
                                           void *dst, const void *src, size_t size,

@@ -34,6 +34,13 @@ def memory_stats(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> Mem
     return MemoryStats(a.value, r.value)
 
 
+def memory_info(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> tuple[int, int]:
+    """(free, total) bytes of the device's memory as the system sees it (the host's RAM for the CPU)."""
+    f, t = ctypes.c_size_t(0), ctypes.c_size_t(0)
+    check(LIB.llaisysGetMemoryInfo(int(device), device_id, ctypes.byref(f), ctypes.byref(t)))
+    return f.value, t.value
+
+
 def malloc(device: DeviceType, size: int, kind: MemoryKind = MemoryKind.DEVICE, device_id: int = 0) -> int:
     """Raw allocation; returns the address (0 for size 0). Release with free()."""
     p = ctypes.c_void_p()

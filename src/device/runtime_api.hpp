@@ -15,6 +15,9 @@ public:
     virtual int device_count() = 0;
     virtual void set_device(int id) = 0;
     virtual void synchronize(int id) = 0;
+    // Bytes of the device's memory that are free now and in total (the host's RAM for the
+    // CPU: MemAvailable / MemTotal).
+    virtual void mem_info(int id, size_t *free, size_t *total) = 0;
 
     // Raw memory; sizes are tracked by core/allocator, not here.
     virtual void *malloc(int id, llaisysMemoryKind_t kind, size_t size) = 0;

@@ -101,6 +101,17 @@ llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id, si
     });
 }
 
+llaisysStatus_t llaisysGetMemoryInfo(llaisysDeviceType_t device, int device_id, size_t *free, size_t *total) {
+    return guard([&] {
+        device = enum_arg(device);
+        device::check_device(device, device_id);
+        size_t f = 0, t = 0;
+        device::runtime(device).mem_info(device_id, &f, &t);
+        if (free) *free = f;
+        if (total) *total = t;
+    });
+}
+
 llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id, void *dst, const void *src, size_t size,
                               llaisysMemcpyKind_t kind) {
     return guard([&] {

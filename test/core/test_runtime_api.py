@@ -106,6 +106,25 @@ def test_malloc_free_and_memory_stats(kind, quiet_gc):
     runtime.free(CPU, 0, kind)  # freeing NULL is a no-op
 
 
+def _meminfo_kib(key: str) -> int:
+    with open("/proc/meminfo") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key + ":"))
+
+
+def test_memory_info_of_the_host():
+    # other processes move MemAvailable between two reads: bracket the call with reads of our own
+    lo = _meminfo_kib("MemAvailable") * 1024
+    free, total = runtime.memory_info(CPU)
+    hi = _meminfo_kib("MemAvailable") * 1024
+    assert total == _meminfo_kib("MemTotal") * 1024
+    slack = 256 << 20
+    assert min(lo, hi) - slack <= free <= max(lo, hi) + slack, (lo, free, hi)
+    assert 0 < free <= total
+    with pytest.raises(llaisys.LlaisysError) as e:
+        runtime.memory_info(CPU, device_id=1)
+    assert e.value.status == Status.INVALID_ARGUMENT
+
+
 def test_bad_memory_kind():
     expect_status(lambda: runtime.malloc(CPU, 16, 3), Status.INVALID_ARGUMENT, "memory kind")
     expect_status(lambda: runtime.malloc(CPU, 16, -1), Status.INVALID_ARGUMENT, "memory kind")

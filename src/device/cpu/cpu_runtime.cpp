@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <new>
 
 namespace llaisys::device::cpu {
@@ -28,6 +30,23 @@ public:
     int device_count() override { return 1; }
     void set_device(int) override {}
     void synchronize(int) override {}
+
+    void mem_info(int, size_t *free, size_t *total) override {
+        // /proc/meminfo is in KiB; MemAvailable counts reclaimable page cache as free
+        size_t avail_kib = 0, total_kib = 0;
+        std::ifstream in("/proc/meminfo");
+        std::string key;
+        size_t value = 0;
+        std::string unit;
+        while (in >> key >> value) {
+            if (key == "MemTotal:") total_kib = value;
+            if (key == "MemAvailable:") avail_kib = value;
+            std::getline(in, unit);
+        }
+        LLAISYS_CHECK(total_kib > 0, LLAISYS_STATUS_DEVICE_ERROR, "cannot read MemTotal from /proc/meminfo");
+        *free = avail_kib * 1024;
+        *total = total_kib * 1024;
+    }
 
     void *malloc(int, llaisysMemoryKind_t, size_t size) override {
         size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;

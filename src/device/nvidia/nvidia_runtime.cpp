@@ -96,6 +96,11 @@ public:
         LLAISYS_CUDA_CHECK(cudaDeviceSynchronize());
     }
 
+    void mem_info(int id, size_t *free, size_t *total) override {
+        DeviceGuard guard(id);
+        LLAISYS_CUDA_CHECK(cudaMemGetInfo(free, total));
+    }
+
     void *malloc(int id, llaisysMemoryKind_t kind, size_t size) override {
         void *p = nullptr;
         switch (kind) {

@@ -192,7 +192,7 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
     if (w_.embed) {
         ops::cpu::embedding(bytes(rs.x), f32, b.token_ids, w_.embed->data(), wdt, n, meta_.vocab_size, H);
     } else {  // tied: the embedding is stored once, as the packed lm_head (ids checked above)
-        for (size_t t = 0; t < n; t++) w_.lm_head->row_f32(size_t(b.token_ids[t]), rs.x.data() + t * H);
+        for (size_t t = 0; t < n; t++) w_.lm_head.packed->row_f32(size_t(b.token_ids[t]), rs.x.data() + t * H);
     }
     // x is the residual stream, h its normalised copy. Each residual add is fused with the
     // norm that follows it (post_norm of this layer, in_norm of the next).
@@ -200,7 +200,7 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
     for (size_t l = 0; l < meta_.n_layers; l++) {
         const LayerWeights &L = w_.layers[l];
         // attention block (h = in_norm(x) already)
-        ops::cpu::linear_packed(rs.qkv.data(), rs.h.data(), *L.qkv_w, L.qkv_b->data(), n);  // [n, qkv_dim]
+        ops::cpu::linear_packed(rs.qkv.data(), rs.h.data(), *L.qkv_w.packed, L.qkv_b->data(), n);  // [n, qkv_dim]
         ops::cpu::rope(bytes(rs.qkv), bytes(rs.qkv), b.positions, f32, n, nh, hd, qkv_dim, meta_.rope_theta);
         ops::cpu::rope(bytes(rs.qkv.data() + q_dim), bytes(rs.qkv.data() + q_dim), b.positions, f32, n, nkv, hd,
                        qkv_dim, meta_.rope_theta);
@@ -212,13 +212,13 @@ void Model::forward_layers(kv::KVCache &cache, const llaisysBatch_t &b) {
         }
         ops::cpu::paged_attention(bytes(rs.attn), q_dim, bytes(rs.qkv), qkv_dim, f32, cache.k(l), cache.v(l),
                                   cache.dtype(), view, nh, nkv, hd, hd, scale);
-        ops::cpu::linear_packed(rs.proj.data(), rs.attn.data(), *L.o_w, nullptr, n);  // [n, H]
+        ops::cpu::linear_packed(rs.proj.data(), rs.attn.data(), *L.o_w.packed, nullptr, n);  // [n, H]
         // MLP block: x += o_proj; h = post_norm(x)
         ops::cpu::add_rms_norm(bytes(rs.h), bytes(rs.x), bytes(rs.proj), f32, L.post_norm->data(), wdt, n, H,
                                meta_.rms_norm_eps);
-        ops::cpu::linear_packed(rs.gate_up.data(), rs.h.data(), *L.gate_up_w, nullptr, n);  // [n, 2 I]
+        ops::cpu::linear_packed(rs.gate_up.data(), rs.h.data(), *L.gate_up_w.packed, nullptr, n);  // [n, 2 I]
         ops::cpu::swiglu(bytes(rs.act), bytes(rs.gate_up), bytes(rs.gate_up.data() + I), f32, n, I, 2 * I, I);
-        ops::cpu::linear_packed(rs.proj.data(), rs.act.data(), *L.down_w, nullptr, n);  // [n, H]
+        ops::cpu::linear_packed(rs.proj.data(), rs.act.data(), *L.down_w.packed, nullptr, n);  // [n, H]
         if (l + 1 < meta_.n_layers) {  // x += down_proj; h = next layer's in_norm(x)
             ops::cpu::add_rms_norm(bytes(rs.h), bytes(rs.x), bytes(rs.proj), f32, w_.layers[l + 1].in_norm->data(),
                                    wdt, n, H, meta_.rms_norm_eps);
@@ -236,7 +236,6 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
                   LLAISYS_STATUS_SHAPE_MISMATCH, "the KV cache was shaped for another model");
     LLAISYS_CHECK(cp.device == device_ && cp.device_id == device_id_, LLAISYS_STATUS_DEVICE_MISMATCH,
                   "the KV cache is on another device than the model");
-    LLAISYS_CHECK(device_ == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED, "Qwen2 step runs on the CPU in this build");
     auto missing = missing_weights();
     LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '",
                       missing.empty() ? "" : missing.front(), "'");
@@ -247,10 +246,14 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
         sampling::check_output(so, b.n_sample);
         for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], V, so.top_capacity);
     }
-    reserve(b.n_tokens, b.n_sample);
     if (!plan_kv(cache, b)) {
         return LLAISYS_STATUS_NO_KV_SPACE;
     }
+    if (device_ == LLAISYS_DEVICE_NVIDIA) {
+        step_nvidia(cache, b, params, out);
+        return LLAISYS_STATUS_OK;
+    }
+    reserve(b.n_tokens, b.n_sample);
     forward_layers(cache, b);
     if (b.n_sample == 0) return LLAISYS_STATUS_OK;
 
@@ -262,10 +265,17 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
                        meta_.rms_norm_eps);
     if (out.hidden) std::memcpy(out.hidden, rs_.xs.data(), b.n_sample * H * sizeof(float));
     if (!params && !out.logits) return LLAISYS_STATUS_OK;
-    ops::cpu::linear_packed(rs_.logits.data(), rs_.xs.data(), *w_.lm_head, nullptr, b.n_sample);  // [n_sample, V]
+    ops::cpu::linear_packed(rs_.logits.data(), rs_.xs.data(), *w_.lm_head.packed, nullptr, b.n_sample);  // [n_sample, V]
     if (out.logits) std::memcpy(out.logits, rs_.logits.data(), b.n_sample * V * sizeof(float));
     if (params) sampling::sample(rs_.logits.data(), b.n_sample, V, params, so);
     return LLAISYS_STATUS_OK;
 }
+
+#ifndef LLAISYS_ENABLE_NVIDIA
+void Model::step_nvidia(kv::KVCache &, const llaisysBatch_t &, const llaisysSamplingParams_t *,
+                        const llaisysStepOutput_t &) {
+    fail(LLAISYS_STATUS_UNSUPPORTED, "this build of libllaisys has no NVIDIA backend (build with -DLLAISYS_NVIDIA=ON)");
+}
+#endif
 
 }  // namespace llaisys::models::qwen2

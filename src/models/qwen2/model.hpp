@@ -14,29 +14,36 @@
 
 namespace llaisys::models::qwen2 {
 
-// Linear weights are packed at load for the CPU GEMM (ops/linear/cpu/packed.hpp), in the
-// model dtype and in host memory; the HF-layout copy is never kept.
 using packed_t = std::unique_ptr<ops::cpu::PackedWeight>;
 
+// A linear layer's weight W [n, k], in the model dtype, stored once in the form its device's
+// GEMM streams: on the CPU packed at load into panels (ops/linear/cpu/packed.hpp, host
+// memory; the HF-layout copy is never kept), on a GPU as the HF layout in device memory
+// (cuBLAS reads it as is). Exactly one of the two is set.
+struct LinearWeight {
+    packed_t packed;  // CPU
+    tensor_t dense;   // NVIDIA: [n, k]
+};
+
 struct LayerWeights {
-    tensor_t in_norm;    // [H]
-    packed_t qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
-    tensor_t qkv_b;      // [(nh + 2 nkv) * hd]
-    packed_t o_w;        // [H, nh * hd]
-    tensor_t post_norm;  // [H]
-    packed_t gate_up_w;  // [2 I, H]  rows: gate, then up
-    packed_t down_w;     // [H, I]
+    tensor_t in_norm;        // [H]
+    LinearWeight qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
+    tensor_t qkv_b;          // [(nh + 2 nkv) * hd]
+    LinearWeight o_w;        // [H, nh * hd]
+    tensor_t post_norm;      // [H]
+    LinearWeight gate_up_w;  // [2 I, H]  rows: gate, then up
+    LinearWeight down_w;     // [H, I]
 };
 
 struct Weights {
-    tensor_t embed;       // [V, H]; null when tied: the lookup then reads rows of lm_head
-    tensor_t final_norm;  // [H]
-    packed_t lm_head;     // [V, H]; holds the embedding too when tied (stored once)
+    tensor_t embed;        // [V, H]; null when tied: the lookup then reads rows of lm_head
+    tensor_t final_norm;   // [H]
+    LinearWeight lm_head;  // [V, H]; holds the embedding too when tied (stored once)
     std::vector<LayerWeights> layers;
 };
 
 // Where a named HF weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `packed`
-// when that is set.
+// when that is set (a dense linear weight on a GPU is a plain `dst`).
 struct WeightSlot {
     tensor_t dst;
     ops::cpu::PackedWeight *packed;  // owned by Weights
@@ -65,6 +72,9 @@ struct RunState {
     std::vector<int64_t> write_slot;  // [n] where each token's K/V goes
 };
 
+// The GPU's run state (nvidia/forward_nvidia.cpp): stream, device buffers, pinned staging.
+struct NvidiaState;
+
 class Model {
 public:
     Model(const llaisysQwen2Meta_t &meta, llaisysDeviceType_t device, int device_id);
@@ -87,13 +97,18 @@ private:
     bool plan_kv(kv::KVCache &cache, const llaisysBatch_t &b);  // fills write_slot and the view
     void reserve(size_t n_tokens, size_t n_sample);
     void forward_layers(kv::KVCache &cache, const llaisysBatch_t &b);
+    // The forward and sampling of step() on an NVIDIA GPU, after validation and plan_kv
+    // (nvidia/forward_nvidia.cpp; only in builds with the NVIDIA backend).
+    void step_nvidia(kv::KVCache &cache, const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                     const llaisysStepOutput_t &out);
 
     llaisysQwen2Meta_t meta_;
     llaisysDeviceType_t device_;
     int device_id_;
     Weights w_;
     std::map<std::string, WeightSlot> slots_;  // HF name -> destination
-    RunState rs_;
+    RunState rs_;                      // CPU
+    std::shared_ptr<NvidiaState> gpu_;  // NVIDIA, created by the first step
 };
 
 }  // namespace llaisys::models::qwen2

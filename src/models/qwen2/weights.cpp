@@ -61,48 +61,56 @@ Model::Model(const llaisysQwen2Meta_t &meta, llaisysDeviceType_t device, int dev
     const size_t H = meta_.hidden_size, I = meta_.intermediate_size, V = meta_.vocab_size, hd = meta_.head_dim;
     const size_t nq = meta_.n_heads * hd, nkv = meta_.n_kv_heads * hd;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, meta_.dtype, device_, device_id_); };
-    auto make_packed = [&](size_t n, size_t k) { return std::make_unique<ops::cpu::PackedWeight>(n, k, meta_.dtype); };
+    auto make_linear = [&](size_t n, size_t k) {
+        LinearWeight lw;
+        if (device_ == LLAISYS_DEVICE_CPU) {
+            lw.packed = std::make_unique<ops::cpu::PackedWeight>(n, k, meta_.dtype);
+        } else {
+            lw.dense = make({n, k});
+        }
+        return lw;
+    };
     auto slot = [&](const std::string &name, tensor_t dst, size_t row0, std::vector<size_t> shape) {
         slots_[name] = WeightSlot{std::move(dst), nullptr, row0, std::move(shape)};
     };
-    auto slot_packed = [&](const std::string &name, const packed_t &dst, size_t row0, std::vector<size_t> shape) {
-        slots_[name] = WeightSlot{nullptr, dst.get(), row0, std::move(shape)};
+    auto slot_linear = [&](const std::string &name, const LinearWeight &dst, size_t row0, std::vector<size_t> shape) {
+        slots_[name] = WeightSlot{dst.dense, dst.packed.get(), row0, std::move(shape)};
     };
 
     w_.final_norm = make({H});
-    w_.lm_head = make_packed(V, H);
+    w_.lm_head = make_linear(V, H);
     slot("model.norm.weight", w_.final_norm, 0, {H});
     if (meta_.tie_word_embeddings) {
-        slot_packed("model.embed_tokens.weight", w_.lm_head, 0, {V, H});
+        slot_linear("model.embed_tokens.weight", w_.lm_head, 0, {V, H});
     } else {
         w_.embed = make({V, H});
         slot("model.embed_tokens.weight", w_.embed, 0, {V, H});
-        slot_packed("lm_head.weight", w_.lm_head, 0, {V, H});
+        slot_linear("lm_head.weight", w_.lm_head, 0, {V, H});
     }
 
     w_.layers.resize(meta_.n_layers);
     for (size_t l = 0; l < meta_.n_layers; l++) {
         LayerWeights &L = w_.layers[l];
         L.in_norm = make({H});
-        L.qkv_w = make_packed(nq + 2 * nkv, H);
+        L.qkv_w = make_linear(nq + 2 * nkv, H);
         L.qkv_b = make({nq + 2 * nkv});
-        L.o_w = make_packed(H, nq);
+        L.o_w = make_linear(H, nq);
         L.post_norm = make({H});
-        L.gate_up_w = make_packed(2 * I, H);
-        L.down_w = make_packed(H, I);
+        L.gate_up_w = make_linear(2 * I, H);
+        L.down_w = make_linear(H, I);
         std::string p = "model.layers." + std::to_string(l) + ".";
         slot(p + "input_layernorm.weight", L.in_norm, 0, {H});
-        slot_packed(p + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
-        slot_packed(p + "self_attn.k_proj.weight", L.qkv_w, nq, {nkv, H});
-        slot_packed(p + "self_attn.v_proj.weight", L.qkv_w, nq + nkv, {nkv, H});
+        slot_linear(p + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
+        slot_linear(p + "self_attn.k_proj.weight", L.qkv_w, nq, {nkv, H});
+        slot_linear(p + "self_attn.v_proj.weight", L.qkv_w, nq + nkv, {nkv, H});
         slot(p + "self_attn.q_proj.bias", L.qkv_b, 0, {nq});
         slot(p + "self_attn.k_proj.bias", L.qkv_b, nq, {nkv});
         slot(p + "self_attn.v_proj.bias", L.qkv_b, nq + nkv, {nkv});
-        slot_packed(p + "self_attn.o_proj.weight", L.o_w, 0, {H, nq});
+        slot_linear(p + "self_attn.o_proj.weight", L.o_w, 0, {H, nq});
         slot(p + "post_attention_layernorm.weight", L.post_norm, 0, {H});
-        slot_packed(p + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
-        slot_packed(p + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
-        slot_packed(p + "mlp.down_proj.weight", L.down_w, 0, {H, I});
+        slot_linear(p + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
+        slot_linear(p + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
+        slot_linear(p + "mlp.down_proj.weight", L.down_w, 0, {H, I});
     }
 }
 
