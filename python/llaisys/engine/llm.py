@@ -26,11 +26,12 @@ class LLM:
                  kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None):
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
-                                          kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory))
+                                          kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
+                                          gpu_memory_utilization=gpu_memory_utilization))
         try:
-            num_blocks = self.worker.num_blocks(block_size)
+            num_blocks = self.worker.num_blocks(block_size, max_num_batched_tokens, max_num_seqs)
             limit = min(self.worker.model.config.max_position_embeddings, num_blocks * block_size)
             if max_model_len is not None and max_model_len > limit:
                 raise ValueError(f"max_model_len {max_model_len} exceeds what the model and KV cache allow ({limit})")

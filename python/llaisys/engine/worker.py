@@ -57,12 +57,22 @@ class WorkerConfig:
     kv_layout: str = "block"
     kv_dtype: str = "f32"  # K/V storage dtype
     kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY  # bytes for K and V of all layers
+    # GPU only: size the KV pool so that the process uses this fraction of the GPU's memory
+    # (after the weights and the step's workspace), instead of kv_cache_memory
+    gpu_memory_utilization: Optional[float] = None
 
 
 class Worker:
     """Loads the model once and sizes the KV pool from the memory budget."""
 
     def __init__(self, cfg: WorkerConfig):
+        u = cfg.gpu_memory_utilization
+        if u is not None:  # checked before the load
+            if as_device(cfg.device) != DeviceType.NVIDIA:
+                raise ValueError("gpu_memory_utilization sizes the KV cache of a GPU; with device='cpu' "
+                                 "give kv_cache_memory instead")
+            if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
+                raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
         t0 = time.monotonic()
         self.path = hub.resolve_model(cfg.model)
         self.tokenizer = Tokenizer.from_dir(self.path)
@@ -71,6 +81,7 @@ class Worker:
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()
         self.kv_dtype = as_dtype(cfg.kv_dtype)
         self.kv_budget = parse_bytes(cfg.kv_cache_memory)
+        self.gpu_memory_utilization = cfg.gpu_memory_utilization
         self.cache = None
 
     @property
@@ -86,10 +97,39 @@ class Worker:
 
         return LIB.llaisysDataTypeSize(int(self.kv_dtype))
 
-    def num_blocks(self, block_size: int) -> int:
-        n = self.kv_budget // (self.bytes_per_token() * block_size)
+    def workspace_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+        """Device memory of one step's buffers at the largest batch (the core's run state: f32
+        activations of every token, the logits of the sampled rows, a weight-dtype copy of the
+        widest linear input), with a quarter on top for the libraries' own scratch."""
+        c = self.model.config
+        q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        per_token = 4 * (3 * c.hidden_size + (q + 2 * kv) + q + 3 * c.intermediate_size) + 2 * c.intermediate_size
+        per_sample = 4 * (c.vocab_size + c.hidden_size)
+        return int(1.25 * (per_token * max_num_batched_tokens + per_sample * max_num_seqs)) + (64 << 20)
+
+    def kv_budget_for(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
+        """Bytes for K and V: kv_cache_memory, or on a GPU with gpu_memory_utilization, that
+        fraction of the GPU's memory less what is in use now (weights, other processes) and the
+        step workspace."""
+        if self.gpu_memory_utilization is None:
+            return self.kv_budget
+        from .. import runtime
+
+        free, total = runtime.memory_info(self.model.device, self.model.device_id)
+        in_use = total - free
+        work = self.workspace_bytes(max_num_batched_tokens, max_num_seqs)
+        budget = int(self.gpu_memory_utilization * total) - in_use - work
+        if budget <= 0:
+            raise ValueError(f"gpu_memory_utilization {self.gpu_memory_utilization} leaves no room for the KV cache: "
+                             f"{in_use >> 20} MiB of {total >> 20} MiB are in use and a step needs {work >> 20} MiB")
+        return budget
+
+    def num_blocks(self, block_size: int, max_num_batched_tokens: int = 2048, max_num_seqs: int = 32) -> int:
+        budget = self.kv_budget_for(max_num_batched_tokens, max_num_seqs)
+        n = budget // (self.bytes_per_token() * block_size)
         if n < 1:
-            raise ValueError(f"kv_cache_memory of {self.kv_budget} bytes holds less than one block of {block_size} "
+            what = "gpu_memory_utilization" if self.gpu_memory_utilization is not None else "kv_cache_memory"
+            raise ValueError(f"{what} leaves {budget} bytes for the KV cache: less than one block of {block_size} "
                              f"tokens ({self.bytes_per_token() * block_size} bytes)")
         return int(n)
 

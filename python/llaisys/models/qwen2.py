@@ -62,6 +62,7 @@ class Qwen2Model:
         self.path = loaded.path
         self.dtype = as_dtype(loaded.dtype)
         self.device = device
+        self.device_id = device_id
         self.meta = Qwen2Meta(
             dtype=int(self.dtype), n_layers=cfg.num_hidden_layers, hidden_size=cfg.hidden_size,
             intermediate_size=cfg.intermediate_size, n_heads=cfg.num_attention_heads,

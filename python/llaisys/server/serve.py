@@ -35,6 +35,9 @@ def add_serve_parser(sub) -> None:
     e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
     e.add_argument("--kv-layout", default="block", choices=["block", "slot"])
     e.add_argument("--kv-cache-memory", default="1GiB", help="KV cache budget per model, e.g. 512MiB, 2GB")
+    e.add_argument("--gpu-memory-utilization", type=float, default=None,
+                   help="with --device nvidia: size the KV cache so the process uses this fraction of the GPU's "
+                        "memory (default there: 0.9; replaces --kv-cache-memory)")
     e.add_argument("--max-num-seqs", type=int, default=32, help="most sequences per engine step")
     e.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one engine step")
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
@@ -82,6 +85,11 @@ def build_state(args):
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                          seed=args.seed)
+    if args.device == "nvidia":
+        engine_kwargs["gpu_memory_utilization"] = 0.9 if args.gpu_memory_utilization is None \
+            else args.gpu_memory_utilization
+    elif args.gpu_memory_utilization is not None:
+        raise ValueError("--gpu-memory-utilization needs --device nvidia (use --kv-cache-memory on the CPU)")
     if args.no_prefix_caching:
         engine_kwargs["enable_prefix_caching"] = False
     keys = list(args.api_key) or ([os.environ["LLAISYS_API_KEY"]] if os.environ.get("LLAISYS_API_KEY") else [])
