@@ -2,9 +2,10 @@
 
     python tools/bench_compare.py [--models NAME ...] [--backends llaisys llama.cpp-bf16 ...]
                                   [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
+                                  [--device cpu|nvidia]
 
 Workloads (greedy, random token ids from a fixed seed, the same for every backend):
-  prefill    one 512-token prompt                                  -> prompt tok/s
+  prefill    one 512-token prompt, timed after one untimed run      -> prompt tok/s
   decode     64-token prompt, then 128 tokens one at a time         -> output tok/s
   batch-B    B sequences of 32 prompt tokens, then 32 decode steps
              with all B sequences in each step (B = 1 4 8 16 32)    -> aggregate output tok/s
@@ -12,6 +13,11 @@ Workloads (greedy, random token ids from a fixed seed, the same for every backen
              once (llaisys: the engine's continuous batching; llama.cpp: one batch per step over
              every unfinished sequence; transformers: not run, it has no continuous batching)
                                                                      -> requests/s, TTFT, TPOT
+
+With --device nvidia the same workloads run on the GPU (llaisys and transformers on cuda:0; the
+pip llama.cpp build is CPU-only and is left out), batch-B goes up to 256 sequences, and the
+llaisys worker also measures the GPU's device-to-device copy bandwidth and reports decode as
+weight bytes read per second against it ("decode weight GB/s", "d2d copy GB/s").
 
 Backends: llaisys (this checkout's package), llama.cpp-bf16 / llama.cpp-f16 (llama-cpp-python,
 installed on first use into its own virtualenv under the llaisys cache, low-level API so that
@@ -36,16 +42,17 @@ from pathlib import Path
 
 LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"
 BATCHES = (1, 4, 8, 16, 32)
+GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llama.cpp-bf16", "llama.cpp-f16", "hf-bf16", "hf-f32")
 
 
 # ---- workloads (shared by every worker) ------------------------------------------------------
-def workload_spec(quick: bool) -> dict:
+def workload_spec(quick: bool, device: str = "cpu") -> dict:
     if quick:  # a smoke run of the tool itself
         return {"prefill": 64, "decode_prompt": 16, "decode": 8, "batch_prompt": 8, "batch_steps": 4,
-                "batches": [1, 4], "offline": 4}
+                "batches": [1, 4], "offline": 4, "device": device}
     return {"prefill": 512, "decode_prompt": 64, "decode": 128, "batch_prompt": 32, "batch_steps": 32,
-            "batches": list(BATCHES), "offline": 32}
+            "batches": list(GPU_BATCHES if device == "nvidia" else BATCHES), "offline": 32, "device": device}
 
 
 def offline_requests(n: int, vocab: int, seed: int = 7) -> list:
@@ -67,11 +74,14 @@ def prompt(n: int, vocab: int, seed: int) -> list:
 def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
     import numpy as np
 
-    from llaisys import LLM, SamplingParams
+    from llaisys import LLM, DeviceType, SamplingParams
     from llaisys.models.loader import load_model
     from llaisys.models.qwen2 import Qwen2Model, RowSampling
 
-    model = Qwen2Model(load_model(model_dir))
+    device = spec.get("device", "cpu")
+    loaded = load_model(model_dir)
+    weight_bytes = sum(t.data.nbytes for t in loaded.tensors.values())  # read once per decode step
+    model = Qwen2Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
     res = {}
 
@@ -80,11 +90,12 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
         return model.step(cache, token_ids=toks, positions=pos, query_start=starts, seq_ids=seqs,
                           sample_rows=rows, sampling=[RowSampling()] * len(rows))
 
-    with model.create_kv_cache("slot", n_slots=4096) as cache:
-        p = prompt(spec["prefill"], vocab, 1)
-        t = time.perf_counter()
-        step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
-        res["prefill"] = len(p) / (time.perf_counter() - t)
+    p = prompt(spec["prefill"], vocab, 1)
+    for warm_up in (True, False):  # the first call grows the step buffers (as transformers' warm-up)
+        with model.create_kv_cache("slot", n_slots=4096) as cache:
+            t = time.perf_counter()
+            step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
+            res["prefill"] = len(p) / (time.perf_counter() - t)
     with model.create_kv_cache("slot", n_slots=4096) as cache:
         p = prompt(spec["decode_prompt"], vocab, 2)
         out = step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
@@ -93,6 +104,9 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
         for i in range(spec["decode"]):
             nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
         res["decode"] = spec["decode"] / (time.perf_counter() - t)
+    if device == "nvidia":
+        res["d2d copy GB/s"] = gpu_copy_bandwidth()
+        res["decode weight GB/s"] = res["decode"] * weight_bytes / 1e9
     for b in spec["batches"]:
         lp, steps = spec["batch_prompt"], spec["batch_steps"]
         with model.create_kv_cache("slot", n_slots=b * (lp + steps) + 64) as cache:
@@ -108,7 +122,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
     model.close()
 
     reqs = offline_requests(spec["offline"], vocab)
-    with LLM(model_dir, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
+    with LLM(model_dir, device=device, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in reqs]
         t = time.perf_counter()
         outs = llm.generate([ids for ids, _ in reqs], params)
@@ -118,6 +132,23 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
     res["offline"] = {"requests_s": len(reqs) / wall, "output_tok_s": sum(n for _, n in reqs) / wall,
                       "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot)}
     return res
+
+
+def gpu_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float:
+    """GB/s moved (read + write) by a device-to-device copy: the GPU's practical memory limit."""
+    from llaisys import DeviceType, MemcpyKind, MemoryKind, runtime
+
+    nv = DeviceType.NVIDIA
+    src, dst = runtime.malloc(nv, nbytes, MemoryKind.DEVICE), runtime.malloc(nv, nbytes, MemoryKind.DEVICE)
+    try:
+        runtime.memcpy(nv, dst, src, nbytes, MemcpyKind.D2D)  # warm-up
+        t = time.perf_counter()
+        for _ in range(repeats):
+            runtime.memcpy(nv, dst, src, nbytes, MemcpyKind.D2D)  # returns when the copy is done
+        return 2 * nbytes * repeats / (time.perf_counter() - t) / 1e9
+    finally:
+        runtime.free(nv, src, MemoryKind.DEVICE)
+        runtime.free(nv, dst, MemoryKind.DEVICE)
 
 
 # ---- llama.cpp worker (runs in the tool's own virtualenv; imports nothing from llaisys) --------
@@ -260,37 +291,47 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
     from transformers import AutoModelForCausalLM
 
     torch.set_num_threads(threads)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval()
+    dev = "cuda" if spec.get("device") == "nvidia" else "cpu"
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype)).eval().to(dev)
     vocab = model.config.vocab_size
     res = {}
 
     def greedy(out):
         return out.logits[:, -1].argmax(-1, keepdim=True)
 
-    with torch.inference_mode():
-        p = torch.tensor([prompt(spec["prefill"], vocab, 1)])
-        t = time.perf_counter()
-        model(p, logits_to_keep=1)
-        res["prefill"] = p.shape[1] / (time.perf_counter() - t)
+    def ids(rows):
+        return torch.tensor(rows, device=dev)
 
-        p = torch.tensor([prompt(spec["decode_prompt"], vocab, 2)])
+    def now():  # a GPU runs asynchronously: time what it has finished
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    with torch.inference_mode():
+        p = ids([prompt(spec["prefill"], vocab, 1)])
+        model(p, logits_to_keep=1)  # warm-up (kernel selection, allocator)
+        t = now()
+        model(p, logits_to_keep=1)
+        res["prefill"] = p.shape[1] / (now() - t)
+
+        p = ids([prompt(spec["decode_prompt"], vocab, 2)])
         out = model(p, use_cache=True, logits_to_keep=1)
         nxt, past = greedy(out), out.past_key_values
-        t = time.perf_counter()
+        t = now()
         for _ in range(spec["decode"]):
             out = model(nxt, past_key_values=past, use_cache=True)
             nxt, past = greedy(out), out.past_key_values
-        res["decode"] = spec["decode"] / (time.perf_counter() - t)
+        res["decode"] = spec["decode"] / (now() - t)
 
         for b in spec["batches"]:
-            p = torch.tensor([prompt(spec["batch_prompt"], vocab, 100 + s) for s in range(b)])
+            p = ids([prompt(spec["batch_prompt"], vocab, 100 + s) for s in range(b)])
             out = model(p, use_cache=True, logits_to_keep=1)
             nxt, past = greedy(out), out.past_key_values
-            t = time.perf_counter()
+            t = now()
             for _ in range(spec["batch_steps"]):
                 out = model(nxt, past_key_values=past, use_cache=True)
                 nxt, past = greedy(out), out.past_key_values
-            res[f"batch-{b}"] = b * spec["batch_steps"] / (time.perf_counter() - t)
+            res[f"batch-{b}"] = b * spec["batch_steps"] / (now() - t)
     return res
 
 
@@ -360,6 +401,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def gpu_model() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
@@ -368,11 +418,19 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
     ap.add_argument("--out", default="bench_compare.json")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
+                    help="nvidia: llaisys and transformers on the GPU (llama.cpp backends are left out)")
     args = ap.parse_args()
     from llaisys.models import hub
 
-    spec = workload_spec(args.quick)
+    if args.device == "nvidia":
+        dropped = [b for b in args.backends if b.startswith("llama.cpp")]
+        args.backends = [b for b in args.backends if b not in dropped]
+        if dropped:
+            print(f"--device nvidia: leaving out {', '.join(dropped)} (the pip build of llama.cpp runs on the CPU)")
+    spec = workload_spec(args.quick, args.device)
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "cores": os.cpu_count(),
+              "device": args.device, "gpu": gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
     for name in args.models:
         model_dir = hub.resolve_model(name)
