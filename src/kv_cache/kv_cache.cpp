@@ -65,8 +65,14 @@ void KVCache::clear() {
 void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
     std::vector<int32_t> shifted;
     cells().seq_add(seq, p0, p1, delta, shifted);
-    LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU || shifted.empty(), LLAISYS_STATUS_UNSUPPORTED,
-                  "seq_add with a position shift is only implemented on the CPU");
+    if (p_.device != LLAISYS_DEVICE_CPU) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        rotate_keys_nvidia(shifted, delta);
+        return;
+#else
+        fail(LLAISYS_STATUS_UNSUPPORTED, "seq_add: no backend for device ", int(p_.device), " in this build");
+#endif
+    }
     // RoPE composes: rotating a key stored at p by delta gives the key at p + delta.
     for (size_t layer = 0; layer < p_.n_layers; layer++) {
         for (int32_t cell : shifted) {

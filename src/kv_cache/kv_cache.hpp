@@ -6,6 +6,7 @@
 #include "unified/cells.hpp"
 
 #include <memory>
+#include <vector>
 
 namespace llaisys::kv {
 
@@ -33,6 +34,9 @@ public:
     static size_t bytes_per_slot(const llaisysKVCacheParams_t &params);
 
 private:
+    // seq_add on a GPU: rotate the keys of `cells` by delta positions (nvidia/shift_nvidia.cpp).
+    void rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delta);
+
     llaisysKVCacheParams_t p_;
     tensor_t k_, v_;  // [n_layers, n_slots, n_kv_heads, head_dim]
     std::unique_ptr<UnifiedCells> cells_;

@@ -1,9 +1,12 @@
-"""SLOT (unified cell) KV cache: sequence operations, out-of-cells status, shifts."""
+"""SLOT (unified cell) KV cache: sequence operations, out-of-cells status, shifts; on the CPU
+and, where there is one, on an NVIDIA GPU (the tiny model is f32, so the GPU path is held to
+the same tolerance)."""
 
 import numpy as np
 import pytest
 import torch
 
+from llaisys import DeviceType, runtime
 from llaisys.models.qwen2 import Qwen2Model
 
 from .conftest import make_tiny_qwen2
@@ -12,11 +15,14 @@ P = [5, 9, 2, 77, 31, 8, 100, 3]
 ATOL = 2e-4
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+@pytest.fixture(scope="module", params=["cpu", "nvidia"])
+def tiny(request, tmp_path_factory):
+    device = DeviceType[request.param.upper()]
+    if device == DeviceType.NVIDIA and runtime.device_count(device) == 0:
+        pytest.skip("no NVIDIA GPU in this build/machine")
     path = tmp_path_factory.mktemp("tiny_slot")
     hf = make_tiny_qwen2(path, tie=True, seed=3)
-    with Qwen2Model.from_path(path) as m:
+    with Qwen2Model.from_path(path, device=device) as m:
         yield m, hf
 
 

@@ -1,12 +1,15 @@
 """The core's Qwen2 forward against transformers on small random checkpoints.
 
 Logits must agree at every position of a batch of unequal-length prompts, on both KV
-layouts, for prefill in one step, prefill in chunks, and token-by-token decode."""
+layouts, for prefill in one step, prefill in chunks, and token-by-token decode; on the CPU
+and, where there is one, on an NVIDIA GPU (f32 checkpoints: the GPU runs f32 GEMMs without
+TF32, so the same tolerance holds)."""
 
 import numpy as np
 import pytest
 import torch
 
+from llaisys import DeviceType, runtime
 from llaisys.models.qwen2 import Qwen2Model
 
 PROMPTS = [[1, 5, 7, 9, 11, 13, 2], [3, 4], [100, 200, 300, 400, 500, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]]
@@ -52,10 +55,13 @@ class Runner:
         return res.logits, qs
 
 
-@pytest.fixture(scope="module")
-def model(tiny_qwen2):
+@pytest.fixture(scope="module", params=["cpu", "nvidia"])
+def model(request, tiny_qwen2):
+    device = DeviceType[request.param.upper()]
+    if device == DeviceType.NVIDIA and runtime.device_count(device) == 0:
+        pytest.skip("no NVIDIA GPU in this build/machine")
     path, hf = tiny_qwen2
-    with Qwen2Model.from_path(path) as m:
+    with Qwen2Model.from_path(path, device=device) as m:
         yield m, hf
 
 
