@@ -3,6 +3,11 @@
 #include "../check.hpp"
 #include "cpu/argmax_cpu.hpp"
 
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../nvidia_launch.hpp"
+#include "nvidia/argmax_nvidia.hpp"
+#endif
+
 namespace llaisys::ops {
 
 void argmax(Tensor &max_idx, Tensor &max_val, const Tensor &vals) {
@@ -19,6 +24,14 @@ void argmax(Tensor &max_idx, Tensor &max_val, const Tensor &vals) {
     check_shape(op, "max_idx", max_idx, {rows});
     check_shape(op, "max_val", max_val, {rows});
     check_contiguous(op, {&max_idx, &max_val, &vals});
+    if (vals.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(vals.device_id(), [&](cudaStream_t s) {
+            nvidia::argmax(max_idx.data_as<int64_t>(), max_val.data(), vals.data(), vals.dtype(), rows, n, s);
+        });
+        return;
+#endif
+    }
     if (vals.device() != LLAISYS_DEVICE_CPU) no_kernel(op, vals);
     cpu::argmax(max_idx.data_as<int64_t>(), max_val.data(), vals.data(), vals.dtype(), rows, n);
 }

@@ -3,6 +3,11 @@
 #include "../check.hpp"
 #include "cpu/linear_cpu.hpp"
 
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../nvidia_launch.hpp"
+#include "nvidia/linear_nvidia.hpp"
+#endif
+
 namespace llaisys::ops {
 
 void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *bias) {
@@ -23,6 +28,15 @@ void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *b
         check_same_dtype(op, {&weight, bias});
         check_shape(op, "bias", *bias, {n});
         check_contiguous(op, {bias});
+    }
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(out.device_id(), [&](cudaStream_t s) {
+            nvidia::linear(out.data(), in.data(), out.dtype(), weight.data(), bias ? bias->data() : nullptr,
+                           weight.dtype(), m, n, k, out.device_id(), s);
+        });
+        return;
+#endif
     }
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::linear(out.data(), in.data(), out.dtype(), weight.data(), bias ? bias->data() : nullptr, weight.dtype(), m,

@@ -2,6 +2,13 @@
 
 #include "../check.hpp"
 
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../nvidia_launch.hpp"
+#include "nvidia/paged_attention_nvidia.hpp"
+
+#include <algorithm>
+#endif
+
 #include <cmath>
 
 namespace llaisys::ops {
@@ -22,6 +29,40 @@ void check_attention_view(const cpu::AttentionView &v, size_t n_tokens, size_t n
         }
     }
 }
+
+#ifdef LLAISYS_ENABLE_NVIDIA
+namespace {
+
+// The view's index arrays are on the GPU: validate host copies of them (as the CPU path
+// validates the arrays themselves), then launch over the device arrays.
+void paged_attention_nvidia(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache,
+                            const Tensor &q_pos, const Tensor &query_start, const Tensor &kv_start,
+                            const Tensor &kv_slots, const Tensor &kv_pos, float scale) {
+    const char *op = "paged_attention";
+    const size_t n = q.shape()[0], heads = q.shape()[1], d = q.shape()[2];
+    const size_t n_slots = k_cache.shape()[0], kv_heads = k_cache.shape()[1], dv = v_cache.shape()[2];
+    const size_t n_seqs = query_start.shape()[0] - 1;
+    const std::vector<int32_t> qs = host_copy<int32_t>(query_start), ks = host_copy<int32_t>(kv_start);
+    const std::vector<int32_t> slots = host_copy<int32_t>(kv_slots);
+    const std::vector<int64_t> pos = host_copy<int64_t>(kv_pos);
+    cpu::AttentionView host{n_seqs, qs.data(), nullptr, ks.data(), slots.data(), pos.data()};
+    LLAISYS_CHECK_ARG(size_t(ks[n_seqs]) == kv_slots.shape()[0], op, ": kv_start must end at the length of kv_slots");
+    check_attention_view(host, n, n_slots);
+    size_t max_q = 0, max_kv = 0;
+    for (size_t s = 0; s < n_seqs; s++) {
+        max_q = std::max(max_q, size_t(qs[s + 1] - qs[s]));
+        max_kv = std::max(max_kv, size_t(ks[s + 1] - ks[s]));
+    }
+    const cpu::AttentionView dev{n_seqs, query_start.data_as<int32_t>(), q_pos.data_as<int64_t>(),
+                                 kv_start.data_as<int32_t>(), kv_slots.data_as<int32_t>(), kv_pos.data_as<int64_t>()};
+    run_nvidia(out.device_id(), [&](cudaStream_t s) {
+        nvidia::paged_attention(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(),
+                                k_cache.dtype(), dev, n, max_q, max_kv, heads, kv_heads, d, dv, scale, s);
+    });
+}
+
+}  // namespace
+#endif
 
 void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
                      const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
@@ -56,6 +97,12 @@ void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const 
     check_shape(op, "kv_pos", kv_pos, kv_slots.shape());
     check_contiguous(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     LLAISYS_CHECK_ARG(std::isfinite(scale), op, ": scale must be finite");
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        paged_attention_nvidia(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale);
+        return;
+#endif
+    }
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::AttentionView view{n_seqs, query_start.data_as<int32_t>(), q_pos.data_as<int64_t>(),
                             kv_start.data_as<int32_t>(), kv_slots.data_as<int32_t>(), kv_pos.data_as<int64_t>()};

@@ -3,6 +3,11 @@
 #include "../check.hpp"
 #include "cpu/rms_norm_cpu.hpp"
 
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../nvidia_launch.hpp"
+#include "nvidia/rms_norm_nvidia.hpp"
+#endif
+
 #include <cmath>
 
 namespace llaisys::ops {
@@ -18,6 +23,15 @@ void rms_norm(Tensor &out, const Tensor &in, const Tensor &weight, float eps) {
     check_shape(op, "weight", weight, {in.shape()[1]});
     check_contiguous(op, {&out, &in, &weight});
     LLAISYS_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, op, ": eps must be a positive number, got ", eps);
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(out.device_id(), [&](cudaStream_t s) {
+            nvidia::rms_norm(out.data(), in.data(), out.dtype(), weight.data(), weight.dtype(), in.shape()[0],
+                             in.shape()[1], eps, s);
+        });
+        return;
+#endif
+    }
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::rms_norm(out.data(), in.data(), out.dtype(), weight.data(), weight.dtype(), in.shape()[0], in.shape()[1],
                   eps);
@@ -37,6 +51,15 @@ void add_rms_norm(Tensor &out, Tensor &residual, const Tensor &in, const Tensor 
     LLAISYS_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, op, ": eps must be a positive number, got ", eps);
     LLAISYS_CHECK_ARG(out.data() != residual.data() && out.data() != in.data(), op,
                       ": out must not alias residual or in");
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(out.device_id(), [&](cudaStream_t s) {
+            nvidia::add_rms_norm(out.data(), residual.data(), in.data(), out.dtype(), weight.data(), weight.dtype(),
+                                 in.shape()[0], in.shape()[1], eps, s);
+        });
+        return;
+#endif
+    }
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::add_rms_norm(out.data(), residual.data(), in.data(), out.dtype(), weight.data(), weight.dtype(),
                       in.shape()[0], in.shape()[1], eps);

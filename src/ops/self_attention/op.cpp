@@ -3,6 +3,11 @@
 #include "../check.hpp"
 #include "cpu/self_attention_cpu.hpp"
 
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../nvidia_launch.hpp"
+#include "nvidia/self_attention_nvidia.hpp"
+#endif
+
 #include <cmath>
 
 namespace llaisys::ops {
@@ -27,6 +32,15 @@ void self_attention(Tensor &out, const Tensor &q, const Tensor &k, const Tensor 
                   " exceeds key length ", kv_len);
     check_contiguous(op, {&out, &q, &k, &v});
     LLAISYS_CHECK_ARG(std::isfinite(scale), op, ": scale must be finite");
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(out.device_id(), [&](cudaStream_t s) {
+            nvidia::self_attention(out.data(), q.data(), k.data(), v.data(), out.dtype(), q_len, kv_len, heads, kv_heads,
+                                   d, dv, scale, s);
+        });
+        return;
+#endif
+    }
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::self_attention(out.data(), q.data(), k.data(), v.data(), out.dtype(), q_len, kv_len, heads, kv_heads, d,
                         dv, scale);

@@ -1,0 +1,95 @@
+// Device-side helpers shared by the CUDA kernels under src/ops/<op>/nvidia/ (nvcc only).
+//
+// - Storage types are the CPU's (llaisys::bf16_t, fp16_t: 16 raw bits), so a kernel template
+//   is instantiated with the same tags as dispatch_float hands out on the host.
+// - to_float / from_float<T> convert exactly as utils/types.hpp does on the CPU: widening is
+//   exact, narrowing rounds to nearest even, overflows to inf, keeps subnormals, and turns a
+//   NaN into the same quiet NaN bits (bf16: payload | 0x40, f16: sign | 0x7e00). Kernels are
+//   built without fast-math, so f32 arithmetic is IEEE round-to-nearest without flush-to-zero.
+// - Reductions: warp_* use shuffles over a full warp; block_* combine the warps through a
+//   small shared array and return the result to every thread (the block size must be a
+//   multiple of 32, at most 1024).
+#pragma once
+
+#include "../../utils/types.hpp"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::device::nvidia {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float(uint32_t(x.bits) << 16); }
+__device__ __forceinline__ float to_float(fp16_t x) { return __half2float(__ushort_as_half(x.bits)); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+
+template <>
+__device__ __forceinline__ float from_float<float>(float x) { return x; }
+
+template <>
+__device__ __forceinline__ bf16_t from_float<bf16_t>(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_t{uint16_t((u >> 16) | 0x40u)};  // quiet NaN
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return bf16_t{uint16_t(u >> 16)};
+}
+
+template <>
+__device__ __forceinline__ fp16_t from_float<fp16_t>(float x) {
+    uint32_t u = __float_as_uint(x);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return fp16_t{uint16_t(((u >> 16) & 0x8000u) | 0x7e00u)};
+    return fp16_t{__half_as_ushort(__float2half_rn(x))};  // round to nearest even, subnormals kept
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, off));
+    return v;
+}
+
+// Sum over the block, returned to every thread. `scratch` is shared memory of >= 32 floats;
+// it may be reused right after the call returns (the call ends with a barrier).
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < n_warps ? scratch[lane] : 0.0f;
+    r = warp_sum(r);
+    __syncthreads();
+    return r;
+}
+
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = (blockDim.x + 31) >> 5;
+    v = warp_max(v);
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float r = lane < n_warps ? scratch[lane] : -INFINITY;
+    r = warp_max(r);
+    __syncthreads();
+    return r;
+}
+
+inline size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
+
+// Blocks for a grid-stride loop over n items: enough to fill the GPU, never past the
+// grid.x limit (the loop covers the rest).
+inline unsigned grid_for(size_t n, unsigned threads) {
+    size_t blocks = ceil_div(n, threads);
+    const size_t cap = size_t(1) << 20;
+    return unsigned(blocks < cap ? blocks : cap);
+}
+
+}  // namespace llaisys::device::nvidia

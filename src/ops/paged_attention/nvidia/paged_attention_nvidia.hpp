@@ -1,0 +1,29 @@
+// CUDA launcher of paged attention (see /src/ops/paged_attention/cpu/paged_attention_cpu.hpp).
+#pragma once
+
+#include "../cpu/paged_attention_cpu.hpp"
+#include "llaisys.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::ops::nvidia {
+
+// Same semantics as cpu::paged_attention (query t sees the entries of its row with
+// kv_pos <= q_pos[t], online softmax in f32, GQA, zeros for a query that sees nothing), but
+// every buffer and every array of `view` is DEVICE memory; view.n_seqs is a host value.
+// n_tokens = query_start[n_seqs] (host value). max_q_len / max_kv_len: host upper bounds on a
+// row's query count and visible-entry count; max_q_len must not be exceeded (tokens of a
+// longer row would be skipped); max_kv_len only sizes work and may be loose.
+// Rows with at most 4 queries take the decode configuration (one block per (token, kv head)),
+// longer rows the prefill configuration (query tiles of ~16 (token, head) rows); both are
+// launched on `stream` when the batch mixes them.
+void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+                     llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
+                     llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
+                     size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
+                     size_t dv, float scale, cudaStream_t stream);
+
+}  // namespace llaisys::ops::nvidia

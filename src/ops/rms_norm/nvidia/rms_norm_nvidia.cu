@@ -1,0 +1,72 @@
+// One block per row (grid-stride over rows): a strided pass sums the squares, a block
+// reduction gives 1/sqrt(mean + eps), a second pass writes the row. Every thread touches the
+// same columns in both passes, so add_rms_norm's second pass reads back its own writes.
+#include "rms_norm_nvidia.hpp"
+
+#include "../../../device/nvidia/cuda_check.hpp"
+#include "../../../device/nvidia/cuda_kernel_utils.cuh"
+
+namespace llaisys::ops::nvidia {
+namespace {
+
+using namespace llaisys::device::nvidia;
+
+template <class T, class TW, bool kAdd>
+__global__ void rms_norm_kernel(T *out, T *residual, const T *in, const TW *weight, size_t m, size_t d, float eps) {
+    __shared__ float scratch[32];
+    for (size_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const T *x = in + i * d;
+        T *r = kAdd ? residual + i * d : nullptr;
+        T *y = out + i * d;
+        float ss = 0.0f;
+        for (size_t j = threadIdx.x; j < d; j += blockDim.x) {
+            float v;
+            if constexpr (kAdd) {
+                T sum = from_float<T>(to_float(r[j]) + to_float(x[j]));  // what a separate add would store
+                r[j] = sum;
+                v = to_float(sum);
+            } else {
+                v = to_float(x[j]);
+            }
+            ss += v * v;
+        }
+        ss = block_sum(ss, scratch);
+        const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+        const T *src = kAdd ? r : x;
+        for (size_t j = threadIdx.x; j < d; j += blockDim.x) y[j] = from_float<T>(to_float(src[j]) * inv * to_float(weight[j]));
+    }
+}
+
+unsigned threads_for(size_t d) { return d >= 1024 ? 1024 : 32 * unsigned(ceil_div(d, 32)); }
+
+template <bool kAdd>
+void launch(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+            llaisysDataType_t wdt, size_t m, size_t d, float eps, cudaStream_t stream) {
+    if (m == 0 || d == 0) return;
+    const unsigned blocks = unsigned(m < 65536 ? m : 65536);
+    dispatch_float(act, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            rms_norm_kernel<T, TW, kAdd><<<blocks, threads_for(d), 0, stream>>>(
+                reinterpret_cast<T *>(out), reinterpret_cast<T *>(residual), reinterpret_cast<const T *>(in),
+                reinterpret_cast<const TW *>(weight), m, d, eps);
+        });
+    });
+    LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void rms_norm(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+              llaisysDataType_t wdt, size_t m, size_t d, float eps, cudaStream_t stream) {
+    launch<false>(out, nullptr, in, act, weight, wdt, m, d, eps, stream);
+}
+
+void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act,
+                  const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps,
+                  cudaStream_t stream) {
+    launch<true>(out, residual, in, act, weight, wdt, m, d, eps, stream);
+}
+
+}  // namespace llaisys::ops::nvidia

@@ -1,0 +1,24 @@
+// CUDA launchers of RMSNorm and the fused residual add + RMSNorm
+// (see /src/ops/rms_norm/cpu/rms_norm_cpu.hpp; same semantics, DEVICE buffers).
+#pragma once
+
+#include "llaisys.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::ops::nvidia {
+
+// out [m, d] = in [m, d] * 1/sqrt(mean(in^2) + eps) * weight [d]; out may alias in.
+void rms_norm(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
+              llaisysDataType_t wdt, size_t m, size_t d, float eps, cudaStream_t stream);
+
+// residual [m, d] += in [m, d] (rounded to act), then out = rms_norm(residual);
+// out must not alias residual or in.
+void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act,
+                  const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps,
+                  cudaStream_t stream);
+
+}  // namespace llaisys::ops::nvidia
