@@ -4,6 +4,7 @@
 #include "../../core/allocator.hpp"
 #include "../../device/nvidia/cuda_check.hpp"
 #include "../../ops/rope/nvidia/rope_nvidia.hpp"
+#include "../../utils/types.hpp"
 
 namespace llaisys::kv {
 
