@@ -84,3 +84,16 @@ def test_draw_walks_id_order_without_top_p_and_sorted_with_it(top_p):
         kept = sum(float(x) for x in p)
         want = _walk(cand, p, uniform(99, step) * kept)
         assert sample(logits[None], [r]).token_ids[0] == want, step
+
+
+def test_null_arguments_and_unknown_device_type_are_invalid():
+    from llaisys import Status
+    from llaisys.libllaisys import LIB
+    from llaisys.libllaisys.sampler import SampleOutput
+
+    out = SampleOutput()
+    assert LIB.llaisysSampleDevice(0, 0, None, 1, 10, None, None) == Status.INVALID_ARGUMENT
+    assert LIB.llaisysSampleDevice(0, 0, None, 1, 10, None, out) == Status.INVALID_ARGUMENT  # logits NULL
+    assert LIB.llaisysSampleDevice(7, 0, None, 0, 10, None, out) == Status.INVALID_ARGUMENT  # device type 7
+    assert "device type" in LIB.llaisysGetLastError().decode()
+    assert LIB.llaisysSampleDevice(0, 0, None, 0, 10, None, out) == Status.OK  # no rows: nothing to do
