@@ -51,9 +51,10 @@ LLAISYS_API llaisysStatus_t llaisysMalloc(llaisysDeviceType_t device, int device
 LLAISYS_API llaisysStatus_t llaisysFree(llaisysDeviceType_t device, int device_id,
                                         llaisysMemoryKind_t kind, void *ptr);
 
-/* Bytes currently handed out (allocated) and held from the system (reserved, >= allocated
- * when the backend caches freed blocks) on (device, device_id), for all memory kinds that
- * belong to that device. Either pointer may be NULL. */
+/* Bytes currently handed out (allocated, as requested) and held from the system (reserved,
+ * >= allocated: the NVIDIA backend rounds blocks up and caches freed ones) on
+ * (device, device_id), for all memory kinds that belong to that device. Either pointer may
+ * be NULL. */
 LLAISYS_API llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int device_id,
                                                size_t *allocated, size_t *reserved);
 
@@ -62,6 +63,11 @@ LLAISYS_API llaisysStatus_t llaisysMemoryStats(llaisysDeviceType_t device, int d
  * the CPU). Either pointer may be NULL. The engine sizes its KV pool on a GPU from these. */
 LLAISYS_API llaisysStatus_t llaisysGetMemoryInfo(llaisysDeviceType_t device, int device_id, size_t *free,
                                                  size_t *total);
+
+/* Give every cached free block of (device, device_id) back to the system (cudaFree /
+ * cudaFreeHost), so reserved counts live blocks only. A no-op on the CPU, which does not
+ * cache. Live allocations are untouched. */
+LLAISYS_API llaisysStatus_t llaisysEmptyCache(llaisysDeviceType_t device, int device_id);
 
 /* Copy `size` bytes; blocks until done. Host pointers are ordinary or pinned memory. */
 LLAISYS_API llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id,

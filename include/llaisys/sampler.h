@@ -9,7 +9,9 @@
  *   6. top-k                 keep the k largest (ties at the k-th value are kept)
  *   7. top-p                 keep the smallest prefix of the sorted distribution whose mass >= top_p
  *   8. min-p                 drop tokens whose probability < min_p * max probability
- *   9. draw                  from the renormalised distribution with the row's RNG
+ *   9. draw                  from the renormalised distribution with the row's RNG: the
+ *                            running sum walks the candidates sorted by logit (ties by id)
+ *                            when top-p is on, else in id order, until it passes u * total
  * The RNG is counter based: the draw for a row depends only on (seed, step), so a request's
  * samples are reproducible whatever else shares its batch.
  * Log-probabilities are those of the model's distribution (log_softmax of the raw logits,
@@ -60,6 +62,19 @@ typedef struct {
 LLAISYS_API llaisysStatus_t llaisysSample(const float *logits, size_t n_rows, size_t vocab,
                                           const llaisysSamplingParams_t *params,
                                           llaisysSampleOutput_t *out);
+
+/* llaisysSample for logits [n_rows, vocab] (f32) in the memory of (device, device_id): host
+ * memory on the CPU (then exactly llaisysSample), device memory on NVIDIA, where the whole
+ * sampler runs on the GPU (doc/models.md, "On the GPU") and only the ids and logprobs come
+ * back. `logits` is only read; params and out are host memory as for llaisysSample. On
+ * NVIDIA the call queues on the device's default stream and returns when the results are
+ * in `out`; logits written on another stream must be synchronized first. Statuses: those
+ * of llaisysSample, device checks (INVALID_ARGUMENT), UNSUPPORTED for a device type without
+ * a sampler, OUT_OF_MEMORY, DEVICE_ERROR. */
+LLAISYS_API llaisysStatus_t llaisysSampleDevice(llaisysDeviceType_t device, int device_id, const float *logits,
+                                                size_t n_rows, size_t vocab,
+                                                const llaisysSamplingParams_t *params,
+                                                llaisysSampleOutput_t *out);
 
 LLAISYS_EXTERN_C_END
 

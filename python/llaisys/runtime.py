@@ -24,8 +24,8 @@ def synchronize(device: DeviceType, device_id: int = 0) -> None:
 
 @dataclass(frozen=True)
 class MemoryStats:
-    allocated: int  # bytes handed out and not yet freed
-    reserved: int  # bytes held from the system (>= allocated)
+    allocated: int  # bytes handed out and not yet freed (as requested)
+    reserved: int  # bytes held from the system (>= allocated: rounding and cached free blocks)
 
 
 def memory_stats(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> MemoryStats:
@@ -39,6 +39,11 @@ def memory_info(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> tupl
     f, t = ctypes.c_size_t(0), ctypes.c_size_t(0)
     check(LIB.llaisysGetMemoryInfo(int(device), device_id, ctypes.byref(f), ctypes.byref(t)))
     return f.value, t.value
+
+
+def empty_cache(device: DeviceType = DeviceType.CPU, device_id: int = 0) -> None:
+    """Free the cached free blocks of a device (NVIDIA) back to the system; no-op on the CPU."""
+    check(LIB.llaisysEmptyCache(int(device), device_id))
 
 
 def malloc(device: DeviceType, size: int, kind: MemoryKind = MemoryKind.DEVICE, device_id: int = 0) -> int:

@@ -112,6 +112,13 @@ llaisysStatus_t llaisysGetMemoryInfo(llaisysDeviceType_t device, int device_id, 
     });
 }
 
+llaisysStatus_t llaisysEmptyCache(llaisysDeviceType_t device, int device_id) {
+    return guard([&] {
+        device = enum_arg(device);
+        core::empty_cache(device, device_id);
+    });
+}
+
 llaisysStatus_t llaisysMemcpy(llaisysDeviceType_t device, int device_id, void *dst, const void *src, size_t size,
                               llaisysMemcpyKind_t kind) {
     return guard([&] {

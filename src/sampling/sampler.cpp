@@ -31,7 +31,7 @@ struct Scratch {
     std::vector<float> w;         // [vocab] processed logits
     std::vector<int32_t> cand;    // candidate ids
     std::vector<float> prob;      // [cand] probabilities
-    std::vector<int64_t> ids;     // sorted copies of token lists
+    Penalties pen;                // steps 2-3 as lists
 };
 
 // log_softmax of the raw logits: the logprob of `id` is logits[id] - lse.
@@ -42,28 +42,14 @@ float log_sum_exp(const float *logits, size_t vocab) {
     return mx + float(std::log(sum));
 }
 
-void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, std::vector<int64_t> &ids) {
+void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, Penalties &pen) {
     for (size_t i = 0; i < p.n_bias; i++) w[size_t(p.bias_ids[i])] += p.bias_values[i];
-    if (p.repetition_penalty != 1.0f && (p.n_prompt + p.n_output) > 0) {
-        ids.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt);
-        ids.insert(ids.end(), p.output_tokens, p.output_tokens + p.n_output);
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-        for (int64_t id : ids) {
-            float &l = w[size_t(id)];
-            l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
-        }
+    penalties(p, pen);
+    for (int64_t id : pen.repeated) {
+        float &l = w[size_t(id)];
+        l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
     }
-    if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && p.n_output > 0) {
-        ids.assign(p.output_tokens, p.output_tokens + p.n_output);
-        std::sort(ids.begin(), ids.end());
-        for (size_t i = 0; i < ids.size();) {
-            size_t j = i;
-            while (j < ids.size() && ids[j] == ids[i]) j++;
-            w[size_t(ids[i])] -= p.presence_penalty + p.frequency_penalty * float(j - i);
-            i = j;
-        }
-    }
+    for (size_t i = 0; i < pen.counted.size(); i++) w[size_t(pen.counted[i])] -= pen.subtract[i];
 }
 
 // Steps 5-9: temperature, top-k, top-p, min-p, draw. Returns the chosen id.
@@ -78,9 +64,12 @@ int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
     if (k < vocab) {
         std::nth_element(cand.begin(), cand.begin() + ptrdiff_t(k - 1), cand.end(), by_logit);
         float kth = w[size_t(cand[k - 1])];
-        // keep every token tied with the k-th value
-        auto end = std::partition(cand.begin(), cand.end(), [&](int32_t id) { return w[size_t(id)] >= kth; });
-        cand.resize(size_t(end - cand.begin()));
+        // keep every token tied with the k-th value, in id order (the order the draw walks
+        // when top-p is off; the GPU sampler walks the same order)
+        cand.clear();
+        for (size_t i = 0; i < vocab; i++) {
+            if (w[i] >= kth) cand.push_back(int32_t(i));
+        }
     }
     bool need_sorted = p.top_p < 1.0f;
     if (need_sorted) std::sort(cand.begin(), cand.end(), by_logit);
@@ -137,6 +126,29 @@ void top_logprobs(const float *logits, size_t vocab, float lse, int32_t n, int64
 
 }  // namespace
 
+void penalties(const llaisysSamplingParams_t &p, Penalties &out) {
+    out.repeated.clear();
+    out.counted.clear();
+    out.subtract.clear();
+    if (p.repetition_penalty != 1.0f && (p.n_prompt + p.n_output) > 0) {
+        out.repeated.assign(p.prompt_tokens, p.prompt_tokens + p.n_prompt);
+        out.repeated.insert(out.repeated.end(), p.output_tokens, p.output_tokens + p.n_output);
+        std::sort(out.repeated.begin(), out.repeated.end());
+        out.repeated.erase(std::unique(out.repeated.begin(), out.repeated.end()), out.repeated.end());
+    }
+    if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && p.n_output > 0) {
+        std::vector<int64_t> ids(p.output_tokens, p.output_tokens + p.n_output);
+        std::sort(ids.begin(), ids.end());
+        for (size_t i = 0; i < ids.size();) {
+            size_t j = i;
+            while (j < ids.size() && ids[j] == ids[i]) j++;
+            out.counted.push_back(ids[i]);
+            out.subtract.push_back(p.presence_penalty + p.frequency_penalty * float(j - i));
+            i = j;
+        }
+    }
+}
+
 double uniform(uint64_t seed, uint64_t step) {
     uint64_t x = splitmix64(seed ^ splitmix64(step ^ 0x5851f42d4c957f2dull));
     return double(x >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
@@ -189,7 +201,7 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             const llaisysSamplingParams_t &p = params[r];
             const float *row = logits + size_t(r) * vocab;
             s.w.assign(row, row + vocab);
-            apply_penalties(s.w, p, s.ids);
+            apply_penalties(s.w, p, s.pen);
             int64_t chosen = p.temperature == 0.0f ? int64_t(first_argmax(s.w.data(), vocab)) : draw(s, vocab, p);
             out.token_ids[r] = chosen;
             bool want_lp = out.logprobs != nullptr || (p.n_logprobs > 0 && out.top_ids != nullptr);

@@ -4,6 +4,7 @@
 #include "llaisys/sampler.h"
 
 #include <cstddef>
+#include <vector>
 
 namespace llaisys::sampling {
 
@@ -18,6 +19,20 @@ void check_output(const llaisysSampleOutput_t &out, size_t n_rows);
 // Sample each row of logits [n_rows, vocab] with params[n_rows] into out (rows in parallel).
 void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSamplingParams_t *params,
             const llaisysSampleOutput_t &out);
+
+// sample() for logits [n_rows, vocab] in the memory of (device, device_id): host memory on
+// the CPU, device memory on NVIDIA (read only: the GPU sampler works on a copy). Results go
+// to the host arrays of `out` on every device. Throws UNSUPPORTED for other devices.
+void sample_on_device(llaisysDeviceType_t device, int device_id, const float *logits, size_t n_rows, size_t vocab,
+                      const llaisysSamplingParams_t *params, const llaisysSampleOutput_t &out);
+
+// Steps 2 and 3 of one row as lists, computed once here for the CPU and the GPU sampler.
+struct Penalties {
+    std::vector<int64_t> repeated;       // ids the repetition penalty divides/multiplies (sorted, unique)
+    std::vector<int64_t> counted;        // ids seen in the output (sorted, unique)
+    std::vector<float> subtract;         // [counted] presence + frequency * count, as a float
+};
+void penalties(const llaisysSamplingParams_t &p, Penalties &out);
 
 // The uniform draw in [0, 1) for (seed, step): counter based, so independent of batching.
 double uniform(uint64_t seed, uint64_t step);

@@ -115,6 +115,7 @@ class Worker:
             return self.kv_budget
         from .. import runtime
 
+        runtime.empty_cache(self.model.device, self.model.device_id)  # cached free blocks would count as used
         free, total = runtime.memory_info(self.model.device, self.model.device_id)
         in_use = total - free
         work = self.workspace_bytes(max_num_batched_tokens, max_num_seqs)

@@ -19,6 +19,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysFree": [c_int, c_int, c_int, c_void_p],
         "llaisysMemoryStats": [c_int, c_int, ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)],
         "llaisysGetMemoryInfo": [c_int, c_int, ctypes.POINTER(c_size_t), ctypes.POINTER(c_size_t)],
+        "llaisysEmptyCache": [c_int, c_int],
         "llaisysMemcpy": [c_int, c_int, c_void_p, c_void_p, c_size_t, c_int],
         "llaisysMemcpyAsync": [c_int, c_int, c_void_p, c_void_p, c_size_t, c_int, llaisysStream_t],
         "llaisysStreamCreate": [c_int, c_int, ctypes.POINTER(llaisysStream_t)],

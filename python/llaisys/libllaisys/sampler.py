@@ -50,3 +50,6 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysSample.argtypes = [_f32p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(SamplingParams),
                                   ctypes.POINTER(SampleOutput)]
     lib.llaisysSample.restype = ctypes.c_int32
+    lib.llaisysSampleDevice.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                        ctypes.POINTER(SamplingParams), ctypes.POINTER(SampleOutput)]
+    lib.llaisysSampleDevice.restype = ctypes.c_int32
