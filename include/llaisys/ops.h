@@ -91,6 +91,14 @@ LLAISYS_API llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTe
                                                   llaisysTensor_t kv_start, llaisysTensor_t kv_slots,
                                                   llaisysTensor_t kv_pos, float scale);
 
+/* llaisysPagedAttention computed by the plain key-by-key reference kernel (one scalar exp per
+ * score), kept to check and benchmark the blocked SIMD kernel against; same arguments. */
+LLAISYS_API llaisysStatus_t llaisysPagedAttentionReference(llaisysTensor_t out, llaisysTensor_t q,
+                                                           llaisysTensor_t k_cache, llaisysTensor_t v_cache,
+                                                           llaisysTensor_t q_pos, llaisysTensor_t query_start,
+                                                           llaisysTensor_t kv_start, llaisysTensor_t kv_slots,
+                                                           llaisysTensor_t kv_pos, float scale);
+
 /* out = up * silu(gate) = up * gate / (1 + exp(-gate)); all the same shape. */
 LLAISYS_API llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate,
                                           llaisysTensor_t up);

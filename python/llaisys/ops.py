@@ -101,6 +101,16 @@ def paged_attention(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_
     return out
 
 
+def paged_attention_reference(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_pos: Tensor,
+                              query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
+                              scale: float) -> Tensor:
+    """paged_attention by the plain key-by-key reference kernel (for tests and benchmarks)."""
+    check(LIB.llaisysPagedAttentionReference(out.handle, q.handle, k_cache.handle, v_cache.handle, q_pos.handle,
+                                             query_start.handle, kv_start.handle, kv_slots.handle, kv_pos.handle,
+                                             float(scale)))
+    return out
+
+
 def swiglu(out: Tensor, gate: Tensor, up: Tensor) -> Tensor:
     check(LIB.llaisysSwiGLU(out.handle, gate.handle, up.handle))
     return out

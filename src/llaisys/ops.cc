@@ -118,6 +118,18 @@ llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTensor_t q, ll
     });
 }
 
+llaisysStatus_t llaisysPagedAttentionReference(llaisysTensor_t out, llaisysTensor_t q, llaisysTensor_t k_cache,
+                                               llaisysTensor_t v_cache, llaisysTensor_t q_pos,
+                                               llaisysTensor_t query_start, llaisysTensor_t kv_start,
+                                               llaisysTensor_t kv_slots, llaisysTensor_t kv_pos, float scale) {
+    return guard([&] {
+        ops::paged_attention_reference(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k_cache, "k_cache"),
+                                       tensor_of(v_cache, "v_cache"), tensor_of(q_pos, "q_pos"),
+                                       tensor_of(query_start, "query_start"), tensor_of(kv_start, "kv_start"),
+                                       tensor_of(kv_slots, "kv_slots"), tensor_of(kv_pos, "kv_pos"), scale);
+    });
+}
+
 llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate, llaisysTensor_t up) {
     return guard([&] { ops::swiglu(tensor_of(out, "out"), tensor_of(gate, "gate"), tensor_of(up, "up")); });
 }

@@ -23,6 +23,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysRope": [T, T, T, f],
         "llaisysSelfAttention": [T, T, T, T, f],
         "llaisysPagedAttention": [T, T, T, T, T, T, T, T, T, f],
+        "llaisysPagedAttentionReference": [T, T, T, T, T, T, T, T, T, f],
         "llaisysSwiGLU": [T, T, T],
         "llaisysArgmax": [T, T, T],
         "llaisysSoftmax": [T, T],

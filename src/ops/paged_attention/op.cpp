@@ -64,9 +64,11 @@ void paged_attention_nvidia(Tensor &out, const Tensor &q, const Tensor &k_cache,
 }  // namespace
 #endif
 
-void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
-                     const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
-                     float scale) {
+namespace {
+
+void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
+         const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos, float scale,
+         bool reference) {
     const char *op = "paged_attention";
     check_same_device(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     check_same_dtype(op, {&out, &q});
@@ -98,6 +100,7 @@ void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const 
     check_contiguous(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     LLAISYS_CHECK_ARG(std::isfinite(scale), op, ": scale must be finite");
     if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+        LLAISYS_CHECK(!reference, LLAISYS_STATUS_UNSUPPORTED, op, ": the reference kernel runs on the CPU only");
 #ifdef LLAISYS_ENABLE_NVIDIA
         paged_attention_nvidia(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale);
         return;
@@ -109,8 +112,23 @@ void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const 
     LLAISYS_CHECK_ARG(size_t(view.kv_start[n_seqs]) == kv_slots.shape()[0], op,
                       ": kv_start must end at the length of kv_slots");
     check_attention_view(view, n, n_slots);
-    cpu::paged_attention(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(),
-                         k_cache.dtype(), view, heads, kv_heads, d, dv, scale);
+    auto *kernel = reference ? cpu::paged_attention_reference : cpu::paged_attention;
+    kernel(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(), k_cache.dtype(),
+           view, heads, kv_heads, d, dv, scale);
+}
+
+}  // namespace
+
+void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
+                     const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
+                     float scale) {
+    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, false);
+}
+
+void paged_attention_reference(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache,
+                               const Tensor &q_pos, const Tensor &query_start, const Tensor &kv_start,
+                               const Tensor &kv_slots, const Tensor &kv_pos, float scale) {
+    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, true);
 }
 
 }  // namespace llaisys::ops

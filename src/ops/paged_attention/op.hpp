@@ -10,6 +10,11 @@ void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const 
                      const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
                      float scale);
 
+// The same, computed by the plain per-key reference kernel (tests and benchmarks compare).
+void paged_attention_reference(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache,
+                               const Tensor &q_pos, const Tensor &query_start, const Tensor &kv_start,
+                               const Tensor &kv_slots, const Tensor &kv_pos, float scale);
+
 // Checks an attention view against the sizes it indexes (ranges monotonic, slots in
 // range, positions ascending); throws INVALID_ARGUMENT / OUT_OF_RANGE naming the fault.
 void check_attention_view(const cpu::AttentionView &view, size_t n_tokens, size_t n_slots);

@@ -1,79 +1,107 @@
-// One attention kernel for both KV layouts. Work is split over (token, kv head): each task
-// streams the visible K/V rows once and serves all query heads of its GQA group, keeping a
-// running max, denominator and weighted sum per head (online softmax).
+// One attention kernel for both KV layouts, blocked like flash attention. The batch is cut
+// into tiles: a few query tokens of one row x the query heads of one GQA group, all reading
+// the same keys, so each block of K/V rows is widened to f32 once for up to kTileQueries
+// queries (decode: the group's heads; prefill: several tokens too). The tiles are shared out
+// over OpenMP threads largest first (a causal prefill's later tiles see more keys). The tile
+// itself (scores, softmax, P.V per block of keys) is attention_tile.inc, built for the
+// process's SIMD path; the plain per-key kernel is paged_attention_reference.cpp.
 #include "paged_attention_cpu.hpp"
 
+#include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/types.hpp"
+#include "attention_tile.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <vector>
 
 namespace llaisys::ops::cpu {
 namespace {
 
-template <class TA, class TK>
-void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, const TK *k_cache, const TK *v_cache,
-                    const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale) {
+constexpr size_t kTileQueries = 32;  // queries a tile aims for (tokens x group heads)
+
+// One unit of parallel work: query tokens [t0, t1) of one row against one kv head.
+struct Task {
+    int32_t row;   // row of the batch
+    int32_t t0;    // first query token (flat index)
+    int32_t t1;    // one past the last
+    int32_t kh;    // kv head
+    size_t cost;   // tokens x (keys read + a block): the order tasks are handed out in
+};
+
+attn::TileFn tile_kernel() {
+    switch (active_isa()) {
+    case Isa::Avx512: return attn::avx512::attend_tile;
+    case Isa::Avx2: return attn::avx2::attend_tile;
+    default: return attn::scalar::attend_tile;
+    }
+}
+
+// The tiles of the batch, most work first. n_vis [n_tokens] receives the number of entries
+// of its row each token sees (positions ascend within a row, so those are a prefix).
+std::vector<Task> make_tasks(const AttentionView &view, size_t kv_heads, size_t tile_tokens,
+                             std::vector<uint32_t> &n_vis) {
+    std::vector<Task> tasks;
+    for (size_t s = 0; s < view.n_seqs; s++) {
+        const int64_t *pos_begin = view.kv_pos + view.kv_start[s];
+        const int64_t *pos_end = view.kv_pos + view.kv_start[s + 1];
+        for (int32_t t0 = view.query_start[s]; t0 < view.query_start[s + 1]; t0 += int32_t(tile_tokens)) {
+            const int32_t t1 = std::min(view.query_start[s + 1], t0 + int32_t(tile_tokens));
+            size_t keys = 0;
+            for (int32_t t = t0; t < t1; t++) {
+                n_vis[size_t(t)] = uint32_t(std::upper_bound(pos_begin, pos_end, view.q_pos[t]) - pos_begin);
+                keys = std::max(keys, size_t(n_vis[size_t(t)]));
+            }
+            const size_t cost = size_t(t1 - t0) * (keys + attn::kBlock);
+            for (size_t kh = 0; kh < kv_heads; kh++) tasks.push_back({int32_t(s), t0, t1, int32_t(kh), cost});
+        }
+    }
+    std::stable_sort(tasks.begin(), tasks.end(), [](const Task &a, const Task &b) { return a.cost > b.cost; });
+    return tasks;
+}
+
+template <class TA>
+void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, const std::byte *k_cache,
+                    const std::byte *v_cache, llaisysDataType_t kvdt, const AttentionView &view, size_t heads,
+                    size_t kv_heads, size_t d, size_t dv, float scale) {
     const size_t group = heads / kv_heads;
     const size_t n_tokens = size_t(view.query_start[view.n_seqs]);
-    std::vector<int32_t> row_of(n_tokens);  // [n_tokens] row of each token
-    for (size_t s = 0; s < view.n_seqs; s++) {
-        for (int32_t t = view.query_start[s]; t < view.query_start[s + 1]; t++) row_of[size_t(t)] = int32_t(s);
-    }
+    const size_t tile_tokens = std::max<size_t>(1, kTileQueries / group);
+    const size_t max_rows = tile_tokens * group;  // queries per tile at most
+    const size_t dp = attn::padded(d), dvp = attn::padded(dv);
+    std::vector<uint32_t> n_vis(n_tokens);  // [n_tokens] entries each token sees
+    const std::vector<Task> tasks = make_tasks(view, kv_heads, tile_tokens, n_vis);
+    if (tasks.empty()) return;
+    const attn::TileFn attend = tile_kernel();
 #pragma omp parallel
     {
-        std::vector<float> qf(group * d);     // [group, d] scaled queries
-        std::vector<float> acc(group * dv);   // [group, dv] weighted sums
-        std::vector<float> mx(group), den(group);
-        std::vector<float> kf(d), vf(dv);     // one K row, one V row in f32
-#pragma omp for schedule(dynamic, 1) collapse(2)
-        for (ptrdiff_t t = 0; t < ptrdiff_t(n_tokens); t++) {
-            for (ptrdiff_t kh = 0; kh < ptrdiff_t(kv_heads); kh++) {
-                size_t s = size_t(row_of[size_t(t)]);
-                const int64_t *pos_begin = view.kv_pos + view.kv_start[s];
-                const int64_t *pos_end = view.kv_pos + view.kv_start[s + 1];
-                size_t n_visible = size_t(std::upper_bound(pos_begin, pos_end, view.q_pos[t]) - pos_begin);
-                const int32_t *slots = view.kv_slots + view.kv_start[s];
-
-                for (size_t g = 0; g < group; g++) {
-                    const TA *qh = q + size_t(t) * q_stride + (size_t(kh) * group + g) * d;
-                    for (size_t p = 0; p < d; p++) qf[g * d + p] = to_f32(qh[p]) * scale;
-                }
-                std::fill(acc.begin(), acc.end(), 0.0f);
-                std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
-                std::fill(den.begin(), den.end(), 0.0f);
-
-                for (size_t j = 0; j < n_visible; j++) {
-                    size_t slot = size_t(slots[j]);
-                    const TK *kr = k_cache + (slot * kv_heads + size_t(kh)) * d;
-                    const TK *vr = v_cache + (slot * kv_heads + size_t(kh)) * dv;
-                    for (size_t p = 0; p < d; p++) kf[p] = to_f32(kr[p]);
-                    for (size_t p = 0; p < dv; p++) vf[p] = to_f32(vr[p]);
-                    for (size_t g = 0; g < group; g++) {
-                        const float *qg = qf.data() + g * d;
-                        float score = 0.0f;
-#pragma omp simd reduction(+ : score)
-                        for (size_t p = 0; p < d; p++) score += qg[p] * kf[p];
-                        float *a = acc.data() + g * dv;
-                        if (score > mx[g]) {  // rescale what was summed under the old max
-                            float c = std::exp(mx[g] - score);
-                            den[g] *= c;
-                            for (size_t p = 0; p < dv; p++) a[p] *= c;
-                            mx[g] = score;
-                        }
-                        float w = std::exp(score - mx[g]);
-                        den[g] += w;
-#pragma omp simd
-                        for (size_t p = 0; p < dv; p++) a[p] += w * vf[p];
-                    }
-                }
-                for (size_t g = 0; g < group; g++) {
-                    TA *o = out + size_t(t) * out_stride + (size_t(kh) * group + g) * dv;
-                    float inv = den[g] > 0.0f ? 1.0f / den[g] : 0.0f;
-                    for (size_t p = 0; p < dv; p++) o[p] = from_f32<TA>(acc[g * dv + p] * inv);
-                }
+        std::vector<float> qf(max_rows * dp);    // [R, dp] the tile's queries, scaled, zero padded
+        std::vector<float> of(max_rows * dvp);   // [R, dvp] their outputs
+        std::vector<uint32_t> vis(max_rows);     // [R] entries each of them sees
+        std::vector<float> ws(attn::workspace_floats(max_rows, d, dv));
+#pragma omp for schedule(dynamic, 1)
+        for (ptrdiff_t i = 0; i < ptrdiff_t(tasks.size()); i++) {
+            const Task &task = tasks[size_t(i)];
+            const size_t rows = size_t(task.t1 - task.t0) * group;
+            size_t keys = 0;
+            for (size_t r = 0; r < rows; r++) {  // query r: token t0 + r / group, head kh * group + r % group
+                const size_t t = size_t(task.t0) + r / group, h = size_t(task.kh) * group + r % group;
+                const TA *qh = q + t * q_stride + h * d;
+                float *qr = qf.data() + r * dp;
+                for (size_t p = 0; p < d; p++) qr[p] = to_f32(qh[p]) * scale;
+                std::fill(qr + d, qr + dp, 0.0f);
+                vis[r] = n_vis[t];
+                keys = std::max(keys, size_t(vis[r]));
+            }
+            const attn::TileJob job{k_cache,  v_cache,  int(kvdt),  kv_heads,
+                                    size_t(task.kh), d, dv,
+                                    view.kv_slots + view.kv_start[task.row],
+                                    keys,     rows,     vis.data(), qf.data(),
+                                    of.data()};
+            attend(job, ws.data());
+            for (size_t r = 0; r < rows; r++) {
+                const size_t t = size_t(task.t0) + r / group, h = size_t(task.kh) * group + r % group;
+                TA *o = out + t * out_stride + h * dv;
+                for (size_t p = 0; p < dv; p++) o[p] = from_f32<TA>(of[r * dvp + p]);
             }
         }
     }
@@ -84,14 +112,11 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
                      const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
                      const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale) {
+    dispatch_float(kvdt, [](auto) {});  // the tile kernel takes f32, f16 and bf16 caches
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
-        dispatch_float(kvdt, [&](auto ktag) {
-            using TK = decltype(ktag);
-            attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride,
-                           reinterpret_cast<const TK *>(k_cache), reinterpret_cast<const TK *>(v_cache), view, heads,
-                           kv_heads, d, dv, scale);
-        });
+        attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride, k_cache,
+                       v_cache, kvdt, view, heads, kv_heads, d, dv, scale);
     });
 }
 

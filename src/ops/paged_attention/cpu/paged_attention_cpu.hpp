@@ -23,8 +23,16 @@ struct AttentionView {
 //   q       [n_tokens, heads, d],  rows `q_stride` elements apart (dtype act)
 //   k_cache [n_slots, kv_heads, d], v_cache [n_slots, kv_heads, dv] (dtype kvdt)
 // A query that sees no entry gets zeros.
+// Blocked (flash-attention style) kernel on the process's SIMD path (utils/cpu_isa.hpp).
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
                      const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
                      const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale);
+
+// The same contract, computed key by key with scalar exp: the plain reference the blocked
+// kernel is checked and benchmarked against (paged_attention_reference.cpp).
+void paged_attention_reference(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+                               llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
+                               llaisysDataType_t kvdt, const AttentionView &view, size_t heads, size_t kv_heads,
+                               size_t d, size_t dv, float scale);
 
 }  // namespace llaisys::ops::cpu
