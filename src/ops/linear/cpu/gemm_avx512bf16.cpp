@@ -29,7 +29,12 @@ namespace llaisys::ops::cpu::avx512bf16 {
 namespace {
 
 constexpr size_t kNR = kPackedNrAvx512;  // columns per panel: two zmm of 16 f32 sums
-constexpr size_t kMR = 8;                // rows per register tile: 16 accumulators
+#ifndef BF16_MR
+#define BF16_MR 6
+#define BF16_U 2
+#endif
+constexpr size_t kMR = BF16_MR;          // rows per register tile
+constexpr size_t kU = BF16_U;            // accumulator sets: kU * 2 * kMR zmm
 constexpr size_t kMC = 96;               // rows per work item, a multiple of kMR
 constexpr size_t kKpc = kPackedKc / 2;   // pairs per k block
 static_assert(kNR == 32 && kPackedKc % 2 == 0 && kMC % kMR == 0, "tile shapes");
@@ -56,26 +61,49 @@ inline void row_to_bf16(uint32_t *dst, const float *src, size_t k) {
     }
 }
 
-// c [R, NR] (+)= a [R rows of stride lda pairs][kpc pairs] . blk [kpc][NR] pairs.
+// c [R, NR] (+)= a [R rows of stride lda pairs][kpc pairs] . blk [kpc][NR] pairs. kU sets of
+// accumulators take the pairs in turn (then add up in order), so a short tile still has
+// kU * 2 * R dot-product chains in flight; the order is the same for every R.
 template <size_t R>
 inline void micro(float *c, const uint32_t *a, size_t lda, const uint32_t *blk, size_t kpc, bool accumulate) {
-    __m512 acc[R][2];
-    for (size_t r = 0; r < R; r++) {
-        acc[r][0] = accumulate ? _mm512_loadu_ps(c + r * kNR) : _mm512_setzero_ps();
-        acc[r][1] = accumulate ? _mm512_loadu_ps(c + r * kNR + 16) : _mm512_setzero_ps();
+    __m512 acc[kU][R][2];
+    for (size_t u = 0; u < kU; u++)
+        for (size_t r = 0; r < R; r++) acc[u][r][0] = acc[u][r][1] = _mm512_setzero_ps();
+    if (accumulate) {
+        for (size_t r = 0; r < R; r++) {
+            acc[0][r][0] = _mm512_loadu_ps(c + r * kNR);
+            acc[0][r][1] = _mm512_loadu_ps(c + r * kNR + 16);
+        }
     }
-    for (size_t kp = 0; kp < kpc; kp++) {
+    size_t kp = 0;
+    for (; kp + kU <= kpc; kp += kU) {
+        for (size_t u = 0; u < kU; u++) {
+            const __m512bh b0 = (__m512bh)_mm512_loadu_si512(blk + (kp + u) * kNR);
+            const __m512bh b1 = (__m512bh)_mm512_loadu_si512(blk + (kp + u) * kNR + 16);
+            for (size_t r = 0; r < R; r++) {
+                const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r * lda + kp + u]));
+                acc[u][r][0] = _mm512_dpbf16_ps(acc[u][r][0], av, b0);
+                acc[u][r][1] = _mm512_dpbf16_ps(acc[u][r][1], av, b1);
+            }
+        }
+    }
+    for (; kp < kpc; kp++) {
         const __m512bh b0 = (__m512bh)_mm512_loadu_si512(blk + kp * kNR);
         const __m512bh b1 = (__m512bh)_mm512_loadu_si512(blk + kp * kNR + 16);
         for (size_t r = 0; r < R; r++) {
             const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[r * lda + kp]));
-            acc[r][0] = _mm512_dpbf16_ps(acc[r][0], av, b0);
-            acc[r][1] = _mm512_dpbf16_ps(acc[r][1], av, b1);
+            acc[0][r][0] = _mm512_dpbf16_ps(acc[0][r][0], av, b0);
+            acc[0][r][1] = _mm512_dpbf16_ps(acc[0][r][1], av, b1);
         }
     }
+    for (size_t u = 1; u < kU; u++)
+        for (size_t r = 0; r < R; r++) {
+            acc[0][r][0] = _mm512_add_ps(acc[0][r][0], acc[u][r][0]);
+            acc[0][r][1] = _mm512_add_ps(acc[0][r][1], acc[u][r][1]);
+        }
     for (size_t r = 0; r < R; r++) {
-        _mm512_storeu_ps(c + r * kNR, acc[r][0]);
-        _mm512_storeu_ps(c + r * kNR + 16, acc[r][1]);
+        _mm512_storeu_ps(c + r * kNR, acc[0][r][0]);
+        _mm512_storeu_ps(c + r * kNR + 16, acc[0][r][1]);
     }
 }
 
