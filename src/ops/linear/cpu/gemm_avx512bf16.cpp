@@ -154,11 +154,18 @@ void linear_packed_bf16(float *out, const float *x, uint32_t *xb, const void *pa
     const auto *w = static_cast<const uint32_t *>(panels);  // [n_panels][kp][NR] pairs
     const auto *b = static_cast<const uint16_t *>(bias);     // [n] bf16 or null
     const ptrdiff_t items = ptrdiff_t(n_panels * n_mb);
-    // One parallel region: the rows are rounded (a barrier ends that loop), then the items run.
+    // The rows are rounded on this thread when they are few (decode: no barrier inside the
+    // parallel region, which costs a futex wake under OMP_WAIT_POLICY=passive), else by the
+    // team before the items (prefill; the loop's barrier ends that phase).
+    const bool serial_round = m * k <= (size_t(1) << 16);
+    if (serial_round)
+        for (size_t i = 0; i < m; i++) row_to_bf16(xb + i * kp, x + i * k, k);
 #pragma omp parallel
     {
+        if (!serial_round) {
 #pragma omp for schedule(static)
-        for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) row_to_bf16(xb + size_t(i) * kp, x + size_t(i) * k, k);
+            for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) row_to_bf16(xb + size_t(i) * kp, x + size_t(i) * k, k);
+        }
 #pragma omp for schedule(static)
         for (ptrdiff_t t = 0; t < items; t++) {
             const size_t p = size_t(t) / n_mb, i0 = (size_t(t) % n_mb) * kMC;
