@@ -10,11 +10,12 @@
 // and 16-31), broadcasts one pair of each activation row, and vdpbf16ps adds
 // x[2kp] * W[c, 2kp] + x[2kp + 1] * W[c, 2kp + 1] to the f32 sum of each column: twice the
 // multiply-adds of an f32 FMA per instruction. MR = 6 rows with two sets of sums taking the
-// pairs in turn (24 zmm) measured best on Zen 5: 8 rows with one set (16 zmm) is as fast for
-// prefill but leaves decode's short tiles with few dependent chains (one thread, 1.5B qkv in
-// L3: m = 1 85 vs 115 GFLOP/s, m = 4 ~325 vs ~390). Work items (panel, block of MC rows) are split
-// over OpenMP threads panel-major, so decode (m = 1) spreads its panels over the cores; inside
-// an item, k is walked in blocks of kPackedKc that stay in L1 while every row tile passes.
+// pairs in turn (24 zmm) measured best on the build VM's EPYC: 8 rows with one set (16 zmm)
+// is as fast for prefill but leaves decode's short tiles few independent chains (one thread,
+// 1.5B qkv in L3: m = 1 85 vs 115 GFLOP/s, m = 4 ~325 vs ~390). Work items (panel, block of
+// MC rows) are split over OpenMP threads panel-major, so decode (m = 1) spreads its panels
+// over the cores; inside an item, k is walked in blocks of kPackedKc that stay in L1 while
+// every row tile passes over them.
 //
 // Each output element is summed the same way for every tile height (its even pairs and its
 // odd pairs of a k block in two sums, added, k blocks in order): it does not depend on m or on
@@ -41,8 +42,8 @@ static_assert(kNR == 32 && kPackedKc % 2 == 0 && kMC % kMR == 0, "tile shapes");
 
 inline size_t smin(size_t a, size_t b) { return a < b ? a : b; }
 
-// dst [kp] pairs = src [k] f32 rounded to bf16, nearest even; for odd k the last pair's high
-// half is zero (it meets the zero padding of the panels).
+// dst [kp] pairs = src [k] f32 rounded to bf16, nearest even (subnormal inputs become zero,
+// as vdpbf16ps would read them anyway); for odd k the last pair's high half is zero.
 inline void row_to_bf16(uint32_t *dst, const float *src, size_t k) {
     const size_t kp = (k + 1) / 2;
     size_t i = 0;
