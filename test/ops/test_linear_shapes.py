@@ -154,6 +154,16 @@ ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
              "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names
 
 
+def test_default_isa_is_the_best_the_cpu_has():
+    if os.environ.get("LLAISYS_ISA"):
+        pytest.skip("LLAISYS_ISA is set")
+    best = "scalar"
+    for isa in ("avx2", "avx512", "avx512bf16"):  # each needs the one before
+        if ISA_FLAGS[isa] <= cpu_flags():
+            best = isa
+    assert runtime.cpu_isa() == best
+
+
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_packed_linear_on_every_isa(isa):
     missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
