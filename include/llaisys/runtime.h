@@ -34,6 +34,12 @@ typedef struct LlaisysEvent *llaisysEvent_t;
  * compiled in or no device is present). `count` must not be NULL. */
 LLAISYS_API llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count);
 
+/* Static name of the SIMD path the CPU kernels take in this process: "scalar", "avx2",
+ * "avx512" or "avx512bf16" (AVX-512 with the bf16 dot products, which bf16 packed linears
+ * then use, rounding their activations to bf16). The best the CPU has, or a lower one forced
+ * with the environment variable LLAISYS_ISA; chosen once per process. */
+LLAISYS_API const char *llaisysCpuIsa(void);
+
 /* Make `device_id` the current device of its type for the calling thread. */
 LLAISYS_API llaisysStatus_t llaisysSetDevice(llaisysDeviceType_t device, int device_id);
 

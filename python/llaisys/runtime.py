@@ -8,6 +8,12 @@ from dataclasses import dataclass
 from .libllaisys import LIB, DeviceType, MemcpyKind, MemoryKind, Status, check
 
 
+def cpu_isa() -> str:
+    """The SIMD path of this process's CPU kernels: "scalar", "avx2", "avx512" or "avx512bf16"
+    (the best the CPU has, or a lower one forced with LLAISYS_ISA)."""
+    return LIB.llaisysCpuIsa().decode()
+
+
 def device_count(device: DeviceType) -> int:
     n = ctypes.c_int(0)
     check(LIB.llaisysGetDeviceCount(int(device), ctypes.byref(n)))

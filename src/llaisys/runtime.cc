@@ -3,6 +3,7 @@
 
 #include "../core/allocator.hpp"
 #include "../device/runtime_api.hpp"
+#include "../utils/cpu_isa.hpp"
 #include "llaisys/runtime.h"
 
 using namespace llaisys;
@@ -42,6 +43,8 @@ void *native_stream(llaisysDeviceType_t device, int id, llaisysStream_t stream) 
 }  // namespace
 
 extern "C" {
+
+const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
 
 llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count) {
     return guard([&] {

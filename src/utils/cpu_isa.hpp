@@ -1,11 +1,14 @@
 // Which SIMD code path the CPU kernels take: the best the CPU supports, or a lower one
-// forced by the environment (LLAISYS_ISA=scalar|avx2|avx512), so every path can be tested
-// on one machine. The library itself is built for baseline x86-64 and runs anywhere.
+// forced by the environment (LLAISYS_ISA=scalar|avx2|avx512|avx512bf16), so every path can
+// be tested on one machine. The library itself is built for baseline x86-64 and runs anywhere.
+// Avx512Bf16 is Avx512 plus the AVX512_BF16 dot products (vdpbf16ps): bf16 weights then run
+// a bf16 x bf16 GEMM; everything else runs as under Avx512.
 #pragma once
 
 namespace llaisys {
 
-enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2 };
+// Ordered: each level can run every lower one.
+enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
 
 Isa active_isa();
 const char *isa_name(Isa isa);

@@ -6,6 +6,11 @@ sqrt(k), as for ops.linear. Shapes straddle every edge of the kernels: m around 
 tiles (AVX2 6 rows, AVX-512 8) and the 96-row blocks, n off the 16/32-column panels, k off
 the 256-deep k blocks and off the vector width. The current process runs the CPU's best ISA;
 child processes force each lower one with LLAISYS_ISA (the ISA is chosen once per process).
+
+Under avx512bf16, bf16 weights run the bf16 dot-product GEMM, which rounds the activations to
+bf16 first: there the reference takes x rounded the same way (to nearest even), so the bound
+still measures only the kernel's f32 accumulation. That GEMM also sums every output element
+in one order whatever m is, which test_rows_do_not_depend_on_m checks bit for bit.
 """
 
 from __future__ import annotations
@@ -22,11 +27,16 @@ import pytest
 import torch
 
 import llaisys
-from llaisys import Status, ops
+from llaisys import Status, ops, runtime
 from llaisys.libllaisys import LIB
 
 M_VALUES = [1, 2, 5, 6, 7, 13, 64, 200]
 NK_VALUES = [(1, 1), (17, 7), (47, 300), (33, 513), (100, 64), (70, 1000)]  # (n, k)
+
+
+def rounds_activations(wdt: str) -> bool:
+    """Whether PackedLinear rounds x to bf16 in this process (the bf16 dot-product GEMM)."""
+    return wdt == "bf16" and runtime.cpu_isa() == "avx512bf16"
 
 
 def packed_case(bridge, wdt: str, m: int, n: int, k: int, bias: bool):
@@ -36,7 +46,8 @@ def packed_case(bridge, wdt: str, m: int, n: int, k: int, bias: bool):
     out = bridge.empty((m, n), "f32")
     with ops.PackedLinear(bridge.to_llaisys(w)) as packed:
         packed(out, bridge.to_llaisys(x), bridge.to_llaisys(b) if bias else None)
-    expected = x.double() @ w.double().T + (b.double() if bias else 0.0)
+    xr = x.bfloat16() if rounds_activations(wdt) else x  # torch rounds to nearest even
+    expected = xr.double() @ w.double().T + (b.double() if bias else 0.0)
     return out, expected
 
 
@@ -49,14 +60,45 @@ def test_packed_linear(bridge, weight_dtype, m, n, k, bias):
 
 
 def test_packed_linear_matches_linear(bridge, weight_dtype):
-    """Same weights, same inputs: the packed GEMM and ops.linear agree to accumulation order."""
+    """Same weights, same inputs: the packed GEMM and ops.linear agree to accumulation order
+    (ops.linear gets x rounded to bf16 where the packed GEMM rounds it)."""
     x, w = bridge.randn((9, 130), "f32"), bridge.randn((37, 130), weight_dtype)
     b = bridge.randn((37,), weight_dtype)
     plain, packed_out = bridge.empty((9, 37), "f32"), bridge.empty((9, 37), "f32")
-    ops.linear(plain, bridge.to_llaisys(x), bridge.to_llaisys(w), bridge.to_llaisys(b))
+    xr = x.bfloat16().float() if rounds_activations(weight_dtype) else x
+    ops.linear(plain, bridge.to_llaisys(xr), bridge.to_llaisys(w), bridge.to_llaisys(b))
     with ops.PackedLinear(bridge.to_llaisys(w)) as packed:
         packed(packed_out, bridge.to_llaisys(x), bridge.to_llaisys(b))
     torch.testing.assert_close(bridge.to_torch(packed_out), bridge.to_torch(plain), atol=1e-4, rtol=1e-5)
+
+
+# m = 1..40 (every tile height and tail of the 8-row tiles, beyond one 32-row decode batch),
+# odd k (the zero-padded last pair), n off the 32-column panels
+@pytest.mark.parametrize("n,k", [(1, 3), (45, 257), (33, 896), (70, 1001)])
+@pytest.mark.parametrize("m", range(1, 41))
+def test_packed_linear_bf16_m_sweep(bridge, m, n, k):
+    out, expected = packed_case(bridge, "bf16", m, n, k, bias=True)
+    bridge.assert_close(out, expected, "f32", scale=k ** 0.5)
+
+
+@pytest.mark.parametrize("n,k", [(45, 257), (70, 1001)])
+def test_rows_do_not_depend_on_m(bridge, n, k):
+    """avx512bf16 + bf16: row i of a batch is bit-identical to row i run alone, for every m
+    (the engine's greedy output must not depend on how many sequences share a step)."""
+    if not rounds_activations("bf16"):
+        pytest.skip(f"the {runtime.cpu_isa()} GEMM does not promise batch-independent sums")
+    x, w, b = bridge.randn((40, k), "f32"), bridge.randn((n, k), "bf16"), bridge.randn((n,), "bf16")
+    with ops.PackedLinear(bridge.to_llaisys(w)) as packed:
+        alone = []
+        for i in range(40):
+            out = bridge.empty((1, n), "f32")
+            packed(out, bridge.to_llaisys(x[i:i + 1]), bridge.to_llaisys(b))
+            alone.append(out.numpy())
+        for m in (2, 7, 8, 9, 16, 17, 33, 40):
+            out = bridge.empty((m, n), "f32")
+            packed(out, bridge.to_llaisys(x[:m]), bridge.to_llaisys(b))
+            for i in range(m):
+                assert (out.numpy()[i] == alone[i][0]).all(), f"m={m} row {i}"
 
 
 def test_packed_weight_outlives_its_tensor(bridge):
@@ -65,7 +107,8 @@ def test_packed_weight_outlives_its_tensor(bridge):
     x = bridge.randn((3, 40), "f32")
     out = bridge.empty((3, 20), "f32")
     packed(out, bridge.to_llaisys(x))
-    bridge.assert_close(out, x.double() @ w.double().T, "f32", scale=40 ** 0.5)
+    xr = x.bfloat16() if rounds_activations("bf16") else x
+    bridge.assert_close(out, xr.double() @ w.double().T, "f32", scale=40 ** 0.5)
     packed.close()
     with pytest.raises(ValueError, match="closed"):
         packed(out, bridge.to_llaisys(x))
@@ -78,6 +121,8 @@ CHILD = r"""
 import json, sys, zlib
 import torch
 sys.path.insert(0, sys.argv[1])
+from llaisys import runtime
+print(runtime.cpu_isa())
 from conftest import Bridge, TOLERANCES
 from test_linear_shapes import M_VALUES, NK_VALUES, packed_case
 worst = {}
@@ -105,16 +150,32 @@ def cpu_flags() -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
+             "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names
+
+
+def test_default_isa_is_the_best_the_cpu_has():
+    if os.environ.get("LLAISYS_ISA"):
+        pytest.skip("LLAISYS_ISA is set")
+    best = "scalar"
+    for isa in ("avx2", "avx512", "avx512bf16"):  # each needs the one before
+        if ISA_FLAGS[isa] <= cpu_flags():
+            best = isa
+    assert runtime.cpu_isa() == best
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_packed_linear_on_every_isa(isa):
-    need = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"}}.get(isa, set())
-    if not need <= cpu_flags():
-        pytest.skip(f"this CPU cannot run {isa}")
+    missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
     here = str(Path(__file__).parent)
     child = subprocess.run([sys.executable, "-c", CHILD, here], env=dict(os.environ, LLAISYS_ISA=isa),
                            capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-4000:]
-    worst = json.loads(child.stdout.splitlines()[-1])
+    lines = child.stdout.splitlines()
+    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
+    worst = json.loads(lines[-1])
     bad = {case: err for case, err in worst.items() if not err <= 1.0}
     assert not bad, f"{isa}: error above the f32 tolerance (x tolerance): {bad}"
 

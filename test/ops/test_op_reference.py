@@ -224,7 +224,8 @@ print(worst)
 """
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+# (avx512bf16 changes only the packed GEMM of bf16 weights: ops.linear keeps f32 activations)
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_linear_on_every_simd_path(isa):
     child = subprocess.run([sys.executable, "-c", LINEAR_CHILD], env=dict(os.environ, LLAISYS_ISA=isa),
                            capture_output=True, text=True, timeout=300)

@@ -36,3 +36,5 @@ def declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.argtypes = argtypes
         fn.restype = status
+    lib.llaisysCpuIsa.argtypes = []
+    lib.llaisysCpuIsa.restype = ctypes.c_char_p

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace llaisys::ops::cpu {
 
@@ -23,5 +24,11 @@ void linear_f32(float *out, const float *x, const void *w, const void *bias, int
 // The same with W packed for NR = 32.
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
                        size_t n, size_t k);
+}
+namespace avx512bf16 {
+// out [m, n] = bf16(x) [m, k] @ W^T + bias [n] (bf16, or null); W bf16 in pair panels
+// (packed.hpp), NR = 32. xb [m, ceil(k / 2)] is the caller's scratch for the rounded x.
+void linear_packed_bf16(float *out, const float *x, uint32_t *xb, const void *panels, const void *bias, size_t m,
+                        size_t n, size_t k);
 }
 }  // namespace llaisys::ops::cpu

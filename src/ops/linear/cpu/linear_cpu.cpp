@@ -2,7 +2,8 @@
 // everything else, and LLAISYS_ISA=scalar, takes the plain reference below: activations
 // widened to f32 once, each weight row once per call, OpenMP SIMD dot products.
 // linear_packed runs the packed-panel GEMM (gemm_packed_kernel.inc) of the ISA a
-// PackedWeight was packed for, or, for Isa::Scalar, the plain loop over panels below.
+// PackedWeight was packed for, the bf16 dot-product GEMM (gemm_avx512bf16.cpp) for bf16
+// weights packed under Isa::Avx512Bf16, or, for Isa::Scalar, the plain loop over panels below.
 #include "linear_cpu.hpp"
 
 #include "../../../utils/cpu_isa.hpp"
@@ -70,6 +71,15 @@ void packed_reference(float *out, const float *x, const PackedWeight &w, const T
 void linear_packed(float *out, const float *x, const PackedWeight &w, const std::byte *bias, size_t m) {
     const int wdt = int(w.dtype());
     switch (w.isa()) {
+    case Isa::Avx512Bf16: {
+        // [m, ceil(k / 2)] x rounded to bf16 pairs; kept per thread, so prefill does not
+        // fault in fresh pages on every call
+        thread_local std::vector<uint32_t> xb;
+        const size_t need = m * ((w.k() + 1) / 2);
+        if (xb.size() < need) xb.resize(need);
+        avx512bf16::linear_packed_bf16(out, x, xb.data(), w.data(), bias, m, w.n(), w.k());
+        return;
+    }
     case Isa::Avx512: avx512::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
     case Isa::Avx2: avx2::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
     default:
@@ -86,7 +96,7 @@ void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const st
     if (act == LLAISYS_DTYPE_F32 && is_float_dtype(wdt) && isa != Isa::Scalar) {
         auto *o = reinterpret_cast<float *>(out);
         auto *x = reinterpret_cast<const float *>(in);
-        if (isa == Isa::Avx512) avx512::linear_f32(o, x, weight, bias, int(wdt), m, n, k);
+        if (isa >= Isa::Avx512) avx512::linear_f32(o, x, weight, bias, int(wdt), m, n, k);
         else avx2::linear_f32(o, x, weight, bias, int(wdt), m, n, k);
         return;
     }

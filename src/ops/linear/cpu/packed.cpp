@@ -12,20 +12,31 @@
 
 namespace llaisys::ops::cpu {
 
+namespace {
+
+// The ISA whose kernel will run a weight of this dtype: the bf16 dot products need bf16.
+Isa packing_isa(llaisysDataType_t dtype) {
+    Isa isa = active_isa();
+    return isa == Isa::Avx512Bf16 && dtype != LLAISYS_DTYPE_BF16 ? Isa::Avx512 : isa;
+}
+
+}  // namespace
+
 PackedWeight::PackedWeight(size_t n, size_t k, llaisysDataType_t dtype)
-    : n_(n), k_(k), nr_(active_isa() == Isa::Avx512 ? kPackedNrAvx512 : kPackedNrAvx2), dtype_(dtype),
-      isa_(active_isa()) {
+    : n_(n), k_(k), nr_(packing_isa(dtype) >= Isa::Avx512 ? kPackedNrAvx512 : kPackedNrAvx2), dtype_(dtype),
+      isa_(packing_isa(dtype)) {
     LLAISYS_CHECK(is_float_dtype(dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "packed weight: dtype must be f32, f16 or bf16, got ",
                   dtype_name(dtype));
     LLAISYS_CHECK_ARG(n > 0 && k > 0, "packed weight: shape [", n, ", ", k, "] is empty");
-    size_t elems = mul_size(mul_size(n_panels(), nr_, "packed weight: padded rows"), k, "packed weight: elements");
+    size_t elems = mul_size(n_panels(), mul_size(nr_, k_padded(), "packed weight: panel"), "packed weight: elements");
     bytes_ = mul_size(elems, dtype_size(dtype), "packed weight: bytes");
     size_t alloc = (bytes_ + 63) / 64 * 64;
     data_.reset(static_cast<std::byte *>(std::aligned_alloc(64, alloc)));
     if (!data_) throw std::bad_alloc();
     // Only the tail panel is cleared (its padding columns must read as zero); every other
-    // element is written by set_rows, and touching 1 GB here would only add to the load.
-    const size_t panel_bytes = k * nr_ * dtype_size(dtype);
+    // element is written by set_rows (pair panels' odd-k padding too), and touching 1 GB here
+    // would only add to the load.
+    const size_t panel_bytes = panel_elems() * dtype_size(dtype);
     std::memset(data_.get() + bytes_ - panel_bytes, 0, alloc - (bytes_ - panel_bytes));
 }
 
@@ -35,18 +46,12 @@ PackedWeight PackedWeight::pack(const void *w, llaisysDataType_t dtype, size_t n
     return p;
 }
 
-size_t PackedWeight::lane(size_t c) const {
-    if (dtype_ != LLAISYS_DTYPE_BF16) return c;
-    const size_t half = nr_ / 2;
-    return c < half ? 2 * c : 2 * (c - half) + 1;
-}
-
 void PackedWeight::set_rows(size_t row0, size_t rows, const void *src, llaisysDataType_t src_dt) {
     LLAISYS_CHECK_ARG(row0 <= n_ && rows <= n_ - row0, "packed weight: rows [", row0, ", ", row0 + rows,
                       ") outside [0, ", n_, ")");
     if (rows == 0) return;
     const size_t p0 = row0 / nr_, p1 = (row0 + rows - 1) / nr_ + 1;  // panels touched
-    const size_t k = k_, nr = nr_;
+    const size_t k = k_, nr = nr_, pe = panel_elems();
     dispatch_float(src_dt, [&](auto stag) {
         using TS = decltype(stag);
         dispatch_float(dtype_, [&](auto dtag) {
@@ -57,14 +62,15 @@ void PackedWeight::set_rows(size_t row0, size_t rows, const void *src, llaisysDa
             for (ptrdiff_t pp = ptrdiff_t(p0); pp < ptrdiff_t(p1); pp++) {
                 const size_t p = size_t(pp);
                 const size_t j0 = std::max(row0, p * nr), j1 = std::min(row0 + rows, (p + 1) * nr);
-                TD *panel = d + p * k * nr;  // [k][nr]
+                TD *panel = d + p * pe;  // [pe]: [k][nr] or [ceil(k/2)][nr][2]
                 for (size_t j = j0; j < j1; j++) {
                     const TS *srow = s + (j - row0) * k;
-                    TD *dcol = panel + lane(j - p * nr);
+                    const size_t c = j - p * nr;
                     for (size_t kk = 0; kk < k; kk++) {
-                        if constexpr (std::is_same_v<TS, TD>) dcol[kk * nr] = srow[kk];
-                        else dcol[kk * nr] = from_f32<TD>(to_f32(srow[kk]));
+                        if constexpr (std::is_same_v<TS, TD>) panel[offset(c, kk)] = srow[kk];
+                        else panel[offset(c, kk)] = from_f32<TD>(to_f32(srow[kk]));
                     }
+                    if (pairs() && k % 2) panel[offset(c, k)] = from_f32<TD>(0.0f);  // odd-k padding
                 }
             }
         });
@@ -73,11 +79,11 @@ void PackedWeight::set_rows(size_t row0, size_t rows, const void *src, llaisysDa
 
 void PackedWeight::row_f32(size_t j, float *dst) const {
     LLAISYS_CHECK(j < n_, LLAISYS_STATUS_OUT_OF_RANGE, "packed weight: row ", j, " outside [0, ", n_, ")");
-    const size_t p = j / nr_, col = lane(j % nr_);
+    const size_t p = j / nr_, c = j % nr_;
     dispatch_float(dtype_, [&](auto tag) {
         using T = decltype(tag);
-        const T *src = reinterpret_cast<const T *>(data_.get()) + p * k_ * nr_ + col;  // stride nr
-        for (size_t kk = 0; kk < k_; kk++) dst[kk] = to_f32(src[kk * nr_]);
+        const T *panel = reinterpret_cast<const T *>(data_.get()) + p * panel_elems();
+        for (size_t kk = 0; kk < k_; kk++) dst[kk] = to_f32(panel[offset(c, kk)]);
     });
 }
 
