@@ -24,6 +24,7 @@ import numpy as np
 
 import llaisys
 from llaisys import ops
+from bench_timing import time_per_call
 
 MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}  # heads, kv heads, head dim
 CASES = {  # name -> (rows, query tokens per row, cached positions per row)
@@ -34,18 +35,6 @@ CASES = {  # name -> (rows, query tokens per row, cached positions per row)
 }
 BLOCK = 16
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
-
-
-def _time(fn, min_time: float) -> float:
-    """Seconds per call of fn, over as many calls as fill min_time (at least one)."""
-    fn()  # warm: page in, spin up the OpenMP team
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_time:
-            return elapsed / calls
 
 
 def make_inputs(model: str, case: str, kv_dtype: str, rng) -> tuple[list, tuple, float]:
@@ -75,8 +64,8 @@ def bench(model: str, case: str, kv_dtype: str, repeats: int, min_time: float, r
     out_ref, out_new = llaisys.Tensor(out_shape, "f32"), llaisys.Tensor(out_shape, "f32")
     ref_s, new_s = [], []
     for _ in range(repeats):  # alternate, so a busy spell on the host hits both
-        ref_s.append(_time(lambda: ops.paged_attention_reference(out_ref, *args, scale), min_time))
-        new_s.append(_time(lambda: ops.paged_attention(out_new, *args, scale), min_time))
+        ref_s.append(time_per_call(lambda: ops.paged_attention_reference(out_ref, *args, scale), min_time))
+        new_s.append(time_per_call(lambda: ops.paged_attention(out_new, *args, scale), min_time))
     diff = float(np.abs(out_ref.numpy() - out_new.numpy()).max())
     ref, new = float(np.median(ref_s)), float(np.median(new_s))
     return {"model": model, "case": case, "kv_dtype": kv_dtype, "kv_mb": round(kv_bytes / 1e6, 2),

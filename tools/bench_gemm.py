@@ -26,6 +26,7 @@ import numpy as np
 
 import llaisys
 from llaisys import ops
+from bench_timing import time_per_call
 
 # model -> name -> (k, n): in_features -> out_features (fused as the model runs them)
 MODELS = {
@@ -37,18 +38,6 @@ MODELS = {
 SHAPES = MODELS["0.5b"]
 
 
-def _time(fn, min_time: float) -> float:
-    """Seconds per call of fn, over as many calls as fill min_time (at least one)."""
-    fn()  # warm: page in, spin up the OpenMP team
-    calls, t0 = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - t0
-        if elapsed >= min_time:
-            return elapsed / calls
-
-
 def bench(name: str, m: int, dtype: str, repeats: int, min_time: float, rng) -> dict:
     k, n = SHAPES[name]
     x = llaisys.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
@@ -57,8 +46,8 @@ def bench(name: str, m: int, dtype: str, repeats: int, min_time: float, rng) -> 
     with ops.PackedLinear(w) as packed:
         plain_s, packed_s = [], []
         for _ in range(repeats):  # alternate, so a busy spell on the host hits both
-            plain_s.append(_time(lambda: ops.linear(out, x, w), min_time))
-            packed_s.append(_time(lambda: packed(out, x), min_time))
+            plain_s.append(time_per_call(lambda: ops.linear(out, x, w), min_time))
+            packed_s.append(time_per_call(lambda: packed(out, x), min_time))
     flop = 2.0 * m * n * k
     plain, pk = float(np.median(plain_s)), float(np.median(packed_s))
     return {"shape": name, "m": m, "k": k, "n": n, "dtype": dtype,
@@ -77,7 +66,7 @@ def packed_seconds(name: str, ms: list[int], dtype: str, min_time: float) -> dic
         for m in ms:
             x = llaisys.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
             y = llaisys.Tensor((m, n), "f32")
-            out[m] = _time(lambda: packed(y, x), min_time)
+            out[m] = time_per_call(lambda: packed(y, x), min_time)
     return out
 
 

@@ -30,6 +30,8 @@ import llaisys
 from llaisys import Status, ops, runtime
 from llaisys.libllaisys import LIB
 
+from cpu_features import can_run, skip_unless_cpu_runs
+
 M_VALUES = [1, 2, 5, 6, 7, 13, 64, 200]
 NK_VALUES = [(1, 1), (17, 7), (47, 300), (33, 513), (100, 64), (70, 1000)]  # (n, k)
 
@@ -120,7 +122,7 @@ def test_packed_weight_outlives_its_tensor(bridge):
 CHILD = r"""
 import json, sys, zlib
 import torch
-sys.path.insert(0, sys.argv[1])
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]  # test/ops and test/ (cpu_features)
 from llaisys import runtime
 print(runtime.cpu_isa())
 from conftest import Bridge, TOLERANCES
@@ -139,36 +141,19 @@ print(json.dumps(worst))
 """
 
 
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
-             "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names
-
-
 def test_default_isa_is_the_best_the_cpu_has():
     if os.environ.get("LLAISYS_ISA"):
         pytest.skip("LLAISYS_ISA is set")
     best = "scalar"
     for isa in ("avx2", "avx512", "avx512bf16"):  # each needs the one before
-        if ISA_FLAGS[isa] <= cpu_flags():
+        if can_run(isa):
             best = isa
     assert runtime.cpu_isa() == best
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_packed_linear_on_every_isa(isa):
-    missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
-    if missing:
-        pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
+    skip_unless_cpu_runs(isa)
     here = str(Path(__file__).parent)
     child = subprocess.run([sys.executable, "-c", CHILD, here], env=dict(os.environ, LLAISYS_ISA=isa),
                            capture_output=True, text=True, timeout=600)

@@ -12,28 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-
-ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
-             "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
+from cpu_features import skip_unless_cpu_runs
 
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_tiny_parity_on_isa(isa):
-    missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
-    if missing:
-        pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
+    skip_unless_cpu_runs(isa)
     here = Path(__file__).parent
     child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
                             str(here / "test_tiny_qwen2.py")], cwd=here.parent.parent,

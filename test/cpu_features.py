@@ -1,0 +1,33 @@
+"""Which SIMD paths this CPU can run, read from /proc/cpuinfo, for the tests that run a child
+process under each LLAISYS_ISA (an ISA the CPU lacks is skipped: LLAISYS_ISA never goes above
+what the CPU can run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
+             "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names; scalar needs none
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def can_run(isa: str) -> bool:
+    return ISA_FLAGS.get(isa, set()) <= cpu_flags()
+
+
+def skip_unless_cpu_runs(isa: str) -> None:
+    missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
