@@ -18,13 +18,12 @@ import argparse
 import json
 import math
 import os
-import time
 
 import numpy as np
 
 import llaisys
 from llaisys import ops
-from bench_timing import time_per_call
+from bench_timing import run_header, time_per_call
 
 MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}  # heads, kv heads, head dim
 CASES = {  # name -> (rows, query tokens per row, cached positions per row)
@@ -84,9 +83,7 @@ def main() -> None:
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--out", default="bench_attention.json")
     args = ap.parse_args()
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, threads: {os.environ.get('OMP_NUM_THREADS', 'all')}"
-          f" of {os.cpu_count()}, ISA {os.environ.get('LLAISYS_ISA', 'best')}, KV {args.kv_dtype}, load average "
-          f"{os.getloadavg()[0]:.2f} at start", flush=True)
+    print(run_header(f"ISA {os.environ.get('LLAISYS_ISA', 'best')}", f"KV {args.kv_dtype}"), flush=True)
     rng = np.random.default_rng(0)
     print(f"{'model':5} {'case':14} {'KV MB':>7} {'ref ms':>9} {'new ms':>9} {'ref GB/s':>9} {'new GB/s':>9} "
           f"{'speedup':>8}")

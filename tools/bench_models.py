@@ -25,6 +25,8 @@ from llaisys.models import hub
 from llaisys.models.loader import load_model
 from llaisys.models.qwen2 import Qwen2Model, RowSampling
 
+from bench_timing import run_header
+
 
 def _greedy_step(model: Qwen2Model, cache, tokens, start: int) -> int:
     """Run `tokens` at positions start.. as one row of seq 0 and return the greedy next token,
@@ -86,9 +88,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="bench_models.json")
     args = ap.parse_args()
-    print(f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, threads: {os.environ.get('OMP_NUM_THREADS', 'all')}"
-          f" of {os.cpu_count()}, OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
-          f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    print(run_header(f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}"), flush=True)
     rows = [bench(m, args.prompt_len, args.decode_len, args.repeats) for m in args.models]
     print(f"{'model':32} {'load s':>7} {'RSS MiB':>8} {'prefill tok/s':>14} {'decode tok/s':>13} {'load avg':>12}")
     for r in rows:

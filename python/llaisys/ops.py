@@ -95,9 +95,8 @@ def self_attention(out: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -
 def paged_attention(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_pos: Tensor,
                     query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
                     scale: float) -> Tensor:
-    check(LIB.llaisysPagedAttention(out.handle, q.handle, k_cache.handle, v_cache.handle, q_pos.handle,
-                                    query_start.handle, kv_start.handle, kv_slots.handle, kv_pos.handle,
-                                    float(scale)))
+    args = (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos)
+    check(LIB.llaisysPagedAttention(out.handle, *(t.handle for t in args), float(scale)))
     return out
 
 
@@ -105,9 +104,8 @@ def paged_attention_reference(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: 
                               query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
                               scale: float) -> Tensor:
     """paged_attention by the plain key-by-key reference kernel (for tests and benchmarks)."""
-    check(LIB.llaisysPagedAttentionReference(out.handle, q.handle, k_cache.handle, v_cache.handle, q_pos.handle,
-                                             query_start.handle, kv_start.handle, kv_slots.handle, kv_pos.handle,
-                                             float(scale)))
+    args = (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos)
+    check(LIB.llaisysPagedAttentionReference(out.handle, *(t.handle for t in args), float(scale)))
     return out
 
 

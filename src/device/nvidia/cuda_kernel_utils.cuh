@@ -92,4 +92,10 @@ inline unsigned grid_for(size_t n, unsigned threads) {
     return unsigned(blocks < cap ? blocks : cap);
 }
 
+// Blocks for a one-block-per-row kernel that grid-strides over rows beyond 65536.
+inline unsigned row_blocks(size_t rows) { return unsigned(rows < 65536 ? rows : 65536); }
+
+// Threads for a block that walks a row of `width` elements: whole warps, at most 256.
+inline unsigned row_threads(size_t width) { return width >= 256 ? 256 : 32 * unsigned(ceil_div(width, 32)); }
+
 }  // namespace llaisys::device::nvidia

@@ -6,7 +6,7 @@
 #include "../nvidia_launch.hpp"
 #include "nvidia/paged_attention_nvidia.hpp"
 
-#include <algorithm>
+#include <vector>
 #endif
 
 #include <cmath>
@@ -29,40 +29,6 @@ void check_attention_view(const cpu::AttentionView &v, size_t n_tokens, size_t n
         }
     }
 }
-
-#ifdef LLAISYS_ENABLE_NVIDIA
-namespace {
-
-// The view's index arrays are on the GPU: validate host copies of them (as the CPU path
-// validates the arrays themselves), then launch over the device arrays.
-void paged_attention_nvidia(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache,
-                            const Tensor &q_pos, const Tensor &query_start, const Tensor &kv_start,
-                            const Tensor &kv_slots, const Tensor &kv_pos, float scale) {
-    const char *op = "paged_attention";
-    const size_t n = q.shape()[0], heads = q.shape()[1], d = q.shape()[2];
-    const size_t n_slots = k_cache.shape()[0], kv_heads = k_cache.shape()[1], dv = v_cache.shape()[2];
-    const size_t n_seqs = query_start.shape()[0] - 1;
-    const std::vector<int32_t> qs = host_copy<int32_t>(query_start), ks = host_copy<int32_t>(kv_start);
-    const std::vector<int32_t> slots = host_copy<int32_t>(kv_slots);
-    const std::vector<int64_t> pos = host_copy<int64_t>(kv_pos);
-    cpu::AttentionView host{n_seqs, qs.data(), nullptr, ks.data(), slots.data(), pos.data()};
-    LLAISYS_CHECK_ARG(size_t(ks[n_seqs]) == kv_slots.shape()[0], op, ": kv_start must end at the length of kv_slots");
-    check_attention_view(host, n, n_slots);
-    size_t max_q = 0, max_kv = 0;
-    for (size_t s = 0; s < n_seqs; s++) {
-        max_q = std::max(max_q, size_t(qs[s + 1] - qs[s]));
-        max_kv = std::max(max_kv, size_t(ks[s + 1] - ks[s]));
-    }
-    const cpu::AttentionView dev{n_seqs, query_start.data_as<int32_t>(), q_pos.data_as<int64_t>(),
-                                 kv_start.data_as<int32_t>(), kv_slots.data_as<int32_t>(), kv_pos.data_as<int64_t>()};
-    run_nvidia(out.device_id(), [&](cudaStream_t s) {
-        nvidia::paged_attention(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(),
-                                k_cache.dtype(), dev, n, max_q, max_kv, heads, kv_heads, d, dv, scale, s);
-    });
-}
-
-}  // namespace
-#endif
 
 namespace {
 
@@ -99,19 +65,42 @@ void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_ca
     check_shape(op, "kv_pos", kv_pos, kv_slots.shape());
     check_contiguous(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     LLAISYS_CHECK_ARG(std::isfinite(scale), op, ": scale must be finite");
-    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
-        LLAISYS_CHECK(!reference, LLAISYS_STATUS_UNSUPPORTED, op, ": the reference kernel runs on the CPU only");
-#ifdef LLAISYS_ENABLE_NVIDIA
-        paged_attention_nvidia(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale);
-        return;
+    const bool on_gpu = out.device() == LLAISYS_DEVICE_NVIDIA;
+#ifndef LLAISYS_ENABLE_NVIDIA
+    if (on_gpu) no_kernel(op, out);
 #endif
-    }
-    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    if (out.device() != LLAISYS_DEVICE_CPU && !on_gpu) no_kernel(op, out);
+    LLAISYS_CHECK(!(on_gpu && reference), LLAISYS_STATUS_UNSUPPORTED, op, ": the reference kernel runs on the CPU only");
+    // The view as the host validates it: the arrays themselves on the CPU, host copies of the
+    // (small) index arrays when they are on a GPU.
     cpu::AttentionView view{n_seqs, query_start.data_as<int32_t>(), q_pos.data_as<int64_t>(),
                             kv_start.data_as<int32_t>(), kv_slots.data_as<int32_t>(), kv_pos.data_as<int64_t>()};
+#ifdef LLAISYS_ENABLE_NVIDIA
+    std::vector<int32_t> qs, ks, slots;  // host copies (GPU only)
+    std::vector<int64_t> pos;
+    if (on_gpu) {
+        qs = host_copy<int32_t>(query_start), ks = host_copy<int32_t>(kv_start), slots = host_copy<int32_t>(kv_slots);
+        pos = host_copy<int64_t>(kv_pos);
+        view = cpu::AttentionView{n_seqs, qs.data(), nullptr, ks.data(), slots.data(), pos.data()};
+    }
+#endif
     LLAISYS_CHECK_ARG(size_t(view.kv_start[n_seqs]) == kv_slots.shape()[0], op,
                       ": kv_start must end at the length of kv_slots");
     check_attention_view(view, n, n_slots);
+#ifdef LLAISYS_ENABLE_NVIDIA
+    if (on_gpu) {
+        const cpu::ViewBounds bounds = cpu::view_bounds(n_seqs, view.query_start, view.kv_start);
+        const cpu::AttentionView dev{n_seqs, query_start.data_as<int32_t>(), q_pos.data_as<int64_t>(),
+                                     kv_start.data_as<int32_t>(), kv_slots.data_as<int32_t>(),
+                                     kv_pos.data_as<int64_t>()};
+        run_nvidia(out.device_id(), [&](cudaStream_t st) {
+            nvidia::paged_attention(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(),
+                                    v_cache.data(), k_cache.dtype(), dev, n, bounds.max_q, bounds.max_kv, heads,
+                                    kv_heads, d, dv, scale, st);
+        });
+        return;
+    }
+#endif
     auto *kernel = reference ? cpu::paged_attention_reference : cpu::paged_attention;
     kernel(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(), k_cache.dtype(),
            view, heads, kv_heads, d, dv, scale);

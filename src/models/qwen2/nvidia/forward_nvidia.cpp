@@ -169,11 +169,7 @@ void Model::step_nvidia(kv::KVCache &cache, const llaisysBatch_t &b, const llais
     const std::byte *dix = g.index.data();
     auto i64 = [&](size_t off) { return reinterpret_cast<const int64_t *>(dix + off); };
     auto i32 = [&](size_t off) { return reinterpret_cast<const int32_t *>(dix + off); };
-    size_t max_q = 0, max_kv = 0;  // grid bounds for the attention kernels
-    for (size_t s = 0; s < b.n_seqs; s++) {
-        max_q = std::max(max_q, size_t(b.query_start[s + 1] - b.query_start[s]));
-        max_kv = std::max(max_kv, size_t(rs.kv_start[s + 1] - rs.kv_start[s]));
-    }
+    const ops::cpu::ViewBounds bounds = ops::cpu::view_bounds(b.n_seqs, b.query_start, rs.kv_start.data());
     const ops::cpu::AttentionView view{b.n_seqs, i32(ix.query_start), i64(ix.positions), i32(ix.kv_start),
                                        i32(ix.kv_slots), i64(ix.kv_pos)};
 
@@ -200,7 +196,7 @@ void Model::step_nvidia(kv::KVCache &cache, const llaisysBatch_t &b, const llais
         ops::nvidia::kv_write(cache.k(l), cache.v(l), cache.dtype(), g.qkv.data(), f32, qkv_dim, q_dim, q_dim + kv_dim,
                               i64(ix.write_slot), n, kv_dim, st);
         ops::nvidia::paged_attention(g.attn.data(), q_dim, g.qkv.data(), qkv_dim, f32, cache.k(l), cache.v(l),
-                                     cache.dtype(), view, n, max_q, max_kv, nh, nkv, hd, hd, scale, st);
+                                     cache.dtype(), view, n, bounds.max_q, bounds.max_kv, nh, nkv, hd, hd, scale, st);
         ops::nvidia::linear(g.proj.data(), g.attn.data(), f32, L.o_w.dense->data(), nullptr, wdt, n, H, q_dim,
                             device_id_, st);  // [n, H]
         // MLP block: x += o_proj; h = post_norm(x)
@@ -241,10 +237,12 @@ void Model::step_nvidia(kv::KVCache &cache, const llaisysBatch_t &b, const llais
         }
     }
     if (params) {
-        // may use the logits as scratch: queued after the copy above, so the copy sees them raw
+        // may use the logits as scratch: queued after the copy above, so the copy sees them raw;
+        // returns once the stream is synchronized
         sampling::nvidia::sample(g.logits.as<float>(), n_sample, V, params, out.sample, device_id_, st);
+    } else {
+        LLAISYS_CUDA_CHECK(cudaStreamSynchronize(st));  // the hidden/logits copies have landed
     }
-    LLAISYS_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 
 }  // namespace llaisys::models::qwen2

@@ -65,7 +65,7 @@ void argmax(int64_t *max_idx, std::byte *max_val, const std::byte *vals, llaisys
             size_t n, cudaStream_t stream) {
     if (rows == 0 || n == 0) return;
     const unsigned threads = n >= 1024 ? 1024 : 32 * unsigned(ceil_div(n, 32));
-    const unsigned blocks = unsigned(rows < 65536 ? rows : 65536);
+    const unsigned blocks = row_blocks(rows);
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
         argmax_kernel<T><<<blocks, threads, 0, stream>>>(max_idx, reinterpret_cast<T *>(max_val),

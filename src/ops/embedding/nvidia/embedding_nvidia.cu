@@ -30,8 +30,8 @@ __global__ void embedding_kernel(TO *out, const int64_t *index, const TW *weight
 void embedding(std::byte *out, llaisysDataType_t odt, const int64_t *index, const std::byte *weight,
                llaisysDataType_t wdt, size_t n, size_t vocab, size_t d, cudaStream_t stream) {
     if (n == 0 || d == 0) return;
-    const unsigned threads = d >= 256 ? 256 : 32 * unsigned(ceil_div(d, 32));
-    const unsigned blocks = unsigned(n < 65536 ? n : 65536);
+    const unsigned threads = row_threads(d);
+    const unsigned blocks = row_blocks(n);
     dispatch_float(odt, [&](auto otag) {
         using TO = decltype(otag);
         dispatch_float(wdt, [&](auto wtag) {

@@ -17,6 +17,20 @@ struct AttentionView {
     const int64_t *kv_pos;       // [kv_start[n_seqs]] its position, ascending within a row
 };
 
+// The longest row's query count and visible-entry count of a view whose query_start and
+// kv_start are in host memory (grid bounds of the GPU kernels).
+struct ViewBounds {
+    size_t max_q = 0, max_kv = 0;
+};
+inline ViewBounds view_bounds(size_t n_seqs, const int32_t *query_start, const int32_t *kv_start) {
+    ViewBounds b;
+    for (size_t s = 0; s < n_seqs; s++) {
+        if (size_t(query_start[s + 1] - query_start[s]) > b.max_q) b.max_q = size_t(query_start[s + 1] - query_start[s]);
+        if (size_t(kv_start[s + 1] - kv_start[s]) > b.max_kv) b.max_kv = size_t(kv_start[s + 1] - kv_start[s]);
+    }
+    return b;
+}
+
 // Attention of every query token over the cache entries of its row with position <= its
 // own, online softmax in f32, GQA (query head h reads kv head h / (heads / kv_heads)).
 //   out     [n_tokens, heads, dv], rows `out_stride` elements apart (dtype act)

@@ -30,8 +30,8 @@ void kv_write(std::byte *k_cache, std::byte *v_cache, llaisysDataType_t kvdt, co
               llaisysDataType_t act, size_t row_stride, size_t k_off, size_t v_off, const int64_t *slots,
               size_t n, size_t row_elems, cudaStream_t stream) {
     if (n == 0 || row_elems == 0) return;
-    const unsigned threads = row_elems >= 256 ? 256 : 32 * unsigned(ceil_div(row_elems, 32));
-    const unsigned blocks = unsigned(n < 65536 ? n : 65536);
+    const unsigned threads = row_threads(row_elems);
+    const unsigned blocks = row_blocks(n);
     dispatch_float(kvdt, [&](auto ktag) {
         using TK = decltype(ktag);
         dispatch_float(act, [&](auto atag) {

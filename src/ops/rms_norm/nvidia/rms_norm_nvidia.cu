@@ -43,7 +43,7 @@ template <bool kAdd>
 void launch(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
             llaisysDataType_t wdt, size_t m, size_t d, float eps, cudaStream_t stream) {
     if (m == 0 || d == 0) return;
-    const unsigned blocks = unsigned(m < 65536 ? m : 65536);
+    const unsigned blocks = row_blocks(m);
     dispatch_float(act, [&](auto tag) {
         using T = decltype(tag);
         dispatch_float(wdt, [&](auto wtag) {

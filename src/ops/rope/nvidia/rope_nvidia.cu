@@ -36,8 +36,8 @@ void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataTy
           size_t heads, size_t d, size_t stride, float theta, cudaStream_t stream) {
     if (n == 0 || heads == 0 || d < 2) return;
     const size_t pairs = heads * (d / 2);
-    const unsigned threads = pairs >= 256 ? 256 : 32 * unsigned(ceil_div(pairs, 32));
-    const unsigned blocks = unsigned(n < 65536 ? n : 65536);
+    const unsigned threads = row_threads(pairs);
+    const unsigned blocks = row_blocks(n);
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
         rope_kernel<T><<<blocks, threads, 0, stream>>>(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),

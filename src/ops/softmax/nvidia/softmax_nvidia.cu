@@ -34,7 +34,7 @@ void softmax(std::byte *out, const std::byte *in, llaisysDataType_t dtype, size_
              cudaStream_t stream) {
     if (rows == 0 || n == 0) return;
     const unsigned threads = n >= 1024 ? 1024 : 32 * unsigned(ceil_div(n, 32));
-    const unsigned blocks = unsigned(rows < 65536 ? rows : 65536);
+    const unsigned blocks = row_blocks(rows);
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
         softmax_kernel<T><<<blocks, threads, 0, stream>>>(reinterpret_cast<T *>(out), reinterpret_cast<const T *>(in),
