@@ -3,13 +3,12 @@
 #include "../runtime_api.hpp"
 
 #include "../../utils/error.hpp"
+#include "../../utils/host_alloc.hpp"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <new>
 
 namespace llaisys::device::cpu {
 namespace {
@@ -49,12 +48,9 @@ public:
     }
 
     void *malloc(int, llaisysMemoryKind_t, size_t size) override {
-        size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
-        void *p = std::aligned_alloc(kAlignment, rounded);
-        if (!p) throw std::bad_alloc();
-        return p;
+        return host_alloc((size + kAlignment - 1) / kAlignment * kAlignment);
     }
-    void free(int, llaisysMemoryKind_t, void *ptr) override { std::free(ptr); }
+    void free(int, llaisysMemoryKind_t, void *ptr) override { host_free(ptr); }
 
     void memcpy(int, void *dst, const void *src, size_t size, llaisysMemcpyKind_t) override {
         if (size) std::memcpy(dst, src, size);

@@ -2,12 +2,12 @@
 #include "packed.hpp"
 
 #include "../../../utils/error.hpp"
+#include "../../../utils/host_alloc.hpp"
 #include "../../../utils/types.hpp"
 #include "gemm.hpp"
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 #include <type_traits>
 
 namespace llaisys::ops::cpu {
@@ -30,9 +30,8 @@ PackedWeight::PackedWeight(size_t n, size_t k, llaisysDataType_t dtype)
     LLAISYS_CHECK_ARG(n > 0 && k > 0, "packed weight: shape [", n, ", ", k, "] is empty");
     size_t elems = mul_size(n_panels(), mul_size(nr_, k_padded(), "packed weight: panel"), "packed weight: elements");
     bytes_ = mul_size(elems, dtype_size(dtype), "packed weight: bytes");
-    size_t alloc = (bytes_ + 63) / 64 * 64;
-    data_.reset(static_cast<std::byte *>(std::aligned_alloc(64, alloc)));
-    if (!data_) throw std::bad_alloc();
+    const size_t alloc = (bytes_ + 63) / 64 * 64;
+    data_.reset(static_cast<std::byte *>(host_alloc(alloc)));
     // Only the tail panel is cleared (its padding columns must read as zero); every other
     // element is written by set_rows (pair panels' odd-k padding too), and touching 1 GB here
     // would only add to the load.

@@ -21,10 +21,10 @@
 #pragma once
 
 #include "../../../utils/cpu_isa.hpp"
+#include "../../../utils/host_alloc.hpp"
 #include "llaisys.h"
 
 #include <cstddef>
-#include <cstdlib>
 #include <memory>
 
 namespace llaisys::ops::cpu {
@@ -69,7 +69,7 @@ public:
 private:
     size_t k_padded() const { return pairs() ? (k_ + 1) / 2 * 2 : k_; }
     struct Free {
-        void operator()(std::byte *p) const { std::free(p); }
+        void operator()(std::byte *p) const { host_free(p); }
     };
     size_t n_, k_, nr_;
     llaisysDataType_t dtype_;

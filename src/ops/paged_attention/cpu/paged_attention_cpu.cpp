@@ -28,12 +28,13 @@ struct Task {
     size_t cost;   // tokens x (keys read + a block): the order tasks are handed out in
 };
 
+// Levels are ordered (cpu_isa.hpp): Avx512Bf16 runs the AVX-512 tile (the dot products are
+// for the GEMM's bf16 weights; attention reads f32 queries and f32/f16/bf16 K/V).
 attn::TileFn tile_kernel() {
-    switch (active_isa()) {
-    case Isa::Avx512: return attn::avx512::attend_tile;
-    case Isa::Avx2: return attn::avx2::attend_tile;
-    default: return attn::scalar::attend_tile;
-    }
+    const Isa isa = active_isa();
+    if (isa >= Isa::Avx512) return attn::avx512::attend_tile;
+    if (isa >= Isa::Avx2) return attn::avx2::attend_tile;
+    return attn::scalar::attend_tile;
 }
 
 // The tiles of the batch, most work first. n_vis [n_tokens] receives the number of entries
