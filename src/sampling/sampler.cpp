@@ -1,5 +1,6 @@
 #include "sampler.hpp"
 
+#include "../ops/cpu_simd/row_kernels.hpp"
 #include "../utils/error.hpp"
 
 #include <algorithm>
@@ -18,13 +19,8 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-size_t first_argmax(const float *v, size_t n) {
-    size_t best = 0;
-    for (size_t i = 1; i < n; i++) {
-        if (v[i] > v[best]) best = i;
-    }
-    return best;
-}
+// The first largest logit (NaNs ignored), vectorised: greedy rows scan the whole vocabulary.
+size_t first_argmax(const float *v, size_t n) { return ops::cpu::simd::row_kernels().argmax(v, n); }
 
 // Scratch of one thread, reused across rows.
 struct Scratch {
@@ -37,9 +33,7 @@ struct Scratch {
 // log_softmax of the raw logits: the logprob of `id` is logits[id] - lse.
 float log_sum_exp(const float *logits, size_t vocab) {
     float mx = logits[first_argmax(logits, vocab)];
-    double sum = 0.0;
-    for (size_t i = 0; i < vocab; i++) sum += std::exp(double(logits[i] - mx));
-    return mx + float(std::log(sum));
+    return mx + float(std::log(ops::cpu::simd::row_kernels().sum_exp(logits, vocab, mx)));
 }
 
 void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, Penalties &pen) {

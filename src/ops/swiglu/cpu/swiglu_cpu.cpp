@@ -1,6 +1,7 @@
 #include "swiglu_cpu.hpp"
 
 #include "../../../utils/types.hpp"
+#include "../../cpu_simd/row_kernels.hpp"
 
 #include <cmath>
 
@@ -8,6 +9,16 @@ namespace llaisys::ops::cpu {
 
 void swiglu(std::byte *out, const std::byte *gate, const std::byte *up, llaisysDataType_t dtype, size_t rows,
             size_t cols, size_t in_stride, size_t out_stride) {
+    if (dtype == LLAISYS_DTYPE_F32) {  // the model's activations: the SIMD row kernel
+        const auto kernel = simd::row_kernels().swiglu;
+#pragma omp parallel for schedule(static) if (rows * cols > 16384)
+        for (ptrdiff_t r = 0; r < ptrdiff_t(rows); r++) {
+            kernel(reinterpret_cast<float *>(out) + size_t(r) * out_stride,
+                   reinterpret_cast<const float *>(gate) + size_t(r) * in_stride,
+                   reinterpret_cast<const float *>(up) + size_t(r) * in_stride, cols);
+        }
+        return;
+    }
     dispatch_float(dtype, [&](auto tag) {
         using T = decltype(tag);
 #pragma omp parallel for schedule(static) collapse(2) if (rows * cols > 16384)

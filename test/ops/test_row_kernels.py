@@ -1,0 +1,60 @@
+"""The f32 row kernels (src/ops/cpu_simd) on every SIMD path the CPU can run: SwiGLU, and the
+sampler's greedy argmax and log-sum-exp over a whole vocabulary. The path is chosen once per
+process, so each runs in a child process under LLAISYS_ISA; float64 numpy is the reference."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from cpu_features import skip_unless_cpu_runs
+
+CHILD = r"""
+import json, numpy as np, llaisys
+from llaisys import ops
+from llaisys.models.qwen2 import RowSampling
+from llaisys.sampler import sample
+rng = np.random.default_rng(0)
+res = {"swiglu": 0.0, "logprob": 0.0, "greedy_ok": True}
+for n in (1, 7, 16, 17, 33, 4097, 8960):
+    g = (rng.standard_normal((3, n)) * 6).astype(np.float32)
+    g[0, : min(n, 4)] = [-200.0, 200.0, -88.0, 0.0][: min(n, 4)]  # exp's clamps, both signs
+    u = rng.standard_normal((3, n)).astype(np.float32)
+    out = llaisys.Tensor((3, n), "f32")
+    ops.swiglu(out, llaisys.Tensor.from_numpy(g), llaisys.Tensor.from_numpy(u))
+    gd = g.astype(np.float64)
+    ref = u * gd / (1.0 + np.exp(-gd))
+    res["swiglu"] = max(res["swiglu"], float((np.abs(out.numpy() - ref) / (1e-6 + 1e-5 * np.abs(ref))).max()))
+for vocab in (1, 5, 16, 100, 151936):
+    l = (rng.standard_normal((4, vocab)) * 4).astype(np.float32)
+    if vocab > 20:
+        l[1, [3, vocab - 2]] = l[1].max() + 1  # a tie: the first wins
+        l[2, :vocab // 2] = -np.inf           # masked logits
+        l[3, 0] = np.nan                       # NaN ignored by greedy
+    got = sample(l, [RowSampling() for _ in range(4)])
+    ld = l.astype(np.float64)
+    for r in range(4):
+        finite = np.where(np.isnan(ld[r]), -np.inf, ld[r])
+        want = int(np.argmax(finite))
+        res["greedy_ok"] &= int(got.token_ids[r]) == want
+        if not np.isnan(ld[r]).any():
+            m = finite.max()
+            lp = ld[r, want] - m - np.log(np.exp(ld[r] - m).sum())
+            res["logprob"] = max(res["logprob"], abs(float(got.logprobs[r]) - lp) / 1e-5)
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_row_kernels_on_every_simd_path(isa):
+    skip_unless_cpu_runs(isa)
+    child = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ, LLAISYS_ISA=isa),
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == 0, child.stderr[-4000:]
+    import json
+
+    res = json.loads(child.stdout.splitlines()[-1])
+    assert res["greedy_ok"], f"greedy argmax on {isa}"
+    assert res["swiglu"] <= 1.0, f"swiglu on {isa}: error {res['swiglu']:.3g} x the bound"
+    assert res["logprob"] <= 1.0, f"logprob on {isa}: error {res['logprob']:.3g} x 1e-5"
