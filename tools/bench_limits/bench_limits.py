@@ -3,7 +3,7 @@
     python tools/bench_limits/bench_limits.py [--threads N] [--models NAME ...] [--models-json FILE] [--out FILE]
 
 Compiles limits.c (beside this file) with the system C compiler for this CPU, runs it for the
-memory read bandwidth and the fp32 FMA peak, and, given the JSON written by
+memory read bandwidth (the better of a plain and a prefetching read loop) and the fp32 FMA peak, and, given the JSON written by
 tools/bench_models.py (or with --models, after running that benchmark here, in the same
 sitting), prints each model's decode and prefill speed against its limit:
 
@@ -64,7 +64,8 @@ def main() -> None:
     args = ap.parse_args()
     lim = measure(args.threads)
     bw, peak = lim["read_bandwidth_gb_s"] * 1e9, lim["fp32_fma_peak_gflop_s"] * 1e9
-    print(f"machine ({lim['isa']}, {lim['threads']} threads): read bandwidth {bw / 1e9:.1f} GB/s, "
+    print(f"machine ({lim['isa']}, {lim['threads']} threads): read bandwidth {bw / 1e9:.1f} GB/s "
+          f"(plain loop {lim['plain_read_gb_s']:.1f}, prefetching {lim['prefetched_read_gb_s']:.1f}), "
           f"fp32 FMA peak {peak / 1e9:.0f} GFLOP/s")
     rows, figures = [], []
     if args.models:
