@@ -33,6 +33,9 @@ def test_server_down_keeps_typed_text(new_page):
     page.fill("#input", "are you there?")
     page.press("#input", "Enter")
     page.wait_for_function("document.getElementById('error-text').textContent.includes('Cannot reach')")
+    # the banner can come from the model list refetched before the request; the send is over
+    # (and its text back in the box) once the page is idle again
+    page.wait_for_selector("body[data-state=idle]")
     assert page.input_value("#input") == "are you there?"
     assert page.inner_text("#server-status") == "Server unreachable"
 
