@@ -92,21 +92,24 @@ def self_attention(out: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -
     return out
 
 
+def _paged(fn, out: Tensor, tensors: tuple, scale: float) -> Tensor:
+    check(fn(out.handle, *(t.handle for t in tensors), float(scale)))
+    return out
+
+
 def paged_attention(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_pos: Tensor,
                     query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
                     scale: float) -> Tensor:
-    args = (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos)
-    check(LIB.llaisysPagedAttention(out.handle, *(t.handle for t in args), float(scale)))
-    return out
+    return _paged(LIB.llaisysPagedAttention, out,
+                  (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos), scale)
 
 
 def paged_attention_reference(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_pos: Tensor,
                               query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
                               scale: float) -> Tensor:
     """paged_attention by the plain key-by-key reference kernel (for tests and benchmarks)."""
-    args = (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos)
-    check(LIB.llaisysPagedAttentionReference(out.handle, *(t.handle for t in args), float(scale)))
-    return out
+    return _paged(LIB.llaisysPagedAttentionReference, out,
+                  (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos), scale)
 
 
 def swiglu(out: Tensor, gate: Tensor, up: Tensor) -> Tensor:

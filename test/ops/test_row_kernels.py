@@ -2,6 +2,7 @@
 sampler's greedy argmax and log-sum-exp over a whole vocabulary. The path is chosen once per
 process, so each runs in a child process under LLAISYS_ISA; float64 numpy is the reference."""
 
+import json
 import os
 import subprocess
 import sys
@@ -52,8 +53,6 @@ def test_row_kernels_on_every_simd_path(isa):
     child = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ, LLAISYS_ISA=isa),
                            capture_output=True, text=True, timeout=300)
     assert child.returncode == 0, child.stderr[-4000:]
-    import json
-
     res = json.loads(child.stdout.splitlines()[-1])
     assert res["greedy_ok"], f"greedy argmax on {isa}"
     assert res["swiglu"] <= 1.0, f"swiglu on {isa}: error {res['swiglu']:.3g} x the bound"
