@@ -23,9 +23,11 @@ Backends: llaisys (this checkout's package), llama.cpp-bf16 / llama.cpp-f16 (lla
 installed on first use into its own virtualenv under the llaisys cache, low-level API so that
 many sequences decode in one llama_decode call; the GGUF is written from our model directory by
 `llaisys export-gguf`, so llama.cpp runs on exactly our bf16 values), hf-bf16 / hf-f32
-(transformers, torch==2.13.0, with a KV cache). Each backend runs in its own process; the
-repeats alternate backends (A B C A B C ...); the table shows medians with min-max and the ratio
-of llaisys to each peer. Writes JSON with every sample.
+(transformers, torch==2.13.0, with a KV cache); llaisys-noscreen (opt-in: llaisys with
+LLAISYS_GREEDY_SCREEN=0, so every greedy row computes all of its logits as the peers do; the
+screen changes no token, only how many lm_head bytes a step reads). Each backend runs in its
+own process; the repeats alternate backends (A B C A B C ...); the table shows medians with
+min-max and the ratio of llaisys to each peer. Writes JSON with every sample.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"
 BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llama.cpp-bf16", "llama.cpp-f16", "hf-bf16", "hf-f32")
+OPTIONAL_BACKENDS = ("llaisys-noscreen",)
 
 
 # ---- workloads (shared by every worker) ------------------------------------------------------
@@ -86,9 +89,11 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
     res = {}
 
     def step(cache, toks, pos, starts, seqs, rows):
-        """One core call; greedy ids of `rows`, sampled in the core (as the engine does)."""
+        """One core call; greedy ids of `rows`, sampled in the core as the engine does for a greedy
+        request without logprobs (the peers compute no logprobs either): up to 8 rows a step take
+        the lm_head screen unless LLAISYS_GREEDY_SCREEN=0 (doc/architecture.md)."""
         return model.step(cache, token_ids=toks, positions=pos, query_start=starts, seq_ids=seqs,
-                          sample_rows=rows, sampling=[RowSampling()] * len(rows))
+                          sample_rows=rows, sampling=[RowSampling()] * len(rows), want_logprobs=False)
 
     p = prompt(spec["prefill"], vocab, 1)
     for _ in range(2):  # time the second call; the first grows the step buffers (as transformers' warm-up)
@@ -362,6 +367,8 @@ def gguf_for(model_dir: str, dtype: str) -> str:
 
 def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if backend == "llaisys-noscreen":
+        env["LLAISYS_GREEDY_SCREEN"] = "0"
     if backend.startswith("llama.cpp"):
         exe, target = llama_cpp_python(), gguf_for(model_dir, backend.split("-")[1])
     else:
@@ -375,7 +382,7 @@ def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
 
 def worker_main(backend: str, target: str, spec_json: str, threads: str) -> None:
     spec, threads = json.loads(spec_json), int(threads)
-    if backend == "llaisys":
+    if backend.startswith("llaisys"):
         res = run_llaisys(target, spec, threads)
     elif backend.startswith("llama.cpp"):
         res = run_llama_cpp(target, spec, threads)
@@ -413,7 +420,8 @@ def gpu_model() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
-    ap.add_argument("--backends", nargs="+", default=list(ALL_BACKENDS), choices=ALL_BACKENDS)
+    ap.add_argument("--backends", nargs="+", default=list(ALL_BACKENDS),
+                    choices=ALL_BACKENDS + OPTIONAL_BACKENDS)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")

@@ -43,6 +43,17 @@ LLAISYS_API llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, ll
 LLAISYS_API llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out,
                                                      llaisysTensor_t in, llaisysTensor_t bias);
 
+/* ids[i] = the first index of the largest value of row i of in @ weight^T (NaNs ignored):
+ * the id llaisysPackedLinearApply (no bias) and a first-index argmax give, ties included.
+ * in [m, k] is f32 on the CPU; ids [m] is caller-owned host memory. This is greedy decoding's
+ * lm_head step: an int8 copy of the weight (n * k rounded up to 64 bytes, built by the first
+ * call and kept with the handle) bounds every output, and only those that can be the largest
+ * are computed (doc/architecture.md, "Greedy screen"). *screened (when not NULL) is 1 if
+ * the screen decided every row, 0 if some rows had every output computed instead. Not to be
+ * called on one handle from two threads at once. */
+LLAISYS_API llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysTensor_t in,
+                                                      int64_t *ids, int *screened);
+
 /* Free a packed weight; NULL is ignored. */
 LLAISYS_API void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed);
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 from typing import Optional
 
+import numpy as np
+
 from .libllaisys import LIB, check
 from .libllaisys.ops import llaisysPackedLinear_t
 from .tensor import Tensor
@@ -55,6 +57,20 @@ class PackedLinear:
         check(LIB.llaisysPackedLinearApply(self.handle, out.handle, inp.handle,
                                            bias.handle if bias is not None else None))
         return out
+
+    def argmax(self, inp: Tensor) -> "tuple[np.ndarray, bool]":
+        """(ids, screened): ids [m] int64, the first index of the largest value of each row of
+        inp [m, k] @ weight^T (f32 inp, no bias), as ``self(out, inp)`` and a first-index argmax
+        give it; screened is whether the int8 screen decided every row (else some rows had
+        every output computed). The first call builds the screen (n * k bytes, kept)."""
+        if len(inp.shape) != 2:
+            raise ValueError(f"inp must be [m, k], got shape {tuple(inp.shape)}")
+        ids = np.zeros(inp.shape[0], np.int64)
+        screened = ctypes.c_int(0)
+        check(LIB.llaisysPackedLinearArgmax(self.handle, inp.handle,
+                                            ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
+                                            ctypes.byref(screened)))
+        return ids, bool(screened.value)
 
     def close(self) -> None:
         if self._handle is not None:

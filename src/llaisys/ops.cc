@@ -23,6 +23,7 @@ struct LlaisysPackedLinear {
     static constexpr uint32_t kMagic = 0x9ac7ed11;
     uint32_t magic = kMagic;
     std::unique_ptr<ops::cpu::PackedWeight> weight;
+    std::unique_ptr<ops::cpu::LogitScreen> screen;  // built by the first llaisysPackedLinearArgmax
 };
 
 namespace {
@@ -63,7 +64,7 @@ llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedL
     return guard([&] {
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
         auto packed = ops::pack_linear(tensor_of(weight, "weight"));
-        *out = new LlaisysPackedLinear{LlaisysPackedLinear::kMagic, std::move(packed)};
+        *out = new LlaisysPackedLinear{LlaisysPackedLinear::kMagic, std::move(packed), nullptr};
     });
 }
 
@@ -72,6 +73,16 @@ llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTe
     return guard([&] {
         const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
         ops::linear_packed(tensor_of(out, "out"), tensor_of(in, "in"), packed_of(packed), b);
+    });
+}
+
+llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysTensor_t in, int64_t *ids,
+                                          int *screened) {
+    return guard([&] {
+        const ops::cpu::PackedWeight &w = packed_of(packed);
+        if (!packed->screen) packed->screen = std::make_unique<ops::cpu::LogitScreen>(w);
+        bool all = ops::argmax_packed(ids, tensor_of(in, "in"), w, *packed->screen);
+        if (screened) *screened = all ? 1 : 0;
     });
 }
 

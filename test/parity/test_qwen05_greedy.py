@@ -123,3 +123,41 @@ def test_default_path_follows_transformers_teacher_forced(qwen05_dir, reference)
                     assert pick[j] == new[j], f"chat {i}, token {j}: {pick[j]} instead of {new[j]}"
                 else:
                     assert pick[j] in top2[j], f"chat {i}, token {j}: {pick[j]} is not in the near tie {top2[j]}"
+
+
+def test_greedy_screen_decides_real_hidden_states(qwen05_dir, reference):
+    """The lm_head screen on the model's own final hidden states: it decides every position
+    (it does not fall back) and picks exactly the argmax of the model's logits."""
+    from llaisys import Tensor, ops
+    from llaisys.models.loader import load_model
+    from llaisys.models.qwen2 import Qwen2Model
+
+    loaded = load_model(qwen05_dir)
+    name = "lm_head.weight" if "lm_head.weight" in loaded.tensors else "model.embed_tokens.weight"
+    raw = loaded.tensors[name]
+    lm_head = Tensor.from_numpy(np.asarray(raw.data).reshape(raw.shape), dtype=loaded.dtype)
+    with Qwen2Model(loaded) as model, ops.PackedLinear(lm_head) as packed:
+        for i, (ids, new, _) in enumerate(reference):
+            full = ids + new[:-1]
+            with model.create_kv_cache("slot", n_slots=len(full) + 16) as cache:
+                res = model.step(cache, token_ids=full, positions=np.arange(len(full)), query_start=[0, len(full)],
+                                 seq_ids=[0], sample_rows=list(range(len(ids) - 1, len(full))),
+                                 want_logits=True, want_hidden=True)
+            picked, screened = packed.argmax(Tensor.from_numpy(res.hidden))
+            assert screened, f"chat {i}: the screen fell back on real hidden states"
+            assert (picked == res.logits.argmax(axis=1)).all(), f"chat {i}"
+
+
+def test_engine_greedy_same_with_and_without_logprobs(qwen05_dir):
+    """Greedy rows without logprobs take the screen, with logprobs every logit: same tokens,
+    batched (5 rows in a step) and alone (1 row)."""
+    from llaisys import LLM, SamplingParams
+
+    plain = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True)
+    with_lp = SamplingParams(temperature=0.0, max_tokens=NEW_TOKENS, ignore_eos=True, logprobs=1)
+    with LLM(qwen05_dir, kv_cache_memory=256 << 20) as llm:
+        a = [o.outputs[0].token_ids for o in llm.generate(CHATS, plain)]
+        b = [o.outputs[0].token_ids for o in llm.generate(CHATS, with_lp)]
+        c = llm.generate([CHATS[2]], plain)[0].outputs[0].token_ids
+    assert a == b
+    assert c == a[2]

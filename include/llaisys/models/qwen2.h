@@ -91,7 +91,11 @@ typedef struct {
  * Returns LLAISYS_STATUS_NO_KV_SPACE (recoverable, nothing written) when a SLOT cache has
  * too few free cells; errors for malformed batches (ids out of range, slots out of range,
  * ranges inconsistent), checked before anything is written: a refused step changes
- * neither the model nor the cache. */
+ * neither the model nor the cache. On the CPU, when no logits are asked for, sample.logprobs
+ * is NULL and every row is plain greedy (temperature 0, no bias, no penalties, n_logprobs 0),
+ * up to 8 rows are decided by the lm_head screen without computing every logit: the same ids,
+ * fewer bytes read (doc/architecture.md, "Greedy screen"; LLAISYS_GREEDY_SCREEN=0 at load
+ * turns it off). */
 LLAISYS_API llaisysStatus_t llaisysQwen2ModelStep(llaisysQwen2Model_t model, llaisysKVCache_t cache,
                                                   const llaisysBatch_t *batch,
                                                   const llaisysSamplingParams_t *params,

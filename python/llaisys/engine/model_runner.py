@@ -42,11 +42,11 @@ class CoreModelRunner:
         top = max((r.n_logprobs for r in rows), default=0)
         layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
                       context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)
+        wants_logprobs = any(r.sampling_params.logprobs is not None for r in batch.sample_requests)
         res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
                               query_start=batch.query_start, sample_rows=batch.sample_rows, sampling=rows,
-                              top_capacity=top, **layout)
+                              top_capacity=top, want_logprobs=wants_logprobs, **layout)
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
-        wants_logprobs = any(r.sampling_params.logprobs is not None for r in batch.sample_requests)
-        return StepResult(sampled_token_ids=res.token_ids, logprobs=res.logprobs if wants_logprobs else None,
+        return StepResult(sampled_token_ids=res.token_ids, logprobs=res.logprobs,
                           top_token_ids=res.top_ids, top_logprobs=res.top_logprobs)

@@ -18,6 +18,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysLinear": [T, T, T, T],
         "llaisysPackedLinearCreate": [T, ctypes.POINTER(llaisysPackedLinear_t)],
         "llaisysPackedLinearApply": [llaisysPackedLinear_t, T, T, T],
+        "llaisysPackedLinearArgmax": [llaisysPackedLinear_t, T, ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.POINTER(ctypes.c_int)],
         "llaisysRmsNorm": [T, T, T, f],
         "llaisysAddRmsNorm": [T, T, T, T, f],
         "llaisysRope": [T, T, T, f],

@@ -107,8 +107,12 @@ class Qwen2Model:
     def step(self, cache: KVCache, *, token_ids, positions, query_start, sample_rows=None,
              slot_mapping=None, block_tables=None, context_lens=None, seq_ids=None,
              sampling: Optional[Sequence[RowSampling]] = None, top_capacity: int = 0,
-             want_logits: bool = False, want_hidden: bool = False) -> Optional[StepResult]:
+             want_logits: bool = False, want_hidden: bool = False,
+             want_logprobs: bool = True) -> Optional[StepResult]:
         """One core call for a flat batch (see include/llaisys/models/qwen2.h).
+
+        With want_logprobs=False the result's logprobs is None; greedy rows may then be decided
+        without computing every logit (the lm_head screen, doc/architecture.md).
 
         Returns None when a SLOT cache has no room (nothing was written)."""
         token_ids = _arr(token_ids, np.int64)
@@ -139,9 +143,10 @@ class Qwen2Model:
                 self._fill(params[i], r, keep)
             params_ptr = params
             res.token_ids = np.zeros(n_sample, np.int64)
-            res.logprobs = np.zeros(n_sample, np.float32)
             out.sample.token_ids = _ptr(res.token_ids, ctypes.c_int64)
-            out.sample.logprobs = _ptr(res.logprobs, ctypes.c_float)
+            if want_logprobs:
+                res.logprobs = np.zeros(n_sample, np.float32)
+                out.sample.logprobs = _ptr(res.logprobs, ctypes.c_float)
             if top_capacity > 0:
                 res.top_ids = np.zeros((n_sample, top_capacity), np.int64)
                 res.top_logprobs = np.zeros((n_sample, top_capacity), np.float32)

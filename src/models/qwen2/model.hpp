@@ -3,6 +3,7 @@
 #pragma once
 
 #include "../../kv_cache/kv_cache.hpp"
+#include "../../ops/linear/cpu/logit_screen.hpp"
 #include "../../ops/linear/cpu/packed.hpp"
 #include "../../tensor/tensor.hpp"
 #include "llaisys/models/qwen2.h"
@@ -39,6 +40,9 @@ struct Weights {
     tensor_t embed;        // [V, H]; null when tied: the lookup then reads rows of lm_head
     tensor_t final_norm;   // [H]
     LinearWeight lm_head;  // [V, H]; holds the embedding too when tied (stored once)
+    // CPU: an int8 copy of lm_head that finds greedy rows' tokens exactly while reading half
+    // its bytes (logit_screen.hpp); null on a GPU or with LLAISYS_GREEDY_SCREEN=0.
+    std::unique_ptr<ops::cpu::LogitScreen> screen;
     std::vector<LayerWeights> layers;
 };
 

@@ -6,6 +6,8 @@
 #include "../../utils/types.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace llaisys::models::qwen2 {
 namespace {
@@ -126,6 +128,11 @@ void Model::set_weight(const std::string &name, const void *data, llaisysDataTyp
     LLAISYS_CHECK_ARG(data != nullptr, "weight '", name, "' data is NULL");
     if (s.packed) {
         s.packed->set_rows(s.row0, shape[0], data, dtype);
+        if (s.packed == w_.lm_head.packed.get()) {  // the lm_head is one tensor: it is whole now
+            const char *env = std::getenv("LLAISYS_GREEDY_SCREEN");
+            w_.screen.reset();
+            if (!(env && std::strcmp(env, "0") == 0)) w_.screen = std::make_unique<ops::cpu::LogitScreen>(*s.packed);
+        }
     } else {
         size_t n = 1;
         for (size_t d : shape) n *= d;

@@ -1,7 +1,11 @@
 #include "op.hpp"
 
 #include "../check.hpp"
+#include "../cpu_simd/row_kernels.hpp"
 #include "cpu/linear_cpu.hpp"
+
+#include <algorithm>
+#include <vector>
 
 #ifdef LLAISYS_ENABLE_NVIDIA
 #include "../nvidia_launch.hpp"
@@ -73,6 +77,29 @@ void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, co
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::linear_packed(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
                        bias ? bias->data() : nullptr, m);
+}
+
+bool argmax_packed(int64_t *ids, const Tensor &in, const cpu::PackedWeight &w, const cpu::LogitScreen &screen) {
+    const char *op = "packed linear argmax";
+    LLAISYS_CHECK_ARG(ids != nullptr, op, ": ids is NULL");
+    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
+    check_ndim(op, "in", in, 2);
+    check_contiguous(op, {&in});
+    if (in.device() != LLAISYS_DEVICE_CPU) no_kernel(op, in);
+    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
+                  " and the packed weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
+    const size_t m = in.shape()[0], n = w.n(), k = w.k(), rows = cpu::LogitScreen::kMaxRows;
+    const float *x = reinterpret_cast<const float *>(in.data());
+    std::vector<float> logits(std::min(m, rows) * n);
+    bool all = true;
+    for (size_t i0 = 0; i0 < m; i0 += rows) {
+        const size_t r = std::min(rows, m - i0);
+        if (screen.argmax(ids + i0, x + i0 * k, r, logits.data())) continue;
+        all = false;
+        cpu::linear_packed(logits.data(), x + i0 * k, w, nullptr, r);
+        for (size_t i = 0; i < r; i++) ids[i0 + i] = int64_t(cpu::simd::row_kernels().argmax(logits.data() + i * n, n));
+    }
+    return all;
 }
 
 }  // namespace llaisys::ops

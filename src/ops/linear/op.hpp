@@ -1,6 +1,7 @@
 #pragma once
 
 #include "../../tensor/tensor.hpp"
+#include "cpu/logit_screen.hpp"
 #include "cpu/packed.hpp"
 
 #include <memory>
@@ -15,5 +16,10 @@ std::unique_ptr<cpu::PackedWeight> pack_linear(const Tensor &weight);
 
 // out [m, n] = in [m, k] @ W^T + bias [n] (or null, W's dtype); out and in f32 on the CPU.
 void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, const Tensor *bias);
+
+// ids[i] = the first index of the largest value of in[i] @ W^T (NaNs ignored), in [m, k] f32
+// on the CPU: the screen decides up to kMaxRows rows at a time, and rows it declines get every
+// output computed. Returns whether the screen decided all of them.
+bool argmax_packed(int64_t *ids, const Tensor &in, const cpu::PackedWeight &w, const cpu::LogitScreen &screen);
 
 }  // namespace llaisys::ops

@@ -15,20 +15,27 @@ constexpr size_t kPackedKc = 256;
 
 namespace avx2 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
-// out [m, n] = x [m, k] @ W^T + bias [n] (or null, dtype wdt); W packed for NR = 16.
+// out [m, n] = x [m, k] @ W^T + bias [n] (or null, dtype wdt); W packed for NR = 16. With
+// sel, only the n_sel panels it lists are computed (their columns of out written, each value
+// as the whole product would give it); null sel: every panel.
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
-                       size_t n, size_t k);
+                       size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
+// The logit screen's integer dot products (logit_screen.cpp): dots [m][r1 - r0] = rows
+// [r0, r1) of w [n][kpad] (int8) . u [m][kpad] (int16); kpad a multiple of 64.
+void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1);
 }
 namespace avx512 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
 // The same with W packed for NR = 32.
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
-                       size_t n, size_t k);
+                       size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
+void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1);
 }
 namespace avx512bf16 {
 // out [m, n] = bf16(x) [m, k] @ W^T + bias [n] (bf16, or null); W bf16 in pair panels
 // (packed.hpp), NR = 32. xb [m, ceil(k / 2)] is the caller's scratch for the rounded x.
+// sel / n_sel as for linear_packed_f32.
 void linear_packed_bf16(float *out, const float *x, uint32_t *xb, const void *panels, const void *bias, size_t m,
-                        size_t n, size_t k);
+                        size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
 }
 }  // namespace llaisys::ops::cpu

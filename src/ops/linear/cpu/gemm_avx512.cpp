@@ -1,4 +1,5 @@
-// AVX-512 build of gemm_kernel.inc and gemm_packed_kernel.inc (compile flags set in CMakeLists.txt).
+// AVX-512 build of gemm_kernel.inc, gemm_packed_kernel.inc and screen_kernel.inc (compile flags set in CMakeLists.txt).
 #define LLAISYS_GEMM_NS avx512
 #include "gemm_kernel.inc"
 #include "gemm_packed_kernel.inc"
+#include "screen_kernel.inc"

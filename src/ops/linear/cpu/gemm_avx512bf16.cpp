@@ -162,8 +162,8 @@ inline void item(float *out, const uint32_t *xb, const uint32_t *panel, const ui
 
 // k > 0 (PackedWeight refuses empty shapes), so every item writes its whole tile.
 void linear_packed_bf16(float *out, const float *x, uint32_t *xb, const void *panels, const void *bias, size_t m,
-                        size_t n, size_t k) {
-    const size_t kp = (k + 1) / 2, n_panels = (n + kNR - 1) / kNR, n_mb = (m + kMC - 1) / kMC;
+                        size_t n, size_t k, const uint32_t *sel, size_t n_sel) {
+    const size_t kp = (k + 1) / 2, n_panels = sel ? n_sel : (n + kNR - 1) / kNR, n_mb = (m + kMC - 1) / kMC;
     const auto *w = static_cast<const uint32_t *>(panels);  // [n_panels][kp][NR] pairs
     const auto *b = static_cast<const uint16_t *>(bias);     // [n] bf16 or null
     const ptrdiff_t items = ptrdiff_t(n_panels * n_mb);
@@ -181,7 +181,7 @@ void linear_packed_bf16(float *out, const float *x, uint32_t *xb, const void *pa
         }
 #pragma omp for schedule(static)
         for (ptrdiff_t t = 0; t < items; t++) {
-            const size_t p = size_t(t) / n_mb, i0 = (size_t(t) % n_mb) * kMC;
+            const size_t p = sel ? sel[size_t(t) / n_mb] : size_t(t) / n_mb, i0 = (size_t(t) % n_mb) * kMC;
             item(out, xb, w + p * kp * kNR, b, i0, smin(kMC, m - i0), p, n, kp);
         }
     }

@@ -46,13 +46,14 @@ void linear_impl(TA *out, const TA *in, const TW *weight, const TW *bias, size_t
 
 // The packed GEMM without SIMD: per panel, per row, NR f32 sums over k.
 template <class TW>
-void packed_reference(float *out, const float *x, const PackedWeight &w, const TW *bias, size_t m) {
+void packed_reference(float *out, const float *x, const PackedWeight &w, const TW *bias, size_t m,
+                      const uint32_t *sel, size_t n_sel) {
     const size_t n = w.n(), k = w.k(), nr = w.nr();
     std::vector<size_t> lane(nr);  // where column c of a panel row is stored (bf16 interleaves)
     for (size_t c = 0; c < nr; c++) lane[c] = w.lane(c);
 #pragma omp parallel for schedule(static)
-    for (ptrdiff_t pp = 0; pp < ptrdiff_t(w.n_panels()); pp++) {
-        const size_t p = size_t(pp), j0 = p * nr, cols = std::min(nr, n - j0);
+    for (ptrdiff_t pp = 0; pp < ptrdiff_t(sel ? n_sel : w.n_panels()); pp++) {
+        const size_t p = sel ? sel[pp] : size_t(pp), j0 = p * nr, cols = std::min(nr, n - j0);
         const TW *panel = reinterpret_cast<const TW *>(w.data()) + p * k * nr;  // [k][nr]
         std::vector<float> acc(nr);
         for (size_t i = 0; i < m; i++) {
@@ -69,6 +70,11 @@ void packed_reference(float *out, const float *x, const PackedWeight &w, const T
 }  // namespace
 
 void linear_packed(float *out, const float *x, const PackedWeight &w, const std::byte *bias, size_t m) {
+    linear_packed_panels(out, x, w, bias, m, nullptr, 0);
+}
+
+void linear_packed_panels(float *out, const float *x, const PackedWeight &w, const std::byte *bias, size_t m,
+                          const uint32_t *sel, size_t n_sel) {
     const int wdt = int(w.dtype());
     switch (w.isa()) {
     case Isa::Avx512Bf16: {
@@ -77,15 +83,15 @@ void linear_packed(float *out, const float *x, const PackedWeight &w, const std:
         thread_local std::vector<uint32_t> xb;
         const size_t need = m * ((w.k() + 1) / 2);
         if (xb.size() < need) xb.resize(need);
-        avx512bf16::linear_packed_bf16(out, x, xb.data(), w.data(), bias, m, w.n(), w.k());
+        avx512bf16::linear_packed_bf16(out, x, xb.data(), w.data(), bias, m, w.n(), w.k(), sel, n_sel);
         return;
     }
-    case Isa::Avx512: avx512::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
-    case Isa::Avx2: avx2::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k()); return;
+    case Isa::Avx512: avx512::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k(), sel, n_sel); return;
+    case Isa::Avx2: avx2::linear_packed_f32(out, x, w.data(), bias, wdt, m, w.n(), w.k(), sel, n_sel); return;
     default:
         dispatch_float(w.dtype(), [&](auto tag) {
             using TW = decltype(tag);
-            packed_reference(out, x, w, reinterpret_cast<const TW *>(bias), m);
+            packed_reference(out, x, w, reinterpret_cast<const TW *>(bias), m, sel, n_sel);
         });
     }
 }

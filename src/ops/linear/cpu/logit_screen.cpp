@@ -1,0 +1,213 @@
+// LogitScreen: the int8 copy, the bounds, and the screened argmax (method in logit_screen.hpp).
+#include "logit_screen.hpp"
+
+#include "../../../utils/cpu_isa.hpp"
+#include "../../../utils/error.hpp"
+#include "../../../utils/host_alloc.hpp"
+#include "../../../utils/types.hpp"
+#include "gemm.hpp"
+#include "linear_cpu.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+constexpr size_t kChunk = 256;          // rows of W per work item
+constexpr double kMargin = 1.0 / (1 << 18);  // relative slack for the f32 arithmetic of the bounds
+
+// The integer dot products of rows [r0, r1) of w [n][kpad] (int8) with u [m][kpad] (int16),
+// into dots [m][r1 - r0]: the plain loop (Isa::Scalar).
+void dots_scalar(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1) {
+    for (size_t i = r0; i < r1; i++) {
+        const int8_t *wi = w + i * kpad;
+        for (size_t a = 0; a < m; a++) {
+            const int16_t *ua = u + a * kpad;
+            int32_t s = 0;
+            for (size_t kk = 0; kk < kpad; kk++) s += int32_t(wi[kk]) * int32_t(ua[kk]);
+            dots[a * (r1 - r0) + (i - r0)] = s;
+        }
+    }
+}
+
+using DotsFn = void (*)(int32_t *, const int16_t *, const int8_t *, size_t, size_t, size_t, size_t);
+
+DotsFn dots_kernel() {
+    Isa isa = active_isa();
+    if (isa >= Isa::Avx512) return avx512::screen_dots;
+    if (isa >= Isa::Avx2) return avx2::screen_dots;
+    return dots_scalar;
+}
+
+// A float at least x (x >= 0, finite).
+float round_up(double x) {
+    float f = float(x);
+    return double(f) >= x ? f : std::nextafter(f, std::numeric_limits<float>::infinity());
+}
+
+// x as the packed GEMM multiplies it: rounded to bf16 (nearest even, subnormals to zero, as
+// vcvtne2ps2bf16 does) for bf16 pair panels, else unchanged.
+float gemm_input(float x, bool bf16) {
+    if (!bf16) return x;
+    if (std::fabs(x) < std::numeric_limits<float>::min()) return 0.0f;
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&x, &u, 4);
+    return x;
+}
+
+}  // namespace
+
+void LogitScreen::Free::operator()(int8_t *p) const { host_free(p); }
+
+LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_((w.k() + 63) / 64 * 64) {
+    const size_t n = w.n(), k = w.k(), kpad = kpad_, nr = w.nr();
+    LLAISYS_CHECK_ARG(k <= (size_t(1) << 20), "logit screen: k = ", k, " is too large for int32 dot products");
+    q_.reset(static_cast<int8_t *>(host_alloc(mul_size(n, kpad, "logit screen: bytes"))));
+    scale_.resize(n);
+    err_.resize(n);
+    norm_.resize(n);
+    bool all_finite = true;
+#pragma omp parallel reduction(&& : all_finite)
+    {
+        std::vector<float> row(k);
+#pragma omp for schedule(static)
+        for (ptrdiff_t p = 0; p < ptrdiff_t(w.n_panels()); p++) {  // a panel's rows share its cache lines
+            for (size_t i = size_t(p) * nr; i < std::min(n, size_t(p + 1) * nr); i++) {
+                w.row_f32(i, row.data());
+                float amax = 0.0f;
+                for (size_t kk = 0; kk < k; kk++) {
+                    all_finite = all_finite && std::isfinite(row[kk]);
+                    amax = std::max(amax, std::fabs(row[kk]));
+                }
+                int8_t *qi = q_.get() + i * kpad;
+                std::memset(qi, 0, kpad);
+                const float sc = std::isfinite(amax) ? amax / 127.0f : 0.0f;
+                // any integer q is sound (e below is the exact remainder); nearest keeps e small
+                const float inv = sc > 0 ? 127.0f / amax : 0.0f;
+                double e2 = 0, w2 = 0, q2 = 0;
+                for (size_t kk = 0; kk < k; kk++) {
+                    const float v = row[kk] * inv;  // |v| <= 127 (rounding aside)
+                    const float qv = float(std::clamp(int(v + (v >= 0 ? 0.5f : -0.5f)), -127, 127));
+                    qi[kk] = int8_t(qv);
+                    const double e = double(row[kk]) - double(sc) * double(qv);  // exact in double
+                    e2 += e * e;
+                    w2 += double(row[kk]) * row[kk];
+                    q2 += double(qv) * qv;
+                }
+                scale_[i] = sc;
+                err_[i] = round_up(std::sqrt(e2) * (1 + kMargin));
+                norm_[i] = round_up(std::max(std::sqrt(w2), double(sc) * std::sqrt(q2)) * (1 + kMargin));
+            }
+        }
+    }
+    finite_ = all_finite;
+}
+
+bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) const {
+    const PackedWeight &w = w_;
+    if (m == 0 || m > kMaxRows || !finite_) return false;
+    const size_t n = w.n(), k = w.k(), kpad = kpad_;
+    // Scratch of the calling thread, kept across calls (the team below reaches it through
+    // these plain pointers: inside the parallel region each thread has its own thread_locals).
+    thread_local std::vector<int16_t> xq_buf;      // [m][kpad] the activations as int16
+    thread_local std::vector<float> upper_buf;     // [m][n] A_i + B_i
+    thread_local std::vector<uint32_t> cand;       // candidate ids, by row then ascending
+    thread_local std::vector<uint32_t> sel;        // their panels, ascending
+    xq_buf.assign(m * kpad, 0);
+    upper_buf.resize(m * n);
+    int16_t *const xq = xq_buf.data();
+    float *const upper = upper_buf.data();
+    const bool bf16 = w.pairs();
+    // The activations as int16, u = round(xb / t), with |u| <= umax so that no int32 sum of
+    // k products with |q| <= 127 can overflow.
+    const double umax = std::min(32767.0, std::floor(double(INT32_MAX) / (127.0 * double(kpad))));
+    float t[kMaxRows], xn[kMaxRows], dn[kMaxRows];
+    for (size_t a = 0; a < m; a++) {
+        const float *xa = x + a * k;
+        float amax = 0.0f;
+        for (size_t kk = 0; kk < k; kk++) {
+            if (!std::isfinite(xa[kk]) || std::fabs(xa[kk]) > 1e30f) return false;
+            amax = std::max(amax, std::fabs(gemm_input(xa[kk], bf16)));
+        }
+        t[a] = amax > 0 ? float(double(amax) / umax) : 0.0f;
+        double x2 = 0, d2 = 0;
+        for (size_t kk = 0; kk < k; kk++) {
+            const float xb = gemm_input(xa[kk], bf16);
+            const double uv = t[a] > 0 ? std::clamp(std::nearbyint(double(xb) / t[a]), -umax, umax) : 0.0;
+            xq[a * kpad + kk] = int16_t(uv);
+            const double d = double(xb) - double(t[a]) * uv;  // exact in double
+            x2 += double(xb) * xb;
+            d2 += d * d;
+        }
+        xn[a] = round_up(std::sqrt(x2) * (1 + kMargin));
+        dn[a] = round_up(std::sqrt(d2) * (1 + kMargin));
+    }
+    const float gamma = float(4.0 * double(k) / double(1 << 24));
+    float best_lower[kMaxRows];
+    std::fill(best_lower, best_lower + m, -std::numeric_limits<float>::infinity());
+    const DotsFn dots_fn = dots_kernel();
+    const ptrdiff_t chunks = ptrdiff_t((n + kChunk - 1) / kChunk);
+#pragma omp parallel
+    {
+        float lower[kMaxRows];
+        std::fill(lower, lower + m, -std::numeric_limits<float>::infinity());
+        alignas(64) int32_t dots[kMaxRows * kChunk];
+#pragma omp for schedule(static)
+        for (ptrdiff_t c = 0; c < chunks; c++) {
+            const size_t r0 = size_t(c) * kChunk, r1 = std::min(n, r0 + kChunk), len = r1 - r0;
+            dots_fn(dots, xq, q_.get(), m, kpad, r0, r1);
+            for (size_t a = 0; a < m; a++) {
+                const float c_err = xn[a], c_norm = dn[a] + gamma * xn[a];
+                float *up = upper + a * n;
+                for (size_t j = 0; j < len; j++) {
+                    const size_t i = r0 + j;
+                    const float est = scale_[i] * t[a] * float(dots[a * len + j]);
+                    const float b = (c_err * err_[i] + c_norm * norm_[i]) * float(1 + kMargin) +
+                                    float(kMargin) * std::fabs(est) + 1e-30f;
+                    up[i] = est + b;
+                    lower[a] = std::max(lower[a], est - b);
+                }
+            }
+        }
+#pragma omp critical
+        for (size_t a = 0; a < m; a++) best_lower[a] = std::max(best_lower[a], lower[a]);
+    }
+    // Candidates: ids whose upper bound reaches the best lower bound, and their panels.
+    const size_t nr = w.nr();
+    cand.clear();
+    sel.clear();
+    std::vector<size_t> cand_start(m + 1, 0);
+    for (size_t a = 0; a < m; a++) {
+        const float *up = upper + a * n;
+        const float lo = best_lower[a];
+        for (size_t i = 0; i < n; i++)
+            if (up[i] >= lo) cand.push_back(uint32_t(i));
+        cand_start[a + 1] = cand.size();
+        if (cand.size() > n / 16) return false;
+    }
+    sel.reserve(cand.size());
+    for (uint32_t i : cand) sel.push_back(uint32_t(i / nr));
+    std::sort(sel.begin(), sel.end());
+    sel.erase(std::unique(sel.begin(), sel.end()), sel.end());
+    if (sel.size() > w.n_panels() / 4) return false;  // then the screen and rescoring would cost more than all
+    linear_packed_panels(logits, x, w, nullptr, m, sel.data(), sel.size());
+    for (size_t a = 0; a < m; a++) {
+        const float *la = logits + a * n;
+        int64_t best = -1;
+        for (size_t c = cand_start[a]; c < cand_start[a + 1]; c++) {  // ascending ids: ties keep the first
+            const uint32_t i = cand[c];
+            if (best < 0 || la[i] > la[best]) best = int64_t(i);
+        }
+        if (best < 0 || !std::isfinite(la[best])) return false;
+        ids[a] = best;
+    }
+    return true;
+}
+
+}  // namespace llaisys::ops::cpu
