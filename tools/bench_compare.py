@@ -2,7 +2,7 @@
 
     python tools/bench_compare.py [--models NAME ...] [--backends llaisys llama.cpp-bf16 ...]
                                   [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
-                                  [--device cpu|nvidia]
+                                  [--device cpu|nvidia] [--workloads prefill decode batch offline]
 
 Workloads (greedy, random token ids from a fixed seed, the same for every backend):
   prefill    one 512-token prompt, timed after one untimed run      -> prompt tok/s
@@ -47,6 +47,7 @@ BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llama.cpp-bf16", "llama.cpp-f16", "hf-bf16", "hf-f32")
 OPTIONAL_BACKENDS = ("llaisys-noscreen",)
+WORKLOADS = ("prefill", "decode", "batch", "offline")
 
 
 # ---- workloads (shared by every worker) ------------------------------------------------------
@@ -96,20 +97,21 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
                           sample_rows=rows, sampling=[RowSampling()] * len(rows), want_logprobs=False)
 
     p = prompt(spec["prefill"], vocab, 1)
-    for _ in range(2):  # time the second call; the first grows the step buffers (as transformers' warm-up)
-        with model.create_kv_cache("slot", n_slots=4096) as cache:
+    for _ in range(2 if "prefill" in spec["workloads"] else 0):  # time the second call; the first grows
+        with model.create_kv_cache("slot", n_slots=4096) as cache:  # the step buffers (as transformers' warm-up)
             t = time.perf_counter()
             step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
             res["prefill"] = len(p) / (time.perf_counter() - t)
-    with model.create_kv_cache("slot", n_slots=4096) as cache:
-        p = prompt(spec["decode_prompt"], vocab, 2)
-        out = step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
-        nxt, n = int(out.token_ids[0]), len(p)
-        t = time.perf_counter()
-        for i in range(spec["decode"]):
-            nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
-        res["decode"] = spec["decode"] / (time.perf_counter() - t)
-    if device == "nvidia":
+    if "decode" in spec["workloads"]:
+        with model.create_kv_cache("slot", n_slots=4096) as cache:
+            p = prompt(spec["decode_prompt"], vocab, 2)
+            out = step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
+            nxt, n = int(out.token_ids[0]), len(p)
+            t = time.perf_counter()
+            for i in range(spec["decode"]):
+                nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
+            res["decode"] = spec["decode"] / (time.perf_counter() - t)
+    if device == "nvidia" and "decode" in res:
         res["d2d copy GB/s"] = gpu_copy_bandwidth()
         res["decode weight GB/s"] = res["decode"] * weight_bytes / 1e9
     for b in spec["batches"]:
@@ -125,6 +127,8 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
                 nxt = step(cache, nxt, [lp + i] * b, list(range(b + 1)), list(range(b)), list(range(b))).token_ids.tolist()
             res[f"batch-{b}"] = b * steps / (time.perf_counter() - t)
     model.close()
+    if "offline" not in spec["workloads"]:
+        return res
 
     reqs = offline_requests(spec["offline"], vocab)
     with LLM(model_dir, device=device, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
@@ -222,21 +226,23 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
         return nxt
 
     res = {}
-    ctx = context(4096, 1)
-    p = prompt(spec["prefill"], vocab, 1)
-    t = time.perf_counter()
-    prefill_chunks(ctx, 0, p)
-    res["prefill"] = len(p) / (time.perf_counter() - t)
-    L.llama_free(ctx)
+    if "prefill" in spec["workloads"]:
+        ctx = context(4096, 1)
+        p = prompt(spec["prefill"], vocab, 1)
+        t = time.perf_counter()
+        prefill_chunks(ctx, 0, p)
+        res["prefill"] = len(p) / (time.perf_counter() - t)
+        L.llama_free(ctx)
 
-    ctx = context(4096, 1)
-    p = prompt(spec["decode_prompt"], vocab, 2)
-    nxt, n = prefill_chunks(ctx, 0, p), len(p)
-    t = time.perf_counter()
-    for i in range(spec["decode"]):
-        nxt = decode(ctx, [(0, [nxt], n + i, True)])[0]
-    res["decode"] = spec["decode"] / (time.perf_counter() - t)
-    L.llama_free(ctx)
+    if "decode" in spec["workloads"]:
+        ctx = context(4096, 1)
+        p = prompt(spec["decode_prompt"], vocab, 2)
+        nxt, n = prefill_chunks(ctx, 0, p), len(p)
+        t = time.perf_counter()
+        for i in range(spec["decode"]):
+            nxt = decode(ctx, [(0, [nxt], n + i, True)])[0]
+        res["decode"] = spec["decode"] / (time.perf_counter() - t)
+        L.llama_free(ctx)
 
     for b in spec["batches"]:
         lp, steps = spec["batch_prompt"], spec["batch_steps"]
@@ -248,6 +254,10 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
         res[f"batch-{b}"] = b * steps / (time.perf_counter() - t)
         L.llama_free(ctx)
 
+    if "offline" not in spec["workloads"]:
+        L.llama_batch_free(batch)
+        L.llama_model_free(model)
+        return res
     # offline: every unfinished sequence in each step; prompts go in whole (up to 256 tokens each)
     # while the step holds at most 512 tokens, the rest wait for the next step
     reqs = offline_requests(spec["offline"], vocab)
@@ -315,18 +325,20 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
     with torch.inference_mode():
         p = ids([prompt(spec["prefill"], vocab, 1)])
         model(p, logits_to_keep=1)  # warm-up (kernel selection, allocator)
-        t = now()
-        model(p, logits_to_keep=1)
-        res["prefill"] = p.shape[1] / (now() - t)
+        if "prefill" in spec["workloads"]:
+            t = now()
+            model(p, logits_to_keep=1)
+            res["prefill"] = p.shape[1] / (now() - t)
 
-        p = ids([prompt(spec["decode_prompt"], vocab, 2)])
-        out = model(p, use_cache=True, logits_to_keep=1)
-        nxt, past = greedy(out), out.past_key_values
-        t = now()
-        for _ in range(spec["decode"]):
-            out = model(nxt, past_key_values=past, use_cache=True)
+        if "decode" in spec["workloads"]:
+            p = ids([prompt(spec["decode_prompt"], vocab, 2)])
+            out = model(p, use_cache=True, logits_to_keep=1)
             nxt, past = greedy(out), out.past_key_values
-        res["decode"] = spec["decode"] / (now() - t)
+            t = now()
+            for _ in range(spec["decode"]):
+                out = model(nxt, past_key_values=past, use_cache=True)
+                nxt, past = greedy(out), out.past_key_values
+            res["decode"] = spec["decode"] / (now() - t)
 
         for b in spec["batches"]:
             p = ids([prompt(spec["batch_prompt"], vocab, 100 + s) for s in range(b)])
@@ -425,6 +437,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
+    ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS,
+                    help="run only these (e.g. --workloads decode for more repeats of one figure)")
     ap.add_argument("--out", default="bench_compare.json")
     ap.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
                     help="nvidia: llaisys and transformers on the GPU (llama.cpp backends are left out)")
@@ -437,6 +451,9 @@ def main() -> None:
         if dropped:
             print(f"--device nvidia: leaving out {', '.join(dropped)} (the pip build of llama.cpp runs on the CPU)")
     spec = workload_spec(args.quick, args.device)
+    spec["workloads"] = sorted(set(args.workloads))
+    if "batch" not in args.workloads:
+        spec["batches"] = []
     report = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "cores": os.cpu_count(),
               "device": args.device, "gpu": gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}

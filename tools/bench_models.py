@@ -30,10 +30,12 @@ from bench_timing import run_header
 
 def _greedy_step(model: Qwen2Model, cache, tokens, start: int) -> int:
     """Run `tokens` at positions start.. as one row of seq 0 and return the greedy next token,
-    sampled in the core as the engine does (no logits through Python)."""
+    sampled in the core (no logits through Python). With its logprob, so every logit is
+    computed: a step then reads every weight once, which is what bench_limits.py holds decode
+    against (the greedy screen, which reads half of the lm_head, is timed by bench_compare.py)."""
     n = len(tokens)
     res = model.step(cache, token_ids=tokens, positions=np.arange(start, start + n), query_start=[0, n],
-                     seq_ids=[0], sample_rows=[n - 1], sampling=[RowSampling()])
+                     seq_ids=[0], sample_rows=[n - 1], sampling=[RowSampling()], want_logprobs=True)
     return int(res.token_ids[0])
 
 
