@@ -12,6 +12,10 @@ namespace llaisys::ops::cpu {
 constexpr size_t kPackedNrAvx2 = 16;
 constexpr size_t kPackedNrAvx512 = 32;
 constexpr size_t kPackedKc = 256;
+// The logit screen's int8 copy of W comes in blocks of 4 rows, each block [kpad / 32][4][32]:
+// element (i, kk) at (i / 4) 4 kpad + (kk / 32) 128 + (i % 4) 32 + kk % 32 (kpad a multiple of
+// 64, rows zero-padded to it and to a multiple of 4), so that a block is read as one run.
+constexpr size_t kScreenGroup = 32;
 
 namespace avx2 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
@@ -20,16 +24,17 @@ void linear_f32(float *out, const float *x, const void *w, const void *bias, int
 // as the whole product would give it); null sel: every panel.
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
                        size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
-// The logit screen's integer dot products (logit_screen.cpp): dots [m][r1 - r0] = rows
-// [r0, r1) of w [n][kpad] (int8) . u [m][kpad] (int16); kpad a multiple of 64.
-void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1);
+// The logit screen's integer dot products (logit_screen.cpp): for the blocks [b0, b1) of w
+// (int8, 4 rows each, stored as described at kScreenGroup), dots [m][4 (b1 - b0)] = those rows
+// . u [m][kpad] (int16); kpad a multiple of 64.
+void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t b0, size_t b1);
 }
 namespace avx512 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
 // The same with W packed for NR = 32.
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
                        size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
-void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1);
+void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t b0, size_t b1);
 }
 namespace avx512bf16 {
 // out [m, n] = bf16(x) [m, k] @ W^T + bias [n] (bf16, or null); W bf16 in pair panels

@@ -17,19 +17,23 @@
 namespace llaisys::ops::cpu {
 namespace {
 
-constexpr size_t kChunk = 256;          // rows of W per work item
+constexpr size_t kChunk = 256;          // rows of W per work item (a multiple of 4: whole blocks)
 constexpr double kMargin = 1.0 / (1 << 18);  // relative slack for the f32 arithmetic of the bounds
 
-// The integer dot products of rows [r0, r1) of w [n][kpad] (int8) with u [m][kpad] (int16),
-// into dots [m][r1 - r0]: the plain loop (Isa::Scalar).
-void dots_scalar(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t r0, size_t r1) {
-    for (size_t i = r0; i < r1; i++) {
-        const int8_t *wi = w + i * kpad;
+// Where element (i, kk) of W sits in the screen's blocks of 4 rows (gemm.hpp, kScreenGroup).
+inline size_t screen_offset(size_t i, size_t kk, size_t kpad) {
+    return (i / 4) * 4 * kpad + (kk / kScreenGroup) * 4 * kScreenGroup + (i % 4) * kScreenGroup + kk % kScreenGroup;
+}
+
+// screen_dots as a plain loop (Isa::Scalar): blocks [b0, b1) of w . u into dots [m][4 (b1 - b0)].
+void dots_scalar(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t b0, size_t b1) {
+    const size_t ld = 4 * (b1 - b0);
+    for (size_t i = 4 * b0; i < 4 * b1; i++) {
         for (size_t a = 0; a < m; a++) {
             const int16_t *ua = u + a * kpad;
             int32_t s = 0;
-            for (size_t kk = 0; kk < kpad; kk++) s += int32_t(wi[kk]) * int32_t(ua[kk]);
-            dots[a * (r1 - r0) + (i - r0)] = s;
+            for (size_t kk = 0; kk < kpad; kk++) s += int32_t(w[screen_offset(i, kk, kpad)]) * int32_t(ua[kk]);
+            dots[a * ld + (i - 4 * b0)] = s;
         }
     }
 }
@@ -68,7 +72,9 @@ void LogitScreen::Free::operator()(int8_t *p) const { host_free(p); }
 LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_((w.k() + 63) / 64 * 64) {
     const size_t n = w.n(), k = w.k(), kpad = kpad_, nr = w.nr();
     LLAISYS_CHECK_ARG(k <= (size_t(1) << 20), "logit screen: k = ", k, " is too large for int32 dot products");
-    q_.reset(static_cast<int8_t *>(host_alloc(mul_size(n, kpad, "logit screen: bytes"))));
+    const size_t bytes = mul_size((n + 3) / 4 * 4, kpad, "logit screen: bytes");
+    q_.reset(static_cast<int8_t *>(host_alloc(bytes)));
+    std::memset(q_.get(), 0, bytes);  // the padding of k and of the last block
     scale_.resize(n);
     err_.resize(n);
     norm_.resize(n);
@@ -85,8 +91,6 @@ LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_((w.k() + 63) / 64
                     all_finite = all_finite && std::isfinite(row[kk]);
                     amax = std::max(amax, std::fabs(row[kk]));
                 }
-                int8_t *qi = q_.get() + i * kpad;
-                std::memset(qi, 0, kpad);
                 const float sc = std::isfinite(amax) ? amax / 127.0f : 0.0f;
                 // any integer q is sound (e below is the exact remainder); nearest keeps e small
                 const float inv = sc > 0 ? 127.0f / amax : 0.0f;
@@ -94,7 +98,7 @@ LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_((w.k() + 63) / 64
                 for (size_t kk = 0; kk < k; kk++) {
                     const float v = row[kk] * inv;  // |v| <= 127 (rounding aside)
                     const float qv = float(std::clamp(int(v + (v >= 0 ? 0.5f : -0.5f)), -127, 127));
-                    qi[kk] = int8_t(qv);
+                    q_[screen_offset(i, kk, kpad)] = int8_t(qv);
                     const double e = double(row[kk]) - double(sc) * double(qv);  // exact in double
                     e2 += e * e;
                     w2 += double(row[kk]) * row[kk];
@@ -157,17 +161,18 @@ bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) 
     {
         float lower[kMaxRows];
         std::fill(lower, lower + m, -std::numeric_limits<float>::infinity());
-        alignas(64) int32_t dots[kMaxRows * kChunk];
+        alignas(64) int32_t dots[kMaxRows * kChunk];  // [m][len rounded up to 4]
 #pragma omp for schedule(static)
         for (ptrdiff_t c = 0; c < chunks; c++) {
             const size_t r0 = size_t(c) * kChunk, r1 = std::min(n, r0 + kChunk), len = r1 - r0;
-            dots_fn(dots, xq, q_.get(), m, kpad, r0, r1);
+            const size_t ld = (len + 3) / 4 * 4;
+            dots_fn(dots, xq, q_.get(), m, kpad, r0 / 4, r0 / 4 + ld / 4);
             for (size_t a = 0; a < m; a++) {
                 const float c_err = xn[a], c_norm = dn[a] + gamma * xn[a];
                 float *up = upper + a * n;
                 for (size_t j = 0; j < len; j++) {
                     const size_t i = r0 + j;
-                    const float est = scale_[i] * t[a] * float(dots[a * len + j]);
+                    const float est = scale_[i] * t[a] * float(dots[a * ld + j]);
                     const float b = (c_err * err_[i] + c_norm * norm_[i]) * float(1 + kMargin) +
                                     float(kMargin) * std::fabs(est) + 1e-30f;
                     up[i] = est + b;

@@ -45,7 +45,7 @@ public:
     // computes every logit).
     bool argmax(int64_t *ids, const float *x, size_t m, float *logits) const;
 
-    size_t bytes() const { return w_.n() * kpad_; }
+    size_t bytes() const { return (w_.n() + 3) / 4 * 4 * kpad_; }
 
 private:
     struct Free {
@@ -53,7 +53,7 @@ private:
     };
     const PackedWeight &w_;
     size_t kpad_;                          // k rounded up to 64 (rows are zero-padded)
-    std::unique_ptr<int8_t[], Free> q_;    // [n][kpad] round(w / scale)
+    std::unique_ptr<int8_t[], Free> q_;    // round(w / scale), blocks of 4 rows (gemm.hpp, kScreenGroup)
     std::vector<float> scale_;             // [n] s_i
     std::vector<float> err_;               // [n] |e_i|, rounded up
     std::vector<float> norm_;              // [n] max(|w_i|, s_i |q_i|), rounded up
