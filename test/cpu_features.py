@@ -31,3 +31,21 @@ def skip_unless_cpu_runs(isa: str) -> None:
     missing = ISA_FLAGS.get(isa, set()) - cpu_flags()
     if missing:
         pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
+
+
+def run_on_isa(isa: str, code: str, *args: str, timeout: int = 600):
+    """Run `code` (python -c, with `args`) under LLAISYS_ISA=isa and return the JSON of its last
+    line of output. The child must print runtime.cpu_isa() first: the ISA it really ran is
+    checked against the one asked for. Skips when this CPU cannot run `isa`."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    skip_unless_cpu_runs(isa)
+    child = subprocess.run([sys.executable, "-c", code, *args], env=dict(os.environ, LLAISYS_ISA=isa),
+                           capture_output=True, text=True, timeout=timeout)
+    assert child.returncode == 0, child.stderr[-4000:]
+    lines = child.stdout.splitlines()
+    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
+    return json.loads(lines[-1])

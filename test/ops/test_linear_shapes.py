@@ -16,10 +16,7 @@ in one order whatever m is, which test_rows_do_not_depend_on_m checks bit for bi
 from __future__ import annotations
 
 import ctypes
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +27,7 @@ import llaisys
 from llaisys import Status, ops, runtime
 from llaisys.libllaisys import LIB
 
-from cpu_features import can_run, skip_unless_cpu_runs
+from cpu_features import can_run, run_on_isa
 
 M_VALUES = [1, 2, 5, 6, 7, 13, 64, 200]
 NK_VALUES = [(1, 1), (17, 7), (47, 300), (33, 513), (100, 64), (70, 1000)]  # (n, k)
@@ -153,14 +150,7 @@ def test_default_isa_is_the_best_the_cpu_has():
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_packed_linear_on_every_isa(isa):
-    skip_unless_cpu_runs(isa)
-    here = str(Path(__file__).parent)
-    child = subprocess.run([sys.executable, "-c", CHILD, here], env=dict(os.environ, LLAISYS_ISA=isa),
-                           capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0, child.stderr[-4000:]
-    lines = child.stdout.splitlines()
-    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
-    worst = json.loads(lines[-1])
+    worst = run_on_isa(isa, CHILD, str(Path(__file__).parent))
     bad = {case: err for case, err in worst.items() if not err <= 1.0}
     assert not bad, f"{isa}: error above the f32 tolerance (x tolerance): {bad}"
 

@@ -14,11 +14,6 @@ decline: x all zero (every output ties), x or W not finite. Child processes run 
 from __future__ import annotations
 
 import ctypes
-import json
-import os
-import subprocess
-import sys
-import zlib
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +25,7 @@ from llaisys import Status, ops
 from llaisys.libllaisys import LIB
 
 from conftest import Bridge
-from cpu_features import skip_unless_cpu_runs
+from cpu_features import run_on_isa
 
 SHAPES = [(4000, 64), (5003, 130), (8191, 896)]  # (n, k): n off the panels, k off 64
 
@@ -156,14 +151,7 @@ print(json.dumps(run_cases(Bridge(g))))
 
 @pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_screen_on_every_isa(isa):
-    skip_unless_cpu_runs(isa)
-    here = str(Path(__file__).parent)
-    child = subprocess.run([sys.executable, "-c", CHILD, here], env=dict(os.environ, LLAISYS_ISA=isa),
-                           capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0, child.stderr[-4000:]
-    lines = child.stdout.splitlines()
-    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
-    results = json.loads(lines[-1])
+    results = run_on_isa(isa, CHILD, str(Path(__file__).parent))
     wrong = [case for case, (ok, _) in results.items() if not ok]
     declined = [case for case, (_, screened) in results.items() if not screened]
     assert not wrong and not declined, f"{isa}: wrong {wrong}, declined {declined}"
