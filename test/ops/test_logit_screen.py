@@ -24,7 +24,6 @@ import llaisys
 from llaisys import Status, ops
 from llaisys.libllaisys import LIB
 
-from conftest import Bridge
 from cpu_features import run_on_isa
 
 SHAPES = [(4000, 64), (5003, 130), (8191, 896)]  # (n, k): n off the panels, k off 64
@@ -36,7 +35,7 @@ def first_argmax(v: np.ndarray) -> np.ndarray:
     return np.argmax(v, axis=1)
 
 
-def paired_weight(bridge: Bridge, wdt: str, n: int, k: int) -> torch.Tensor:
+def paired_weight(bridge: "Bridge", wdt: str, n: int, k: int) -> torch.Tensor:
     """Random rows where row 2i+1 repeats row 2i (i even) or differs from it in one element by
     one unit in the last place (i odd): exact ties and near ties next to each other."""
     w = bridge.randn((n, k), wdt, scale=0.05)
@@ -48,7 +47,7 @@ def paired_weight(bridge: Bridge, wdt: str, n: int, k: int) -> torch.Tensor:
     return w
 
 
-def planted_x(bridge: Bridge, w: torch.Tensor, m: int) -> torch.Tensor:
+def planted_x(bridge: "Bridge", w: torch.Tensor, m: int) -> torch.Tensor:
     """Rows of x that each point at a random weight row (scaled up), plus noise and outliers."""
     n, k = w.shape
     targets = torch.randint(0, n, (m,), generator=bridge.gen)
@@ -57,7 +56,7 @@ def planted_x(bridge: Bridge, w: torch.Tensor, m: int) -> torch.Tensor:
     return x
 
 
-def screen_vs_full(bridge: Bridge, w: torch.Tensor, x: torch.Tensor):
+def screen_vs_full(bridge: "Bridge", w: torch.Tensor, x: torch.Tensor):
     """(ids, screened, expected ids from the full packed product)."""
     m, n = x.shape[0], w.shape[0]
     with ops.PackedLinear(bridge.to_llaisys(w)) as packed:
@@ -67,7 +66,7 @@ def screen_vs_full(bridge: Bridge, w: torch.Tensor, x: torch.Tensor):
     return ids, screened, first_argmax(out.numpy())
 
 
-def run_cases(bridge: Bridge) -> dict:
+def run_cases(bridge: "Bridge") -> dict:
     """Every case of this file on the current ISA: {case: (ids match, screened)}."""
     results = {}
     for wdt in ("f32", "f16", "bf16"):
@@ -142,7 +141,6 @@ import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]
 from llaisys import runtime
 print(runtime.cpu_isa())
-from conftest import Bridge
 from test_logit_screen import run_cases
 g = torch.Generator(); g.manual_seed(7)
 print(json.dumps(run_cases(Bridge(g))))
