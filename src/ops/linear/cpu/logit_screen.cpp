@@ -187,7 +187,7 @@ bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) 
     const size_t nr = w.nr();
     cand.clear();
     sel.clear();
-    std::vector<size_t> cand_start(m + 1, 0);
+    size_t cand_start[kMaxRows + 1] = {};  // row a's candidates are cand[cand_start[a], cand_start[a + 1])
     for (size_t a = 0; a < m; a++) {
         const float *up = upper + a * n;
         const float lo = best_lower[a];
