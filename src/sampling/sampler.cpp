@@ -148,6 +148,16 @@ double uniform(uint64_t seed, uint64_t step) {
     return double(x >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
 }
 
+bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        const llaisysSamplingParams_t &p = params[i];
+        if (p.temperature != 0.0f || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+            p.frequency_penalty != 0.0f || p.n_logprobs)
+            return false;
+    }
+    return true;
+}
+
 void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity) {
     LLAISYS_CHECK_ARG(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature must be >= 0, got ",
                       p.temperature);

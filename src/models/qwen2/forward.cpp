@@ -38,18 +38,6 @@ void store_row(std::byte *dst, llaisysDataType_t dt, const float *src, size_t n)
     });
 }
 
-// Whether every row picks the first largest raw logit: greedy, no bias, no penalties, no
-// top logprobs (sampler.h's steps 1-4).
-bool plain_greedy(const llaisysSamplingParams_t *params, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        const llaisysSamplingParams_t &p = params[i];
-        if (p.temperature != 0.0f || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-            p.frequency_penalty != 0.0f || p.n_logprobs)
-            return false;
-    }
-    return true;
-}
-
 }  // namespace
 
 void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const {
@@ -279,7 +267,7 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
     if (!params && !out.logits) return LLAISYS_STATUS_OK;
     // Greedy rows that want no logprobs need only the index of the largest logit: the screen
     // finds it reading half of the lm_head's bytes (it declines when unsure; then all logits).
-    if (params && !out.logits && !so.logprobs && w_.screen && plain_greedy(params, b.n_sample) &&
+    if (params && !out.logits && !so.logprobs && w_.screen && sampling::all_plain_greedy(params, b.n_sample) &&
         w_.screen->argmax(so.token_ids, rs_.xs.data(), b.n_sample, rs_.logits.data())) {
         return LLAISYS_STATUS_OK;
     }
