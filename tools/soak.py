@@ -6,8 +6,9 @@ errors counted by kind and the server's memory (RSS) sampled over time.
 
 Without --url it starts `python -m llaisys.cli serve MODEL` (test/server/server_helpers.py's
 launcher: this interpreter, this environment, so PYTHONPATH / LLAISYS_LIBRARY reach the server)
-on a free 127.0.0.1 port, waits for /health, and stops it with SIGTERM at the end, on an error
-and on Ctrl-C / SIGTERM. With --url it attaches to a running server (RSS needs --pid).
+on a free 127.0.0.1 port (with the launcher's --kv-cache-memory 128MiB, and --request-timeout
+set to --timeout unless --server-arg gives one), waits for /health, and stops it with SIGTERM
+at the end, on an error and on Ctrl-C / SIGTERM. With --url it attaches to a running server (RSS needs --pid).
 
 The trace (each client draws one kind per request, weights in TRACE): chat and completions,
 streaming and not, greedy and sampled (temperature 0.7, top_p 0.9, some seeded), max_tokens
@@ -428,7 +429,9 @@ def parse_args(argv=None):
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=128, help="largest max_tokens of the trace")
-    ap.add_argument("--timeout", type=float, default=600.0, help="client socket timeout per request, s")
+    ap.add_argument("--timeout", type=float, default=3600.0,
+                    help="client socket timeout per request, s; a server this tool starts gets it as its "
+                         "--request-timeout too (generous: on a contended machine a request may take minutes)")
     ap.add_argument("--think-s", type=float, default=0.5, help="each client pauses up to this between requests")
     ap.add_argument("--sample-s", type=float, default=5.0, help="RSS / gauge sampling period")
     ap.add_argument("--warmup-frac", type=float, default=0.2)
@@ -470,7 +473,10 @@ def main(argv=None) -> int:
             log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="soak-"))
             log_dir.mkdir(parents=True, exist_ok=True)
             t_load = time.monotonic()
-            srv = launch(args.model, log_dir, *args.server_arg)
+            serve_args = list(args.server_arg)
+            if not any(a.startswith("--request-timeout") for a in serve_args):
+                serve_args += ["--request-timeout", str(args.timeout)]
+            srv = launch(args.model, log_dir, *serve_args)
             print(f"server pid {srv.proc.pid} on {srv.url} ready in {time.monotonic() - t_load:.0f} s "
                   f"(log {srv.log_path})", flush=True)
             url, pid = srv.url, srv.proc.pid
