@@ -285,7 +285,8 @@ ERROR_CASES = [  # (method, path, body or raw bytes, status, code, param)
 @pytest.mark.parametrize("method,path,body,status,code,param", ERROR_CASES,
                          ids=[f"{c[0]} {c[1]} {c[3]} {c[4]} {c[5]}" for c in ERROR_CASES])
 def test_error_cases(server, method, path, body, status, code, param):
-    kw = {"data": body} if isinstance(body, bytes) else ({"json": body} if body is not None else {})
+    kw = {"data": body, "headers": {"Content-Type": "application/json"}} if isinstance(body, bytes) else (
+        {"json": body} if body is not None else {})
     r = requests.request(method, server.url + path, timeout=60, **kw)
     assert r.status_code == status, r.text
     err = error_of(r)

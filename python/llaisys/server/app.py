@@ -16,6 +16,7 @@ from flask import Flask, Response, g, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from .errors import APIError, bad_request, escape_controls, unavailable
+from .schema import unicode_problem
 from .generation import CancelRegistry
 from .limits import Admission, ServerLimits
 from .metrics import ServerMetrics
@@ -27,8 +28,89 @@ from .sessions import SessionStore
 log = logging.getLogger("llaisys.server")
 access_log = logging.getLogger("llaisys.server.access")
 
-OPEN_PATHS = ("/health",)  # answered without an API key (the web page's files too)
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large"}
+OPEN_PATHS = ("/health", "/openapi.json")  # answered without an API key (the web page's files too)
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
+MAX_JSON_DEPTH = 32  # deepest nesting of arrays and objects a body may have (requests need 4)
+
+
+def check_json_content_type() -> None:
+    """415 unless the request says Content-Type: application/json (charset, if given, UTF-8).
+    A browser page may send text/plain without a CORS preflight; JSON routes never accept it."""
+    mime = request.mimetype
+    charset = request.mimetype_params.get("charset")
+    if mime != "application/json" or (charset is not None and charset.lower().replace("_", "-") not in
+                                      ("utf-8", "utf8")):
+        got = request.headers.get("Content-Type") or "none"
+        raise APIError(415, f"Content-Type must be application/json (UTF-8), got {escape_controls(got)[:100]}",
+                       code="unsupported_media_type")
+
+
+def _no_duplicates(pairs: list) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise ValueError(f"duplicate key {escape_controls(k)[:100]!r}")
+            seen.add(k)
+    return obj
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_tree(body: dict) -> None:
+    """Depth and Unicode of a parsed body, without recursion: a 400 naming the top-level field
+    that holds a lone surrogate (in a value or a key)."""
+    stack = [(v, 1, k) for k, v in body.items()]
+    for k in body:
+        why = unicode_problem(k)
+        if why is not None:
+            raise bad_request(f"a field name {why}", code="invalid_value")
+    while stack:
+        v, depth, top = stack.pop()
+        if isinstance(v, str):
+            why = unicode_problem(v)
+            if why is not None:
+                raise bad_request(f"'{escape_controls(top)}' {why}", param=top, code="invalid_value")
+        elif isinstance(v, (list, dict)):
+            if depth >= MAX_JSON_DEPTH:
+                raise bad_request(f"'{escape_controls(top)}' is nested more than {MAX_JSON_DEPTH} levels deep",
+                                  param=top, code="invalid_json")
+            if isinstance(v, dict):
+                for k, x in v.items():
+                    why = unicode_problem(k)
+                    if why is not None:
+                        raise bad_request(f"a key inside '{escape_controls(top)}' {why}", param=top,
+                                          code="invalid_value")
+                    stack.append((x, depth + 1, top))
+            else:
+                stack.extend((x, depth + 1, top) for x in v)
+
+
+def parse_json_body(data: bytes) -> dict:
+    """One JSON object from `data` (strict UTF-8, no NaN/Infinity, no duplicate keys, bounded
+    depth, valid Unicode); 400 invalid_json otherwise."""
+    if not data.strip():
+        raise bad_request("the request body must be a JSON object", code="invalid_json")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad_request(f"the request body is not valid UTF-8 (byte {e.start})", code="invalid_json") from None
+    try:
+        body = json.loads(text, object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except RecursionError:
+        raise bad_request(f"the request body is nested too deeply (at most {MAX_JSON_DEPTH} levels)",
+                          code="invalid_json") from None
+    except ValueError as e:
+        raise bad_request(f"the request body is not valid JSON: {escape_controls(str(e))[:200]}",
+                          code="invalid_json") from None
+    if not isinstance(body, dict):
+        raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}",
+                          code="invalid_json")
+    _check_tree(body)
+    return body
 
 
 def web_dir() -> Optional[Path]:
@@ -56,6 +138,7 @@ class ServerState:
     def __post_init__(self):
         self.admission = Admission(self.limits)
         self.metrics = ServerMetrics(self.registry.engines)
+        self.metrics.track_admission(self.admission)
 
     def check_key(self) -> str:
         """An id of the caller's API key ("" without keys); 401 for a missing or wrong key."""
@@ -79,21 +162,16 @@ class ServerState:
         return "/".join(parts) or "anonymous"
 
     def read_json(self) -> dict:
-        """The request body as a JSON object (400 otherwise; 413 past the size limit)."""
+        """The request body as a JSON object: 415 unless it is sent as application/json (UTF-8),
+        400 for anything that is not one plain JSON object of valid Unicode text (bad UTF-8,
+        NaN/Infinity, duplicate keys, nesting deeper than MAX_JSON_DEPTH, lone surrogates),
+        413 past the size limit."""
         if "json_body" in g:
             return g.json_body
+        check_json_content_type()
         data = request.get_data(cache=True)
-        if not data:
-            raise bad_request("the request body must be a JSON object", code="invalid_json")
-        try:
-            body = json.loads(data)
-        except (ValueError, RecursionError) as e:
-            raise bad_request(f"the request body is not valid JSON: {e}", code="invalid_json") from None
-        if not isinstance(body, dict):
-            raise bad_request(f"the request body must be a JSON object, got {type(body).__name__}",
-                              code="invalid_json")
-        g.json_body = body
-        return body
+        g.json_body = parse_json_body(data)
+        return g.json_body
 
     def log_request(self, f: dict) -> None:
         """One line per request; every client-controlled value has its control characters escaped."""
@@ -194,6 +272,14 @@ def _add_routes(app: Flask, st: ServerState) -> None:
                "failed": f"loading failed: {st.registry.error}"}.get(why, why)
         return _error_response(APIError(503, msg, code=code, headers={"Retry-After": "5"} if why == "loading"
                                         else None, state=why))
+
+    @app.get("/openapi.json")
+    def openapi():
+        from .. import __version__
+        from .openapi import build_openapi
+
+        return jsonify(build_openapi(st.request_limits, has_keys=bool(st.api_keys), has_web=web_dir() is not None,
+                                     version=__version__))
 
     @app.get("/v1/models")
     def models():

@@ -92,8 +92,14 @@ class Generation:
 
     def start(self, prompts: list, params: list) -> None:
         """Add one engine request per (token ids, text) prompt; a bad one fails them all (400),
-        a dead or closing engine is a 503."""
+        a dead or closing engine is a 503. Every prompt passes the engine's admission check
+        (vocabulary, context, seed, ...) before any is added, so a request refused there
+        never reaches a step."""
+        check = getattr(getattr(self.engine, "engine", None), "check_request", None)
         try:
+            if check is not None:
+                for (ids, _), sp in zip(prompts, params):
+                    check(ids, sp)
             for i, ((ids, text), sp) in enumerate(zip(prompts, params)):
                 rid = self.response_id if len(prompts) == 1 else f"{self.response_id}-{i}"
                 self._streams.append(self.engine.add_request(rid, ids, sp, prompt=text))

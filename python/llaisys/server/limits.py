@@ -6,13 +6,20 @@ arrival order; anything beyond is answered 429 with Retry-After at once, without
 the engine. Per user (the caller's identity: API key and/or `user` field) there is an
 optional cap on requests in flight (queued ones count) and an optional token budget over a
 sliding window (prompt + completion tokens, charged when a request ends).
+
+The state is bounded whatever the callers send: a user's in-flight count is removed when it
+drops to zero (a refused request leaves nothing behind), and the budgets live in an LRU map
+of at most ``max_tracked_users`` identities, whose charges older than the window are dropped
+as the map is used; past the cap the least recently charged identity is forgotten (its
+spending restarts from zero, which only happens when more than that many identities spent
+tokens within one window).
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict, deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -32,9 +39,10 @@ class ServerLimits:
     token_budget_window_s: float = 60.0  # the budget's sliding window
     max_body_bytes: int = 4 << 20  # request body size (413 beyond)
     request_timeout_s: float = 600.0  # queue wait + generation, then the request is aborted
+    max_tracked_users: int = 10_000  # identities whose token budget is remembered (LRU beyond)
 
     def __post_init__(self) -> None:
-        for name in ("max_concurrent_requests", "max_body_bytes"):
+        for name in ("max_concurrent_requests", "max_body_bytes", "max_tracked_users"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_queue < 0:
@@ -84,8 +92,8 @@ class Admission:
         self._lock = threading.Lock()
         self._active = 0  # slots held
         self._queue: deque = deque()  # Tickets waiting for a slot, oldest first
-        self._user_inflight: dict = defaultdict(int)  # identity -> requests holding or waiting for a slot
-        self._spent: dict = defaultdict(deque)  # identity -> (time, tokens) charges within the window
+        self._user_inflight: dict = {}  # identity -> requests holding or waiting for a slot (> 0 only)
+        self._spent: OrderedDict = OrderedDict()  # identity -> deque of (time, tokens), least recently charged first
         self.closed = False  # draining: no new requests
 
     @property
@@ -103,15 +111,15 @@ class Admission:
         ticket = Ticket(self, user)
         with self._lock:
             self._check_admissible(user)
-            self._user_inflight[user] += 1
             if self._active < self.limits.max_concurrent_requests and not self._queue:
+                self._user_inflight[user] = self._user_inflight.get(user, 0) + 1
                 self._active += 1
                 ticket.granted.set()
                 return ticket
             if len(self._queue) >= self.limits.max_queue:
-                self._user_inflight[user] -= 1
                 raise too_many(f"server busy: {self._active} requests running and {len(self._queue)} queued",
                                code="queue_full", retry_after=1 + len(self._queue) // max(1, self._active))
+            self._user_inflight[user] = self._user_inflight.get(user, 0) + 1
             self._queue.append(ticket)
         while not ticket.granted.wait(POLL_S):
             gone = client_gone()
@@ -119,7 +127,7 @@ class Admission:
                 with self._lock:
                     if not ticket.granted.is_set():
                         self._queue.remove(ticket)
-                        self._user_inflight[user] -= 1
+                        self._drop_inflight(user)
                         ticket._released = True
                         if gone:
                             raise ClientGone()
@@ -132,7 +140,7 @@ class Admission:
         if self.closed:
             raise unavailable("the server is shutting down", code="shutting_down")
         lim = self.limits
-        if lim.per_user_concurrency is not None and self._user_inflight[user] >= lim.per_user_concurrency:
+        if lim.per_user_concurrency is not None and self._user_inflight.get(user, 0) >= lim.per_user_concurrency:
             raise too_many(f"at most {lim.per_user_concurrency} requests in flight per user",
                            code="user_concurrency_limit", retry_after=1)
         if lim.per_user_token_budget is not None:
@@ -160,13 +168,39 @@ class Admission:
         """Count `tokens` against the user's budget (no-op without a budget)."""
         if self.limits.per_user_token_budget is not None and tokens > 0:
             with self._lock:
-                self._spent[user].append((self.clock(), int(tokens)))
+                now = self.clock()
+                self._prune(now)
+                charges = self._spent.pop(user, None) or deque()
+                charges.append((now, int(tokens)))
+                self._spent[user] = charges  # most recently charged last
+                while len(self._spent) > self.limits.max_tracked_users:
+                    self._spent.popitem(last=False)
+
+    def _prune(self, now: float) -> None:
+        """Forget identities whose last charge left the window (oldest first: O(1) per call amortised)."""
+        start = now - self.limits.token_budget_window_s
+        while self._spent:
+            user, charges = next(iter(self._spent.items()))
+            if charges and charges[-1][0] >= start:
+                break
+            del self._spent[user]
+
+    def _drop_inflight(self, user: str) -> None:
+        n = self._user_inflight.get(user, 0) - 1
+        if n > 0:
+            self._user_inflight[user] = n
+        else:
+            self._user_inflight.pop(user, None)
+
+    @property
+    def num_tracked_users(self) -> int:
+        """Identities with state here (in flight or within a budget window): bounded."""
+        with self._lock:
+            return len(set(self._user_inflight) | set(self._spent))
 
     def _release(self, ticket: Ticket) -> None:
         with self._lock:
-            self._user_inflight[ticket.user] -= 1
-            if self._user_inflight[ticket.user] <= 0:
-                del self._user_inflight[ticket.user]
+            self._drop_inflight(ticket.user)
             if self._queue:  # hand the slot straight to the oldest waiter
                 self._queue.popleft().granted.set()
             else:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -101,6 +101,13 @@ class ServerMetrics:
                              ["model_name"], buckets=TPOT_BUCKETS, **reg)
         self.e2e = Histogram(PREFIX + "e2e_request_latency_seconds", "Arrival to the last byte of the response.",
                              ["model_name"], buckets=E2E_BUCKETS, **reg)
+        self.tracked_users = Gauge(PREFIX + "admission_tracked_users", "Identities the admission control keeps "
+                                   "state for (in flight, or charged within the token-budget window); bounded by "
+                                   "--max-tracked-users plus the requests in flight.", **reg)
+
+    def track_admission(self, admission) -> None:
+        """Report `admission`'s tracked identities at every scrape."""
+        self.tracked_users.set_function(lambda: admission.num_tracked_users)
 
     def _label(self, model: Optional[str]) -> str:
         return model if model and model in self._engines() else UNKNOWN_MODEL

@@ -1,22 +1,22 @@
-"""Request bodies of the OpenAI routes, checked field by field into typed dataclasses.
+"""Request bodies of the OpenAI routes: checked against their schema (``schema.py``, the same
+definition /openapi.json publishes), then read into typed dataclasses.
 
-Every field is type-checked here (a wrong type is a 400 naming the field); value ranges are
-SamplingParams' business, whose SamplingParamsError.param becomes the error's ``param``.
-max_tokens is resolved later, once the prompt's length is known (the default is "up to the
-context", or the server's cap). Unknown fields are ignored, as OpenAI-compatible servers do;
-fields that would change behaviour we do not implement are refused rather than ignored.
+The schema checks every field's type and range (a 400 naming the field); what it cannot say
+is checked here: fields that depend on each other (top_logprobs needs logprobs, best_of must
+equal n, stream_options needs stream), fields we refuse rather than ignore, and the model-
+dependent rules (the context, the vocabulary) later in the route and in the engine's
+check_request. max_tokens is resolved once the prompt's length is known (the default is "up to
+the context", or the server's cap). Unknown fields are ignored, as OpenAI-compatible servers do.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.sampling_params import MAX_LOGPROBS, SamplingParams, SamplingParamsError
-from .errors import bad_request, missing, wrong_type
-
-MAX_PROMPTS = 64  # most prompts in one /v1/completions request
+from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingParamsError
+from .errors import bad_request, missing
+from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, request_schemas, validate
 
 _UNSUPPORTED = {  # field -> why it is refused
     "chat_template": "client-supplied chat templates are not accepted; the model's own template is used",
@@ -31,23 +31,16 @@ def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def get_field(body: dict, name: str, kind: str, default=None):
-    """body[name] checked against `kind` ("str", "int", "number", "bool", "list", "dict");
-    absent or null gives `default`."""
+def get_field(body: dict, name: str, default=None):
+    """body[name] of a body already validated against its schema; absent or null gives `default`."""
     v = body.get(name)
-    if v is None:
-        return default
-    ok = {"str": lambda x: isinstance(x, str),
-          "int": _is_int,
-          "number": lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x),
-          "bool": lambda x: isinstance(x, bool),
-          "list": lambda x: isinstance(x, list),
-          "dict": lambda x: isinstance(x, dict)}[kind](v)
-    if not ok:
-        expected = {"str": "a string", "int": "an integer", "number": "a finite number", "bool": "a boolean",
-                    "list": "an array", "dict": "an object"}[kind]
-        raise wrong_type(name, expected, v)
-    return v
+    return default if v is None else v
+
+
+def check_body(schema_name: str, body: dict, limits: "Limits") -> dict:
+    """`body` validated against the named request schema (400 naming the field otherwise)."""
+    validate(request_schemas(limits)[schema_name], body)
+    return body
 
 
 @dataclass
@@ -56,7 +49,7 @@ class Limits:
 
     max_n: int = 8  # most completions per prompt
     max_tokens_cap: Optional[int] = None  # most tokens one completion may ask for (and the default)
-    max_stop: int = 16  # most stop strings
+    max_stop: int = MAX_STOP_STRINGS  # most stop strings
 
 
 @dataclass
@@ -89,49 +82,32 @@ def _refuse_unsupported(body: dict) -> None:
     for name, why in _UNSUPPORTED.items():
         if body.get(name) is not None:
             raise bad_request(why, param=name, code="unsupported_parameter")
-    rf = get_field(body, "response_format", "dict")
+    rf = get_field(body, "response_format")
     if rf is not None and rf.get("type", "text") != "text":
         raise bad_request("only response_format {'type': 'text'} is supported", param="response_format",
                           code="unsupported_parameter")
 
 
+_PASSED_ON = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+              "top_k", "seed", "min_tokens", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
+              "stop_token_ids", "logit_bias")
+
+
 def _sampling_fields(body: dict, limits: Limits) -> dict:
-    """SamplingParams keyword arguments from the body, type-checked, caps applied."""
-    n = get_field(body, "n", "int", 1)
-    if n > limits.max_n:
-        raise bad_request(f"n must be <= {limits.max_n} on this server, got {n}", param="n")
-    best_of = get_field(body, "best_of", "int")
+    """SamplingParams keyword arguments from a validated body."""
+    n = get_field(body, "n", 1)
+    best_of = get_field(body, "best_of")
     if best_of is not None and best_of != n:
         raise bad_request("best_of other than n is not supported", param="best_of", code="unsupported_parameter")
     kw = {"n": n}
-    for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
-        v = get_field(body, name, "number")
-        if v is not None:
-            kw[name] = v
-    for name in ("top_k", "seed", "min_tokens"):
-        v = get_field(body, name, "int")
-        if v is not None:
-            kw[name] = v
-    for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
-        v = get_field(body, name, "bool")
+    for name in _PASSED_ON:
+        v = get_field(body, name)
         if v is not None:
             kw[name] = v
     kw.setdefault("temperature", 1.0)  # OpenAI's default (SamplingParams' own default is greedy)
-    stop = body.get("stop")
+    stop = get_field(body, "stop")
     if stop is not None:
-        if isinstance(stop, str):
-            stop = [stop]
-        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
-            raise wrong_type("stop", "a string or an array of strings", body["stop"])
-        if len(stop) > limits.max_stop:
-            raise bad_request(f"stop may hold at most {limits.max_stop} strings, got {len(stop)}", param="stop")
-        kw["stop"] = stop
-    ids = get_field(body, "stop_token_ids", "list")
-    if ids is not None:
-        kw["stop_token_ids"] = ids
-    bias = get_field(body, "logit_bias", "dict")
-    if bias is not None:
-        kw["logit_bias"] = bias
+        kw["stop"] = [stop] if isinstance(stop, str) else stop
     check_sampling(dict(kw, max_tokens=None))
     return kw
 
@@ -144,58 +120,46 @@ def check_sampling(kw: dict) -> SamplingParams:
         raise bad_request(str(e), param=e.param) from None
 
 
-def _max_tokens(body: dict, limits: Limits, *names: str) -> Optional[int]:
-    for name in names:
-        v = get_field(body, name, "int")
-        if v is None:
-            continue
-        if v < 1:
-            raise bad_request(f"{name} must be an integer >= 1, got {v}", param=name)
-        if limits.max_tokens_cap is not None and v > limits.max_tokens_cap:
-            raise bad_request(f"{name} must be <= {limits.max_tokens_cap} on this server, got {v}", param=name)
-        return v
+def _max_tokens(body: dict, *names: str) -> Optional[int]:
+    for name in names:  # the schema bounds each by [1, the server's cap]
+        v = get_field(body, name)
+        if v is not None:
+            return v
     return None
 
 
 def _stream_fields(body: dict) -> tuple:
-    stream = get_field(body, "stream", "bool", False)
-    opts = get_field(body, "stream_options", "dict")
+    stream = get_field(body, "stream", False)
+    opts = get_field(body, "stream_options")
     if opts is not None and not stream:
         raise bad_request("stream_options is only allowed with stream: true", param="stream_options")
-    include_usage = get_field(opts or {}, "include_usage", "bool", False)
+    include_usage = get_field(opts or {}, "include_usage", False)
     return stream, include_usage
 
 
 def _common(body: dict, limits: Limits, logprobs: Optional[int], max_token_names: tuple) -> dict:
     _refuse_unsupported(body)
     stream, include_usage = _stream_fields(body)
-    return dict(model=get_field(body, "model", "str"), sampling=_sampling_fields(body, limits),
-                max_tokens=_max_tokens(body, limits, *max_token_names), stream=stream, include_usage=include_usage,
-                user=get_field(body, "user", "str"), logprobs=logprobs)
+    return dict(model=get_field(body, "model"), sampling=_sampling_fields(body, limits),
+                max_tokens=_max_tokens(body, *max_token_names), stream=stream, include_usage=include_usage,
+                user=get_field(body, "user"), logprobs=logprobs)
 
 
-def _message_text(i: int, content) -> str:
-    """OpenAI content parts ([{"type": "text", "text": ...}]) joined into one string."""
+def _message_text(content) -> str:
+    """OpenAI content parts ([{"type": "text", "text": ...}], checked by the schema) joined into one string."""
     if not isinstance(content, list):
         return content
-    texts = []
-    for j, part in enumerate(content):
-        if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise bad_request(f"messages[{i}].content[{j}] must be a {{'type': 'text', 'text': str}} part "
-                              "(this server takes text only)", param="messages")
-        texts.append(part["text"])
-    return "".join(texts)
+    return "".join(part["text"] for part in content)
 
 
 def parse_messages(raw, name: str = "messages") -> list:
-    """Validated chat messages (content parts flattened to text); 400 naming `name` otherwise."""
+    """Chat messages (validated by the schema) with content parts flattened to text, then the
+    tokenizer's own rules (tool_calls only on assistant turns, ...); 400 naming `name` otherwise."""
     from ..models.tokenizer import validate_messages
 
     if raw is None:
         raise missing(name)
-    if isinstance(raw, list):
-        raw = [dict(m, content=_message_text(i, m.get("content"))) if isinstance(m, dict) else m
-               for i, m in enumerate(raw)]
+    raw = [dict(m, content=_message_text(m.get("content"))) for m in raw]
     try:
         validate_messages(raw)
     except ValueError as e:
@@ -204,59 +168,54 @@ def parse_messages(raw, name: str = "messages") -> list:
 
 
 def parse_chat(body: dict, limits: Limits) -> ChatRequest:
-    want = get_field(body, "logprobs", "bool", False)
-    top = get_field(body, "top_logprobs", "int")
+    check_body("ChatCompletionRequest", body, limits)
+    want = get_field(body, "logprobs", False)
+    top = get_field(body, "top_logprobs")
     if top is not None and not want:
         raise bad_request("top_logprobs needs logprobs: true", param="top_logprobs")
-    if top is not None and not 0 <= top <= MAX_LOGPROBS:
-        raise bad_request(f"top_logprobs must be in [0, {MAX_LOGPROBS}], got {top}", param="top_logprobs")
     req = ChatRequest(**_common(body, limits, (top or 0) if want else None,
                                 ("max_completion_tokens", "max_tokens")))
-    session = get_field(body, "session_id", "str")
-    if session is not None and not (0 < len(session) <= 128 and session.isprintable()):
+    session = get_field(body, "session_id")
+    if session is not None and not session.isprintable():
         raise bad_request("session_id must be 1 to 128 printable characters", param="session_id")
     req.session_id = session
-    messages = body.get("messages")
-    if session is not None and messages == []:
-        raise bad_request("messages must hold the new turn's messages", param="messages")
-    req.messages = parse_messages(messages)
-    req.add_generation_prompt = get_field(body, "add_generation_prompt", "bool", True)
+    req.messages = parse_messages(body.get("messages"))
+    req.add_generation_prompt = get_field(body, "add_generation_prompt", True)
     return req
 
 
-def _prompt_list(raw) -> list:
-    """The `prompt` field as a list of prompts (strings or token-id lists)."""
-    if raw is None:
-        raise missing("prompt")
+def prompt_list(raw, name: str = "prompt", most: int = MAX_PROMPTS) -> list:
+    """A validated `prompt` (or embeddings `input`) as a list of prompts (strings or token-id lists)."""
     if isinstance(raw, str):
         prompts = [raw]
-    elif isinstance(raw, list) and raw and all(_is_int(t) for t in raw):
+    elif all(_is_int(t) for t in raw):
         prompts = [raw]
-    elif isinstance(raw, list) and raw and all(isinstance(p, str) or (isinstance(p, list) and all(
-            _is_int(t) for t in p)) for p in raw):
-        prompts = raw
+    elif any(_is_int(t) for t in raw):
+        raise bad_request(f"{name} must be a non-empty string, an array of strings, an array of token ids or an "
+                          "array of token-id arrays (not ids mixed with prompts)", param=name)
     else:
-        raise bad_request("prompt must be a non-empty string, an array of strings, an array of token ids or an "
-                          "array of token-id arrays", param="prompt")
-    if len(prompts) > MAX_PROMPTS:
-        raise bad_request(f"at most {MAX_PROMPTS} prompts per request, got {len(prompts)}", param="prompt")
-    for i, p in enumerate(prompts):
-        if len(p) == 0:
-            raise bad_request(f"prompt {i} is empty", param="prompt", code="empty_prompt")
+        prompts = raw
+    if len(prompts) > most:
+        raise bad_request(f"at most {most} prompts per request, got {len(prompts)}", param=name)
     return prompts
 
 
 def parse_completion(body: dict, limits: Limits) -> CompletionRequest:
-    logprobs = get_field(body, "logprobs", "int")
-    if logprobs is not None and not 0 <= logprobs <= MAX_LOGPROBS:
-        raise bad_request(f"logprobs must be in [0, {MAX_LOGPROBS}], got {logprobs}", param="logprobs")
+    check_body("CompletionRequest", body, limits)
+    logprobs = get_field(body, "logprobs")
     req = CompletionRequest(**_common(body, limits, logprobs, ("max_tokens",)))
-    req.prompts = _prompt_list(body.get("prompt"))
-    req.echo = get_field(body, "echo", "bool", False)
+    req.prompts = prompt_list(body["prompt"])
+    req.echo = get_field(body, "echo", False)
     if req.echo and logprobs is not None:
         raise bad_request("echo with logprobs is not supported (prompt logprobs are not computed)", param="echo",
                           code="unsupported_parameter")
     return req
+
+
+def parse_embeddings(body: dict, limits: Limits) -> list:
+    """The validated embeddings body's inputs as a list (strings or token-id lists)."""
+    check_body("EmbeddingRequest", body, limits)
+    return prompt_list(body["input"], "input", MAX_EMBEDDING_INPUTS)
 
 
 def resolve_max_tokens(requested: Optional[int], n_prompt: int, n_ctx: int, cap: Optional[int],

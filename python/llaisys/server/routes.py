@@ -16,10 +16,10 @@ import numpy as np
 from flask import Blueprint, current_app, g, jsonify, request
 
 from ..engine.async_engine import EngineDeadError
-from .errors import APIError, bad_request, missing, not_found, unavailable, wrong_type
+from .errors import APIError, bad_request, not_found, unavailable
 from .generation import Generation, client_gone_check
-from .protocol import (check_sampling, get_field, parse_chat, parse_completion, parse_messages,
-                       resolve_max_tokens)
+from .protocol import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
+                       parse_messages, resolve_max_tokens)
 from .respond import Run
 from .sessions import SessionBusy, SessionStoreFull
 
@@ -134,17 +134,8 @@ def completions():
     return Run(st, served, req, gen, ticket, "text", echo).respond()
 
 
-def _embedding_inputs(raw, tokenizer) -> list:
-    if raw is None:
-        raise missing("input")
-    ints = lambda x: isinstance(x, list) and x and all(isinstance(t, int) and not isinstance(t, bool) for t in x)
-    if isinstance(raw, str) or ints(raw):
-        raw = [raw]
-    if not isinstance(raw, list) or not raw or not all(isinstance(x, str) or ints(x) for x in raw):
-        raise bad_request("input must be a non-empty string, an array of strings, an array of token ids or an array "
-                          "of token-id arrays", param="input")
-    if len(raw) > 256:
-        raise bad_request(f"at most 256 inputs per request, got {len(raw)}", param="input")
+def _embedding_inputs(raw: list, tokenizer) -> list:
+    """Token ids per input (strings encoded); 400 for an empty one or an id outside the vocabulary."""
     ids = [tokenizer.encode(x) if isinstance(x, str) else list(x) for x in raw]
     vocab = tokenizer.vocab_size
     for i, x in enumerate(ids):
@@ -162,20 +153,19 @@ def embeddings():
 
     st = state()
     body = st.read_json()
-    served = st.registry.get(get_field(body, "model", "str"))
-    fmt = get_field(body, "encoding_format", "str", "float")
-    if fmt not in ("float", "base64"):
-        raise bad_request("encoding_format must be 'float' or 'base64'", param="encoding_format")
-    owner = st.identity(get_field(body, "user", "str"))
+    raw = parse_embeddings(body, st.request_limits)
+    served = st.registry.get(get_field(body, "model"))
+    fmt = get_field(body, "encoding_format", "float")
+    owner = st.identity(get_field(body, "user"))
     ticket, deadline, _ = _start(served, owner)
     with ticket:
-        inputs = _embedding_inputs(body.get("input"), served.engine.tokenizer)
+        inputs = _embedding_inputs(raw, served.engine.tokenizer)
         n_ctx = served.max_model_len
         for ids in inputs:
             if len(ids) > n_ctx:
                 raise bad_request(f"input ({len(ids)} tokens) exceeds the model's context of {n_ctx} tokens",
                                   param="input", code="context_length_exceeded", n_prompt_tokens=len(ids), n_ctx=n_ctx)
-        dims = get_field(body, "dimensions", "int")
+        dims = get_field(body, "dimensions")
         try:
             vectors = embed(served.engine, inputs, timeout=max(0.1, deadline - time.monotonic()))
         except TimeoutError:
@@ -201,23 +191,21 @@ def embeddings():
 @bp.post("/tokenize")
 def tokenize():
     st = state()
-    body = st.read_json()
-    served = st.registry.get(get_field(body, "model", "str"))
-    tok = served.engine.tokenizer
+    body = check_body("TokenizeRequest", st.read_json(), st.request_limits)
     prompt, messages = body.get("prompt"), body.get("messages")
     if (prompt is None) == (messages is None):
         raise bad_request("give exactly one of 'prompt' and 'messages'", param="prompt")
+    served = st.registry.get(get_field(body, "model"))
+    tok = served.engine.tokenizer
     if prompt is not None:
-        if not isinstance(prompt, str):
-            raise wrong_type("prompt", "a string", prompt)
-        ids = tok.encode(prompt, add_special_tokens=get_field(body, "add_special_tokens", "bool", False))
+        ids = tok.encode(prompt, add_special_tokens=get_field(body, "add_special_tokens", False))
     else:
         if body.get("chat_template") is not None:
             raise bad_request("client-supplied chat templates are not accepted", param="chat_template",
                               code="unsupported_parameter")
         try:
             ids = tok.apply_chat_template(parse_messages(messages),
-                                          add_generation_prompt=get_field(body, "add_generation_prompt", "bool", True),
+                                          add_generation_prompt=get_field(body, "add_generation_prompt", True),
                                           tokenize=True)
         except ValueError as e:
             raise bad_request(str(e), param="messages") from None
@@ -227,13 +215,9 @@ def tokenize():
 @bp.post("/detokenize")
 def detokenize():
     st = state()
-    body = st.read_json()
-    served = st.registry.get(get_field(body, "model", "str"))
-    tokens = body.get("tokens")
-    if tokens is None:
-        raise missing("tokens")
-    if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-        raise wrong_type("tokens", "an array of integers", tokens)
+    body = check_body("DetokenizeRequest", st.read_json(), st.request_limits)
+    served = st.registry.get(get_field(body, "model"))
+    tokens = body["tokens"]
     try:
         text = served.engine.tokenizer.decode(tokens)
     except ValueError as e:
@@ -254,7 +238,8 @@ def _optional_user():
     """The `user` of an optional JSON body (cancel and session routes)."""
     if not request.content_length:
         return None
-    return get_field(state().read_json(), "user", "str")
+    st = state()
+    return get_field(check_body("UserBody", st.read_json(), st.request_limits), "user")
 
 
 @bp.get("/v1/sessions/<sid>")

@@ -54,6 +54,9 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--per-user-token-budget", type=int, default=None,
                    help="prompt + completion tokens per user per --token-budget-window")
     s.add_argument("--token-budget-window", type=float, default=60.0, help="seconds")
+    s.add_argument("--max-tracked-users", type=int, default=10_000,
+                   help="identities whose token budget is remembered; beyond, the least recently charged is "
+                        "forgotten (bounds the admission state whatever `user` values clients send)")
     s.add_argument("--max-body-bytes", type=int, default=4 << 20, help="request body limit (413 beyond)")
     s.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request is aborted")
     s.add_argument("--max-n", type=int, default=8, help="most completions per prompt (n)")
@@ -99,7 +102,7 @@ def build_state(args):
                           per_user_concurrency=args.per_user_concurrency,
                           per_user_token_budget=args.per_user_token_budget,
                           token_budget_window_s=args.token_budget_window, max_body_bytes=args.max_body_bytes,
-                          request_timeout_s=args.request_timeout)
+                          request_timeout_s=args.request_timeout, max_tracked_users=args.max_tracked_users)
     return ServerState(Registry(specs, engine_kwargs), limits=limits,
                        request_limits=Limits(max_n=args.max_n, max_tokens_cap=args.max_tokens_cap),
                        api_keys=tuple(keys), cors_origins=tuple(args.cors_origin),

@@ -1,0 +1,488 @@
+"""The one definition of every request and response body, as JSON Schema (2020-12, the
+dialect of OpenAPI 3.1), and the validator the routes check request bodies with.
+
+The same dicts are served as the OpenAPI description (``openapi.py``), so what the server
+accepts and what it documents cannot drift apart. Schemas that depend on the server's
+options (``n``, ``max_tokens``, stop strings) are built from its ``Limits``.
+
+The validator knows the subset of JSON Schema used here (type, enum, const, minimum,
+maximum, exclusiveMinimum, minLength, maxLength, pattern, minItems, maxItems, items,
+properties, required, additionalProperties, propertyNames, maxProperties, anyOf) plus two
+extensions for the error it raises: ``x-code`` (the error code of any failure at or under
+that node; default ``invalid_type`` for a wrong type, ``invalid_value`` for the rest) and
+``x-message`` (the message when none of an ``anyOf``'s branches fits). Its error is a 400
+naming the body's top-level field (``param``) and the path inside it. ``anyOf`` branches
+must differ by JSON type, so the branch to report is the one whose type the value has.
+
+Integers are Python ints (not bools); numbers are finite ints or floats; every string is
+checked for valid Unicode (a lone surrogate, which JSON can carry as ``\\ud800``, is refused).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from typing import Optional
+
+from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
+from .errors import APIError
+
+MAX_PROMPTS = 64  # most prompts in one /v1/completions request
+MAX_EMBEDDING_INPUTS = 256  # most inputs in one /v1/embeddings request
+MAX_MESSAGES = 4096  # most messages in one chat request
+MAX_LOGIT_BIAS_ENTRIES = 300  # OpenAI's limit
+MAX_TOKEN_ID = 2 ** 31 - 1  # the widest id a model's vocabulary could hold (ids are int32 in the core)
+MAX_SEED = 2 ** 64 - 1  # seeds are 64-bit
+MAX_INT = 2 ** 31 - 1  # counts (max_tokens, min_tokens, top_k) never need more
+MAX_NAME_LEN = 256  # model, user, name fields
+MAX_ID_LEN = 128  # session ids
+F32_TINY = 1e-30  # the least top_p / repetition_penalty: a smaller double can be 0 as the core's float32
+ROLES = ("system", "user", "assistant", "tool", "developer")  # the chat roles a request may use
+
+_JSON_TYPES = {"string": "a string", "integer": "an integer", "number": "a finite number", "boolean": "a boolean",
+               "array": "an array", "object": "an object", "null": "null"}
+
+
+# ---- the validator -------------------------------------------------------------------------
+def _type_of(v) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    if isinstance(v, dict):
+        return "object"
+    return type(v).__name__
+
+
+def _has_type(v, t: str) -> bool:
+    got = _type_of(v)
+    if t == "number":
+        return got in ("integer", "number") and (got == "integer" or math.isfinite(v))
+    return got == t
+
+
+def _types(schema: dict) -> Optional[list]:
+    t = schema.get("type")
+    return None if t is None else ([t] if isinstance(t, str) else list(t))
+
+
+def _where(path: tuple) -> str:
+    out = str(path[0]) if path else "the request body"
+    for p in path[1:]:
+        out += f"[{p}]" if isinstance(p, int) else f".{p}"
+    return out
+
+
+def unicode_problem(s: str) -> Optional[str]:
+    """Why `s` is not valid Unicode text (a lone surrogate), or None."""
+    if s.isascii():
+        return None
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"holds a lone surrogate (U+{ord(s[e.start]):04X}) at index {e.start}: text must be valid Unicode"
+    return None
+
+
+class _Fail(Exception):
+    def __init__(self, path: tuple, message: str, code: str, type_error: bool = False):
+        super().__init__(message)
+        self.path, self.message, self.code, self.type_error = path, message, code, type_error
+
+
+def _check(schema: dict, v, path: tuple, code: Optional[str]) -> None:
+    code = schema.get("x-code", code)  # an ancestor's x-code applies under it
+    where = _where(path)
+
+    def fail(message, default_code, type_error=False):
+        raise _Fail(path, message, code or default_code, type_error)
+
+    types = _types(schema)
+    if types is not None and not any(_has_type(v, t) for t in types):
+        if isinstance(v, float) and not math.isfinite(v) and "number" in types:
+            fail(f"'{where}' must be a finite number, got {v}", "invalid_type", True)
+        fail(f"'{where}' must be {' or '.join(_JSON_TYPES[t] for t in types)}, got {_type_of(v)}", "invalid_type",
+             True)
+    if "anyOf" in schema:
+        branches = [b for b in schema["anyOf"] if _types(b) is None or any(_has_type(v, t) for t in _types(b))]
+        if not branches:
+            fail(schema.get("x-message", f"'{where}' has the wrong type ({_type_of(v)})").format(where=where,
+                                                                                                 got=_type_of(v)),
+                 "invalid_type", True)
+        errors = []
+        for b in branches:
+            try:
+                _check(b, v, path, code)
+                break
+            except _Fail as e:
+                errors.append(e)
+        else:
+            raise errors[0]
+    if "const" in schema and v != schema["const"]:
+        fail(f"'{where}' must be {schema['const']!r}, got {v!r}", "invalid_value")
+    if "enum" in schema and v not in schema["enum"]:
+        fail(f"'{where}' must be one of {', '.join(map(repr, schema['enum']))}, got {_short(v)}", "invalid_value")
+    if isinstance(v, str):
+        _check_string(schema, v, path, where, fail)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        _check_number(schema, v, where, fail)
+    elif isinstance(v, list):
+        if len(v) < schema.get("minItems", 0):
+            fail(f"'{where}' must hold at least {schema['minItems']} item(s), got {len(v)}", "invalid_value")
+        if "maxItems" in schema and len(v) > schema["maxItems"]:
+            fail(f"'{where}' may hold at most {schema['maxItems']} items, got {len(v)}", "invalid_value")
+        items = schema.get("items")
+        if items is not None:
+            for i, x in enumerate(v):
+                _check(items, x, path + (i,), code)
+    elif isinstance(v, dict):
+        _check_object(schema, v, path, where, code, fail)
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _check_string(schema: dict, v: str, path: tuple, where: str, fail) -> None:
+    why = unicode_problem(v)
+    if why is not None:  # whatever the node's x-code: this is never an empty prompt or a type error
+        raise _Fail(path, f"'{where}' {why}", "invalid_value")
+    if len(v) < schema.get("minLength", 0):
+        fail(f"'{where}' must not be empty" if schema["minLength"] == 1 else
+             f"'{where}' must be at least {schema['minLength']} characters", "invalid_value")
+    if "maxLength" in schema and len(v) > schema["maxLength"]:
+        fail(f"'{where}' may be at most {schema['maxLength']} characters, got {len(v)}", "invalid_value")
+    if "pattern" in schema and not _regex(schema["pattern"]).search(v):
+        fail(f"'{where}' must match {schema['pattern']}, got {_short(v)}", "invalid_value")
+
+
+@functools.lru_cache(maxsize=None)
+def _regex(pattern: str):
+    return re.compile(pattern)
+
+
+def _check_number(schema: dict, v, where: str, fail) -> None:
+    lo, hi = schema.get("minimum"), schema.get("maximum")
+    xlo = schema.get("exclusiveMinimum")
+    bad = (lo is not None and v < lo) or (hi is not None and v > hi) or (xlo is not None and v <= xlo)
+    if bad:
+        left = f"({xlo}" if xlo is not None else (f"[{lo}" if lo is not None else "(-inf")
+        right = f"{hi}]" if hi is not None else "inf)"
+        fail(schema.get("x-range-message", "'{where}' must be in {left}, {right}, got {got}").format(
+            where=where, left=left, right=right, got=_short(v), lo=lo, hi=hi), "invalid_value")
+
+
+def _check_object(schema: dict, v: dict, path: tuple, where: str, code, fail) -> None:
+    if "maxProperties" in schema and len(v) > schema["maxProperties"]:
+        fail(f"'{where}' may hold at most {schema['maxProperties']} entries, got {len(v)}", "invalid_value")
+    for name in schema.get("required", ()):
+        if v.get(name) is None:
+            raise _Fail(path + (name,), f"'{_where(path + (name,))}' is a required field",
+                        "missing_required_parameter" if not path else (code or "invalid_value"))
+    names = schema.get("propertyNames")
+    props = schema.get("properties", {})
+    extra = schema.get("additionalProperties", True)
+    for k, x in v.items():
+        if names is not None:
+            _check(names, k, path + (k,), code)
+        sub = props.get(k)
+        if sub is None:
+            if extra is False:
+                raise _Fail(path + (k,), f"'{_where(path + (k,))}' is not a known field", code or "invalid_value")
+            if isinstance(extra, dict):
+                _check(extra, x, path + (k,), code)
+            continue
+        if x is None and not path:  # a top-level null is the same as leaving the field out (OpenAI's clients send them)
+            continue
+        _check(sub, x, path + (k,), code)
+
+
+def validate(schema: dict, value, path: tuple = ()) -> None:
+    """Check `value` against `schema`; APIError 400 naming the top-level field otherwise."""
+    try:
+        _check(schema, value, path, None)
+    except _Fail as e:
+        param = str(e.path[0]) if e.path else None
+        raise APIError(400, e.message, param=param, code=e.code) from None
+
+
+def is_valid(schema: dict, value) -> bool:
+    try:
+        _check(schema, value, (), None)
+    except _Fail:
+        return False
+    return True
+
+
+# ---- building blocks -------------------------------------------------------------------------
+def _nullable(schema: dict) -> dict:
+    """Top-level optional fields also take null (it means absent)."""
+    s = dict(schema)
+    t = s.get("type")
+    if isinstance(t, str):
+        s["type"] = [t, "null"]
+    elif isinstance(t, list) and "null" not in t:
+        s["type"] = t + ["null"]
+    elif "anyOf" in s:
+        s["anyOf"] = list(s["anyOf"]) + [{"type": "null"}]
+    return s
+
+
+def _num(lo=None, hi=None, xlo=None, desc: str = "") -> dict:
+    s = {"type": "number"}
+    if lo is not None:
+        s["minimum"] = lo
+    if xlo is not None:
+        s["exclusiveMinimum"] = xlo
+    if hi is not None:
+        s["maximum"] = hi
+    if desc:
+        s["description"] = desc
+    return s
+
+
+def _int(lo=None, hi=None, desc: str = "") -> dict:
+    s = {"type": "integer"}
+    if lo is not None:
+        s["minimum"] = lo
+    if hi is not None:
+        s["maximum"] = hi
+    if desc:
+        s["description"] = desc
+    return s
+
+
+def _str(desc: str = "", **kw) -> dict:
+    s = {"type": "string", **kw}
+    if desc:
+        s["description"] = desc
+    return s
+
+
+BOOL = {"type": "boolean"}
+TOKEN_ID = _int(0, MAX_TOKEN_ID)
+TOKEN_IDS = {"type": "array", "items": TOKEN_ID}
+
+
+def _obj(props: dict, required=(), desc: str = "", **kw) -> dict:
+    s = {"type": "object", "properties": props, **kw}
+    if required:
+        s["required"] = list(required)
+    if desc:
+        s["description"] = desc
+    return s
+
+
+def _body(props: dict, required=(), desc: str = "") -> dict:
+    """A request body: optional fields take null; unknown fields are ignored (OpenAI-compatible servers do)."""
+    return _obj({k: (v if k in required else _nullable(v)) for k, v in props.items()}, required, desc)
+
+
+CONTENT_PART = _obj({"type": {"type": "string", "const": "text"}, "text": _str()}, ("type", "text"),
+                    "a text part (this server takes text only)")
+MESSAGE = _obj({
+    "role": {"type": "string", "enum": list(ROLES)},
+    "content": {"anyOf": [_str(), {"type": "array", "items": CONTENT_PART, "maxItems": 1024}, {"type": "null"}],
+                "description": "text, or an array of text parts (null only on an assistant turn with tool_calls)"},
+    "name": _str(maxLength=MAX_NAME_LEN),
+    "tool_calls": {"type": ["array", "null"], "maxItems": 128},
+    "tool_call_id": _str(maxLength=MAX_NAME_LEN),
+}, ("role",))
+MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1, "maxItems": MAX_MESSAGES, "x-code": "invalid_value",
+            "description": "the conversation, oldest first"}
+
+SAMPLING = {  # the fields SamplingParams takes, with OpenAI's ranges
+    "temperature": _num(0, 2, desc="0 is greedy; default 1"),
+    "top_p": _num(F32_TINY, 1, desc="(0, 1]; below 1e-30 it is refused (0 in the core's float32)"),
+    "min_p": _num(0, 1),
+    "top_k": _int(-1, MAX_INT, desc="-1 or 0: off"),
+    "presence_penalty": _num(-2, 2),
+    "frequency_penalty": _num(-2, 2),
+    "repetition_penalty": _num(F32_TINY, 2, desc="1 is off; (0, 2], below 1e-30 refused (0 in float32)"),
+    "seed": _int(0, MAX_SEED),
+    "ignore_eos": BOOL,
+    "include_stop_str_in_output": BOOL,
+    "skip_special_tokens": BOOL,
+    "stop_token_ids": {"type": "array", "items": TOKEN_ID, "maxItems": 256,
+                       "description": "ids that end generation (within the model's vocabulary)"},
+    "logit_bias": {"type": "object", "maxProperties": MAX_LOGIT_BIAS_ENTRIES,
+                   "propertyNames": {"type": "string", "pattern": r"^(0|[1-9][0-9]{0,9})$"},
+                   "additionalProperties": _num(-MAX_LOGIT_BIAS, MAX_LOGIT_BIAS),
+                   "description": "token id (decimal string, within the model's vocabulary) -> bias in [-100, 100]"},
+    "user": _str("the end user (part of the caller's identity for per-user limits)", maxLength=MAX_NAME_LEN),
+    "model": _str("served model name (default: the first)", maxLength=MAX_NAME_LEN),
+    "stream": BOOL,
+    "stream_options": _obj({"include_usage": _nullable(BOOL)}, desc="only with stream: true"),
+    "response_format": _obj({"type": {"type": "string", "enum": ["text"], "x-code": "unsupported_parameter"}},
+                            desc="only {'type': 'text'}"),
+}
+
+
+def _generation_fields(limits) -> dict:
+    cap = limits.max_tokens_cap or MAX_INT
+    return dict(SAMPLING, **{
+        "n": _int(1, limits.max_n, "completions per prompt"),
+        "best_of": _int(1, limits.max_n, "must equal n"),
+        "max_tokens": _int(1, cap),
+        "min_tokens": _int(0, cap),
+        "stop": {"anyOf": [_str(minLength=1), {"type": "array", "items": _str(minLength=1),
+                                                "maxItems": min(limits.max_stop, MAX_STOP_STRINGS)}],
+                 "x-message": "'{where}' must be a string or an array of strings, got {got}"},
+    })
+
+
+@functools.lru_cache(maxsize=32)
+def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -> dict:
+    from .protocol import Limits
+
+    limits = Limits(max_n=max_n, max_tokens_cap=max_tokens_cap, max_stop=max_stop)
+    gen = _generation_fields(limits)
+    prompt_item = {"anyOf": [_str(minLength=1, **{"x-code": "empty_prompt"}),
+                             TOKEN_ID,
+                             {"type": "array", "items": TOKEN_ID, "minItems": 1, "x-code": "empty_prompt"}]}
+    prompt = {"anyOf": [_str(minLength=1, **{"x-code": "empty_prompt"}),
+                        {"type": "array", "items": prompt_item, "minItems": 1}],
+              "x-message": "'{where}' must be a non-empty string, an array of strings, an array of token ids or an "
+                           "array of token-id arrays, got {got}",
+              "description": f"a string, an array of token ids, or an array of at most {MAX_PROMPTS} prompts "
+                             "(strings or token-id arrays; not mixed with bare ids)"}
+    chat = _body(dict(gen, **{
+        "messages": MESSAGES,
+        "max_completion_tokens": gen["max_tokens"],
+        "logprobs": BOOL,
+        "top_logprobs": _int(0, MAX_LOGPROBS, "needs logprobs: true"),
+        "session_id": _str("continue a server-side conversation: send only the new turn's messages",
+                           minLength=1, maxLength=MAX_ID_LEN),
+        "add_generation_prompt": BOOL,
+    }), ("messages",), "POST /v1/chat/completions")
+    completion = _body(dict(gen, **{
+        "prompt": prompt,
+        "logprobs": _int(0, MAX_LOGPROBS, "top logprobs per token"),
+        "echo": BOOL,
+    }), ("prompt",), "POST /v1/completions")
+    embeddings = _body({
+        "model": SAMPLING["model"],
+        "input": dict(prompt, description=f"a string, an array of token ids, or an array of at most "
+                                          f"{MAX_EMBEDDING_INPUTS} inputs (strings or token-id arrays)",
+                      **{"x-message": "'{where}' must be a non-empty string, an array of strings, an array of token "
+                                      "ids or an array of token-id arrays, got {got}"}),
+        "encoding_format": {"type": "string", "enum": ["float", "base64"]},
+        "dimensions": _int(1, MAX_INT, "must be the model's hidden size"),
+        "user": SAMPLING["user"],
+    }, ("input",), "POST /v1/embeddings")
+    tokenize = _body({
+        "model": SAMPLING["model"],
+        "prompt": _str("text to tokenize (give prompt or messages)"),
+        "messages": dict(MESSAGES, description="a chat to render with the model's template and tokenize"),
+        "add_special_tokens": BOOL,
+        "add_generation_prompt": BOOL,
+    }, (), "POST /tokenize")
+    detokenize = _body({"model": SAMPLING["model"], "tokens": dict(TOKEN_IDS, maxItems=1 << 20)}, ("tokens",),
+                       "POST /detokenize")
+    user_only = _body({"user": SAMPLING["user"]}, (), "optional body: the owner's `user`")
+    return {"ChatCompletionRequest": chat, "CompletionRequest": completion, "EmbeddingRequest": embeddings,
+            "TokenizeRequest": tokenize, "DetokenizeRequest": detokenize, "UserBody": user_only}
+
+
+def request_schemas(limits) -> dict:
+    """Request body schemas by name, for a server with these per-request `limits`."""
+    return _request_schemas(limits.max_n, limits.max_tokens_cap, limits.max_stop)
+
+
+# ---- responses ---------------------------------------------------------------------------------
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _strict(props: dict, required=None, **kw) -> dict:
+    """A response object: every listed field present."""
+    return {"type": "object", "properties": props, "required": list(required or props), **kw}
+
+
+NULL_STR = {"type": ["string", "null"]}
+FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "abort", None]}
+USAGE = _strict({"prompt_tokens": _int(0), "completion_tokens": _int(0), "total_tokens": _int(0),
+                 "prompt_tokens_details": _strict({"cached_tokens": _int(0)})})
+TOP_LOGPROB = _strict({"token": _str(), "logprob": {"type": "number"}, "bytes": {"type": "array", "items": _int(0, 255)}})
+CHAT_LOGPROBS = _strict({"content": {"type": "array", "items": _strict(dict(TOP_LOGPROB["properties"], top_logprobs={
+    "type": "array", "items": TOP_LOGPROB}))}, "refusal": {"type": "null"}})
+COMPLETION_LOGPROBS = _strict({"tokens": {"type": "array", "items": _str()},
+                               "token_logprobs": {"type": "array", "items": {"type": "number"}},
+                               "top_logprobs": {"type": "array", "items": {"type": ["object", "null"],
+                                                                            "additionalProperties": {"type": "number"}}},
+                               "text_offset": {"type": "array", "items": _int(0)}})
+
+
+def _envelope(obj: str, choice: dict, usage_required: bool) -> dict:
+    props = {"id": _str(), "object": {"type": "string", "const": obj}, "created": _int(0), "model": _str(),
+             "system_fingerprint": {"type": "null"}, "choices": {"type": "array", "items": choice},
+             "usage": {"anyOf": [USAGE, {"type": "null"}]}}
+    req = [k for k in props if k != "usage" or usage_required]
+    return _strict(props, req)
+
+
+def _logprobs_of(kind: str) -> dict:
+    return {"anyOf": [CHAT_LOGPROBS if kind == "chat" else COMPLETION_LOGPROBS, {"type": "null"}]}
+
+
+ERROR = _strict({"error": {"type": "object", "required": ["message", "type", "param", "code"], "properties": {
+    "message": _str(minLength=1), "type": _str(), "param": NULL_STR, "code": NULL_STR,
+    "n_prompt_tokens": _int(0), "n_ctx": _int(0), "state": _str()}}},
+    description="every error: OpenAI's shape (n_prompt_tokens and n_ctx only with context_length_exceeded)")
+
+RESPONSE_SCHEMAS = {
+    "Error": ERROR,
+    "Usage": USAGE,
+    "ChatCompletion": _envelope("chat.completion", _strict({
+        "index": _int(0), "message": _strict({"role": {"type": "string", "const": "assistant"}, "content": _str()}),
+        "logprobs": _logprobs_of("chat"), "finish_reason": FINISH}), True),
+    "ChatCompletionChunk": _envelope("chat.completion.chunk", _strict({
+        "index": _int(0), "delta": _obj({"role": {"type": "string", "const": "assistant"}, "content": _str()},
+                                        additionalProperties=False),
+        "logprobs": _logprobs_of("chat"), "finish_reason": FINISH}), False),
+    "TextCompletion": _envelope("text_completion", _strict({
+        "index": _int(0), "text": _str(), "logprobs": _logprobs_of("text"), "finish_reason": FINISH}), True),
+    "TextCompletionChunk": _envelope("text_completion", _strict({
+        "index": _int(0), "text": _str(), "logprobs": _logprobs_of("text"), "finish_reason": FINISH}), False),
+    "EmbeddingList": _strict({"object": {"type": "string", "const": "list"}, "model": _str(),
+                              "data": {"type": "array", "items": _strict({
+                                  "object": {"type": "string", "const": "embedding"}, "index": _int(0),
+                                  "embedding": {"anyOf": [{"type": "array", "items": {"type": "number"}},
+                                                          _str(contentEncoding="base64")]}})},
+                              "usage": _strict({"prompt_tokens": _int(0), "total_tokens": _int(0)})}),
+    "TokenizeResponse": _strict({"tokens": {"type": "array", "items": _int(0)}, "count": _int(0),
+                                 "max_model_len": _int(1)}),
+    "DetokenizeResponse": _strict({"prompt": _str()}),
+    "ModelList": _strict({"object": {"type": "string", "const": "list"}, "data": {"type": "array", "items": _strict({
+        "id": _str(), "object": {"type": "string", "const": "model"}, "created": _int(0),
+        "owned_by": _str(), "root": _str(), "max_model_len": _int(1)})}}),
+    "Health": _strict({"status": {"type": "string", "const": "ok"}, "models": {"type": "array", "items": _str()}}),
+    "Session": _strict({"id": _str(), "object": {"type": "string", "const": "session"},
+                        "messages": {"type": "array", "items": {"type": "object"}}}),
+    "SessionDeleted": _strict({"id": _str(), "object": {"type": "string", "const": "session.deleted"},
+                               "deleted": {"type": "boolean", "const": True}}),
+    "CancelResponse": _strict({"id": _str(), "object": {"type": "string", "const": "request.cancel"},
+                               "cancelled": {"type": "boolean", "const": True}}),
+}
+
+
+def resolve(schema, components: dict):
+    """`schema` with every $ref to #/components/schemas/ replaced by the referenced schema."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if ref is not None:
+            return resolve(components[ref.rsplit("/", 1)[1]], components)
+        return {k: resolve(v, components) for k, v in schema.items()}
+    if isinstance(schema, list):
+        return [resolve(x, components) for x in schema]
+    return schema
