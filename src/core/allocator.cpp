@@ -1,6 +1,7 @@
 #include "allocator.hpp"
 
 #include "../device/runtime_api.hpp"
+#include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 
 #include <cstdint>
@@ -62,9 +63,8 @@ bool cached(llaisysDeviceType_t device, llaisysMemoryKind_t kind) {
 }
 
 size_t round_up(size_t size) {
-    size_t g = size <= kSmallLimit ? kSmallRound : kLargeRound;
-    LLAISYS_CHECK(size <= SIZE_MAX - g, LLAISYS_STATUS_OUT_OF_MEMORY, "allocation of ", size, " bytes is too large");
-    return (size + g - 1) / g * g;
+    return checked_round_up(size, size <= kSmallLimit ? kSmallRound : kLargeRound, "allocation size",
+                            LLAISYS_STATUS_OUT_OF_MEMORY);
 }
 
 // Best fit from the free list: the smallest cached block of at least `held` bytes, and no

@@ -1,6 +1,7 @@
 #include "kv_cache.hpp"
 
 #include "../ops/rope/cpu/rope_cpu.hpp"
+#include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 #include "../utils/types.hpp"
 
@@ -11,9 +12,9 @@
 namespace llaisys::kv {
 
 size_t KVCache::bytes_per_slot(const llaisysKVCacheParams_t &p) {
-    size_t row = mul_size(mul_size(p.n_kv_heads, p.head_dim, "KV cache n_kv_heads * head_dim"), dtype_size(p.dtype),
+    size_t row = checked_mul(checked_mul(p.n_kv_heads, p.head_dim, "KV cache n_kv_heads * head_dim"), dtype_size(p.dtype),
                           "KV cache row bytes");
-    return mul_size(mul_size(2, p.n_layers, "KV cache 2 * n_layers"), row, "KV cache bytes per slot");
+    return checked_mul(checked_mul(2, p.n_layers, "KV cache 2 * n_layers"), row, "KV cache bytes per slot");
 }
 
 KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
@@ -25,7 +26,7 @@ KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
     LLAISYS_CHECK_ARG(p_.n_slots > 0, "KV cache needs at least one slot");
     // slots are int32 in block tables and attention views
     LLAISYS_CHECK_ARG(p_.n_slots <= size_t(INT32_MAX), "KV cache n_slots ", p_.n_slots, " exceeds ", INT32_MAX);
-    mul_size(bytes_per_slot(p_), p_.n_slots, "KV cache bytes (n_slots * bytes per slot)");
+    checked_mul(bytes_per_slot(p_), p_.n_slots, "KV cache bytes (n_slots * bytes per slot)");
     if (p_.layout == LLAISYS_KV_LAYOUT_BLOCK) {
         LLAISYS_CHECK_ARG(p_.block_size > 0 && p_.n_slots % p_.block_size == 0, "BLOCK layout: n_slots (", p_.n_slots,
                           ") must be a positive multiple of block_size (", p_.block_size, ")");

@@ -2,6 +2,7 @@
 #include "guard.hpp"
 
 #include "../sampling/sampler.hpp"
+#include "../utils/checked.hpp"
 
 using namespace llaisys;
 
@@ -26,7 +27,7 @@ void check_sample_args(const float *logits, size_t n_rows, size_t vocab, const l
     LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
     sampling::check_output(*out, n_rows);
     LLAISYS_CHECK_ARG(vocab > 0, "vocab must be > 0");
-    mul_size(n_rows, vocab, "n_rows * vocab");
+    checked_mul(n_rows, vocab, "n_rows * vocab");
     for (size_t r = 0; r < n_rows; r++) sampling::check_params(params[r], vocab, out->top_capacity);
 }
 

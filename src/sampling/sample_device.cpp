@@ -4,6 +4,7 @@
 #include "sampler.hpp"
 
 #include "../device/runtime_api.hpp"
+#include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 
 #ifdef LLAISYS_ENABLE_NVIDIA
@@ -19,7 +20,7 @@ namespace {
 
 void sample_nvidia(int device_id, const float *logits, size_t n_rows, size_t vocab,
                    const llaisysSamplingParams_t *params, const llaisysSampleOutput_t &out) {
-    const size_t bytes = mul_size(n_rows * vocab, sizeof(float), "logits bytes");
+    const size_t bytes = checked_mul(n_rows * vocab, sizeof(float), "logits bytes");
     void *copy = core::allocate(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, bytes);
     try {
         device::nvidia::DeviceGuard guard(device_id);

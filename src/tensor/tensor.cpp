@@ -2,6 +2,7 @@
 
 #include "../core/allocator.hpp"
 #include "../device/runtime_api.hpp"
+#include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 #include "../utils/types.hpp"
 
@@ -38,16 +39,19 @@ namespace {
 
 size_t product(const std::vector<size_t> &shape) {
     size_t n = 1;
-    for (size_t d : shape) {
-        LLAISYS_CHECK_ARG(d == 0 || n <= SIZE_MAX / d, "tensor shape overflows size_t");
-        n *= d;
-    }
+    for (size_t d : shape) n = checked_mul(n, d, "tensor shape");
     return n;
 }
 
-void check_ndim(size_t ndim) {
-    LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " exceeds the maximum of ",
+// A shape a tensor may take: at most MAX_DIMS dims, and strides and byte offsets that fit in
+// ptrdiff_t: the product of the dims, zeros counted as ones (a [0, 2^62, 2^62] tensor holds
+// nothing but its strides would still overflow), times the element size, is <= PTRDIFF_MAX.
+void check_shape(const std::vector<size_t> &shape, size_t elsize) {
+    LLAISYS_CHECK_ARG(shape.size() <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", shape.size(), " exceeds the maximum of ",
                       LLAISYS_TENSOR_MAX_DIMS);
+    size_t extent = elsize;
+    for (size_t d : shape) extent = checked_mul(extent, d == 0 ? 1 : d, "tensor shape");
+    LLAISYS_CHECK_ARG(extent <= size_t(PTRDIFF_MAX), "tensor shape of ", extent, " bytes is too large");
 }
 
 // Strides for seeing (shape, strides) as new_shape without a copy, if possible
@@ -118,12 +122,10 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<size
 
 tensor_t Tensor::create(const std::vector<size_t> &shape, llaisysDataType_t dtype, llaisysDeviceType_t device,
                         int device_id) {
-    check_ndim(shape.size());
     size_t elsize = dtype_size(dtype);
     LLAISYS_CHECK_ARG(elsize != 0, "invalid dtype ", int(dtype));
-    size_t n = product(shape);
-    LLAISYS_CHECK_ARG(n <= SIZE_MAX / elsize, "tensor of ", n, " elements is too large");
-    auto storage = std::make_shared<Storage>(device, device_id, n * elsize);
+    check_shape(shape, elsize);
+    auto storage = std::make_shared<Storage>(device, device_id, product(shape) * elsize);
     return tensor_t(new Tensor(std::move(storage), 0, shape, contiguous_strides(shape), dtype));
 }
 
@@ -145,7 +147,7 @@ tensor_t Tensor::make_view(size_t offset, std::vector<size_t> shape, std::vector
 }
 
 tensor_t Tensor::view(const std::vector<size_t> &shape) const {
-    check_ndim(shape.size());
+    check_shape(shape, element_size());
     LLAISYS_CHECK(product(shape) == numel(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot view ", describe(), " as ",
                   join("[", shape), ": element counts differ");
     auto strides = view_strides(shape_, strides_, shape);
@@ -184,7 +186,7 @@ tensor_t Tensor::slice(size_t dim, size_t start, size_t end) const {
 }
 
 tensor_t Tensor::reshape(const std::vector<size_t> &shape) const {
-    check_ndim(shape.size());
+    check_shape(shape, element_size());
     LLAISYS_CHECK(product(shape) == numel(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot reshape ", describe(), " to ",
                   join("[", shape), ": element counts differ");
     if (auto strides = view_strides(shape_, strides_, shape)) return make_view(offset_, shape, *strides);

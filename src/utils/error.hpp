@@ -34,13 +34,6 @@ template <class... Args>
     throw Error(status, str_cat(args...));
 }
 
-// a * b for sizes the caller chose (n_slots * bytes per slot, ...): INVALID_ARGUMENT naming
-// `what` when the product does not fit in size_t, instead of a silently wrapped allocation.
-inline size_t mul_size(size_t a, size_t b, const char *what) {
-    if (a != 0 && b > SIZE_MAX / a) fail(LLAISYS_STATUS_INVALID_ARGUMENT, what, " overflows size_t (", a, " * ", b, ")");
-    return a * b;
-}
-
 }  // namespace llaisys
 
 // User-input check: throws Error(status, message...) when `cond` is false.

@@ -2,6 +2,7 @@
 // queued copy completes before memcpy_async returns; events record the host steady clock.
 #include "../runtime_api.hpp"
 
+#include "../../utils/checked.hpp"
 #include "../../utils/error.hpp"
 #include "../../utils/host_alloc.hpp"
 
@@ -48,7 +49,7 @@ public:
     }
 
     void *malloc(int, llaisysMemoryKind_t, size_t size) override {
-        return host_alloc((size + kAlignment - 1) / kAlignment * kAlignment);
+        return host_alloc(checked_round_up(size, kAlignment, "allocation size", LLAISYS_STATUS_OUT_OF_MEMORY));
     }
     void free(int, llaisysMemoryKind_t, void *ptr) override { host_free(ptr); }
 

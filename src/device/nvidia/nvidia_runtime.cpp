@@ -23,6 +23,7 @@
 //   shutting down (process exit) are ignored: the driver reclaims everything then.
 #include "../runtime_api.hpp"
 
+#include "../../utils/checked.hpp"
 #include "cuda_check.hpp"
 
 #include <cstdlib>
@@ -115,7 +116,7 @@ public:
             return p;
         }
         case LLAISYS_MEMORY_HOST: {
-            size_t rounded = (size + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+            size_t rounded = checked_round_up(size, kHostAlignment, "allocation size", LLAISYS_STATUS_OUT_OF_MEMORY);
             p = std::aligned_alloc(kHostAlignment, rounded);
             if (!p) throw std::bad_alloc();
             return p;

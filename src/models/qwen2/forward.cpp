@@ -10,6 +10,7 @@
 #include "../../ops/rope/cpu/rope_cpu.hpp"
 #include "../../ops/swiglu/cpu/swiglu_cpu.hpp"
 #include "../../sampling/sampler.hpp"
+#include "../../utils/checked.hpp"
 #include "../../utils/error.hpp"
 #include "../../utils/types.hpp"
 
@@ -77,7 +78,7 @@ void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) co
         const size_t bs = cache.params().block_size, n_blocks = cache.n_slots() / bs;
         LLAISYS_CHECK_ARG(b.slot_mapping && b.block_tables && b.context_lens,
                           "batch: the BLOCK layout needs slot_mapping, block_tables and context_lens");
-        mul_size(b.n_seqs, b.max_blocks, "batch: n_seqs * max_blocks");
+        checked_mul(b.n_seqs, b.max_blocks, "batch: n_seqs * max_blocks");
         size_t visible = 0;  // KV entries the attention view will list (int32 offsets)
         for (size_t s = 0; s < b.n_seqs; s++) {
             size_t q_len = size_t(b.query_start[s + 1] - b.query_start[s]);
@@ -160,7 +161,7 @@ void Model::reserve(size_t n, size_t n_sample) {
     const size_t H = meta_.hidden_size, I = meta_.intermediate_size, hd = meta_.head_dim;
     const size_t qkv_dim = (meta_.n_heads + 2 * meta_.n_kv_heads) * hd;
     if (n > rs_.capacity_tokens) {
-        mul_size(n, std::max({H, qkv_dim, 2 * I}), "step buffers (n_tokens * widest row)");
+        checked_mul(n, std::max({H, qkv_dim, 2 * I}), "step buffers (n_tokens * widest row)");
         grow(rs_.x, n * H);
         grow(rs_.h, n * H);
         grow(rs_.qkv, n * qkv_dim);
@@ -171,7 +172,7 @@ void Model::reserve(size_t n, size_t n_sample) {
         rs_.capacity_tokens = n;
     }
     if (n_sample > rs_.capacity_samples) {
-        mul_size(n_sample, std::max(H, meta_.vocab_size), "step buffers (n_sample * vocab)");
+        checked_mul(n_sample, std::max(H, meta_.vocab_size), "step buffers (n_sample * vocab)");
         grow(rs_.xs, n_sample * H);
         grow(rs_.logits, n_sample * meta_.vocab_size);
         rs_.capacity_samples = n_sample;

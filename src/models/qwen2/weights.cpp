@@ -2,6 +2,7 @@
 #include "model.hpp"
 
 #include "../../device/runtime_api.hpp"
+#include "../../utils/checked.hpp"
 #include "../../utils/error.hpp"
 #include "../../utils/types.hpp"
 
@@ -22,13 +23,13 @@ void check_meta(const llaisysQwen2Meta_t &m) {
     LLAISYS_CHECK_ARG(std::isfinite(m.rms_norm_eps) && m.rms_norm_eps > 0, "meta: rms_norm_eps must be > 0");
     LLAISYS_CHECK_ARG(std::isfinite(m.rope_theta) && m.rope_theta > 0, "meta: rope_theta must be > 0");
     // every derived width must fit in size_t: (nh + 2 nkv) * hd, 2 I, and the per-token rows
-    size_t heads = m.n_heads + mul_size(2, m.n_kv_heads, "meta: 2 * n_kv_heads");
-    LLAISYS_CHECK_ARG(heads > m.n_heads, "meta: n_heads + 2 * n_kv_heads overflows size_t");
-    size_t qkv = mul_size(heads, m.head_dim, "meta: (n_heads + 2 * n_kv_heads) * head_dim");
-    size_t gate_up = mul_size(2, m.intermediate_size, "meta: 2 * intermediate_size");
-    mul_size(qkv, m.hidden_size, "meta: qkv weight elements");
-    mul_size(gate_up, m.hidden_size, "meta: gate/up weight elements");
-    mul_size(m.vocab_size, m.hidden_size, "meta: embedding elements");
+    size_t heads = checked_add(m.n_heads, checked_mul(2, m.n_kv_heads, "meta: 2 * n_kv_heads"), "meta: n_heads + 2 * n_kv_heads");
+    size_t qkv = checked_mul(heads, m.head_dim, "meta: (n_heads + 2 * n_kv_heads) * head_dim");
+    size_t gate_up = checked_mul(2, m.intermediate_size, "meta: 2 * intermediate_size");
+    size_t layer = checked_add(checked_mul(qkv, m.hidden_size, "meta: qkv weight elements"),
+                               checked_mul(gate_up, m.hidden_size, "meta: gate/up weight elements"), "meta: layer weights");
+    checked_mul(m.n_layers, layer, "meta: n_layers * layer weight elements");
+    checked_mul(m.vocab_size, m.hidden_size, "meta: embedding elements");
 }
 
 // Copy `rows` x `cols` elements of dtype src_dt into dst (dtype dst_dt) at row offset row0.

@@ -2,6 +2,7 @@
 #include "logit_screen.hpp"
 
 #include "../../../utils/cpu_isa.hpp"
+#include "../../../utils/checked.hpp"
 #include "../../../utils/error.hpp"
 #include "../../../utils/host_alloc.hpp"
 #include "../../../utils/types.hpp"
@@ -69,10 +70,10 @@ float gemm_input(float x, bool bf16) {
 
 void LogitScreen::Free::operator()(int8_t *p) const { host_free(p); }
 
-LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_((w.k() + 63) / 64 * 64) {
+LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_(checked_round_up(w.k(), 64, "logit screen: k")) {
     const size_t n = w.n(), k = w.k(), kpad = kpad_, nr = w.nr();
     LLAISYS_CHECK_ARG(k <= (size_t(1) << 20), "logit screen: k = ", k, " is too large for int32 dot products");
-    const size_t bytes = mul_size((n + 3) / 4 * 4, kpad, "logit screen: bytes");
+    const size_t bytes = checked_mul(checked_round_up(n, 4, "logit screen: rows"), kpad, "logit screen: bytes");
     q_.reset(static_cast<int8_t *>(host_alloc(bytes)));
     std::memset(q_.get(), 0, bytes);  // the padding of k and of the last block
     scale_.resize(n);

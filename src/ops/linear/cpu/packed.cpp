@@ -1,6 +1,7 @@
 // PackedWeight: packing, row writes and row reads (layout in packed.hpp).
 #include "packed.hpp"
 
+#include "../../../utils/checked.hpp"
 #include "../../../utils/error.hpp"
 #include "../../../utils/host_alloc.hpp"
 #include "../../../utils/types.hpp"
@@ -28,9 +29,10 @@ PackedWeight::PackedWeight(size_t n, size_t k, llaisysDataType_t dtype)
     LLAISYS_CHECK(is_float_dtype(dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "packed weight: dtype must be f32, f16 or bf16, got ",
                   dtype_name(dtype));
     LLAISYS_CHECK_ARG(n > 0 && k > 0, "packed weight: shape [", n, ", ", k, "] is empty");
-    size_t elems = mul_size(n_panels(), mul_size(nr_, k_padded(), "packed weight: panel"), "packed weight: elements");
-    bytes_ = mul_size(elems, dtype_size(dtype), "packed weight: bytes");
-    const size_t alloc = (bytes_ + 63) / 64 * 64;
+    checked_mul(k_, nr_, "packed weight: panel");  // so that k_padded() * nr_ fits too (nr_ is even)
+    size_t elems = checked_mul(n_panels(), checked_mul(nr_, k_padded(), "packed weight: panel"), "packed weight: elements");
+    bytes_ = checked_mul(elems, dtype_size(dtype), "packed weight: bytes");
+    const size_t alloc = checked_round_up(bytes_, 64, "packed weight: bytes");
     data_.reset(static_cast<std::byte *>(host_alloc(alloc)));
     // Only the tail panel is cleared (its padding columns must read as zero); every other
     // element is written by set_rows (pair panels' odd-k padding too), and touching 1 GB here

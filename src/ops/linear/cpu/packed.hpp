@@ -20,6 +20,7 @@
 //   storage [n_panels][ceil(k / 2)][nr][2] bf16, columns in order.
 #pragma once
 
+#include "../../../utils/checked.hpp"
 #include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/host_alloc.hpp"
 #include "llaisys.h"
@@ -47,7 +48,7 @@ public:
     size_t n() const { return n_; }
     size_t k() const { return k_; }
     size_t nr() const { return nr_; }
-    size_t n_panels() const { return (n_ + nr_ - 1) / nr_; }
+    size_t n_panels() const { return ceil_div(n_, nr_); }
     llaisysDataType_t dtype() const { return dtype_; }
     Isa isa() const { return isa_; }
     const std::byte *data() const { return data_.get(); }  // [n_panels][panel_elems()]
@@ -67,7 +68,7 @@ public:
     }
 
 private:
-    size_t k_padded() const { return pairs() ? (k_ + 1) / 2 * 2 : k_; }
+    size_t k_padded() const { return pairs() ? ceil_div(k_, 2) * 2 : k_; }  // k_ <= SIZE_MAX / nr_ (checked)
     struct Free {
         void operator()(std::byte *p) const { host_free(p); }
     };
