@@ -4,6 +4,7 @@
 
 #include "../tensor/tensor.hpp"
 #include "../utils/error.hpp"
+#include "handles.hpp"
 #include "llaisys.h"
 #include "llaisys/kv_cache.h"
 #include "llaisys/models/qwen2.h"
@@ -15,12 +16,8 @@
 #include <string>
 #include <type_traits>
 
-// A C handle to a tensor: the magic word catches some uses of destroyed handles.
-struct LlaisysTensor {
-    static constexpr uint32_t kMagic = 0x7e45a11a;
-    uint32_t magic = kMagic;
-    llaisys::tensor_t tensor;
-};
+// A tensor handle is a registered tensor_t (a view: its own shape and strides over shared storage).
+LLAISYS_HANDLE_TYPE(llaisysTensor_t, llaisys::Tensor, llaisys::capi::HandleKind::Tensor);
 
 namespace llaisys::capi {
 
@@ -51,12 +48,9 @@ T guard_value(T on_error, F &&f) noexcept {
     return result;
 }
 
-// The tensor behind a handle; throws INVALID_ARGUMENT naming `what` for NULL/stale handles.
-inline Tensor &tensor_of(llaisysTensor_t h, const char *what) {
-    LLAISYS_CHECK_ARG(h != nullptr, what, " is NULL");
-    LLAISYS_CHECK_ARG(h->magic == LlaisysTensor::kMagic && h->tensor, what, " is not a live tensor handle");
-    return *h->tensor;
-}
+// The tensor behind a handle, kept alive by the returned pointer (use it as `*tensor_of(...)`
+// within one expression, or hold it); INVALID_ARGUMENT naming `what` for NULL or dead handles.
+inline tensor_t tensor_of(llaisysTensor_t h, const char *what) { return live(h, what); }
 
 // The integer a C caller passed for an enum parameter. C lets any int stand where the ABI
 // names an enum, but in C++ an enum holding a value outside its enumerators' range is
@@ -109,6 +103,6 @@ inline llaisysQwen2Meta_t checked(const llaisysQwen2Meta_t &m) {
     return c;
 }
 
-inline llaisysTensor_t new_handle(tensor_t t) { return new LlaisysTensor{LlaisysTensor::kMagic, std::move(t)}; }
+inline llaisysTensor_t new_handle(tensor_t t) { return make_handle<llaisysTensor_t>(std::move(t)); }
 
 }  // namespace llaisys::capi

@@ -10,10 +10,7 @@ using capi::guard_value;
 
 namespace {
 
-kv::KVCache &cache_of(llaisysKVCache_t h) {
-    LLAISYS_CHECK_ARG(h != nullptr, "cache is NULL");
-    return *h->cache;
-}
+std::shared_ptr<kv::KVCache> cache_of(llaisysKVCache_t h) { return capi::live(h, "cache"); }
 
 void check_seq(int32_t seq, const char *what) {
     LLAISYS_CHECK(seq >= 0 && seq < LLAISYS_KV_MAX_SEQS, LLAISYS_STATUS_OUT_OF_RANGE, what, " ", seq,
@@ -39,23 +36,27 @@ size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t 
 llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params) {
     return guard_value<llaisysKVCache_t>(nullptr, [&] {
         LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
-        return new LlaisysKVCache{std::make_unique<kv::KVCache>(capi::checked(*params))};
+        return capi::make_handle<llaisysKVCache_t>(std::make_shared<kv::KVCache>(capi::checked(*params)));
     });
 }
 
-void llaisysKVCacheDestroy(llaisysKVCache_t cache) { delete cache; }
+void llaisysKVCacheDestroy(llaisysKVCache_t cache) {
+    guard([&] {
+        if (cache) capi::take(cache, "cache");
+    });
+}
 
 llaisysStatus_t llaisysKVCacheGetStats(llaisysKVCache_t cache, llaisysKVCacheStats_t *out) {
     return guard([&] {
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        *out = cache_of(cache).stats();
+        *out = cache_of(cache)->stats();
     });
 }
 
 llaisysStatus_t llaisysKVCacheSeqRm(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1) {
     return guard([&] {
         if (seq != -1) check_seq(seq, "seq");
-        cache_of(cache).cells().seq_rm(seq, p0, p1);
+        cache_of(cache)->cells().seq_rm(seq, p0, p1);
     });
 }
 
@@ -63,21 +64,21 @@ llaisysStatus_t llaisysKVCacheSeqCp(llaisysKVCache_t cache, int32_t src, int32_t
     return guard([&] {
         check_seq(src, "src");
         check_seq(dst, "dst");
-        cache_of(cache).cells().seq_cp(src, dst, p0, p1);
+        cache_of(cache)->cells().seq_cp(src, dst, p0, p1);
     });
 }
 
 llaisysStatus_t llaisysKVCacheSeqKeep(llaisysKVCache_t cache, int32_t seq) {
     return guard([&] {
         check_seq(seq, "seq");
-        cache_of(cache).cells().seq_keep(seq);
+        cache_of(cache)->cells().seq_keep(seq);
     });
 }
 
 llaisysStatus_t llaisysKVCacheSeqAdd(llaisysKVCache_t cache, int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
     return guard([&] {
         check_seq(seq, "seq");
-        cache_of(cache).seq_add(seq, p0, p1, delta);
+        cache_of(cache)->seq_add(seq, p0, p1, delta);
     });
 }
 
@@ -85,12 +86,12 @@ llaisysStatus_t llaisysKVCacheSeqPosMax(llaisysKVCache_t cache, int32_t seq, int
     return guard([&] {
         check_seq(seq, "seq");
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        *out = cache_of(cache).cells().seq_pos_max(seq);
+        *out = cache_of(cache)->cells().seq_pos_max(seq);
     });
 }
 
 llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache) {
-    return guard([&] { cache_of(cache).clear(); });
+    return guard([&] { cache_of(cache)->clear(); });
 }
 
 }  // extern "C"

@@ -1,15 +1,11 @@
-// C handle structs shared by the KV cache and model wrappers.
+// The KV cache and model handle types, shared by their wrappers (kv_cache.cc, qwen2.cc).
 #pragma once
 
 #include "../kv_cache/kv_cache.hpp"
 #include "../models/qwen2/model.hpp"
+#include "handles.hpp"
+#include "llaisys/kv_cache.h"
+#include "llaisys/models/qwen2.h"
 
-#include <memory>
-
-struct LlaisysKVCache {
-    std::unique_ptr<llaisys::kv::KVCache> cache;
-};
-
-struct LlaisysQwen2Model {
-    std::unique_ptr<llaisys::models::qwen2::Model> model;
-};
+LLAISYS_HANDLE_TYPE(llaisysKVCache_t, llaisys::kv::KVCache, llaisys::capi::HandleKind::KVCache);
+LLAISYS_HANDLE_TYPE(llaisysQwen2Model_t, llaisys::models::qwen2::Model, llaisys::capi::HandleKind::Model);

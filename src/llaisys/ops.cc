@@ -18,44 +18,38 @@ using namespace llaisys;
 using capi::guard;
 using capi::tensor_of;
 
-// A C handle to a packed weight; the magic word catches some uses of destroyed handles.
-struct LlaisysPackedLinear {
-    static constexpr uint32_t kMagic = 0x9ac7ed11;
-    uint32_t magic = kMagic;
+namespace {
+
+// What a packed-linear handle holds.
+struct PackedLinear {
     std::unique_ptr<ops::cpu::PackedWeight> weight;
     std::unique_ptr<ops::cpu::LogitScreen> screen;  // built by the first llaisysPackedLinearArgmax
 };
 
-namespace {
-
-const ops::cpu::PackedWeight &packed_of(llaisysPackedLinear_t h) {
-    LLAISYS_CHECK_ARG(h != nullptr, "packed is NULL");
-    LLAISYS_CHECK_ARG(h->magic == LlaisysPackedLinear::kMagic && h->weight, "packed is not a live packed-linear handle");
-    return *h->weight;
-}
-
 }  // namespace
+
+LLAISYS_HANDLE_TYPE(llaisysPackedLinear_t, PackedLinear, llaisys::capi::HandleKind::PackedLinear);
 
 extern "C" {
 
 llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b) {
-    return guard([&] { ops::add(tensor_of(out, "out"), tensor_of(a, "a"), tensor_of(b, "b")); });
+    return guard([&] { ops::add(*tensor_of(out, "out"), *tensor_of(a, "a"), *tensor_of(b, "b")); });
 }
 
 llaisysStatus_t llaisysMul(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b) {
-    return guard([&] { ops::mul(tensor_of(out, "out"), tensor_of(a, "a"), tensor_of(b, "b")); });
+    return guard([&] { ops::mul(*tensor_of(out, "out"), *tensor_of(a, "a"), *tensor_of(b, "b")); });
 }
 
 llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_t index, llaisysTensor_t weight) {
     return guard(
-        [&] { ops::embedding(tensor_of(out, "out"), tensor_of(index, "index"), tensor_of(weight, "weight")); });
+        [&] { ops::embedding(*tensor_of(out, "out"), *tensor_of(index, "index"), *tensor_of(weight, "weight")); });
 }
 
 llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight,
                               llaisysTensor_t bias) {
     return guard([&] {
-        const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
-        ops::linear(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), b);
+        const tensor_t b = bias ? tensor_of(bias, "bias") : nullptr;
+        ops::linear(*tensor_of(out, "out"), *tensor_of(in, "in"), *tensor_of(weight, "weight"), b.get());
     });
 }
 
@@ -63,57 +57,57 @@ llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedL
     if (out) *out = nullptr;
     return guard([&] {
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        auto packed = ops::pack_linear(tensor_of(weight, "weight"));
-        *out = new LlaisysPackedLinear{LlaisysPackedLinear::kMagic, std::move(packed), nullptr};
+        auto packed = ops::pack_linear(*tensor_of(weight, "weight"));
+        *out = capi::make_handle<llaisysPackedLinear_t>(std::make_shared<PackedLinear>(PackedLinear{std::move(packed), nullptr}));
     });
 }
 
 llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out, llaisysTensor_t in,
                                          llaisysTensor_t bias) {
     return guard([&] {
-        const Tensor *b = bias ? &tensor_of(bias, "bias") : nullptr;
-        ops::linear_packed(tensor_of(out, "out"), tensor_of(in, "in"), packed_of(packed), b);
+        const auto p = capi::live(packed, "packed");
+        const tensor_t b = bias ? tensor_of(bias, "bias") : nullptr;
+        ops::linear_packed(*tensor_of(out, "out"), *tensor_of(in, "in"), *p->weight, b.get());
     });
 }
 
 llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysTensor_t in, int64_t *ids,
                                           int *screened) {
     return guard([&] {
-        const ops::cpu::PackedWeight &w = packed_of(packed);
-        if (!packed->screen) packed->screen = std::make_unique<ops::cpu::LogitScreen>(w);
-        bool all = ops::argmax_packed(ids, tensor_of(in, "in"), w, *packed->screen);
+        const auto p = capi::live(packed, "packed");
+        if (!p->screen) p->screen = std::make_unique<ops::cpu::LogitScreen>(*p->weight);
+        bool all = ops::argmax_packed(ids, *tensor_of(in, "in"), *p->weight, *p->screen);
         if (screened) *screened = all ? 1 : 0;
     });
 }
 
 void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed) {
-    if (packed && packed->magic == LlaisysPackedLinear::kMagic) {
-        packed->magic = 0;
-        delete packed;
-    }
+    guard([&] {
+        if (packed) capi::take(packed, "packed");
+    });
 }
 
 llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight, float eps) {
     return guard(
-        [&] { ops::rms_norm(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(weight, "weight"), eps); });
+        [&] { ops::rms_norm(*tensor_of(out, "out"), *tensor_of(in, "in"), *tensor_of(weight, "weight"), eps); });
 }
 
 llaisysStatus_t llaisysAddRmsNorm(llaisysTensor_t out, llaisysTensor_t residual, llaisysTensor_t in,
                                   llaisysTensor_t weight, float eps) {
     return guard([&] {
-        ops::add_rms_norm(tensor_of(out, "out"), tensor_of(residual, "residual"), tensor_of(in, "in"),
-                          tensor_of(weight, "weight"), eps);
+        ops::add_rms_norm(*tensor_of(out, "out"), *tensor_of(residual, "residual"), *tensor_of(in, "in"),
+                          *tensor_of(weight, "weight"), eps);
     });
 }
 
 llaisysStatus_t llaisysRope(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t pos, float theta) {
-    return guard([&] { ops::rope(tensor_of(out, "out"), tensor_of(in, "in"), tensor_of(pos, "pos"), theta); });
+    return guard([&] { ops::rope(*tensor_of(out, "out"), *tensor_of(in, "in"), *tensor_of(pos, "pos"), theta); });
 }
 
 llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTensor_t q, llaisysTensor_t k, llaisysTensor_t v,
                                      float scale) {
     return guard([&] {
-        ops::self_attention(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k, "k"), tensor_of(v, "v"), scale);
+        ops::self_attention(*tensor_of(out, "out"), *tensor_of(q, "q"), *tensor_of(k, "k"), *tensor_of(v, "v"), scale);
     });
 }
 
@@ -122,10 +116,10 @@ llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTensor_t q, ll
                                       llaisysTensor_t kv_start, llaisysTensor_t kv_slots, llaisysTensor_t kv_pos,
                                       float scale) {
     return guard([&] {
-        ops::paged_attention(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k_cache, "k_cache"),
-                             tensor_of(v_cache, "v_cache"), tensor_of(q_pos, "q_pos"),
-                             tensor_of(query_start, "query_start"), tensor_of(kv_start, "kv_start"),
-                             tensor_of(kv_slots, "kv_slots"), tensor_of(kv_pos, "kv_pos"), scale);
+        ops::paged_attention(*tensor_of(out, "out"), *tensor_of(q, "q"), *tensor_of(k_cache, "k_cache"),
+                             *tensor_of(v_cache, "v_cache"), *tensor_of(q_pos, "q_pos"),
+                             *tensor_of(query_start, "query_start"), *tensor_of(kv_start, "kv_start"),
+                             *tensor_of(kv_slots, "kv_slots"), *tensor_of(kv_pos, "kv_pos"), scale);
     });
 }
 
@@ -134,25 +128,25 @@ llaisysStatus_t llaisysPagedAttentionReference(llaisysTensor_t out, llaisysTenso
                                                llaisysTensor_t query_start, llaisysTensor_t kv_start,
                                                llaisysTensor_t kv_slots, llaisysTensor_t kv_pos, float scale) {
     return guard([&] {
-        ops::paged_attention_reference(tensor_of(out, "out"), tensor_of(q, "q"), tensor_of(k_cache, "k_cache"),
-                                       tensor_of(v_cache, "v_cache"), tensor_of(q_pos, "q_pos"),
-                                       tensor_of(query_start, "query_start"), tensor_of(kv_start, "kv_start"),
-                                       tensor_of(kv_slots, "kv_slots"), tensor_of(kv_pos, "kv_pos"), scale);
+        ops::paged_attention_reference(*tensor_of(out, "out"), *tensor_of(q, "q"), *tensor_of(k_cache, "k_cache"),
+                                       *tensor_of(v_cache, "v_cache"), *tensor_of(q_pos, "q_pos"),
+                                       *tensor_of(query_start, "query_start"), *tensor_of(kv_start, "kv_start"),
+                                       *tensor_of(kv_slots, "kv_slots"), *tensor_of(kv_pos, "kv_pos"), scale);
     });
 }
 
 llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t gate, llaisysTensor_t up) {
-    return guard([&] { ops::swiglu(tensor_of(out, "out"), tensor_of(gate, "gate"), tensor_of(up, "up")); });
+    return guard([&] { ops::swiglu(*tensor_of(out, "out"), *tensor_of(gate, "gate"), *tensor_of(up, "up")); });
 }
 
 llaisysStatus_t llaisysArgmax(llaisysTensor_t max_idx, llaisysTensor_t max_val, llaisysTensor_t vals) {
     return guard([&] {
-        ops::argmax(tensor_of(max_idx, "max_idx"), tensor_of(max_val, "max_val"), tensor_of(vals, "vals"));
+        ops::argmax(*tensor_of(max_idx, "max_idx"), *tensor_of(max_val, "max_val"), *tensor_of(vals, "vals"));
     });
 }
 
 llaisysStatus_t llaisysSoftmax(llaisysTensor_t out, llaisysTensor_t in) {
-    return guard([&] { ops::softmax(tensor_of(out, "out"), tensor_of(in, "in")); });
+    return guard([&] { ops::softmax(*tensor_of(out, "out"), *tensor_of(in, "in")); });
 }
 
 }  // extern "C"

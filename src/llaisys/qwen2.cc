@@ -12,10 +12,7 @@ using capi::guard_value;
 
 namespace {
 
-models::qwen2::Model &model_of(llaisysQwen2Model_t h) {
-    LLAISYS_CHECK_ARG(h != nullptr, "model is NULL");
-    return *h->model;
-}
+std::shared_ptr<models::qwen2::Model> model_of(llaisysQwen2Model_t h) { return capi::live(h, "model"); }
 
 }  // namespace
 
@@ -25,11 +22,16 @@ llaisysQwen2Model_t llaisysQwen2ModelCreate(const llaisysQwen2Meta_t *meta, llai
     return guard_value<llaisysQwen2Model_t>(nullptr, [&] {
         LLAISYS_CHECK_ARG(meta != nullptr, "meta is NULL");
         device = capi::enum_arg(device);
-        return new LlaisysQwen2Model{std::make_unique<models::qwen2::Model>(capi::checked(*meta), device, device_id)};
+        return capi::make_handle<llaisysQwen2Model_t>(
+            std::make_shared<models::qwen2::Model>(capi::checked(*meta), device, device_id));
     });
 }
 
-void llaisysQwen2ModelDestroy(llaisysQwen2Model_t model) { delete model; }
+void llaisysQwen2ModelDestroy(llaisysQwen2Model_t model) {
+    guard([&] {
+        if (model) capi::take(model, "model");
+    });
+}
 
 llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model, const char *name, const void *data,
                                            llaisysDataType_t dtype, const size_t *shape, size_t ndim) {
@@ -38,14 +40,14 @@ llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model, const char
         dtype = capi::enum_arg(dtype);
         LLAISYS_CHECK_ARG(shape != nullptr || ndim == 0, "shape is NULL");
         LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " is too large");
-        model_of(model).set_weight(name, data, dtype, std::vector<size_t>(shape, shape + ndim));
+        model_of(model)->set_weight(name, data, dtype, std::vector<size_t>(shape, shape + ndim));
     });
 }
 
 llaisysStatus_t llaisysQwen2ModelMissingWeights(llaisysQwen2Model_t model, size_t *count, char *name_buf,
                                                 size_t capacity) {
     return guard([&] {
-        auto missing = model_of(model).missing_weights();
+        auto missing = model_of(model)->missing_weights();
         if (count) *count = missing.size();
         if (name_buf && capacity > 0) {
             std::string first = missing.empty() ? "" : missing.front();
@@ -59,21 +61,21 @@ llaisysStatus_t llaisysQwen2ModelMissingWeights(llaisysQwen2Model_t model, size_
 llaisysKVCache_t llaisysQwen2ModelCreateKVCache(llaisysQwen2Model_t model, llaisysKVLayout_t layout,
                                                 llaisysDataType_t dtype, size_t n_slots, size_t block_size) {
     return guard_value<llaisysKVCache_t>(nullptr, [&] {
-        auto &m = model_of(model);
+        const auto m = model_of(model);
         layout = capi::enum_arg(layout);
         dtype = capi::enum_arg(dtype);
         llaisysKVCacheParams_t p{};
         p.layout = layout;
         p.dtype = dtype;
-        p.n_layers = m.meta().n_layers;
-        p.n_kv_heads = m.meta().n_kv_heads;
-        p.head_dim = m.meta().head_dim;
+        p.n_layers = m->meta().n_layers;
+        p.n_kv_heads = m->meta().n_kv_heads;
+        p.head_dim = m->meta().head_dim;
         p.n_slots = n_slots;
         p.block_size = block_size;
-        p.rope_theta = m.meta().rope_theta;
-        p.device = m.device();
-        p.device_id = m.device_id();
-        return new LlaisysKVCache{std::make_unique<kv::KVCache>(p)};
+        p.rope_theta = m->meta().rope_theta;
+        p.device = m->device();
+        p.device_id = m->device_id();
+        return capi::make_handle<llaisysKVCache_t>(std::make_shared<kv::KVCache>(p));
     });
 }
 
@@ -81,11 +83,11 @@ llaisysStatus_t llaisysQwen2ModelStep(llaisysQwen2Model_t model, llaisysKVCache_
                                       const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) {
     llaisysStatus_t status = LLAISYS_STATUS_OK;
     llaisysStatus_t guarded = guard([&] {
-        auto &m = model_of(model);
-        LLAISYS_CHECK_ARG(cache != nullptr, "cache is NULL");
+        const auto m = model_of(model);
+        const auto c = capi::live(cache, "cache");
         LLAISYS_CHECK_ARG(batch != nullptr, "batch is NULL");
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        status = m.step(*cache->cache, *batch, params, *out);
+        status = m->step(*c, *batch, params, *out);
     });
     if (guarded != LLAISYS_STATUS_OK) return guarded;
     if (status == LLAISYS_STATUS_NO_KV_SPACE) {

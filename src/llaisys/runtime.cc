@@ -6,21 +6,46 @@
 #include "../utils/cpu_isa.hpp"
 #include "llaisys/runtime.h"
 
+#include <memory>
+#include <utility>
+
 using namespace llaisys;
 using capi::enum_arg;
 using capi::guard;
 
-struct LlaisysStream {
-    llaisysDeviceType_t device;
-    int id;
-    void *native;  // backend stream
-};
+namespace {
 
-struct LlaisysEvent {
+// What a stream or event handle holds: a backend stream or event of one device. It is released
+// by its Destroy, or, when another thread's call still used it then, as that call returns.
+template <bool kEvent>
+struct Native {
     llaisysDeviceType_t device;
     int id;
-    void *native;  // backend event
+    void *native;  // backend stream or event; NULL once released
+
+    Native(llaisysDeviceType_t d, int i, void *n) : device(d), id(i), native(n) {}
+    Native(const Native &) = delete;
+    Native &operator=(const Native &) = delete;
+    void release() {
+        void *n = std::exchange(native, nullptr);
+        if (kEvent) device::runtime(device).event_destroy(id, n);
+        else device::runtime(device).stream_destroy(id, n);
+    }
+    ~Native() {
+        try {
+            if (native) release();
+        } catch (...) {
+            // a destructor must not throw; Destroy reports the error when it releases
+        }
+    }
 };
+using Stream = Native<false>;
+using Event = Native<true>;
+
+}  // namespace
+
+LLAISYS_HANDLE_TYPE(llaisysStream_t, Stream, llaisys::capi::HandleKind::Stream);
+LLAISYS_HANDLE_TYPE(llaisysEvent_t, Event, llaisys::capi::HandleKind::Event);
 
 namespace {
 
@@ -33,12 +58,15 @@ void check_copy_args(void *dst, const void *src, size_t size) {
                       " bytes with a NULL pointer");
 }
 
-void *native_stream(llaisysDeviceType_t device, int id, llaisysStream_t stream) {
-    if (!stream) return nullptr;
-    LLAISYS_CHECK(stream->device == device && stream->id == id, LLAISYS_STATUS_DEVICE_MISMATCH,
-                  "stream belongs to another device");
-    return stream->native;
+// The stream of a handle for work on (device, id): nullptr (the default stream) for NULL.
+std::shared_ptr<Stream> stream_on(llaisysDeviceType_t device, int id, llaisysStream_t h) {
+    if (!h) return nullptr;
+    auto s = capi::live(h, "stream");
+    LLAISYS_CHECK(s->device == device && s->id == id, LLAISYS_STATUS_DEVICE_MISMATCH, "stream belongs to another device");
+    return s;
 }
+
+void *native_of(const std::shared_ptr<Stream> &s) { return s ? s->native : nullptr; }
 
 }  // namespace
 
@@ -142,8 +170,8 @@ llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int device_id, vo
         device::check_device(device, device_id);
         check_memcpy_kind(kind);
         check_copy_args(dst, src, size);
-        device::runtime(device).memcpy_async(device_id, dst, src, size, kind,
-                                             native_stream(device, device_id, stream));
+        const auto s = stream_on(device, device_id, stream);
+        device::runtime(device).memcpy_async(device_id, dst, src, size, kind, native_of(s));
     });
 }
 
@@ -154,22 +182,22 @@ llaisysStatus_t llaisysStreamCreate(llaisysDeviceType_t device, int device_id, l
         *out = nullptr;
         device::check_device(device, device_id);
         void *native = device::runtime(device).stream_create(device_id);
-        *out = new LlaisysStream{device, device_id, native};
+        *out = capi::make_handle<llaisysStream_t>(std::make_shared<Stream>(device, device_id, native));
     });
 }
 
 llaisysStatus_t llaisysStreamDestroy(llaisysStream_t stream) {
     return guard([&] {
         if (!stream) return;
-        device::runtime(stream->device).stream_destroy(stream->id, stream->native);
-        delete stream;
+        auto s = capi::take(stream, "stream");
+        if (s.use_count() == 1) s->release();  // else the call still using it releases it
     });
 }
 
 llaisysStatus_t llaisysStreamSynchronize(llaisysStream_t stream) {
     return guard([&] {
-        LLAISYS_CHECK_ARG(stream != nullptr, "stream is NULL");
-        device::runtime(stream->device).stream_synchronize(stream->id, stream->native);
+        const auto s = capi::live(stream, "stream");
+        device::runtime(s->device).stream_synchronize(s->id, s->native);
     });
 }
 
@@ -180,31 +208,31 @@ llaisysStatus_t llaisysEventCreate(llaisysDeviceType_t device, int device_id, ll
         *out = nullptr;
         device::check_device(device, device_id);
         void *native = device::runtime(device).event_create(device_id);
-        *out = new LlaisysEvent{device, device_id, native};
+        *out = capi::make_handle<llaisysEvent_t>(std::make_shared<Event>(device, device_id, native));
     });
 }
 
 llaisysStatus_t llaisysEventDestroy(llaisysEvent_t event) {
     return guard([&] {
         if (!event) return;
-        device::runtime(event->device).event_destroy(event->id, event->native);
-        delete event;
+        auto e = capi::take(event, "event");
+        if (e.use_count() == 1) e->release();  // else the call still using it releases it
     });
 }
 
 llaisysStatus_t llaisysEventRecord(llaisysEvent_t event, llaisysStream_t stream) {
     return guard([&] {
-        LLAISYS_CHECK_ARG(event != nullptr, "event is NULL");
-        device::runtime(event->device)
-            .event_record(event->id, event->native, native_stream(event->device, event->id, stream));
+        const auto e = capi::live(event, "event");
+        const auto s = stream_on(e->device, e->id, stream);
+        device::runtime(e->device).event_record(e->id, e->native, native_of(s));
     });
 }
 
 llaisysStatus_t llaisysEventQuery(llaisysEvent_t event) {
     bool done = false;
     llaisysStatus_t s = guard([&] {
-        LLAISYS_CHECK_ARG(event != nullptr, "event is NULL");
-        done = device::runtime(event->device).event_query(event->id, event->native);
+        const auto e = capi::live(event, "event");
+        done = device::runtime(e->device).event_query(e->id, e->native);
     });
     if (s != LLAISYS_STATUS_OK) return s;
     return done ? LLAISYS_STATUS_OK : capi::report(LLAISYS_STATUS_NOT_READY, "event has not completed yet");
@@ -212,17 +240,18 @@ llaisysStatus_t llaisysEventQuery(llaisysEvent_t event) {
 
 llaisysStatus_t llaisysEventSynchronize(llaisysEvent_t event) {
     return guard([&] {
-        LLAISYS_CHECK_ARG(event != nullptr, "event is NULL");
-        device::runtime(event->device).event_synchronize(event->id, event->native);
+        const auto e = capi::live(event, "event");
+        device::runtime(e->device).event_synchronize(e->id, e->native);
     });
 }
 
 llaisysStatus_t llaisysEventElapsedTime(llaisysEvent_t start, llaisysEvent_t end, float *ms) {
     return guard([&] {
-        LLAISYS_CHECK_ARG(start != nullptr && end != nullptr && ms != nullptr, "start, end and ms must not be NULL");
-        LLAISYS_CHECK(start->device == end->device && start->id == end->id, LLAISYS_STATUS_DEVICE_MISMATCH,
+        const auto a = capi::live(start, "start"), b = capi::live(end, "end");
+        LLAISYS_CHECK_ARG(ms != nullptr, "ms is NULL");
+        LLAISYS_CHECK(a->device == b->device && a->id == b->id, LLAISYS_STATUS_DEVICE_MISMATCH,
                       "events belong to different devices");
-        *ms = device::runtime(start->device).event_elapsed_ms(start->id, start->native, end->native);
+        *ms = device::runtime(a->device).event_elapsed_ms(a->id, a->native, b->native);
     });
 }
 

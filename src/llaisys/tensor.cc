@@ -35,48 +35,45 @@ llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim, llaisysDat
 
 void llaisysTensorDestroy(llaisysTensor_t tensor) {
     guard([&] {
-        if (!tensor) return;
-        tensor_of(tensor, "tensor");
-        tensor->magic = 0;
-        delete tensor;
+        if (tensor) capi::take(tensor, "tensor");
     });
 }
 
 llaisysStatus_t llaisysTensorLoad(llaisysTensor_t tensor, const void *src, size_t size) {
-    return guard([&] { tensor_of(tensor, "tensor").load(src, size); });
+    return guard([&] { tensor_of(tensor, "tensor")->load(src, size); });
 }
 
 llaisysStatus_t llaisysTensorRead(llaisysTensor_t tensor, void *dst, size_t capacity) {
-    return guard([&] { tensor_of(tensor, "tensor").read(dst, capacity); });
+    return guard([&] { tensor_of(tensor, "tensor")->read(dst, capacity); });
 }
 
 size_t llaisysTensorNdim(llaisysTensor_t tensor) {
-    return guard_value<size_t>(0, [&] { return tensor_of(tensor, "tensor").ndim(); });
+    return guard_value<size_t>(0, [&] { return tensor_of(tensor, "tensor")->ndim(); });
 }
 
 size_t llaisysTensorNumel(llaisysTensor_t tensor) {
-    return guard_value<size_t>(0, [&] { return tensor_of(tensor, "tensor").numel(); });
+    return guard_value<size_t>(0, [&] { return tensor_of(tensor, "tensor")->numel(); });
 }
 
 llaisysDataType_t llaisysTensorDataType(llaisysTensor_t tensor) {
-    return guard_value(LLAISYS_DTYPE_INVALID, [&] { return tensor_of(tensor, "tensor").dtype(); });
+    return guard_value(LLAISYS_DTYPE_INVALID, [&] { return tensor_of(tensor, "tensor")->dtype(); });
 }
 
 llaisysDeviceType_t llaisysTensorDeviceType(llaisysTensor_t tensor) {
-    return guard_value(LLAISYS_DEVICE_CPU, [&] { return tensor_of(tensor, "tensor").device(); });
+    return guard_value(LLAISYS_DEVICE_CPU, [&] { return tensor_of(tensor, "tensor")->device(); });
 }
 
 int llaisysTensorDeviceId(llaisysTensor_t tensor) {
-    return guard_value(-1, [&] { return tensor_of(tensor, "tensor").device_id(); });
+    return guard_value(-1, [&] { return tensor_of(tensor, "tensor")->device_id(); });
 }
 
 int llaisysTensorIsContiguous(llaisysTensor_t tensor) {
-    return guard_value(0, [&] { return tensor_of(tensor, "tensor").is_contiguous() ? 1 : 0; });
+    return guard_value(0, [&] { return tensor_of(tensor, "tensor")->is_contiguous() ? 1 : 0; });
 }
 
 llaisysStatus_t llaisysTensorShape(llaisysTensor_t tensor, size_t *shape, size_t capacity) {
     return guard([&] {
-        Tensor &t = tensor_of(tensor, "tensor");
+        const Tensor &t = *tensor_of(tensor, "tensor");
         LLAISYS_CHECK(capacity >= t.ndim(), LLAISYS_STATUS_BUFFER_TOO_SMALL, "shape buffer holds ", capacity,
                       " entries, tensor has ", t.ndim(), " dims");
         LLAISYS_CHECK_ARG(shape != nullptr || t.ndim() == 0, "shape is NULL");
@@ -86,7 +83,7 @@ llaisysStatus_t llaisysTensorShape(llaisysTensor_t tensor, size_t *shape, size_t
 
 llaisysStatus_t llaisysTensorStrides(llaisysTensor_t tensor, ptrdiff_t *strides, size_t capacity) {
     return guard([&] {
-        Tensor &t = tensor_of(tensor, "tensor");
+        const Tensor &t = *tensor_of(tensor, "tensor");
         LLAISYS_CHECK(capacity >= t.ndim(), LLAISYS_STATUS_BUFFER_TOO_SMALL, "strides buffer holds ", capacity,
                       " entries, tensor has ", t.ndim(), " dims");
         LLAISYS_CHECK_ARG(strides != nullptr || t.ndim() == 0, "strides is NULL");
@@ -95,43 +92,43 @@ llaisysStatus_t llaisysTensorStrides(llaisysTensor_t tensor, ptrdiff_t *strides,
 }
 
 void *llaisysTensorData(llaisysTensor_t tensor) {
-    return guard_value<void *>(nullptr, [&] { return static_cast<void *>(tensor_of(tensor, "tensor").data()); });
+    return guard_value<void *>(nullptr, [&] { return static_cast<void *>(tensor_of(tensor, "tensor")->data()); });
 }
 
 llaisysTensor_t llaisysTensorView(llaisysTensor_t tensor, const size_t *shape, size_t ndim) {
     return guard_value<llaisysTensor_t>(nullptr, [&] {
-        return new_handle(tensor_of(tensor, "tensor").view(dims(shape, ndim, "shape")));
+        return new_handle(tensor_of(tensor, "tensor")->view(dims(shape, ndim, "shape")));
     });
 }
 
 llaisysTensor_t llaisysTensorPermute(llaisysTensor_t tensor, const size_t *order, size_t ndim) {
     return guard_value<llaisysTensor_t>(nullptr, [&] {
-        return new_handle(tensor_of(tensor, "tensor").permute(dims(order, ndim, "order")));
+        return new_handle(tensor_of(tensor, "tensor")->permute(dims(order, ndim, "order")));
     });
 }
 
 llaisysTensor_t llaisysTensorSlice(llaisysTensor_t tensor, size_t dim, size_t start, size_t end) {
     return guard_value<llaisysTensor_t>(nullptr,
-                                        [&] { return new_handle(tensor_of(tensor, "tensor").slice(dim, start, end)); });
+                                        [&] { return new_handle(tensor_of(tensor, "tensor")->slice(dim, start, end)); });
 }
 
 llaisysTensor_t llaisysTensorReshape(llaisysTensor_t tensor, const size_t *shape, size_t ndim) {
     return guard_value<llaisysTensor_t>(nullptr, [&] {
-        return new_handle(tensor_of(tensor, "tensor").reshape(dims(shape, ndim, "shape")));
+        return new_handle(tensor_of(tensor, "tensor")->reshape(dims(shape, ndim, "shape")));
     });
 }
 
 llaisysTensor_t llaisysTensorContiguous(llaisysTensor_t tensor) {
     return guard_value<llaisysTensor_t>(nullptr,
-                                        [&] { return new_handle(tensor_of(tensor, "tensor").contiguous()); });
+                                        [&] { return new_handle(tensor_of(tensor, "tensor")->contiguous()); });
 }
 
 llaisysStatus_t llaisysTensorCopy(llaisysTensor_t dst, llaisysTensor_t src) {
-    return guard([&] { tensor_of(dst, "dst").copy_from(tensor_of(src, "src")); });
+    return guard([&] { tensor_of(dst, "dst")->copy_from(*tensor_of(src, "src")); });
 }
 
 llaisysStatus_t llaisysTensorDebug(llaisysTensor_t tensor, size_t max_elements) {
-    return guard([&] { tensor_of(tensor, "tensor").debug(max_elements); });
+    return guard([&] { tensor_of(tensor, "tensor")->debug(max_elements); });
 }
 
 }  // extern "C"
