@@ -240,3 +240,52 @@ def test_dtype_helpers_on_bad_values():
     assert LIB.llaisysDataTypeSize(0) == 0 and LIB.llaisysDataTypeSize(99) == 0
     assert LIB.llaisysDataTypeName(99) == b"invalid" and LIB.llaisysDataTypeName(-1) == b"invalid"
     assert LIB.llaisysVersion().decode() == llaisys.__version__
+
+
+# ------------------------------------------------------------------------------------------
+# sizes that overflow size_t (or ptrdiff_t) when multiplied or rounded up
+
+SIZE_MAX = (1 << 64) - 1
+HOST, PINNED, DEVICE = 0, 1, 2
+
+
+@pytest.mark.parametrize("kind", [HOST, PINNED, DEVICE])
+@pytest.mark.parametrize("size", [SIZE_MAX, SIZE_MAX - 10, SIZE_MAX - 63, 1 << 63, 1 << 62])
+def test_huge_malloc_is_out_of_memory(kind, size):
+    """A size whose round-up to whole 64-byte lines wraps must not give a tiny block."""
+    out = ctypes.c_void_p(0x1234)
+    status = LIB.llaisysMalloc(CPU, 0, kind, size, ctypes.byref(out))
+    if status == Status.OK:  # the old bug: success with a block of a few bytes
+        LIB.llaisysFree(CPU, 0, kind, out)
+    assert_failed(status, Status.OUT_OF_MEMORY, "bytes")
+    assert out.value is None
+
+
+@pytest.mark.parametrize("shape, dtype, status", [
+    ((1 << 62, 1 << 62), DTYPE_F32, Status.INVALID_ARGUMENT),  # elements overflow
+    ((1 << 61, 4), DTYPE_F32, Status.INVALID_ARGUMENT),  # bytes overflow
+    ((0, 1 << 62, 1 << 62), DTYPE_F32, Status.INVALID_ARGUMENT),  # empty, but its strides overflow
+    ((1 << 63,), 6, Status.INVALID_ARGUMENT),  # u8: byte offsets past PTRDIFF_MAX
+    ((1 << 62,), 6, Status.OUT_OF_MEMORY),  # fits the arithmetic; no machine has 4 EiB
+])
+def test_overflowing_shapes_are_refused(shape, dtype, status):
+    LIB.llaisysClearLastError()
+    h = LIB.llaisysTensorCreate(sizes(*shape), len(shape), dtype, CPU, 0)
+    if h:
+        LIB.llaisysTensorDestroy(h)
+    assert not h, f"created a tensor of shape {shape}"
+    assert LIB.llaisysGetLastStatus() == status, last_error()
+
+
+def test_views_of_an_empty_tensor_cannot_overflow_their_strides(handles):
+    empty = handles(0, 4)
+    for make in (LIB.llaisysTensorView, LIB.llaisysTensorReshape):
+        LIB.llaisysClearLastError()
+        h = make(empty, sizes(0, 1 << 62, 1 << 62), 3)
+        if h:
+            LIB.llaisysTensorDestroy(h)
+        assert not h and LIB.llaisysGetLastStatus() == Status.INVALID_ARGUMENT, last_error()
+        assert "too large" in last_error() or "overflows" in last_error()
+    ok = LIB.llaisysTensorView(empty, sizes(4, 0), 2)  # a legal view of it still works
+    assert ok, last_error()
+    LIB.llaisysTensorDestroy(ok)

@@ -10,6 +10,8 @@ from numpy, so these tests need neither torch nor a checkpoint and run under ASa
 from __future__ import annotations
 
 import ctypes
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -413,10 +415,33 @@ BIG = 1 << 40
     (dict(vocab_size=BIG, hidden_size=BIG), "overflows"),
     (dict(n_heads=1 << 62, n_kv_heads=1 << 61), "overflows"),
     (dict(intermediate_size=(1 << 63) + 1), "overflows"),
+    (dict(n_layers=1 << 62), "overflows"),  # was an INTERNAL length_error
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_bad_model_sizes_are_refused(over, fragment):
     LIB.llaisysClearLastError()
     assert_null(LIB.llaisysQwen2ModelCreate(ctypes.byref(meta(**over)), CPU, 0), INV, fragment)
+
+
+HUGE_VOCAB_CHILD = """
+import ctypes
+from llaisys.libllaisys import LIB
+from llaisys.libllaisys.qwen2 import Qwen2Meta
+m = Qwen2Meta(dtype=1, n_layers=1, hidden_size=1, intermediate_size=1, n_heads=1, n_kv_heads=1, head_dim=2,
+              vocab_size=2**64 - 1, max_position_embeddings=64, rms_norm_eps=1e-6, rope_theta=1e4,
+              tie_word_embeddings=1)
+h = LIB.llaisysQwen2ModelCreate(ctypes.byref(m), 0, 0)
+print(bool(h), LIB.llaisysGetLastStatus(), LIB.llaisysGetLastError().decode())
+"""
+
+
+def test_vocab_whose_packed_panels_wrap_is_refused():
+    """vocab_size SIZE_MAX with tied embeddings: ceil(vocab / 16) panels wrapped to 0, the lm_head
+    got an empty block and its tail panel was cleared 64 bytes before it (heap corruption, an
+    abort at a later free). In a child process, so that a corrupted heap fails this test only."""
+    run = subprocess.run([sys.executable, "-c", HUGE_VOCAB_CHILD], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, f"rc {run.returncode}: {run.stdout} {run.stderr[-2000:]}"
+    created, status, message = run.stdout.split(" ", 2)
+    assert created == "False" and int(status) == INV and "overflows" in message, run.stdout
 
 
 def test_bad_cache_sizes_are_refused(model, block):
