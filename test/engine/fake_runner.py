@@ -51,18 +51,31 @@ def history_token(history, req, vocab: int) -> int:
 
 
 class FakeRunner:
-    def __init__(self, vocab: int = 266, next_fn=None, fail_when=None):
+    def __init__(self, vocab: int = 266, next_fn=None, fail_when=None, fail_after_write_when=None):
         self.vocab = vocab
         self.next_fn = next_fn  # (history, req) -> token id, instead of the hash
         self.fail_when = fail_when  # (batch) -> bool: raise instead of computing
+        self.fail_after_write_when = fail_after_write_when  # (batch) -> bool: write the K/V, then raise
+        self.calls = 0  # execute() calls
         self.slots = {}  # BLOCK: slot -> (token id, position)
         self.cells = defaultdict(dict)  # SLOT: seq id -> {position: token id}
         self.steps = []  # per step: {req_id: num tokens}, for assertions
         self.sample_steps = []  # per step: set of req_ids sampled
 
+    @property
+    def vocab_size(self) -> int:
+        return self.vocab
+
     def execute(self, batch) -> StepResult:
+        self.calls += 1
         for s in batch.free_seq_ids.tolist():
             self.cells.pop(s, None)
+        if getattr(batch, "rewind", False) and batch.kv_layout == "slot":  # what seq_rm(seq, first position, -1) does
+            for s in range(batch.n_seqs):
+                first = int(batch.positions[batch.query_start[s]])
+                cells = self.cells[int(batch.seq_ids[s])]
+                for p in [p for p in cells if p >= first]:
+                    del cells[p]
         if self.fail_when is not None and self.fail_when(batch):
             raise RuntimeError("injected failure")
         qs = batch.query_start
@@ -71,6 +84,8 @@ class FakeRunner:
         if batch.n_tokens == 0:
             return empty_result()
         self._check_and_write(batch)
+        if self.fail_after_write_when is not None and self.fail_after_write_when(batch):
+            raise RuntimeError("injected failure after the K/V was written")
         out = np.zeros(batch.n_sample, np.int64)
         for i, t in enumerate(batch.sample_rows.tolist()):
             row = int(batch.seq_of_token[t])

@@ -17,7 +17,7 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Callable, Iterator, Optional
 
-from .llm_engine import LLMEngine
+from .llm_engine import LLMEngine, snapshot_sampling_params
 from .outputs import CompletionOutput, RequestOutput, Usage
 from .request import RequestTimes
 from .sampling_params import SamplingParams
@@ -109,7 +109,7 @@ class AsyncEngine:
         request, EngineDeadError once shutdown began or the loop died."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        sp = sampling_params if sampling_params is not None else SamplingParams()
+        sp = snapshot_sampling_params(sampling_params)  # later changes by the caller do not reach the loop
         ids, _ = self.engine.check_request(prompt_token_ids, sp)
         stream = RequestStream(self, request_id)
         with self._lock:

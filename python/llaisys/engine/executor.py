@@ -33,7 +33,16 @@ class ModelRunner(Protocol):
       ``logit_bias_now()`` (min_tokens is enforced through it).
     - It returns ``StepResult`` with ``sampled_token_ids`` [n_sample], and ``logprobs`` /
       ``top_*`` when any sample request asked for logprobs.
-    - It raises on failure; the engine then finishes the step's requests with "error".
+    - It raises on failure. The engine then finds the rows that fail (LLMEngine._isolate):
+      it calls ``execute`` again on sub-batches (``step_input.select_rows``) of the same
+      step, marked ``batch.rewind``, finishes the failing rows with "error" and keeps the
+      results of the others. A retry must therefore be idempotent: the same tokens, written
+      again to the same slots (BLOCK), or to fresh cells after dropping each row's cells from
+      its first position on (SLOT, ``rewind``), sampled with the same (seed, step), give the
+      same result. Nothing the runner keeps may advance on a failed call.
+    - Optionally it has ``vocab_size``, the logits width (lm_head rows): LLMEngine checks
+      every token id a request carries (prompt, logit_bias, stop_token_ids) against it at
+      admission. Without it the tokenizer's vocabulary is the bound.
     """
 
     def execute(self, batch: StepInput) -> StepResult: ...

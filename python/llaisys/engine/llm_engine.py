@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -14,11 +15,54 @@ from .executor import ModelRunner
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
 from .request import Request, RequestStatus, RequestTimes
-from .sampling_params import SamplingParams
+from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits
-from .step_input import StepInput, build_step_input, unpack_result
+from .step_input import StepInput, build_step_input, select_rows, unpack_result
 
 log = logging.getLogger(__name__)
+
+
+def isolation_budget(n_rows: int) -> int:
+    """Most extra runner calls a failed step of n_rows rows may spend finding its failing rows:
+    bisection isolates one bad row in 2 * ceil(log2 n) calls, this allows two. A failure that
+    is not the rows' fault (every half fails) ends the search when the budget is spent."""
+    return 4 * max(1, (n_rows - 1).bit_length())
+
+
+def _error_text(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _positive_int(v) -> Optional[int]:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+
+
+def snapshot_sampling_params(sampling_params: Optional[SamplingParams]) -> SamplingParams:
+    """A private, re-validated copy: a caller mutating its SamplingParams after add_request
+    (or sharing one across requests) cannot change what the engine admitted."""
+    if sampling_params is None:
+        return SamplingParams()
+    if not isinstance(sampling_params, SamplingParams):
+        raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
+    return dataclasses.replace(sampling_params)
+
+
+def _tolerant_decode(tokenizer) -> Callable:
+    """tokenizer.decode that gives no text for ids the tokenizer does not know. The model's
+    logits can be wider than the tokenizer (padding rows): such an id can be sampled (or
+    pushed by a logit_bias) and must not break the request's text, let alone the step."""
+    decode = tokenizer.decode
+    n = _positive_int(getattr(tokenizer, "vocab_size", None))
+    if n is None:
+        return decode
+
+    def tolerant(ids, skip_special_tokens: bool = False) -> str:
+        ids = list(ids)
+        if any(not 0 <= t < n for t in ids):
+            ids = [t for t in ids if 0 <= t < n]
+        return decode(ids, skip_special_tokens=skip_special_tokens)
+
+    return tolerant
 
 
 def _eos_ids(tokenizer, eos_token_ids) -> frozenset:
@@ -51,9 +95,21 @@ class LLMEngine:
         self.config = config
         self.runner = runner  # computes steps (see executor.ModelRunner)
         self.tokenizer = tokenizer  # decode(ids, skip_special_tokens=...) and eos ids
-        self.eos_token_ids = _eos_ids(tokenizer, eos_token_ids)
+        # the logits width: every token id a request carries must be below it (the runner's
+        # vocab_size, the lm_head rows; else the tokenizer's vocabulary; None: unknown)
+        tok_vocab = _positive_int(getattr(tokenizer, "vocab_size", None))
+        self.vocab_size = _positive_int(getattr(runner, "vocab_size", None)) or tok_vocab
+        # prompt ids must also be known to the tokenizer (their text is the detokenizer's context)
+        self._prompt_vocab = min(v for v in (self.vocab_size, tok_vocab, float("inf")) if v is not None)
+        eos = _eos_ids(tokenizer, eos_token_ids)
+        if self.vocab_size is not None and any(t >= self.vocab_size for t in eos):
+            # never sampled, so they need no min_tokens ban (which the core would refuse)
+            log.warning("eos ids %s are outside the model's logits [0, %d); ignored",
+                        sorted(t for t in eos if t >= self.vocab_size), self.vocab_size)
+            eos = frozenset(t for t in eos if t < self.vocab_size)
+        self.eos_token_ids = eos
         self.clock = clock
-        self.processor = OutputProcessor(tokenizer.decode)
+        self.processor = OutputProcessor(_tolerant_decode(tokenizer))
         self.scheduler = Scheduler(config, self.processor, clock)
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
@@ -62,15 +118,16 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
                     arrival_time: Optional[float] = None, prompt: Optional[str] = None) -> None:
-        """Queue a request; ValueError if it is malformed or could never fit."""
+        """Queue a request; ValueError if it is malformed or could never fit
+        (SamplingParamsError, naming the field, for a sampling parameter)."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        sp = sampling_params if sampling_params is not None else SamplingParams()
-        ids, max_tokens = self.check_request(prompt_token_ids, sp)
+        sp = snapshot_sampling_params(sampling_params)
+        ids, max_tokens = self._admit(prompt_token_ids, sp)
         seq_ids = [request_id] if sp.n == 1 else [f"{request_id}#{i}" for i in range(sp.n)]
         if self.processor.has_group(request_id) or any(s in self.scheduler.requests for s in seq_ids):
             raise ValueError(f"request id {request_id!r} is already in use")
-        base_seed = (sp.seed if sp.seed is not None else self._rng.getrandbits(64)) % 2 ** 64
+        base_seed = sp.seed if sp.seed is not None else self._rng.getrandbits(64)
         arrival = self.clock() if arrival_time is None else arrival_time
         seqs = []
         for i, sid in enumerate(seq_ids):
@@ -81,11 +138,34 @@ class LLMEngine:
         for req in seqs:
             self.scheduler.add_request(req)
 
-    def check_request(self, prompt_token_ids, sampling_params: SamplingParams) -> tuple:
-        """(prompt ids as a list, the max_tokens the request gets), or ValueError: the checks of
-        add_request that need no engine state (safe to call from any thread)."""
-        ids = _check_prompt(prompt_token_ids, getattr(self.tokenizer, "vocab_size", None))
-        return ids, check_fits(self.config, len(ids), sampling_params.max_tokens)
+    def check_request(self, prompt_token_ids, sampling_params: Optional[SamplingParams] = None) -> tuple:
+        """(prompt ids as a list, the max_tokens the request gets), or ValueError: every check
+        of add_request that needs no engine state (safe to call from any thread).
+
+        - SamplingParamsError (a ValueError; ``.param`` names the field) for a sampling
+          parameter: any SamplingParams check (run again here, on a copy), a ``logit_bias``
+          or ``stop_token_ids`` id at or above the model's logits width (``vocab_size``), or
+          ``logprobs`` above it;
+        - ValueError for the prompt (empty, not flat ints, an id outside the vocabulary) and
+          for a request that could never fit (``check_fits``)."""
+        return self._admit(prompt_token_ids, snapshot_sampling_params(sampling_params))
+
+    def _admit(self, prompt_token_ids, sp: SamplingParams) -> tuple:
+        ids = _check_prompt(prompt_token_ids, None if self._prompt_vocab == float("inf") else self._prompt_vocab)
+        self._check_token_params(sp)
+        return ids, check_fits(self.config, len(ids), sp.max_tokens)
+
+    def _check_token_params(self, sp: SamplingParams) -> None:
+        """The ids a request hands the sampler must be rows of the model's logits."""
+        v = self.vocab_size
+        if v is None:
+            return
+        for name, ids in (("logit_bias", sp.logit_bias), ("stop_token_ids", sp.stop_token_ids)):
+            bad = next((t for t in ids if t >= v), None)
+            if bad is not None:
+                raise SamplingParamsError(name, f"{name}: token id {bad} is outside the model's vocabulary [0, {v})")
+        if sp.logprobs is not None and sp.logprobs > v:
+            raise SamplingParamsError("logprobs", f"logprobs {sp.logprobs} exceeds the model's vocabulary ({v})")
 
     def abort_request(self, request_ids: Union[str, Iterable[str]], error: Optional[str] = None) -> None:
         """Abort requests in any state (unknown or finished ids are ignored); their last
@@ -121,14 +201,83 @@ class LLMEngine:
             return {}, {}
         try:
             return unpack_result(batch, self.runner.execute(batch))
-        except Exception as e:  # the step's sequences end with "error"; the engine goes on
-            log.exception("engine step failed")
-            for req in out.scheduled:
-                if self.scheduler.abort(req.request_id, RequestStatus.FINISHED_ERROR, f"{type(e).__name__}: {e}"):
-                    self._aborted.append(req)
-            return {}, {}
+        except Exception as e:
+            if batch.n_seqs == 0:  # only frees: no request to blame
+                log.exception("engine step (frees only) failed")
+                return {}, {}
+            log.warning("engine step of %d rows failed (%s); finding the failing rows", batch.n_seqs, _error_text(e),
+                        exc_info=True)
+            return self._isolate(batch, e)
+
+    def _isolate(self, batch: StepInput, error: Exception) -> tuple:
+        """The step failed as a whole: find the rows that fail and finish only those with
+        "error"; every other row gets the result it would have had.
+
+        Bisection: a failed group of rows is split in two and each half is run again as its
+        own sub-batch (select_rows, marked rewind); a half that succeeds keeps its results, a
+        half that fails is split again, down to single rows, which are the culprits. Every
+        row ends up in exactly one successful call or is a culprit. A retry is idempotent: it
+        recomputes the same tokens into the same slots (BLOCK; SLOT cells are dropped first,
+        see StepInput.rewind), samples with the same (seed, step) (the sampler keeps no state)
+        and nothing in the engine advances until the step's results are applied. Greedy
+        tokens do not depend on the batch a row is computed in (test_real_model_engine), so
+        the survivors' output equals a run without the culprits. At most
+        isolation_budget(n) extra calls; rows still unresolved then fail with the error."""
+        sampled, logprobs = {}, {}
+        culprits = {}  # row -> error text
+        state = {"calls_left": isolation_budget(batch.n_seqs), "succeeded": False}
+
+        def attempt(rows: list) -> Optional[Exception]:
+            state["calls_left"] -= 1
+            sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
+            try:
+                s, lp = unpack_result(sub, self.runner.execute(sub))
+            except Exception as e:
+                return e
+            state["succeeded"] = True
+            sampled.update(s)
+            logprobs.update(lp)
+            return None
+
+        def split(rows: list, err: Exception) -> None:  # rows fail together with err
+            if len(rows) == 1:
+                culprits[rows[0]] = _error_text(err)
+                return
+            mid = len(rows) // 2
+            for half in (rows[:mid], rows[mid:]):
+                if state["calls_left"] <= 0:
+                    for r in half:
+                        culprits[r] = f"{_error_text(err)} (the step failed and its failing rows were not " \
+                                      f"found within {isolation_budget(batch.n_seqs)} retries)"
+                    continue
+                e = attempt(half)
+                if e is not None:
+                    split(half, e)
+
+        split(list(range(batch.n_seqs)), error)
+        for row, text in sorted(culprits.items()):
+            rid = batch.req_ids[row]
+            log.error("request %s failed in the step: %s", rid, text)
+            req = self.scheduler.abort(rid, RequestStatus.FINISHED_ERROR, text)
+            if req is not None:
+                self._aborted.append(req)
+            sampled.pop(rid, None)
+            logprobs.pop(rid, None)
+        return sampled, logprobs
 
     def _outputs(self, out: SchedulerOutput, touched: list, num_sampled: int) -> list:
         changed, self._aborted = self._aborted + touched, []
-        self.metrics.update(self.scheduler, out, num_sampled, [r for r in changed if r.is_finished])
-        return self.processor.make_outputs(changed)
+        failed: list = []
+        outputs = self.processor.make_outputs(changed, on_error=lambda seqs, msg: failed.extend(
+            self._fail_seqs(seqs, msg)))
+        finished = [r for r in changed if r.is_finished] + [r for r in failed if r not in changed]
+        self.metrics.update(self.scheduler, out, num_sampled, finished)
+        return outputs
+
+    def _fail_seqs(self, seqs: list, error: str) -> list:
+        """Finish the unfinished of `seqs` with "error" (their output could not be made)."""
+        done = []
+        for req in seqs:
+            if self.scheduler.abort(req.request_id, RequestStatus.FINISHED_ERROR, error) is not None:
+                done.append(req)
+        return done

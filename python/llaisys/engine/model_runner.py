@@ -32,10 +32,20 @@ class CoreModelRunner:
         self.model = model
         self.cache = cache
 
+    @property
+    def vocab_size(self) -> int:
+        """The logits width: rows of the lm_head (config vocab_size), the bound the core checks
+        every token id against. It may exceed the tokenizer's vocabulary (padding rows)."""
+        return int(self.model.config.vocab_size)
+
     def execute(self, batch: StepInput) -> StepResult:
         if batch.kv_layout == "slot":
             for seq in batch.free_seq_ids:
                 self.cache.seq_rm(int(seq))
+            if batch.rewind:  # a failed attempt may have placed these rows' cells already
+                starts = batch.positions[batch.query_start[:-1]]
+                for seq, p0 in zip(batch.seq_ids.tolist(), starts.tolist()):
+                    self.cache.seq_rm(int(seq), int(p0), -1)
         if batch.n_tokens == 0:
             return empty_result()
         rows = [row_sampling(r) for r in batch.sample_requests]

@@ -14,12 +14,15 @@ only after min_tokens others).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
 from .outputs import CompletionOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False)
@@ -99,13 +102,30 @@ class OutputProcessor:
         return None
 
     # ---- outputs -------------------------------------------------------------------------
-    def make_outputs(self, reqs: list) -> list:
+    def make_outputs(self, reqs: list, on_error: Optional[Callable] = None) -> list:
         """One RequestOutput per user request that any of `reqs` belongs to, in first-seen
-        order. A request's last output (finished=True) drops its state."""
+        order. A request's last output (finished=True) drops its state.
+
+        If making one request's output raises, that request alone ends: ``on_error(seqs,
+        message)`` is called (the engine finishes the unfinished ones with "error") and its
+        final output carries what had been sent so far and the error; the others go on."""
         seen = {}
         for req in reqs:
             seen.setdefault(req.external_id, None)
-        return [self._group_output(self._groups[gid]) for gid in seen if gid in self._groups]
+        outs = []
+        for gid in seen:
+            g = self._groups.get(gid)
+            if g is None:
+                continue
+            try:
+                outs.append(self._group_output(g))
+            except Exception as e:
+                log.exception("could not make the output of request %s", gid)
+                message = f"{type(e).__name__}: {e}"
+                if on_error is not None:
+                    on_error(g.seqs, message)
+                outs.append(self._failed_output(g, message))
+        return outs
 
     def _visible(self, req: Request, st: _SeqText) -> int:
         """Chars of st.text that may be handed out now."""
@@ -127,6 +147,29 @@ class OutputProcessor:
                                 delta_text=delta_text, delta_token_ids=list(delta_ids),
                                 logprobs=list(req.logprobs) if req.logprobs is not None else None,
                                 finish_reason=req.status.finish_reason, stop_reason=req.stop_reason)
+
+    def _failed_output(self, g: _Group, error: str) -> RequestOutput:
+        """The final output of a group whose output could not be made: only what was already
+        sent, no decoding; drops the group's state."""
+        outputs = []
+        for r in g.seqs:
+            st = self._texts.get(r.request_id)
+            sent_chars = st.sent_chars if st else 0
+            text = st.text[:sent_chars] if st else ""
+            ids = list(r.output_token_ids)
+            reason = r.status.finish_reason if r.is_finished else "error"
+            outputs.append(CompletionOutput(index=r.index, text=text, token_ids=ids, delta_text="",
+                                            delta_token_ids=ids[st.sent_tokens if st else 0:],
+                                            logprobs=list(r.logprobs) if r.logprobs is not None else None,
+                                            finish_reason=reason, stop_reason=r.stop_reason))
+        del self._groups[g.request_id]
+        for r in g.seqs:
+            self._texts.pop(r.request_id, None)
+        lead = g.seqs[0]
+        usage = Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=sum(r.num_output_tokens for r in g.seqs),
+                      cached_tokens=max(lead.num_cached_tokens, 0))
+        return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
+                             outputs=outputs, finished=True, usage=usage, metrics=replace(lead.times), error=error)
 
     def _group_output(self, g: _Group) -> RequestOutput:
         outputs = [self._completion(r) for r in g.seqs]

@@ -12,6 +12,7 @@ recomputed from prompt + output so far (its sampled tokens stay).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,6 +21,8 @@ from typing import Callable, Optional
 from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
 from .request import Request, RequestStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -182,22 +185,34 @@ class Scheduler:
         touched = []
         now = self.clock()
         for req in out.scheduled:
-            rid = req.request_id
-            if req.is_finished:  # aborted while the step ran
+            if req.is_finished:  # aborted while the step ran (or failed in it)
                 continue
-            req.num_computed_tokens += out.num_scheduled_tokens[rid]
-            self.kv.cache_blocks(req)
-            tokens = sampled.get(rid) if rid in out.sample_req_ids else None
-            if not tokens:
-                continue  # a middle prefill chunk: nothing sampled
-            lps = (logprobs or {}).get(rid) or [None] * len(tokens)
-            for tok, lp in zip(tokens, lps):
-                status = self.processor.append_token(req, int(tok), lp, now)
-                if status is not None:
-                    self.finish(req, status)
-                    break
-            touched.append(req)
+            try:
+                if self._advance(req, out, sampled, logprobs, now):
+                    touched.append(req)
+            except Exception as e:  # this request's output broke: it alone ends, with "error"
+                log.exception("request %s failed after the step", req.request_id)
+                if not req.is_finished:
+                    self.finish(req, RequestStatus.FINISHED_ERROR, f"{type(e).__name__}: {e}")
+                touched.append(req)
         return touched
+
+    def _advance(self, req: Request, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict],
+                 now: float) -> bool:
+        """Apply the step to one request; True if it got tokens or finished."""
+        rid = req.request_id
+        req.num_computed_tokens += out.num_scheduled_tokens[rid]
+        self.kv.cache_blocks(req)
+        tokens = sampled.get(rid) if rid in out.sample_req_ids else None
+        if not tokens:
+            return False  # a middle prefill chunk: nothing sampled
+        lps = (logprobs or {}).get(rid) or [None] * len(tokens)
+        for tok, lp in zip(tokens, lps):
+            status = self.processor.append_token(req, int(tok), lp, now)
+            if status is not None:
+                self.finish(req, status)
+                break
+        return True
 
     def finish(self, req: Request, status: RequestStatus, error: Optional[str] = None) -> None:
         """End a request in any unfinished state: leave the queues, free its blocks."""

@@ -8,7 +8,7 @@ Shapes follow include/llaisys/models/qwen2.h (llaisysBatch_t).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -39,6 +39,11 @@ class StepInput:
     free_seq_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))  # [n_free] int32
     #   SLOT: seq ids released since the previous step; clear them (seq_rm) before computing
     finished_req_ids: set = field(default_factory=set)  # requests gone since the previous step
+    # True when the batch recomputes tokens that a failed attempt of the same step may already
+    # have placed (LLMEngine's failure isolation). BLOCK: nothing to do, the same slots are
+    # written again. SLOT: drop each row's cells from its first position here on
+    # (seq_rm(seq, positions[query_start[s]], -1)) before computing.
+    rewind: bool = False
 
     @property
     def n_tokens(self) -> int:
@@ -102,6 +107,39 @@ def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
     batch.block_tables = block_tables
     batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
     return batch
+
+
+def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> StepInput:
+    """The sub-batch of `batch` that computes only `rows` (ascending row indices) exactly as
+    `batch` would: same tokens, positions, context, slots, seq ids and sample requests. It is
+    marked ``rewind`` (it repeats tokens of a failed attempt). ``keep_frees``: carry the
+    step's ``free_seq_ids`` and ``finished_req_ids``, which is safe only while no attempt of
+    this step has succeeded (a freed seq id may already hold a new row's cells after that)."""
+    rows = np.asarray(rows, np.int64)
+    qs = batch.query_start.astype(np.int64)
+    q_lens = (qs[1:] - qs[:-1])[rows]
+    keep = np.zeros(batch.n_seqs, bool)
+    keep[rows] = True
+    tok_keep = keep[batch.seq_of_token]  # flat tokens of the kept rows, in order
+    new_index = np.cumsum(tok_keep) - 1  # old flat index -> new flat index (for kept tokens)
+    query_start = np.zeros(len(rows) + 1, np.int32)
+    np.cumsum(q_lens, out=query_start[1:])
+    sample_keep = tok_keep[batch.sample_rows]
+    sub = StepInput(
+        token_ids=batch.token_ids[tok_keep], positions=batch.positions[tok_keep],
+        seq_of_token=np.repeat(np.arange(len(rows), dtype=np.int32), q_lens), query_start=query_start,
+        context_lens=batch.context_lens[rows], sample_rows=new_index[batch.sample_rows[sample_keep]].astype(np.int32),
+        req_ids=[batch.req_ids[i] for i in rows.tolist()],
+        sample_requests=[r for r, k in zip(batch.sample_requests, sample_keep.tolist()) if k],
+        kv_layout=batch.kv_layout, block_size=batch.block_size,
+        free_seq_ids=batch.free_seq_ids if keep_frees else np.zeros(0, np.int32),
+        finished_req_ids=set(batch.finished_req_ids) if keep_frees else set(), rewind=True)
+    if batch.kv_layout == "slot":
+        sub.seq_ids = batch.seq_ids[rows]
+    else:
+        sub.block_tables = batch.block_tables[rows]
+        sub.slot_mapping = batch.slot_mapping[tok_keep]
+    return sub
 
 
 def unpack_result(batch: StepInput, result: StepResult) -> tuple:
