@@ -170,6 +170,10 @@ class ServerState:
             return g.json_body
         check_json_content_type()
         data = request.get_data(cache=True)
+        if request.content_length is None and len(data) >= self.limits.max_body_bytes:
+            # a chunked body is cut at the limit by werkzeug rather than refused: refuse it here
+            raise APIError(413, f"request body exceeds the limit of {self.limits.max_body_bytes} bytes",
+                           code="request_too_large")
         g.json_body = parse_json_body(data)
         return g.json_body
 

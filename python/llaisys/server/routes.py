@@ -191,10 +191,11 @@ def embeddings():
 @bp.post("/tokenize")
 def tokenize():
     st = state()
-    body = check_body("TokenizeRequest", st.read_json(), st.request_limits)
+    body = st.read_json()
     prompt, messages = body.get("prompt"), body.get("messages")
     if (prompt is None) == (messages is None):
         raise bad_request("give exactly one of 'prompt' and 'messages'", param="prompt")
+    check_body("TokenizeRequest", body, st.request_limits)
     served = st.registry.get(get_field(body, "model"))
     tok = served.engine.tokenizer
     if prompt is not None:

@@ -185,8 +185,9 @@ def _check_number(schema: dict, v, where: str, fail) -> None:
 def _check_object(schema: dict, v: dict, path: tuple, where: str, code, fail) -> None:
     if "maxProperties" in schema and len(v) > schema["maxProperties"]:
         fail(f"'{where}' may hold at most {schema['maxProperties']} entries, got {len(v)}", "invalid_value")
-    for name in schema.get("required", ()):
-        if v.get(name) is None:
+    for name in schema.get("required", ()):  # null is absent unless the field's schema takes null
+        sub = schema.get("properties", {}).get(name, {})
+        if name not in v or (v[name] is None and not is_valid(sub, None)):
             raise _Fail(path + (name,), f"'{_where(path + (name,))}' is a required field",
                         "missing_required_parameter" if not path else (code or "invalid_value"))
     names = schema.get("propertyNames")
