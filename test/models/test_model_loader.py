@@ -144,7 +144,14 @@ def test_config_mismatch(tiny_dirs, tmp_path):
     cfg = json.loads((path / "config.json").read_text())
     cfg["num_hidden_layers"] = 3
     (path / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match="missing tensors: model.layers.2"):
+    with pytest.raises(ValueError, match="config.json: field 'num_hidden_layers' is 3 but the weights hold 2 layers"):
+        load_model(path)
+    weights = read_safetensors(tiny_dirs["untied"][0] / "model.safetensors").tensors
+    del_name = "model.layers.1.mlp.down_proj.weight"
+    write_safetensors(path / "model.safetensors", {n: t for n, t in weights.items() if n != del_name})
+    cfg["num_hidden_layers"] = 2
+    (path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="missing tensors: model.layers.1.mlp.down_proj.weight"):
         load_model(path)
 
 

@@ -1,19 +1,39 @@
 """Qwen2 model configuration, parsed and validated from a HuggingFace `config.json`.
 
 Accepts both the transformers 4.x spelling (`torch_dtype`, top-level `rope_theta`)
-and the 5.x spelling (`dtype`, `rope_parameters.rope_theta`).
+and the 5.x spelling (`dtype`, `rope_parameters.rope_theta`). Every value is type- and
+range-checked before anything is sized by it (see LIMITS); errors are ModelFileErrors
+naming the file and the field.
 """
 
-import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Union
 
+from .files import ModelFileError, read_json_file
+
 _ARCHITECTURE = "Qwen2ForCausalLM"
 _MODEL_TYPE = "qwen2"
 # HF torch dtype names -> our dtype tags
 TORCH_DTYPE_TAGS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
+# field -> (smallest, largest) accepted value. Far above any released Qwen2-family model
+# (the largest: 80 layers, hidden 8192, FFN 29568, 64 heads, vocab 152064, 131072
+# positions), low enough that nothing sized by a config can exhaust memory or time before
+# the tensors in the files are compared with it.
+LIMITS = {
+    "hidden_size": (1, 1 << 16),
+    "intermediate_size": (1, 1 << 20),
+    "num_hidden_layers": (1, 1 << 12),
+    "num_attention_heads": (1, 1 << 10),
+    "num_key_value_heads": (1, 1 << 10),
+    "vocab_size": (1, 1 << 22),
+    "max_position_embeddings": (1, 1 << 26),
+    "rms_norm_eps": (0.0, 0.5),  # exclusive below; the core keeps it as a float32
+    "rope_theta": (0.0, 1e12),  # exclusive below; the core keeps it as a float32
+}
+MAX_EOS_IDS = 256  # end-of-sequence ids one config may list
 
 
 @dataclass(frozen=True)
@@ -51,17 +71,7 @@ class Qwen2Config:
     @classmethod
     def from_json_file(cls, path: Union[str, os.PathLike]) -> "Qwen2Config":
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ValueError(f"{path}: config.json not found") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path}: cannot read config: {e}") from None
-        try:
-            d = json.loads(text)
-        except ValueError as e:
-            raise ValueError(f"{path}: invalid JSON: {e}") from None
-        return _parse(d, str(path))
+        return _parse(read_json_file(path), str(path))
 
     def to_hf_dict(self) -> dict:
         """A HuggingFace-style config.json dict (readable by transformers and by from_dict)."""
@@ -94,7 +104,7 @@ class Qwen2Config:
 
 def _req(d: dict, key: str, kind: type, source: str):
     if key not in d:
-        raise ValueError(f"{source}: missing required field {key!r}")
+        raise ModelFileError(source, key, f"missing required field {key!r}")
     return _typed(d[key], key, kind, source)
 
 
@@ -103,96 +113,132 @@ def _typed(value, key: str, kind: type, source: str):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif kind is float:
         ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
+        if ok:
+            try:
+                value = float(value)
+            except OverflowError:  # an int too large for a float
+                ok = False
+            ok = ok and math.isfinite(value)
     else:
         ok = isinstance(value, kind)
     if not ok:
-        raise ValueError(f"{source}: field {key!r} must be {kind.__name__}, got {type(value).__name__} {value!r}")
+        want = "a finite number" if kind is float else kind.__name__
+        raise ModelFileError(source, key, f"field {key!r} must be {want}, got {type(value).__name__} {_shown(value)}")
     return value
 
 
-def _positive(source: str, **fields) -> None:
-    for key, value in fields.items():
-        if value <= 0:
-            raise ValueError(f"{source}: field {key!r} must be positive, got {value}")
+def _in_range(source: str, key: str, value, low, high) -> None:
+    """low < value <= high for floats (low exclusive), low <= value <= high for ints."""
+    ok = (low < value <= high) if isinstance(value, float) else (low <= value <= high)
+    if not ok:
+        if isinstance(value, int) and value <= 0:
+            raise ModelFileError(source, key, f"field {key!r} must be positive, got {value}")
+        raise ModelFileError(source, key, f"field {key!r} is {value}, outside the supported range "
+                                          f"{'(' if isinstance(value, float) else '['}{low}, {high}]")
 
 
 def _check_identity(d: dict, source: str) -> None:
     archs = d.get("architectures")
     model_type = d.get("model_type")
     if archs is not None and (not isinstance(archs, list) or _ARCHITECTURE not in archs):
-        raise ValueError(f"{source}: architectures {archs!r} is not supported (need {_ARCHITECTURE!r})")
+        raise ModelFileError(source, "architectures",
+                             f"architectures {_shown(archs)} is not supported (need {_ARCHITECTURE!r})")
     if model_type != _MODEL_TYPE:
-        raise ValueError(f"{source}: model_type {model_type!r} is not supported (need {_MODEL_TYPE!r})")
+        raise ModelFileError(source, "model_type",
+                             f"model_type {_shown(model_type)} is not supported (need {_MODEL_TYPE!r})")
     act = d.get("hidden_act", "silu")
     if act != "silu":
-        raise ValueError(f"{source}: hidden_act {act!r} is not supported (Qwen2 uses 'silu')")
-    if d.get("use_sliding_window"):
-        raise ValueError(f"{source}: sliding-window attention (use_sliding_window=true) is not supported")
+        raise ModelFileError(source, "hidden_act", f"hidden_act {_shown(act)} is not supported (Qwen2 uses 'silu')")
+    if _typed(d.get("use_sliding_window", False), "use_sliding_window", bool, source):
+        raise ModelFileError(source, "use_sliding_window",
+                             "sliding-window attention (use_sliding_window=true) is not supported")
 
 
 def _rope_theta(d: dict, source: str) -> float:
-    params = d.get("rope_parameters")
-    if params is not None and not isinstance(params, dict):
-        raise ValueError(f"{source}: rope_parameters must be an object")
-    scaling = d.get("rope_scaling")
-    for rope in (params, scaling):
-        if isinstance(rope, dict):
-            rope_type = rope.get("rope_type", rope.get("type", "default"))
-            if rope_type != "default":
-                raise ValueError(f"{source}: RoPE scaling type {rope_type!r} is not supported")
+    for key in ("rope_parameters", "rope_scaling"):
+        rope = d.get(key)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            raise ModelFileError(source, key, f"field {key!r} must be an object or null, got {type(rope).__name__}")
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type != "default":
+            raise ModelFileError(source, key, f"field {key!r}: RoPE scaling type {_shown(rope_type)} is not supported")
     if "rope_theta" in d:
         return _typed(d["rope_theta"], "rope_theta", float, source)
+    params = d.get("rope_parameters")
     if params is not None and "rope_theta" in params:
         return _typed(params["rope_theta"], "rope_parameters.rope_theta", float, source)
     return 10000.0  # transformers' Qwen2Config default
 
 
-def _token_ids(value, key: str, source: str) -> tuple:
+def _token_ids(value, key: str, source: str, vocab: int) -> tuple:
     if value is None:
         return ()
     items = value if isinstance(value, list) else [value]
-    return tuple(_typed(v, key, int, source) for v in items)
+    if len(items) > MAX_EOS_IDS:
+        raise ModelFileError(source, key, f"field {key!r} lists {len(items)} ids (at most {MAX_EOS_IDS})")
+    ids = tuple(_typed(v, key, int, source) for v in items)
+    for tid in ids:
+        if not 0 <= tid < vocab:
+            raise ModelFileError(source, key, f"special token id {tid} ({key}) outside the vocabulary (size {vocab})")
+    return ids
+
+
+def _sizes(d: dict, source: str) -> dict:
+    """The integer hyperparameters, typed and range-checked, before anything uses them."""
+    sizes = {key: _req(d, key, int, source)
+             for key in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size")}
+    sizes["num_key_value_heads"] = _typed(d.get("num_key_value_heads", sizes["num_attention_heads"]),
+                                          "num_key_value_heads", int, source)
+    sizes["max_position_embeddings"] = _typed(d.get("max_position_embeddings", 32768),
+                                              "max_position_embeddings", int, source)
+    for key, value in sizes.items():
+        _in_range(source, key, value, *LIMITS[key])
+    hidden, heads, kv_heads = sizes["hidden_size"], sizes["num_attention_heads"], sizes["num_key_value_heads"]
+    if hidden % heads:
+        raise ModelFileError(source, "num_attention_heads",
+                             f"num_attention_heads {heads} does not divide hidden_size {hidden}")
+    if heads % kv_heads:
+        raise ModelFileError(source, "num_key_value_heads",
+                             f"num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}")
+    head_dim = d.get("head_dim")
+    if head_dim is not None and _typed(head_dim, "head_dim", int, source) != hidden // heads:
+        raise ModelFileError(source, "head_dim",
+                             f"head_dim {head_dim} != hidden_size / num_attention_heads ({hidden // heads})")
+    if (hidden // heads) % 2:
+        raise ModelFileError(source, "head_dim", f"head_dim {hidden // heads} must be even for RoPE")
+    return sizes
 
 
 def _parse(d, source: str) -> Qwen2Config:
     if not isinstance(d, dict):
-        raise ValueError(f"{source}: config must be a JSON object, got {type(d).__name__}")
+        raise ModelFileError(source, None, f"config must be a JSON object, got {type(d).__name__}")
     _check_identity(d, source)
-    hidden = _req(d, "hidden_size", int, source)
-    inter = _req(d, "intermediate_size", int, source)
-    layers = _req(d, "num_hidden_layers", int, source)
-    heads = _req(d, "num_attention_heads", int, source)
-    kv_heads = _typed(d.get("num_key_value_heads", heads), "num_key_value_heads", int, source)
-    vocab = _req(d, "vocab_size", int, source)
-    max_pos = _typed(d.get("max_position_embeddings", 32768), "max_position_embeddings", int, source)
+    sizes = _sizes(d, source)
     eps = _typed(d.get("rms_norm_eps", 1e-6), "rms_norm_eps", float, source)
-    tie = _typed(d.get("tie_word_embeddings", False), "tie_word_embeddings", bool, source)
-    _positive(source, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-              num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-              max_position_embeddings=max_pos, rms_norm_eps=eps)
-    if hidden % heads:
-        raise ValueError(f"{source}: num_attention_heads {heads} does not divide hidden_size {hidden}")
-    if heads % kv_heads:
-        raise ValueError(f"{source}: num_key_value_heads {kv_heads} does not divide num_attention_heads {heads}")
-    head_dim = d.get("head_dim")
-    if head_dim is not None and _typed(head_dim, "head_dim", int, source) != hidden // heads:
-        raise ValueError(f"{source}: head_dim {head_dim} != hidden_size / num_attention_heads ({hidden // heads})")
-    if (hidden // heads) % 2:
-        raise ValueError(f"{source}: head_dim {hidden // heads} must be even for RoPE")
+    _in_range(source, "rms_norm_eps", eps, *LIMITS["rms_norm_eps"])
     theta = _rope_theta(d, source)
-    _positive(source, rope_theta=theta)
-    torch_dtype = d.get("torch_dtype", d.get("dtype"))
-    if torch_dtype is not None and torch_dtype not in TORCH_DTYPE_TAGS:
-        raise ValueError(f"{source}: torch_dtype {torch_dtype!r} is not one of {sorted(TORCH_DTYPE_TAGS)}")
-    bos = d.get("bos_token_id")
-    bos = None if bos is None else _typed(bos, "bos_token_id", int, source)
-    eos = _token_ids(d.get("eos_token_id"), "eos_token_id", source)
-    for tid in (() if bos is None else (bos,)) + eos:
-        if not 0 <= tid < vocab:
-            raise ValueError(f"{source}: special token id {tid} outside the vocabulary (size {vocab})")
-    return Qwen2Config(hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-                       num_attention_heads=heads, num_key_value_heads=kv_heads, vocab_size=vocab,
-                       max_position_embeddings=max_pos, rms_norm_eps=eps, rope_theta=theta,
-                       tie_word_embeddings=tie, torch_dtype=torch_dtype, bos_token_id=bos,
-                       eos_token_ids=eos)
+    _in_range(source, "rope_theta", theta, *LIMITS["rope_theta"])
+    tie = _typed(d.get("tie_word_embeddings", False), "tie_word_embeddings", bool, source)
+    dtype_key = "torch_dtype" if "torch_dtype" in d else "dtype"
+    torch_dtype = d.get(dtype_key)
+    if torch_dtype is not None and (not isinstance(torch_dtype, str) or torch_dtype not in TORCH_DTYPE_TAGS):
+        raise ModelFileError(source, dtype_key,
+                             f"{dtype_key} {_shown(torch_dtype)} is not one of {sorted(TORCH_DTYPE_TAGS)}")
+    vocab = sizes["vocab_size"]
+    bos = _token_ids(d.get("bos_token_id"), "bos_token_id", source, vocab)
+    if len(bos) > 1:
+        raise ModelFileError(source, "bos_token_id", "field 'bos_token_id' must be one id, got a list")
+    eos = _token_ids(d.get("eos_token_id"), "eos_token_id", source, vocab)
+    return Qwen2Config(**sizes, rms_norm_eps=eps, rope_theta=theta, tie_word_embeddings=tie,
+                       torch_dtype=torch_dtype, bos_token_id=bos[0] if bos else None, eos_token_ids=eos)
+
+
+def _shown(value) -> str:
+    """A short repr of a value from a file (never huge, never raising)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        return f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."

@@ -6,14 +6,15 @@ config (name, shape, float dtype); unknown tensors are an error. Pickle checkpoi
 (`*.bin`, `*.pt`, `*.pth`) are refused: loading them can run arbitrary code.
 """
 
-import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
 from . import bf16
 from .config import Qwen2Config
+from .files import ModelFileError, read_json_file
 from .safetensors_io import RawTensor, read_safetensors
 
 SINGLE_FILE = "model.safetensors"
@@ -64,52 +65,93 @@ def expected_shapes(config: Qwen2Config) -> dict:
     return shapes
 
 
-def validate_tensors(config: Qwen2Config, tensors: dict, source: str) -> None:
-    """Raise ValueError unless `tensors` is exactly a Qwen2 checkpoint for `config`.
+_LAYER = re.compile(r"model\.layers\.(\d+)\.")
+
+
+def check_config_against_tensors(config: Qwen2Config, tensors: dict, config_source: str) -> None:
+    """Raise a ModelFileError naming the config field when the tensors present contradict it.
+
+    Runs before anything is sized by the config: a config claiming a million layers over a
+    two-layer file fails here, in time proportional to the file, not to the claim.
+    """
+    def field_error(key: str, claimed, held: str):
+        raise ModelFileError(config_source, key, f"field {key!r} is {claimed} but the weights hold {held}")
+
+    layers = {m.group(1) for name in tensors if (m := _LAYER.match(name))}
+    if config.num_hidden_layers != len(layers):
+        field_error("num_hidden_layers", config.num_hidden_layers, f"{len(layers)} layers")
+
+    def dims(name: str) -> Optional[tuple]:
+        t = tensors.get(name)
+        return tuple(t.shape) if t is not None and len(t.shape) == 2 else None
+
+    embed = dims("model.embed_tokens.weight")
+    if embed is not None:
+        if embed[0] != config.vocab_size:
+            field_error("vocab_size", config.vocab_size, f"{embed[0]} embedding rows")
+        if embed[1] != config.hidden_size:
+            field_error("hidden_size", config.hidden_size, f"{embed[1]} embedding columns")
+    up = dims("model.layers.0.mlp.up_proj.weight")
+    if up is not None and up[0] != config.intermediate_size:
+        field_error("intermediate_size", config.intermediate_size, f"an up_proj of {up[0]} rows")
+    q, k = dims("model.layers.0.self_attn.q_proj.weight"), dims("model.layers.0.self_attn.k_proj.weight")
+    hd = config.head_dim
+    if q is not None and q[0] != config.num_attention_heads * hd:
+        field_error("num_attention_heads", config.num_attention_heads, f"a q_proj of {q[0]} rows")
+    if k is not None and k[0] != config.num_key_value_heads * hd:
+        field_error("num_key_value_heads", config.num_key_value_heads,
+                    f"a k_proj of {k[0]} rows, not num_key_value_heads x head_dim {hd} (hidden_size "
+                    f"{config.hidden_size} / num_attention_heads {config.num_attention_heads})")
+
+
+def validate_tensors(config: Qwen2Config, tensors: dict, source: str, config_source: Optional[str] = None) -> None:
+    """Raise ModelFileError unless `tensors` is exactly a Qwen2 checkpoint for `config`.
 
     `tensors` maps name -> anything with `.shape` and `.dtype` (RawTensor, or TensorSpec before data exists).
+    `config_source` names where the config came from (default `source`), for errors about its fields.
     """
+    check_config_against_tensors(config, tensors, config_source or source)
     want = expected_shapes(config)
     optional = {"lm_head.weight": (config.vocab_size, config.hidden_size)} if config.tie_word_embeddings else {}
     missing = sorted(set(want) - set(tensors))
     if missing:
         more = f" (and {len(missing) - 5} more)" if len(missing) > 5 else ""
-        raise ValueError(f"{source}: missing tensors: {', '.join(missing[:5])}{more}")
+        raise ModelFileError(source, missing[0], f"missing tensors: {', '.join(missing[:5])}{more}")
     unknown = sorted(set(tensors) - set(want) - set(optional))
     if unknown:
         more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
-        raise ValueError(f"{source}: unexpected tensors for a Qwen2 model: {', '.join(unknown[:5])}{more}")
+        raise ModelFileError(source, unknown[0],
+                             f"unexpected tensors for a Qwen2 model: {', '.join(map(repr, unknown[:5]))}{more}")
     for name, t in tensors.items():
         shape = want.get(name, optional.get(name))
         if tuple(t.shape) != shape:
-            raise ValueError(f"{source}: tensor {name!r} has shape {tuple(t.shape)}, config needs {shape}")
+            raise ModelFileError(source, name, f"tensor {name!r} has shape {tuple(t.shape)}, config needs {shape}")
         if t.dtype not in _LOADABLE_DTYPES:
-            raise ValueError(f"{source}: tensor {name!r} has dtype {t.dtype}; need one of {_LOADABLE_DTYPES}")
+            raise ModelFileError(source, name, f"tensor {name!r} has dtype {t.dtype}; need one of {_LOADABLE_DTYPES}")
 
 
 def _refuse_pickles(path: Path) -> None:
     pickles = sorted(p.name for p in path.iterdir() if p.suffix in _PICKLE_SUFFIXES)
     detail = f"; found only pickle checkpoints ({', '.join(pickles)}), which are not loaded" if pickles else ""
-    raise ValueError(
-        f"{path}: no {SINGLE_FILE} or {INDEX_FILE}{detail}. llaisys requires safetensors weights "
+    raise ModelFileError(
+        path, None, f"no {SINGLE_FILE} or {INDEX_FILE}{detail}. llaisys requires safetensors weights "
         f"(convert with transformers: model.save_pretrained(dir, safe_serialization=True)).")
 
 
 def _shard_files(path: Path) -> dict:
     """Read the shard index; returns tensor name -> shard file name, validated."""
     index_path = path / INDEX_FILE
-    try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{index_path}: cannot read shard index: {e}") from None
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    weight_map = read_json_file(index_path).get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"{index_path}: needs a non-empty 'weight_map' object")
+        raise ModelFileError(index_path, "weight_map", "needs a non-empty 'weight_map' object")
     for name, shard in weight_map.items():
-        if not isinstance(shard, str) or Path(shard).name != shard or not shard.endswith(".safetensors"):
-            raise ValueError(f"{index_path}: tensor {name!r} maps to invalid shard file name {shard!r}")
+        if (not isinstance(shard, str) or shard in (".", "..") or Path(shard).name != shard
+                or not shard.endswith(".safetensors")):
+            raise ModelFileError(index_path, "weight_map",
+                                 f"weight_map: tensor {name!r} maps to invalid shard file name {str(shard)[:80]!r}")
+    for shard in set(weight_map.values()):
         if not (path / shard).is_file():
-            raise ValueError(f"{index_path}: shard {shard!r} (for tensor {name!r}) does not exist")
+            raise ModelFileError(index_path, "weight_map", f"weight_map: shard {shard!r} does not exist")
     return weight_map
 
 
@@ -121,11 +163,13 @@ def _read_all(path: Path) -> dict:
         for shard in sorted(set(weight_map.values())):
             for name, t in read_safetensors(path / shard).tensors.items():
                 if weight_map.get(name) != shard:
-                    raise ValueError(f"{path / shard}: tensor {name!r} is not mapped to this shard in {INDEX_FILE}")
+                    raise ModelFileError(path / shard, name,
+                                         f"tensor {name!r} is not mapped to this shard in {INDEX_FILE}")
                 tensors[name] = t
         absent = sorted(set(weight_map) - set(tensors))
         if absent:
-            raise ValueError(f"{path}: tensors listed in {INDEX_FILE} but absent from their shards: {absent[:5]}")
+            raise ModelFileError(path / INDEX_FILE, absent[0],
+                                 f"tensors listed in {INDEX_FILE} but absent from their shards: {absent[:5]}")
         return tensors
     if (path / SINGLE_FILE).is_file():
         return dict(read_safetensors(path / SINGLE_FILE).tensors)
@@ -150,10 +194,10 @@ def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> Lo
         raise ValueError(f"dtype must be one of {_LOADABLE_DTYPES} or None, got {dtype!r}")
     path = Path(path)
     if not path.is_dir():
-        raise ValueError(f"{path}: model directory does not exist")
+        raise ModelFileError(path, None, "model directory does not exist")
     config = Qwen2Config.from_json_file(path / "config.json")
     tensors = _read_all(path)
-    validate_tensors(config, tensors, str(path))
+    validate_tensors(config, tensors, str(path), config_source=str(path / "config.json"))
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # tied: HF ignores a stored lm_head and uses the embedding
     target = dtype or tensors["model.embed_tokens.weight"].dtype

@@ -18,7 +18,14 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 import numpy as np
 
-MAX_HEADER_BYTES = 100_000_000  # same limit as the official library
+from .files import ModelFileError, loads_json
+
+# A Qwen2 checkpoint holds 12 tensors per layer (~1,000 for 80 layers, a ~150 KB header); the
+# official library allows 100 MB headers, which take tens of seconds to parse as JSON.
+MAX_HEADER_BYTES = 16 << 20
+MAX_TENSORS = 1 << 16  # tensors in one file
+MAX_NDIM = 8  # dimensions of one tensor (a Qwen2 checkpoint uses 1 and 2)
+MAX_DIM = (1 << 63) - 1  # one dimension: what an int64 holds
 
 # safetensors dtype string -> (our tag, numpy storage dtype, little-endian)
 _ST_DTYPES = {
@@ -87,11 +94,11 @@ class SafetensorsFile:
 
 
 def _no_duplicates(pairs):
-    out = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r} in header")
-        out[key] = value
+    out = dict(pairs)  # at C speed: a header may hold a few hundred thousand objects
+    if len(out) != len(pairs):
+        seen = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise ValueError(f"duplicate key {duplicate!r} in header")
     return out
 
 
@@ -101,20 +108,23 @@ def _is_int(x) -> bool:
 
 def _read_header(path: Path, file_size: int):
     if file_size < 8:
-        raise ValueError(f"{path}: not a safetensors file (only {file_size} bytes, the header length needs 8)")
+        raise ModelFileError(path, "header", f"not a safetensors file (only {file_size} bytes, "
+                                             f"the header length needs 8)")
     with open(path, "rb") as f:
         n = int.from_bytes(f.read(8), "little")
         if n > MAX_HEADER_BYTES:
-            raise ValueError(f"{path}: header length {n} is absurd (limit {MAX_HEADER_BYTES} bytes)")
+            raise ModelFileError(path, "header", f"header length {n} is absurd (limit {MAX_HEADER_BYTES} bytes)")
         if n > file_size - 8:
-            raise ValueError(f"{path}: header length {n} exceeds the file size {file_size} (truncated file?)")
+            raise ModelFileError(path, "header",
+                                 f"header length {n} exceeds the file size {file_size} (truncated file?)")
         raw = f.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"{path}: header is not valid UTF-8 JSON: {e}") from None
+    if len(raw) != n:
+        raise ModelFileError(path, "header", f"file ended inside the {n}-byte header")
+    header = loads_json(raw, path, "header", object_pairs_hook=_no_duplicates)
     if not isinstance(header, dict):
-        raise ValueError(f"{path}: header must be a JSON object, got {type(header).__name__}")
+        raise ModelFileError(path, "header", f"header must be a JSON object, got {type(header).__name__}")
+    if len(header) > MAX_TENSORS + 1:
+        raise ModelFileError(path, "header", f"header lists {len(header)} entries (at most {MAX_TENSORS} tensors)")
     return 8 + n, header
 
 
@@ -123,34 +133,37 @@ def _parse_metadata(path: Path, header: dict) -> dict:
     if meta is None:
         return {}
     if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
-        raise ValueError(f"{path}: __metadata__ must be an object of string -> string")
+        raise ModelFileError(path, "__metadata__", "__metadata__ must be an object of string -> string")
     return meta
 
 
 def _parse_entry(path: Path, name: str, entry, data_size: int):
     """Validate one header entry; returns (tag, shape, begin, end)."""
-    where = f"{path}: tensor {name!r}"
+    def bad(message: str):
+        raise ModelFileError(path, name, f"tensor {name!r}: {message}")
+
     if not name:
-        raise ValueError(f"{path}: empty tensor name")
+        raise ModelFileError(path, "header", "empty tensor name")
     if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= entry.keys():
-        raise ValueError(f"{where}: entry must be an object with dtype, shape and data_offsets")
+        bad("entry must be an object with dtype, shape and data_offsets")
     st_dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
     if not isinstance(st_dtype, str) or st_dtype not in _ST_DTYPES:
-        raise ValueError(f"{where}: unknown dtype {st_dtype!r} (known: {', '.join(_ST_DTYPES)})")
-    if not isinstance(shape, list) or not all(_is_int(d) for d in shape):
-        raise ValueError(f"{where}: shape must be a list of integers, got {shape!r}")
-    if any(d < 0 for d in shape):
-        raise ValueError(f"{where}: negative dimension in shape {shape}")
+        bad(f"unknown dtype {str(st_dtype)[:40]!r} (known: {', '.join(_ST_DTYPES)})")
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) for d in shape):
+        bad(f"shape must be a list of at most {MAX_NDIM} integers, got {str(shape)[:80]}")
+    if not all(0 <= d <= MAX_DIM for d in shape):
+        bad(f"shape {shape} has a dimension outside [0, 2**63)")
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
-        raise ValueError(f"{where}: data_offsets must be [begin, end] integers, got {offsets!r}")
+        bad(f"data_offsets must be [begin, end] integers, got {str(offsets)[:80]}")
     begin, end = offsets
     if not 0 <= begin <= end <= data_size:
-        raise ValueError(f"{where}: byte range [{begin}, {end}) lies outside the data region of {data_size} bytes")
+        bad(f"byte range [{begin}, {end}) lies outside the data region of {data_size} bytes")
     tag, np_dtype = _ST_DTYPES[st_dtype]
-    want = math.prod(shape) * np_dtype.itemsize
+    want = math.prod(shape) * np_dtype.itemsize  # at most 8 factors below 2**63: no runaway
     if end - begin != want:
-        raise ValueError(
-            f"{where}: shape {shape} x {np_dtype.itemsize} bytes = {want} bytes, but byte range holds {end - begin}")
+        bad(f"shape {shape} x {np_dtype.itemsize} bytes = {want} bytes, but byte range holds {end - begin}")
+    if want == 0 and math.prod(d for d in shape if d) * np_dtype.itemsize >= 1 << 62:
+        bad(f"empty shape {shape} is too large to index")
     return tag, tuple(shape), begin, end
 
 
@@ -160,7 +173,9 @@ def read_safetensors(path: Union[str, os.PathLike]) -> SafetensorsFile:
     try:
         file_size = path.stat().st_size
     except OSError as e:
-        raise ValueError(f"{path}: cannot read safetensors file: {e.strerror}") from None
+        raise ModelFileError(path, None, f"cannot read safetensors file: {e.strerror}") from None
+    if not path.is_file():
+        raise ModelFileError(path, None, "not a regular file")
     data_start, header = _read_header(path, file_size)
     metadata = _parse_metadata(path, header)
     data_size = file_size - data_start
@@ -170,7 +185,7 @@ def read_safetensors(path: Union[str, os.PathLike]) -> SafetensorsFile:
     for (_, _, begin, end), name in entries:
         if begin < end:
             if begin < prev_end:
-                raise ValueError(f"{path}: tensor {name!r} overlaps tensor {prev_name!r} in the data region")
+                raise ModelFileError(path, name, f"tensor {name!r} overlaps tensor {prev_name!r} in the data region")
             prev_end, prev_name = end, name
     buf = np.memmap(path, dtype=np.uint8, mode="r") if file_size else np.zeros(0, np.uint8)
     out = SafetensorsFile(path=path, metadata=metadata)
