@@ -19,7 +19,9 @@ import numpy as np
 
 from . import bf16
 from .config import Qwen2Config
-from .gguf_tokenizer import build_tokenizer_files
+from .files import ModelFileError
+from .gguf_check import check_gguf
+from .gguf_tokenizer import build_tokenizer_files, metadata
 from .loader import validate_tensors
 from .safetensors_io import TensorSpec, write_safetensors_streaming
 
@@ -43,84 +45,113 @@ _BLOCK_NAMES = {
 }
 
 
-def hf_tensor_name(gguf_name: str) -> str:
+# tensor types gguf.quants can dequantize
+_DEQUANTIZABLE = frozenset([gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
+                            *gguf.quants._type_traits])  # noqa: SLF001 - the package's own registry
+# HF config field -> the GGUF metadata key it comes from
+_GGUF_KEYS = {
+    "hidden_size": "qwen2.embedding_length",
+    "intermediate_size": "qwen2.feed_forward_length",
+    "num_hidden_layers": "qwen2.block_count",
+    "num_attention_heads": "qwen2.attention.head_count",
+    "num_key_value_heads": "qwen2.attention.head_count_kv",
+    "max_position_embeddings": "qwen2.context_length",
+    "rms_norm_eps": "qwen2.attention.layer_norm_rms_epsilon",
+    "rope_theta": "qwen2.rope.freq_base",
+    "bos_token_id": "tokenizer.ggml.bos_token_id",
+    "eos_token_id": "tokenizer.ggml.eos_token_id",
+    "vocab_size": "token_embd.weight",
+    "head_dim": "qwen2.attention.head_count",
+}
+
+
+def hf_tensor_name(gguf_name: str, source: str = "GGUF file") -> str:
     """GGUF tensor name -> HF name, e.g. "blk.3.attn_q.bias" -> "model.layers.3.self_attn.q_proj.bias"."""
     parts = gguf_name.split(".")
     if len(parts) == 2 and parts[0] in _GLOBAL_NAMES and parts[1] in ("weight", "bias"):
         return f"{_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
-    if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _BLOCK_NAMES
-            and parts[3] in ("weight", "bias")):
+    if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdecimal() and len(parts[1]) <= 6
+            and parts[2] in _BLOCK_NAMES and parts[3] in ("weight", "bias")):
         return f"model.layers.{int(parts[1])}.{_BLOCK_NAMES[parts[2]]}.{parts[3]}"
-    raise ValueError(f"GGUF tensor {gguf_name!r} has no Qwen2 HuggingFace equivalent")
+    raise ModelFileError(source, gguf_name, f"GGUF tensor {gguf_name!r} has no Qwen2 HuggingFace equivalent")
 
 
-def _field(reader: gguf.GGUFReader, key: str, default=None, required: bool = True):
-    f = reader.fields.get(key)
-    if f is None:
-        if required:
-            raise ValueError(f"GGUF metadata lacks {key!r}")
-        return default
-    return f.contents()
-
-
-def _read_config(reader: gguf.GGUFReader, vocab_size: int, tied: bool) -> Qwen2Config:
-    arch = _field(reader, "general.architecture")
+def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool) -> Qwen2Config:
+    arch = metadata(reader, "general.architecture", str, source)
     if arch != "qwen2":
-        raise ValueError(f"GGUF architecture is {arch!r}; only 'qwen2' can be converted")
-    p = "qwen2."
-    d = {
-        "architectures": ["Qwen2ForCausalLM"],
-        "model_type": "qwen2",
-        "hidden_size": _field(reader, p + "embedding_length"),
-        "intermediate_size": _field(reader, p + "feed_forward_length"),
-        "num_hidden_layers": _field(reader, p + "block_count"),
-        "num_attention_heads": _field(reader, p + "attention.head_count"),
-        "num_key_value_heads": _field(reader, p + "attention.head_count_kv"),
-        "vocab_size": vocab_size,
-        "max_position_embeddings": _field(reader, p + "context_length"),
-        "rms_norm_eps": _field(reader, p + "attention.layer_norm_rms_epsilon"),
-        "rope_theta": _field(reader, p + "rope.freq_base", 10000.0, required=False),
-        "tie_word_embeddings": tied,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": _field(reader, "tokenizer.ggml.bos_token_id", None, required=False),
-        "eos_token_id": _field(reader, "tokenizer.ggml.eos_token_id", None, required=False),
-    }
-    return Qwen2Config.from_dict(d, source="GGUF metadata")
+        raise ModelFileError(source, "general.architecture",
+                             f"general.architecture is {arch[:40]!r}; only 'qwen2' can be converted")
+    d = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": vocab_size,
+         "tie_word_embeddings": tied, "torch_dtype": "bfloat16"}
+    for field, key in _GGUF_KEYS.items():
+        if key.startswith("qwen2.") and field != "head_dim":
+            kind = float if field in ("rms_norm_eps", "rope_theta") else int
+            required = field != "rope_theta"
+            value = metadata(reader, key, kind, source, required=required)
+            if value is not None:
+                d[field] = value
+    for field in ("bos_token_id", "eos_token_id"):
+        d[field] = metadata(reader, _GGUF_KEYS[field], int, source, required=False)
+    try:
+        return Qwen2Config.from_dict(d, source=source)
+    except ModelFileError as e:  # name the GGUF key the field came from
+        key = _GGUF_KEYS.get(e.field, e.field)
+        raise ModelFileError(source, key, f"{e.message} (GGUF key {key})") from None
 
 
-def _plan(reader: gguf.GGUFReader):
+def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
     """Map and shape every GGUF tensor; returns (config, [(TensorSpec, ReaderTensor)])."""
     plan, seen = [], {}
     for t in reader.tensors:
-        name = hf_tensor_name(t.name)
+        name = hf_tensor_name(t.name, source)
         if name in seen:
-            raise ValueError(f"GGUF tensors {seen[name]!r} and {t.name!r} both map to {name!r}")
+            raise ModelFileError(source, t.name, f"GGUF tensors {seen[name]!r} and {t.name!r} both map to {name!r}")
+        if t.tensor_type not in _DEQUANTIZABLE:
+            raise ModelFileError(source, t.name, f"GGUF tensor {t.name!r} has type {t.tensor_type.name}, "
+                                                 f"which cannot be dequantized")
         seen[name] = t.name
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF lists dims innermost first
         plan.append((TensorSpec(name, "bf16", shape), t))
     if "model.embed_tokens.weight" not in seen:
-        raise ValueError("GGUF file has no token_embd.weight tensor")
+        raise ModelFileError(source, "token_embd.weight", "GGUF file has no token_embd.weight tensor")
     embed = next(s for s, _ in plan if s.name == "model.embed_tokens.weight")
-    config = _read_config(reader, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen)
-    validate_tensors(config, {s.name: s for s, _ in plan}, "GGUF file")
+    if len(embed.shape) != 2:
+        raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed.shape}, need 2-D")
+    config = _read_config(reader, source, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen)
+    try:
+        validate_tensors(config, {s.name: s for s, _ in plan}, source)
+    except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
+        gguf_names = {hf: g for hf, g in seen.items()}
+        key = _GGUF_KEYS.get(e.field) or gguf_names.get(e.field, e.field)
+        raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
     return config, plan
 
 
 def _to_bf16(spec: TensorSpec, tensor) -> np.ndarray:
     """Dequantize one GGUF tensor to f32 and round it to bf16, in row chunks to bound temporaries."""
+    try:
+        return _dequantize(spec, tensor)
+    except ModelFileError:
+        raise
+    except Exception as e:  # noqa: BLE001 - gguf.quants on crafted bytes
+        raise ModelFileError("GGUF file", tensor.name, f"cannot dequantize {tensor.name!r}: {e}") from None
+
+
+def _dequantize(spec: TensorSpec, tensor) -> np.ndarray:
     raw = tensor.data  # [rows, bytes per row] for quantized types, else the values
     if raw.ndim != 2 or len(spec.shape) != 2 or raw.shape[0] != spec.shape[0]:
         f32 = gguf.quants.dequantize(raw, tensor.tensor_type)
         if f32.size != int(np.prod(spec.shape)):
-            raise ValueError(f"GGUF tensor {tensor.name!r} dequantized to {f32.shape}, expected {spec.shape}")
+            raise ModelFileError("GGUF file", tensor.name,
+                                 f"GGUF tensor {tensor.name!r} dequantized to {f32.shape}, expected {spec.shape}")
         return bf16.f32_to_bf16(f32.reshape(spec.shape))
     out = np.empty(spec.shape, dtype=np.uint16)  # [rows, cols] bf16 bits
     step = max(1, _CHUNK_ELEMS // spec.shape[1])
     for r in range(0, spec.shape[0], step):
         f32 = gguf.quants.dequantize(raw[r:r + step], tensor.tensor_type)
         if f32.shape != (min(step, spec.shape[0] - r), spec.shape[1]):
-            raise ValueError(f"GGUF tensor {tensor.name!r} dequantized to rows of {f32.shape[1:]}, "
-                             f"expected {spec.shape[1]} columns")
+            raise ModelFileError("GGUF file", tensor.name, f"GGUF tensor {tensor.name!r} dequantized to rows of "
+                                                           f"{f32.shape[1:]}, expected {spec.shape[1]} columns")
         out[r:r + step] = bf16.f32_to_bf16(f32)
     return out
 
@@ -169,20 +200,19 @@ def convert_gguf(gguf_path: Union[str, os.PathLike], out_dir: Union[str, os.Path
     Returns `out_dir` as a Path.
     """
     gguf_path, out_dir = Path(gguf_path), Path(out_dir)
-    if not gguf_path.is_file():
-        raise ValueError(f"{gguf_path}: GGUF file does not exist")
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise ValueError(f"{out_dir}: output directory already exists and is not empty")
+    check_gguf(gguf_path)  # bounded structure walk: the reader below trusts every count it reads
     try:
         reader = gguf.GGUFReader(gguf_path)
-    except (ValueError, OSError, KeyError, IndexError) as e:
-        raise ValueError(f"{gguf_path}: not a readable GGUF file: {e}") from None
-    config, plan = _plan(reader)
+    except Exception as e:  # noqa: BLE001 - structure already checked; anything left is still the file's fault
+        raise ModelFileError(gguf_path, None, f"not a readable GGUF file: {type(e).__name__}: {e}") from None
+    config, plan = _plan(reader, str(gguf_path))
     tmp = out_dir.parent / f".{out_dir.name}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        files = build_tokenizer_files(reader, config)
+        files = build_tokenizer_files(reader, config, str(gguf_path))
         files.tokenizer.save(str(tmp / "tokenizer.json"))
         _write_json(tmp / "tokenizer_config.json", files.tokenizer_config)
         _write_json(tmp / "generation_config.json", files.generation_config)

@@ -11,7 +11,9 @@ from dataclasses import dataclass
 import gguf
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
+from .chat_template import ChatTemplate
 from .config import Qwen2Config
+from .files import ModelFileError
 
 # The pre-tokenizer split used by Qwen2 (and the distills built on its vocabulary).
 QWEN2_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
@@ -45,9 +47,36 @@ def bytes_to_unicode() -> dict:
     return {b: chr(c) for b, c in zip(printable, chars)}
 
 
-def _field(reader: gguf.GGUFReader, key: str, default=None):
+_KIND_NAMES = {int: "an integer", float: "a number", str: "a string", bool: "a boolean"}
+
+
+def metadata(reader: gguf.GGUFReader, key: str, kind, source: str, required: bool = True, default=None):
+    """The value of metadata `key`, checked to be of `kind` (int, float, str, bool, or
+    (list, item kind)); ModelFileError naming the key otherwise."""
     f = reader.fields.get(key)
-    return default if f is None else f.contents()
+    if f is None:
+        if required:
+            raise ModelFileError(source, key, f"GGUF metadata lacks {key!r}")
+        return default
+    value = f.contents()
+    if isinstance(kind, tuple):
+        item = kind[1]
+        ok = isinstance(value, list) and all(_is(v, item) for v in value)
+        want = f"an array of {_KIND_NAMES[item].split(' ', 1)[1]}s"
+    else:
+        ok, want = _is(value, kind), _KIND_NAMES[kind]
+    if not ok:
+        shown = type(value).__name__ if isinstance(value, list) else repr(value)[:60]
+        raise ModelFileError(source, key, f"GGUF metadata {key!r} must be {want}, got {shown}")
+    return float(value) if kind is float else value
+
+
+def _is(value, kind) -> bool:
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, kind)
 
 
 def build_backend(tokens: list, merges: list, token_types: list) -> Tokenizer:
@@ -63,7 +92,7 @@ def build_backend(tokens: list, merges: list, token_types: list) -> Tokenizer:
     for m in merges:
         pair = m.split(" ")
         if len(pair) != 2:
-            raise ValueError(f"GGUF merge {m!r} is not two space-separated tokens")
+            raise ValueError(f"merge {m[:40]!r} is not two space-separated tokens")
         pairs.append((pair[0], pair[1]))
     bpe = models.BPE(vocab=vocab, merges=pairs, dropout=None, unk_token=None, continuing_subword_prefix="",
                      end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
@@ -93,25 +122,41 @@ def _added_tokens_decoder(tok: Tokenizer) -> dict:
     return out
 
 
-def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config) -> TokenizerFiles:
+def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: str = "GGUF file") -> TokenizerFiles:
     """Read the tokenizer metadata of a Qwen2 GGUF and build the HF tokenizer files."""
-    model = _field(reader, "tokenizer.ggml.model")
-    pre = _field(reader, "tokenizer.ggml.pre")
+    model = metadata(reader, "tokenizer.ggml.model", str, source)
+    pre = metadata(reader, "tokenizer.ggml.pre", str, source, required=False)
     if model != "gpt2":
-        raise ValueError(f"GGUF tokenizer model is {model!r}; only byte-level BPE ('gpt2') is supported")
+        raise ModelFileError(source, "tokenizer.ggml.model", f"tokenizer.ggml.model is {model[:40]!r}; "
+                                                              f"only byte-level BPE ('gpt2') is supported")
     if pre not in _QWEN2_PRE:
-        raise ValueError(f"GGUF pre-tokenizer is {pre!r}; supported: {', '.join(_QWEN2_PRE)}")
-    tokens = _field(reader, "tokenizer.ggml.tokens")
-    merges = _field(reader, "tokenizer.ggml.merges")
+        raise ModelFileError(source, "tokenizer.ggml.pre", f"tokenizer.ggml.pre is {str(pre)[:40]!r}; "
+                                                           f"supported: {', '.join(_QWEN2_PRE)}")
+    tokens = metadata(reader, "tokenizer.ggml.tokens", (list, str), source)
+    merges = metadata(reader, "tokenizer.ggml.merges", (list, str), source)
     if not tokens or not merges:
-        raise ValueError("GGUF metadata lacks tokenizer.ggml.tokens or tokenizer.ggml.merges")
+        key = "tokenizer.ggml.tokens" if not tokens else "tokenizer.ggml.merges"
+        raise ModelFileError(source, key, f"GGUF metadata {key!r} is empty")
     if len(tokens) > config.vocab_size:
-        raise ValueError(f"GGUF vocabulary has {len(tokens)} tokens but the embedding only {config.vocab_size}")
-    types = _field(reader, "tokenizer.ggml.token_type", [])
-    tok = build_backend(tokens, merges, types)
+        raise ModelFileError(source, "tokenizer.ggml.tokens", f"tokenizer.ggml.tokens has {len(tokens)} tokens but "
+                                                              f"the embedding only {config.vocab_size} rows")
+    types = metadata(reader, "tokenizer.ggml.token_type", (list, int), source, required=False, default=[])
+    if types and len(types) != len(tokens):
+        raise ModelFileError(source, "tokenizer.ggml.token_type",
+                             f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
+    try:
+        tok = build_backend(tokens, merges, types)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # noqa: BLE001 - the Rust library raises Exception, or PanicException (a BaseException)
+        raise ModelFileError(source, "tokenizer.ggml.merges",
+                             f"tokenizer.ggml.merges: cannot build the tokenizer: {str(e)[:300]}") from None
+    template = metadata(reader, "tokenizer.chat_template", str, source, required=False)
+    if template is not None:
+        ChatTemplate(template, f"{source} (tokenizer.chat_template)")  # compiles, within the limits
 
     def token_of(key: str):
-        token_id = _field(reader, f"tokenizer.ggml.{key}")
+        token_id = metadata(reader, f"tokenizer.ggml.{key}", int, source, required=False)
         return (tokens[token_id], token_id) if token_id is not None and 0 <= token_id < len(tokens) else (None, None)
 
     bos, bos_id = token_of("bos_token_id")
@@ -121,12 +166,12 @@ def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config) -> Token
     ends = [eos_id] + [tok.token_to_id(t) for t in _END_TOKENS]
     ends = list(dict.fromkeys(i for i in ends if i is not None))
     tok_config = {
-        "add_bos_token": bool(_field(reader, "tokenizer.ggml.add_bos_token", False)),
-        "add_eos_token": bool(_field(reader, "tokenizer.ggml.add_eos_token", False)),
+        "add_bos_token": metadata(reader, "tokenizer.ggml.add_bos_token", bool, source, False, False),
+        "add_eos_token": metadata(reader, "tokenizer.ggml.add_eos_token", bool, source, False, False),
         "add_prefix_space": False,
         "added_tokens_decoder": _added_tokens_decoder(tok),
         "bos_token": bos,
-        "chat_template": _field(reader, "tokenizer.chat_template"),
+        "chat_template": template,
         "clean_up_tokenization_spaces": False,
         "eos_token": eos,
         "errors": "replace",

@@ -1,0 +1,196 @@
+"""Validate the structure of a GGUF file before anything else reads it.
+
+The `gguf` package's reader trusts the counts, lengths and type ids it reads: an array
+claiming 2**60 items in a short file makes it loop without end, a nested array makes it
+recurse, an unknown type id raises whatever Python raises. `check_gguf` walks the same
+layout with every number bounded by what the file can hold, and raises a ModelFileError
+naming the file and the field (the header entry, metadata key or tensor) otherwise.
+
+Layout (little-endian, versions 2 and 3): magic "GGUF", u32 version, u64 tensor count,
+u64 metadata count; the metadata (string key, u32 type, value); the tensor infos (string
+name, u32 n_dims, u64 dims[n_dims] innermost first, u32 type, u64 offset); padding to
+`general.alignment` (default 32); the tensor data, each tensor at its offset.
+"""
+
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import Union
+
+import gguf
+
+from .files import ModelFileError
+
+MAX_TENSORS = 1 << 16  # tensors in one file (a Qwen2 GGUF holds ~300, the largest models a few thousand)
+MAX_KV = 1 << 16  # metadata entries (a Qwen2 GGUF holds ~30)
+MAX_NAME = 256  # bytes in a tensor name or a metadata key (llama.cpp allows 64 for tensor names)
+MAX_DIMS = 4  # dimensions of one tensor (GGML_MAX_DIMS)
+MAX_ALIGNMENT = 1 << 16
+
+# value type id -> (struct format, byte size) for scalars; 8 = string, 9 = array
+_SCALARS = {0: ("<B", 1), 1: ("<b", 1), 2: ("<H", 2), 3: ("<h", 2), 4: ("<I", 4), 5: ("<i", 4), 6: ("<f", 4),
+            7: ("<?", 1), 10: ("<Q", 8), 11: ("<q", 8), 12: ("<d", 8)}
+_STRING, _ARRAY = 8, 9
+
+
+class _Cursor:
+    """Bounded reads from the mapped file; running past the end is a ModelFileError."""
+
+    def __init__(self, path: Path, buf):
+        self.path, self.buf, self.pos, self.size = path, buf, 0, len(buf)
+
+    def fail(self, field: str, message: str):
+        raise ModelFileError(self.path, field, f"{field}: {message} (at byte {self.pos})")
+
+    def take(self, n: int, field: str) -> int:
+        """Advance over n bytes; returns where they start."""
+        if n < 0 or n > self.size - self.pos:
+            self.fail(field, f"needs {n} bytes but the file ends {self.size - self.pos} bytes later (truncated?)")
+        start, self.pos = self.pos, self.pos + n
+        return start
+
+    def unpack(self, fmt: str, n: int, field: str):
+        return struct.unpack_from(fmt, self.buf, self.take(n, field))[0]
+
+    def string(self, field: str, limit: int = None) -> str:
+        n = self.unpack("<Q", 8, field)
+        if limit is not None and n > limit:
+            self.fail(field, f"string of {n} bytes (at most {limit})")
+        start = self.take(n, field)
+        try:
+            return bytes(self.buf[start:start + n]).decode("utf-8")
+        except UnicodeDecodeError:
+            self.fail(field, "string is not valid UTF-8")
+
+    def skip_strings(self, count: int, field: str) -> None:
+        for i in range(count):
+            n = self.unpack("<Q", 8, field)
+            start = self.take(n, field)
+            try:
+                bytes(self.buf[start:start + n]).decode("utf-8")
+            except UnicodeDecodeError:
+                self.fail(field, f"item {i} is not valid UTF-8")
+
+
+def _value(cur: _Cursor, vtype: int, key: str):
+    """Read (or skip) one metadata value; returns scalars, None for strings and arrays."""
+    if vtype in _SCALARS:
+        fmt, n = _SCALARS[vtype]
+        return cur.unpack(fmt, n, key)
+    if vtype == _STRING:
+        cur.string(key)
+        return None
+    if vtype != _ARRAY:
+        cur.fail(key, f"unknown value type id {vtype}")
+    itype = cur.unpack("<I", 4, key)
+    count = cur.unpack("<Q", 8, key)
+    if itype == _ARRAY:
+        cur.fail(key, "arrays of arrays are not supported")
+    if itype == _STRING:
+        if count > (cur.size - cur.pos) // 8:
+            cur.fail(key, f"array of {count} strings cannot fit in the rest of the file")
+        cur.skip_strings(count, key)
+    elif itype in _SCALARS:
+        cur.take(count * _SCALARS[itype][1], key)
+    else:
+        cur.fail(key, f"array of unknown value type id {itype}")
+    return None
+
+
+def _header(cur: _Cursor) -> tuple:
+    start = cur.take(4, "magic")
+    magic = bytes(cur.buf[start:start + 4])
+    if magic != b"GGUF":
+        cur.fail("magic", f"not a GGUF file (magic {magic!r})")
+    version = cur.unpack("<I", 4, "version")
+    if version not in (2, 3):
+        swapped = int.from_bytes(version.to_bytes(4, "little"), "big")
+        cur.fail("version", "big-endian GGUF files are not supported" if swapped in (2, 3)
+                 else f"GGUF version {version} is not supported (need 2 or 3)")
+    n_tensors = cur.unpack("<Q", 8, "tensor_count")
+    n_kv = cur.unpack("<Q", 8, "kv_count")
+    # a metadata entry takes at least 13 bytes, a tensor info at least 28
+    if n_kv > MAX_KV or n_kv * 13 > cur.size:
+        cur.fail("kv_count", f"{n_kv} metadata entries (at most {MAX_KV}, and what the file can hold)")
+    if n_tensors > MAX_TENSORS or n_tensors * 28 > cur.size:
+        cur.fail("tensor_count", f"{n_tensors} tensors (at most {MAX_TENSORS}, and what the file can hold)")
+    return n_tensors, n_kv
+
+
+def _metadata(cur: _Cursor, n_kv: int) -> int:
+    """Walk the metadata; returns the alignment."""
+    seen, alignment = set(), 32
+    for i in range(n_kv):
+        key = cur.string(f"metadata entry {i} key", MAX_NAME)
+        if key in seen:
+            cur.fail(key, "duplicate metadata key")
+        seen.add(key)
+        vtype = cur.unpack("<I", 4, key)
+        value = _value(cur, vtype, key)
+        if key == "general.alignment":
+            if vtype != 4 or not 0 < value <= MAX_ALIGNMENT or value & (value - 1):
+                cur.fail(key, f"must be a u32 power of two up to {MAX_ALIGNMENT}, got {value!r} (type {vtype})")
+            alignment = value
+    return alignment
+
+
+def _tensor_infos(cur: _Cursor, n_tensors: int) -> list:
+    """[(name, n_bytes, offset)] after checking dims and types."""
+    infos, names = [], set()
+    for i in range(n_tensors):
+        name = cur.string(f"tensor {i} name", MAX_NAME)
+        if name in names:
+            cur.fail(name, "duplicate tensor name")
+        names.add(name)
+        n_dims = cur.unpack("<I", 4, name)
+        if not 1 <= n_dims <= MAX_DIMS:
+            cur.fail(name, f"n_dims {n_dims} (need 1 to {MAX_DIMS})")
+        dims = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.take(8 * n_dims, name))
+        type_id = cur.unpack("<I", 4, name)
+        offset = cur.unpack("<Q", 8, name)
+        try:
+            qtype = gguf.GGMLQuantizationType(type_id)
+            block, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        except (ValueError, KeyError):
+            cur.fail(name, f"unknown tensor type id {type_id}")
+        n_elems = 1
+        for d in dims:
+            n_elems *= d
+        if min(dims) < 1 or n_elems >= 1 << 62:
+            cur.fail(name, f"shape {list(dims)} is empty or too large")
+        if dims[0] % block:
+            cur.fail(name, f"first dimension {dims[0]} is not a multiple of the {qtype.name} block size {block}")
+        infos.append((name, n_elems // block * type_size, offset))
+    return infos
+
+
+def check_gguf(path: Union[str, os.PathLike]) -> None:
+    """Raise ModelFileError unless `path` is a structurally sound little-endian GGUF v2/v3 file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ModelFileError(path, None, "GGUF file does not exist" if not path.exists() else "not a regular file")
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < 24:
+            raise ModelFileError(path, "header", f"header: not a GGUF file (only {size} bytes)")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
+            cur = _Cursor(path, memoryview(buf))
+            try:
+                n_tensors, n_kv = _header(cur)
+                alignment = _metadata(cur, n_kv)
+                infos = _tensor_infos(cur, n_tensors)
+            finally:
+                cur.buf.release()
+    data_start = -(-cur.pos // alignment) * alignment
+    last_end, last_name = 0, None  # the furthest end so far, and whose it is
+    for name, n_bytes, offset in sorted(infos, key=lambda t: t[2]):
+        if offset % alignment:
+            raise ModelFileError(path, name, f"{name}: data offset {offset} is not a multiple of the alignment {alignment}")
+        if data_start + offset + n_bytes > size:
+            raise ModelFileError(path, name, f"{name}: its {n_bytes} bytes at offset {offset} run past the end of "
+                                             f"the file ({size - data_start} bytes of tensor data; truncated?)")
+        if offset < last_end and n_bytes:
+            raise ModelFileError(path, name, f"{name}: its data overlaps tensor {last_name!r}")
+        if offset + n_bytes > last_end:
+            last_end, last_name = offset + n_bytes, name
