@@ -17,6 +17,8 @@ matrix, and the real Qwen2.5-Coder-0.5B-Instruct once (slow).
   row of the logits.
 """
 
+import dataclasses
+
 import pytest
 
 from llaisys.engine import AsyncEngine, EngineConfig, LLMEngine, SamplingParams, SamplingParamsError
@@ -63,7 +65,7 @@ class Spy:
 
     def __init__(self, runner):
         self.runner = runner
-        self.vocab_size = runner.vocab_size
+        self.vocab_size = getattr(runner, "vocab_size", None)
         self.calls = 0
         self.raise_after = None  # (batch) -> bool
 
@@ -101,7 +103,7 @@ def run(eng, spy, prompts, poison_at=None, poison=None):
     for i, p in enumerate(prompts):
         eng.add_request(f"r{i}", p, GREEDY)
     if poison_at is not None:
-        eng.add_request("bad", prompts[3], GREEDY)  # passes admission
+        eng.add_request("bad", prompts[3], dataclasses.replace(GREEDY))  # passes admission
     finals, step = {}, 0
     while eng.has_unfinished_requests():
         if step == poison_at:
