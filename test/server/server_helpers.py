@@ -56,6 +56,8 @@ def launch(model_dir, tmp_dir: Path, *args: str) -> Server:
     """Start a server and wait until /health answers 200."""
     port = free_port()
     env = dict(os.environ)  # the installed package, or PYTHONPATH/LLAISYS_LIBRARY as the test run has them
+    if os.environ.get("LLAISYS_TEST_SERVER_PYTHONPATH"):  # serve other code than the tests import (e.g. an
+        env["PYTHONPATH"] = os.environ["LLAISYS_TEST_SERVER_PYTHONPATH"]  # older commit, to see a test fail there)
     log_path = tmp_dir / f"server-{port}.log"
     cmd = [sys.executable, "-m", "llaisys.cli", "serve", f"{model_dir}={MODEL_NAME}", "--port", str(port),
            "--kv-cache-memory", "128MiB", *args]
