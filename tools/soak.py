@@ -31,7 +31,10 @@ most --rss-tolerance (default 5 %). That band bounds every pair of post-warm-up 
 stricter than comparing the maximum with the first sample or with the median; a leak of any
 size per request grows without bound, so over 24 minutes it leaves the band, while the allocator's
 and the KV pool's first-touch growth (pages of the pool are touched as blocks are first used)
-happen during warm-up. The least-squares slope over the same samples is printed for reference.
+happen during warm-up. The least-squares slope over the same samples is printed for reference,
+and /proc/<pid>/smaps is read at the warm-up's end (of the planned duration) and after the
+trace: the mappings that grew in between say where any growth went (the KV pool's two tensors
+are the two mappings of its size, each about --kv-cache-memory / 2).
 
 Prints requests, errors by kind, p50/p99 end-to-end latency and TTFT, RSS over time and two
 verdict lines; writes everything as JSON (--output). Exit status 0 iff both verdicts pass.
@@ -295,6 +298,31 @@ def vm_rss_kib(pid: int) -> Optional[int]:
     return None
 
 
+def smaps_rss_kib(pid: int) -> dict:
+    """{"start-end name": Rss KiB} of every mapping of the process that holds memory."""
+    out, key = {}, None
+    try:
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                head = line.split(None, 6)
+                if "-" in head[0] and not head[0].endswith(":"):
+                    key = head[0] + (" " + head[5].strip() if len(head) > 5 else "")
+                elif head[0] == "Rss:" and key is not None and int(head[1]):
+                    out[key] = int(head[1])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def smaps_growth(before: dict, after: dict, top: int = 8) -> dict:
+    """Where RSS went between two smaps_rss_kib() snapshots: the mappings that grew most."""
+    diffs = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+    grew = sorted(((d, k) for k, d in diffs.items() if d), reverse=True)
+    return {"total_kib": sum(diffs.values()), "top": [{"mapping": k, "before_kib": before.get(k, 0),
+                                                       "after_kib": after.get(k, 0), "delta_kib": d}
+                                                      for d, k in grew[:top]]}
+
+
 class Sampler(threading.Thread):
     """Every `every` seconds: (t since the trace's start, RSS KiB, running, waiting, kv usage)."""
 
@@ -302,6 +330,8 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True, name="sampler")
         self.pid, self.srv, self.every, self.t0, self.stop = pid, SimpleNamespace(url=url), every, t0, stop
         self.samples: list = []
+        self.smaps_at: Optional[float] = None  # when to snapshot /proc/<pid>/smaps (the warm-up's end)
+        self.smaps_warm: dict = {}
 
     def sample(self) -> None:
         rss = vm_rss_kib(self.pid) if self.pid else None
@@ -309,7 +339,10 @@ class Sampler(threading.Thread):
             m = metrics_of(self.srv)
         except Exception as e:  # noqa: BLE001 - a failed scrape is recorded, not fatal
             m = {"error": f"{type(e).__name__}: {e}"}
-        self.samples.append({"t_s": round(time.perf_counter() - self.t0, 2), "rss_kib": rss, **m})
+        t = time.perf_counter() - self.t0
+        self.samples.append({"t_s": round(t, 2), "rss_kib": rss, **m})
+        if self.pid and self.smaps_at is not None and t >= self.smaps_at and not self.smaps_warm:
+            self.smaps_warm = smaps_rss_kib(self.pid)
 
     def run(self) -> None:
         while not self.stop.wait(self.every):
@@ -412,6 +445,11 @@ def report_text(s: dict, samples: list, args) -> str:
         lines.append(f"RSS after warm-up (t >= {r['warmup_s']} s, {r['n_post_warmup']} samples): min {r['min_kib'] / 1024:.1f} "
                      f"max {r['max_kib'] / 1024:.1f} first {r['first_kib'] / 1024:.1f} last {r['last_kib'] / 1024:.1f} MiB; "
                      f"spread (max-min)/min {100 * r['spread']:.2f} %; slope {r['slope_mib_per_hour']:+.1f} MiB/h")
+    g = r.get("smaps_growth_after_warmup")
+    if g:
+        lines.append(f"mappings that grew from the warm-up's end to the trace's end (total {g['total_kib'] / 1024:+.1f} MiB):")
+        for m in g["top"][:5]:
+            lines.append(f"  {m['mapping']}: {m['before_kib']} -> {m['after_kib']} KiB ({m['delta_kib']:+d})")
     lines.append(f"VERDICT errors: {'PASS' if s['verdict']['errors_zero'] else 'FAIL'} ({s['errors']} errors)")
     lines.append(f"VERDICT rss flat within {100 * args.rss_tolerance:g} % after warm-up: "
                  f"{'PASS' if s['verdict']['rss_flat'] else 'FAIL'}" + (f" ({r['why']})" if "why" in r else
@@ -486,6 +524,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         duration_target = args.minutes * 60
         sampler = Sampler(pid, url, args.sample_s, t0, stop)
+        sampler.smaps_at = duration_target * args.warmup_frac
         sampler.sample()
         sampler.start()
         results: list = []
@@ -512,6 +551,8 @@ def main(argv=None) -> int:
         stop.set()
         sampler.join(timeout=args.sample_s + 30)
         sampler.sample()  # one more: the server after the trace
+        smaps_end = smaps_rss_kib(pid) if pid else {}
+        growth = smaps_growth(sampler.smaps_warm, smaps_end) if sampler.smaps_warm and smaps_end else None
         gauges = metrics_of(SimpleNamespace(url=url))
         deadline = time.monotonic() + 60
         while any(gauges.values()) and time.monotonic() < deadline:
@@ -520,6 +561,7 @@ def main(argv=None) -> int:
         idle = {"not_idle": any(gauges.values()), "gauges": gauges}
         server_exit = srv.stop() if srv else None
         summary = summarize(results, sampler.samples, duration, args, idle, server_exit)
+        summary["rss"]["smaps_growth_after_warmup"] = growth
         print(report_text(summary, sampler.samples, args), flush=True)
         cpu = _cpu_model()
         report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
