@@ -188,6 +188,7 @@ def _streams(srv, prompts: list, out: dict) -> list:
     return threads
 
 
+@pytest.mark.slow  # two rounds of 8 streams of 96 tokens
 def test_a_poisoned_request_leaves_a_batch_of_streams_untouched(server):
     prompts = [f"stream number {i} says" for i in range(8)]
     clean: dict = {}
@@ -251,6 +252,7 @@ def _tracked(srv) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.slow  # a server of its own and ~400 requests
 def test_admission_state_stays_bounded_through_the_server(start_tiny_server):
     srv = start_tiny_server("--max-concurrent-requests", "1", "--max-queue", "0", "--per-user-token-budget", "1",
                             "--max-tracked-users", "10", "--max-tokens-cap", "400")

@@ -414,13 +414,14 @@ NULL_STR = {"type": ["string", "null"]}
 FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "abort", None]}
 USAGE = _strict({"prompt_tokens": _int(0), "completion_tokens": _int(0), "total_tokens": _int(0),
                  "prompt_tokens_details": _strict({"cached_tokens": _int(0)})})
-TOP_LOGPROB = _strict({"token": _str(), "logprob": {"type": "number"}, "bytes": {"type": "array", "items": _int(0, 255)}})
+TOP_LOGPROB = _strict({"token": _str(), "logprob": {"type": "number"},
+                       "bytes": {"type": "array", "items": _int(0, 255)}})
 CHAT_LOGPROBS = _strict({"content": {"type": "array", "items": _strict(dict(TOP_LOGPROB["properties"], top_logprobs={
     "type": "array", "items": TOP_LOGPROB}))}, "refusal": {"type": "null"}})
 COMPLETION_LOGPROBS = _strict({"tokens": {"type": "array", "items": _str()},
                                "token_logprobs": {"type": "array", "items": {"type": "number"}},
-                               "top_logprobs": {"type": "array", "items": {"type": ["object", "null"],
-                                                                            "additionalProperties": {"type": "number"}}},
+                               "top_logprobs": {"type": "array", "items": {
+                                   "type": ["object", "null"], "additionalProperties": {"type": "number"}}},
                                "text_offset": {"type": "array", "items": _int(0)}})
 
 
