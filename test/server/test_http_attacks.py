@@ -87,7 +87,7 @@ def _wrong_type_cases() -> list:
             wrong = [(t, v) for t, v in samples if t not in types]
             for t, v in (wrong[i % len(wrong):] + wrong[:i % len(wrong)])[:2]:
                 body = dict(base, **{field: v})
-                if field == "prompt" and path == "/tokenize":
+                if field in ("prompt", "messages") and path == "/tokenize":  # exactly one of them
                     body = {field: v}
                 out.append(_case(f"type {path} {field}={t}", "POST", path, _js(body), 400, field))
     return out
