@@ -43,11 +43,16 @@ nvidia-check:
 # __cxa_throw (else the first C++ exception aborts). allocator_may_return_null lets the
 # out-of-memory tests see a NULL from the allocator, as they do without ASan. --capture=sys
 # leaves file descriptor 2 alone, so a sanitizer report is printed instead of dying with
-# pytest's captured output.
+# pytest's captured output. Beyond ops and core it runs everything that drives the model, the
+# KV cache and the sampler through the library on tiny checkpoints (test/parity, test/sampling,
+# the loader tests of test/models); `-m "not slow"` leaves out the real 0.5B model, too slow
+# under ASan. Child processes that tests start (test_handle_misuse) inherit the preload.
+ASAN_TESTS = test/ops test/core test/parity test/sampling test/models/test_model_loader.py \
+	test/models/test_gguf_convert_tiny.py
 test-asan:
 	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
 	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		$(PY) -m pytest -q -p no:cacheprovider --capture=sys test/ops test/core
+		$(PY) -m pytest -q -p no:cacheprovider --capture=sys -m "not slow" $(ASAN_TESTS)
