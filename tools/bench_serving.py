@@ -134,20 +134,36 @@ def _content(choice: dict) -> str:
     return msg.get("content") or ""
 
 
-def _read_stream(resp, res: RequestResult) -> None:
-    """Server-sent events until [DONE]: time the content chunks, take the usage."""
-    last, chunks, done = None, 0, False
+def _value_error(kind: str, message: str) -> Exception:
+    return ValueError(message)
+
+
+def sse_events(resp, fail=_value_error):
+    """The JSON payloads of a server-sent-event response as they come, ending at data: [DONE].
+    fail(kind, message) makes the exception raised for a payload that is not JSON (kind
+    "bad_stream"), an error event ("error_event") or a stream that ends without [DONE]
+    ("no_done")."""
     for raw in iter(resp.readline, b""):
         line = raw.strip()
         if not line.startswith(b"data:"):
             continue
         data = line[5:].strip()
         if data == b"[DONE]":
-            done = True
-            break
-        event = json.loads(data)
+            return
+        try:
+            event = json.loads(data)
+        except ValueError:
+            raise fail("bad_stream", f"not JSON: {data[:200]!r}") from None
         if "error" in event:
-            raise ValueError(f"error event: {_error_message(data)}")
+            raise fail("error_event", f"error event: {_error_message(data)}")
+        yield event
+    raise fail("no_done", "the stream ended without data: [DONE]")
+
+
+def _read_stream(resp, res: RequestResult) -> None:
+    """Server-sent events until [DONE]: time the content chunks, take the usage."""
+    last, chunks = None, 0
+    for event in sse_events(resp):
         now = time.perf_counter()
         if any(_content(c) for c in event.get("choices") or []):
             chunks += 1
@@ -159,8 +175,6 @@ def _read_stream(resp, res: RequestResult) -> None:
         if event.get("usage"):
             res.prompt_tokens = event["usage"].get("prompt_tokens")
             res.output_tokens = event["usage"].get("completion_tokens") or 0
-    if not done:
-        raise ValueError("the stream ended without data: [DONE]")
     if not res.output_tokens:
         res.output_tokens = chunks
 

@@ -65,7 +65,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "test" / "server"))
-from bench_serving import WORDS, Client, _content, _error_message, percentile  # noqa: E402
+from bench_serving import WORDS, Client, _content, _error_message, percentile, sse_events  # noqa: E402
 from server_helpers import MODEL_NAME, launch, metrics_of  # noqa: E402
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
@@ -150,25 +150,6 @@ def make_request(kind: str, rng: random.Random, args, user: str) -> tuple:
     return "/v1/chat/completions", body
 
 
-def _events(resp):
-    """Parsed `data:` payloads of an SSE response as they come ("[DONE]" as the string)."""
-    for raw in iter(resp.readline, b""):
-        line = raw.strip()
-        if not line.startswith(b"data:"):
-            continue
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            yield "[DONE]"
-            return
-        try:
-            event = json.loads(data)
-        except ValueError:
-            raise Failure("bad_stream", f"not JSON: {data[:200]!r}") from None
-        if "error" in event:
-            raise Failure("error_event", _error_message(data))
-        yield event
-
-
 class Runner:
     def __init__(self, client: Client, args, t0: float):
         self.client, self.args, self.t0 = client, args, t0
@@ -220,12 +201,9 @@ class Runner:
 
     def _stream(self, kind: str, resp, body: dict, rng: random.Random, res: Result, start: float) -> None:
         cut_after = rng.randint(1, 8) if kind in ("drop_stream", "cancel_stream") else None
-        chunks, done, cancelled, rid = 0, False, None, None
+        chunks, cancelled, rid = 0, None, None
         finish = None
-        for event in _events(resp):
-            if event == "[DONE]":
-                done = True
-                break
+        for event in sse_events(resp, Failure):  # a stream without [DONE] raises Failure("no_done")
             rid = rid or event.get("id")
             for c in event.get("choices") or []:
                 if _content(c):
@@ -240,8 +218,6 @@ class Runner:
                     res.note = f"dropped after {chunks} chunks"
                     return  # run() closes the connection: the server sees the client leave
                 cancelled = self._cancel(rid, body["user"])
-        if not done:
-            raise Failure("no_done", "the stream ended without data: [DONE]")
         res.finish_reason = finish
         if kind == "cancel_stream":
             if cancelled is None:

@@ -1,5 +1,5 @@
 """Failure isolation and admission on the real core (no fake runner): a tiny random
-checkpoint with the real Qwen2.5 tokenizer and vocabulary (tiny_checkpoint.py) for the
+checkpoint with the real Qwen2.5 tokenizer and vocabulary (test/tiny_checkpoint.py) for the
 matrix, and the real Qwen2.5-Coder-0.5B-Instruct once (slow).
 
 - A batch of 8 concurrent greedy streams plus one poisoned request, in both KV layouts, with
@@ -34,7 +34,7 @@ PROMPTS = ["def fibonacci(n):", "# Sort a list in Python\n", "SELECT name FROM",
 
 @pytest.fixture(scope="module")
 def tiny(qwen05_dir, tmp_path_factory):
-    """A Worker over a tiny random checkpoint with the real tokenizer (tiny_checkpoint.py)."""
+    """A Worker over a tiny random checkpoint with the real tokenizer (test/tiny_checkpoint.py)."""
     from tiny_checkpoint import make_tiny_checkpoint
 
     w = Worker(WorkerConfig(model=str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), qwen05_dir)),

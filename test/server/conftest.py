@@ -10,12 +10,13 @@ import pytest
 from server_helpers import launch
 
 
-@pytest.fixture(scope="module")
-def start_server(qwen05_dir, tmp_path_factory, request):
+def _servers(model_dir, tmp_path_factory, request, name: str):
+    """start(*args) -> a real server over model_dir; every one is stopped when the generator
+    ends, with its log printed if a test of the session failed."""
     started = []
 
     def start(*args: str):
-        srv = launch(qwen05_dir, tmp_path_factory.mktemp("server"), *args)
+        srv = launch(model_dir, tmp_path_factory.mktemp(name), *args)
         started.append(srv)
         return srv
 
@@ -26,26 +27,20 @@ def start_server(qwen05_dir, tmp_path_factory, request):
             print(f"\n---- server log (port {srv.port}) ----\n{srv.log()[-20000:]}")
 
 
+@pytest.fixture(scope="module")
+def start_server(qwen05_dir, tmp_path_factory, request):
+    yield from _servers(qwen05_dir, tmp_path_factory, request, "server")
+
+
 @pytest.fixture(scope="session")
 def tiny_chat_model(qwen05_dir, tmp_path_factory):
-    """A tiny random checkpoint with the real Qwen2.5 tokenizer (tiny_model.py): fast to serve."""
-    from tiny_model import make_tiny_chat_model
+    """A tiny random checkpoint with the real Qwen2.5 tokenizer (test/tiny_checkpoint.py): fast to serve."""
+    from tiny_checkpoint import make_tiny_checkpoint
 
-    return make_tiny_chat_model(tmp_path_factory.mktemp("tiny_chat"), qwen05_dir)
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_chat"), qwen05_dir, tie=True)
 
 
 @pytest.fixture(scope="module")
 def start_tiny_server(tiny_chat_model, tmp_path_factory, request):
     """start(*args) -> a real server over the tiny checkpoint (stopped at the end of the module)."""
-    started = []
-
-    def start(*args: str):
-        srv = launch(tiny_chat_model, tmp_path_factory.mktemp("tiny_server"), *args)
-        started.append(srv)
-        return srv
-
-    yield start
-    for srv in started:
-        srv.stop()
-        if request.session.testsfailed:
-            print(f"\n---- server log (port {srv.port}) ----\n{srv.log()[-20000:]}")
+    yield from _servers(tiny_chat_model, tmp_path_factory, request, "tiny_server")

@@ -70,7 +70,7 @@ def launch(model_dir, tmp_dir: Path, *args: str) -> Server:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{srv.log()}")
         try:
             r = requests.get(srv.url + "/health", timeout=5)
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):  # not up yet, or too busy to answer in time
             time.sleep(0.05)
             continue
         if r.status_code == 200:

@@ -16,7 +16,7 @@ from flask import Flask, Response, g, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
 from .errors import APIError, bad_request, escape_controls, unavailable
-from .schema import unicode_problem
+from ..models.files import unicode_problem
 from .generation import CancelRegistry
 from .limits import Admission, ServerLimits
 from .metrics import ServerMetrics

@@ -25,6 +25,7 @@ import math
 import re
 from typing import Optional
 
+from ..models.files import unicode_problem  # one rule for valid text, shared with the tokenizer
 from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
 from .errors import APIError
 
@@ -80,17 +81,6 @@ def _where(path: tuple) -> str:
     for p in path[1:]:
         out += f"[{p}]" if isinstance(p, int) else f".{p}"
     return out
-
-
-def unicode_problem(s: str) -> Optional[str]:
-    """Why `s` is not valid Unicode text (a lone surrogate), or None."""
-    if s.isascii():
-        return None
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError as e:
-        return f"holds a lone surrogate (U+{ord(s[e.start]):04X}) at index {e.start}: text must be valid Unicode"
-    return None
 
 
 class _Fail(Exception):

@@ -1,7 +1,8 @@
-"""A tiny random Qwen2 checkpoint that a real server can serve fast: two layers of width 64
-with the real Qwen2.5 tokenizer (its files copied from the converted 0.5B directory, so chat
-templates, special tokens and Unicode handling are the real ones). Its answers are nonsense,
-but greedy answers are deterministic, which is all the edge tests need."""
+"""A tiny random Qwen2 checkpoint with the real Qwen2.5 tokenizer, for tests that need the real
+core, the real tokenizer and many fast runs (engine failure isolation, server edge tests):
+two layers of width 64 (its greedy answers are nonsense but deterministic), the real
+vocabulary (151,936 logits rows), the tokenizer files copied from the converted 0.5B
+directory (so chat templates, special tokens and Unicode handling are the real ones)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config
 MAX_POSITIONS = 512  # the tiny model's context
 
 
-def make_tiny_chat_model(path: Path, tokenizer_dir: Path, seed: int = 0) -> Path:
+def make_tiny_checkpoint(path: Path, tokenizer_dir: Path, seed: int = 0, tie: bool = False) -> Path:
+    """Write the checkpoint into `path` (tied or separate lm_head) and return it."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -21,7 +23,7 @@ def make_tiny_chat_model(path: Path, tokenizer_dir: Path, seed: int = 0) -> Path
     torch.manual_seed(seed)
     cfg = Qwen2Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=MAX_POSITIONS,
-                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=True, torch_dtype="float32")
+                      rms_norm_eps=1e-6, rope_theta=10000.0, tie_word_embeddings=tie, torch_dtype="float32")
     Qwen2ForCausalLM(cfg).eval().save_pretrained(path, safe_serialization=True)
     for name in TOKENIZER_FILES:
         if (Path(tokenizer_dir) / name).is_file():
