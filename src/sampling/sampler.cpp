@@ -161,6 +161,10 @@ bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n) {
 void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity) {
     LLAISYS_CHECK_ARG(std::isfinite(p.temperature) && p.temperature >= 0.0f, "temperature must be >= 0, got ",
                       p.temperature);
+    // draw() scales by 1/temperature: a subnormal temperature would make that infinite (NaN weights)
+    LLAISYS_CHECK_ARG(p.temperature == 0.0f || std::isfinite(1.0f / p.temperature),
+                      "temperature must be 0 (greedy) or large enough that 1/temperature is finite, got ",
+                      p.temperature);
     LLAISYS_CHECK_ARG(std::isfinite(p.top_p) && p.top_p > 0.0f && p.top_p <= 1.0f, "top_p must be in (0, 1], got ",
                       p.top_p);
     LLAISYS_CHECK_ARG(std::isfinite(p.min_p) && p.min_p >= 0.0f && p.min_p <= 1.0f, "min_p must be in [0, 1], got ",

@@ -97,7 +97,7 @@ def test_rows_are_independent_of_their_batch(logits):
     assert sample(np.concatenate([other[:2], logits]), rows).token_ids[2] == alone
 
 
-@pytest.mark.parametrize("bad", [dict(temperature=-1.0), dict(top_p=0.0), dict(top_p=1.5), dict(min_p=2.0),
+@pytest.mark.parametrize("bad", [dict(temperature=-1.0), dict(temperature=1e-40), dict(top_p=0.0), dict(top_p=1.5), dict(min_p=2.0),
                                  dict(repetition_penalty=0.0), dict(output_tokens=np.array([VOCAB])),
                                  dict(logit_bias={-1: 1.0}), dict(n_logprobs=3)])
 def test_bad_parameters_raise_value_error(logits, bad):
