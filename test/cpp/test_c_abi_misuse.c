@@ -12,18 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond, what)                                                                      \
-    do {                                                                                        \
-        checks++;                                                                               \
-        if (!(cond)) {                                                                          \
-            failures++;                                                                         \
-            fprintf(stderr, "FAIL %s:%d %s (last error: %s)\n", __FILE__, __LINE__, what,       \
-                    llaisysGetLastError());                                                     \
-        }                                                                                       \
-    } while (0)
+#include "expect.h"
 
 /* A call refused with INVALID_ARGUMENT, its message naming `fragment`. */
 #define REFUSED(status, fragment, what)                                                          \
@@ -191,6 +180,5 @@ int main(void) {
     test_streams_and_events();
     test_caches_and_models();
     llaisysKVCacheDestroy(other);
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return finish();
 }

@@ -9,18 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures = 0;
-static int checks = 0;
-
-#define EXPECT(cond, what)                                                           \
-    do {                                                                             \
-        checks++;                                                                    \
-        if (!(cond)) {                                                               \
-            failures++;                                                              \
-            fprintf(stderr, "FAIL %s:%d %s (last error: %s)\n", __FILE__, __LINE__,  \
-                    what, llaisysGetLastError());                                    \
-        }                                                                            \
-    } while (0)
+#include "expect.h"
 
 static llaisysTensor_t f32_tensor(const size_t *shape, size_t ndim, const float *values, size_t n) {
     llaisysTensor_t t = llaisysTensorCreate(shape, ndim, LLAISYS_DTYPE_F32, LLAISYS_DEVICE_CPU, 0);
@@ -94,6 +83,5 @@ int main(void) {
     printf("libllaisys %s\n", llaisysVersion());
     test_add_and_linear();
     test_misuse();
-    printf("%d checks, %d failures\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return finish();
 }
