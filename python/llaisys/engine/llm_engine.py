@@ -47,13 +47,15 @@ def snapshot_sampling_params(sampling_params: Optional[SamplingParams]) -> Sampl
     return dataclasses.replace(sampling_params)
 
 
-def _tolerant_decode(tokenizer) -> Callable:
-    """tokenizer.decode that gives no text for ids the tokenizer does not know. The model's
-    logits can be wider than the tokenizer (padding rows): such an id can be sampled (or
-    pushed by a logit_bias) and must not break the request's text, let alone the step."""
+def _tolerant_decode(tokenizer, logits_width: Optional[int]) -> Callable:
+    """tokenizer.decode, made to give no text for ids the tokenizer does not know when the
+    model's logits are wider than the tokenizer (padding rows): such an id can be sampled (or
+    pushed by a logit_bias) and must not break the request's text, let alone the step. When
+    every id the model can produce is known (the usual case), decode is used as it is, so the
+    per-token path does no extra scan."""
     decode = tokenizer.decode
     n = _positive_int(getattr(tokenizer, "vocab_size", None))
-    if n is None:
+    if n is None or (logits_width is not None and logits_width <= n):
         return decode
 
     def tolerant(ids, skip_special_tokens: bool = False) -> str:
@@ -109,7 +111,7 @@ class LLMEngine:
             eos = frozenset(t for t in eos if t < self.vocab_size)
         self.eos_token_ids = eos
         self.clock = clock
-        self.processor = OutputProcessor(_tolerant_decode(tokenizer))
+        self.processor = OutputProcessor(_tolerant_decode(tokenizer, self.vocab_size))
         self.scheduler = Scheduler(config, self.processor, clock)
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
