@@ -14,8 +14,9 @@ that node; default ``invalid_type`` for a wrong type, ``invalid_value`` for the 
 naming the body's top-level field (``param``) and the path inside it. ``anyOf`` branches
 must differ by JSON type, so the branch to report is the one whose type the value has.
 
-Integers are Python ints (not bools); numbers are finite ints or floats; every string is
-checked for valid Unicode (a lone surrogate, which JSON can carry as ``\\ud800``, is refused).
+Integers are Python ints (not bools); numbers are finite ints or floats. Valid Unicode
+(no lone surrogate, which JSON can carry as ``\\ud800``) is checked once for the whole body,
+keys included, where it is parsed (``app.parse_json_body``), before any schema runs.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import math
 import re
 from typing import Optional
 
-from ..models.files import unicode_problem  # one rule for valid text, shared with the tokenizer
 from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
 from .errors import APIError
 
@@ -144,9 +144,6 @@ def _short(v) -> str:
 
 
 def _check_string(schema: dict, v: str, path: tuple, where: str, fail) -> None:
-    why = unicode_problem(v)
-    if why is not None:  # whatever the node's x-code: this is never an empty prompt or a type error
-        raise _Fail(path, f"'{where}' {why}", "invalid_value")
     if len(v) < schema.get("minLength", 0):
         fail(f"'{where}' must not be empty" if schema["minLength"] == 1 else
              f"'{where}' must be at least {schema['minLength']} characters", "invalid_value")
