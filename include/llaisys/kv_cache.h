@@ -43,9 +43,20 @@ typedef struct LlaisysKVCache *llaisysKVCache_t;
  * whole blocks for BLOCK). */
 LLAISYS_API size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t bytes);
 
-/* Allocate the whole cache once. NULL on error (see llaisysGetLastError). Caller owns it. */
+/* Allocate the whole cache once, into *out. On error *out is NULL and the status says why
+ * (INVALID_ARGUMENT naming the field for NULL params or out, an unknown enum, zero sizes;
+ * OUT_OF_MEMORY; UNSUPPORTED). The caller owns it (llaisysKVCacheDestroy). */
+LLAISYS_API llaisysStatus_t llaisysKVCacheCreate2(const llaisysKVCacheParams_t *params, llaisysKVCache_t *out);
+
+/* DEPRECATED: use llaisysKVCacheCreate2. The same cache as the return value, NULL on error
+ * (the cause in llaisysGetLastStatus / llaisysGetLastError). Kept working; the ABI is stable. */
 LLAISYS_API llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params);
-LLAISYS_API void llaisysKVCacheDestroy(llaisysKVCache_t cache);
+
+/* Release the cache: OK, or INVALID_ARGUMENT (with the message) for a destroyed, foreign or
+ * non-cache handle, which is left alone. NULL is a no-op returning OK. (Returned void before;
+ * the status travels in a register that callers built against the void declaration ignore,
+ * so the ABI is unchanged.) */
+LLAISYS_API llaisysStatus_t llaisysKVCacheDestroy(llaisysKVCache_t cache);
 
 typedef struct {
     llaisysKVLayout_t layout;

@@ -54,8 +54,10 @@ LLAISYS_API llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packe
 LLAISYS_API llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysTensor_t in,
                                                       int64_t *ids, int *screened);
 
-/* Free a packed weight; NULL is ignored. */
-LLAISYS_API void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed);
+/* Free a packed weight: OK, or INVALID_ARGUMENT (with the message) for a destroyed, foreign
+ * or non-packed handle, which is left alone; NULL is a no-op returning OK. (Returned void
+ * before; the status travels in a register that void-declared callers ignore: same ABI.) */
+LLAISYS_API llaisysStatus_t llaisysPackedLinearDestroy(llaisysPackedLinear_t packed);
 
 /* out[i, :] = in[i, :] / sqrt(mean(in[i, :]^2) + eps) * weight.
  * out [m, d], in [m, d] of one float dtype, weight [d] of any float dtype; eps > 0.

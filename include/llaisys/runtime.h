@@ -86,18 +86,22 @@ LLAISYS_API llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int d
                                                void *dst, const void *src, size_t size,
                                                llaisysMemcpyKind_t kind, llaisysStream_t stream);
 
-/* Create a stream on (device, device_id) into *out; free it with llaisysStreamDestroy. */
+/* Create a stream on (device, device_id) into *out (NULL on error); the caller frees it with
+ * llaisysStreamDestroy. */
 LLAISYS_API llaisysStatus_t llaisysStreamCreate(llaisysDeviceType_t device, int device_id,
                                                 llaisysStream_t *out);
-/* Destroy a stream after its queued work completes. NULL is a no-op. */
+/* Destroy a stream after its queued work completes. NULL is a no-op returning OK; a
+ * destroyed, foreign or non-stream handle is INVALID_ARGUMENT and left alone. */
 LLAISYS_API llaisysStatus_t llaisysStreamDestroy(llaisysStream_t stream);
 /* Wait for all work queued on `stream`. */
 LLAISYS_API llaisysStatus_t llaisysStreamSynchronize(llaisysStream_t stream);
 
-/* Create an event on (device, device_id) into *out; free it with llaisysEventDestroy. */
+/* Create an event on (device, device_id) into *out (NULL on error); the caller frees it
+ * with llaisysEventDestroy. */
 LLAISYS_API llaisysStatus_t llaisysEventCreate(llaisysDeviceType_t device, int device_id,
                                                llaisysEvent_t *out);
-/* Destroy an event. NULL is a no-op. */
+/* Destroy an event. NULL is a no-op returning OK; a destroyed, foreign or non-event handle
+ * is INVALID_ARGUMENT and left alone. */
 LLAISYS_API llaisysStatus_t llaisysEventDestroy(llaisysEvent_t event);
 /* Record `event` on `stream` (NULL: default stream). Both must be on the same device. */
 LLAISYS_API llaisysStatus_t llaisysEventRecord(llaisysEvent_t event, llaisysStream_t stream);

@@ -14,13 +14,28 @@ LLAISYS_EXTERN_C_BEGIN
 typedef struct LlaisysTensor *llaisysTensor_t;
 
 /* A new contiguous tensor of `shape[ndim]` (ndim <= LLAISYS_TENSOR_MAX_DIMS; ndim 0 is a
- * scalar), uninitialised. Returns NULL on error. The caller owns the handle. */
+ * scalar, and `shape` may then be NULL), uninitialised, in *out. On error *out is NULL and
+ * the status says why (INVALID_ARGUMENT for a NULL `out`, a bad dtype, device or shape;
+ * OUT_OF_MEMORY). The caller owns the handle (llaisysTensorDestroy). */
+LLAISYS_API llaisysStatus_t llaisysTensorCreate2(const size_t *shape, size_t ndim,
+                                                 llaisysDataType_t dtype,
+                                                 llaisysDeviceType_t device, int device_id,
+                                                 llaisysTensor_t *out);
+
+/* DEPRECATED: use llaisysTensorCreate2. The same tensor as the return value, NULL on error
+ * (the cause in llaisysGetLastStatus / llaisysGetLastError). Kept working for existing
+ * callers; the ABI is stable. */
 LLAISYS_API llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim,
                                                 llaisysDataType_t dtype,
                                                 llaisysDeviceType_t device, int device_id);
 
-/* Release a handle. NULL is a no-op. Other views of the same storage stay valid. */
-LLAISYS_API void llaisysTensorDestroy(llaisysTensor_t tensor);
+/* Release a handle: LLAISYS_STATUS_OK, or INVALID_ARGUMENT (with the message) for a
+ * destroyed, foreign or non-tensor handle, which is left alone. NULL is a no-op returning
+ * OK. Other views of the same storage stay valid.
+ * (This returned void before the convention of doc/c_api.md; the return value travels in a
+ * register that callers compiled against the void declaration ignore, so the ABI and C
+ * sources that ignore the result are unchanged.) */
+LLAISYS_API llaisysStatus_t llaisysTensorDestroy(llaisysTensor_t tensor);
 
 /* Copy `size` bytes of host memory into a contiguous tensor; `size` must equal its
  * numel * element size. */
@@ -48,7 +63,8 @@ LLAISYS_API llaisysStatus_t llaisysTensorStrides(llaisysTensor_t tensor, ptrdiff
 /* Pointer to the first element. Borrowed: valid while any handle to the storage lives. */
 LLAISYS_API void *llaisysTensorData(llaisysTensor_t tensor);
 
-/* New handles that share storage with `tensor` (NULL on error; the caller owns them). */
+/* New handles that share storage with `tensor`: NULL on error, the cause in
+ * llaisysGetLastStatus / llaisysGetLastError (the caller owns them; llaisysTensorDestroy). */
 /* The same elements seen with a new shape (same numel); fails with a shape error when the
  * strides cannot express it without a copy (use llaisysTensorReshape then). */
 LLAISYS_API llaisysTensor_t llaisysTensorView(llaisysTensor_t tensor, const size_t *shape,

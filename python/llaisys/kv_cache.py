@@ -5,8 +5,9 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from .libllaisys import LIB, check, error_for, last_error
-from .libllaisys.kv_cache import MAX_SEQS, KVCacheStats, KVLayout
+from .dtypes import as_dtype
+from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
+from .libllaisys.kv_cache import MAX_SEQS, KVCacheParams, KVCacheStats, KVLayout, llaisysKVCache_t
 
 
 @dataclass(frozen=True)
@@ -29,13 +30,33 @@ def as_layout(layout: "KVLayout | str") -> KVLayout:
 
 
 class KVCache:
-    """Owns a core KV cache handle; make one with Qwen2Model.create_kv_cache()."""
+    """Owns a core KV cache handle: one a model made (Qwen2Model.create_kv_cache()), or a
+    standalone one from KVCache.create()."""
 
     def __init__(self, handle: int, layout: KVLayout):
+        self._handle = None
         if not handle:
             raise error_for(LIB.llaisysGetLastStatus(), last_error())
         self._handle = handle
         self.layout = layout
+
+    @classmethod
+    def create(cls, layout: "KVLayout | str", dtype: "DataType | str", n_layers: int, n_kv_heads: int,
+               head_dim: int, n_slots: int, block_size: int = 16, rope_theta: float = 10000.0,
+               device: DeviceType = DeviceType.CPU, device_id: int = 0) -> "KVCache":
+        """A cache of n_slots token slots for n_layers layers of [n_kv_heads, head_dim] keys and
+        values (llaisysKVCacheCreate2); rope_theta is what SLOT seq_add re-rotates keys with."""
+        lay = as_layout(layout)
+        for name, v in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
+                        ("n_slots", n_slots), ("block_size", block_size)):
+            if int(v) < 0:
+                raise ValueError(f"{name} {v} is negative")
+        params = KVCacheParams(layout=int(lay), dtype=int(as_dtype(dtype)), n_layers=n_layers,
+                               n_kv_heads=n_kv_heads, head_dim=head_dim, n_slots=n_slots, block_size=block_size,
+                               rope_theta=rope_theta, device=int(device), device_id=device_id)
+        out = llaisysKVCache_t()
+        check(LIB.llaisysKVCacheCreate2(ctypes.byref(params), ctypes.byref(out)))
+        return cls(out.value, lay)
 
     @property
     def handle(self) -> int:
@@ -81,9 +102,11 @@ class KVCache:
         return out.value
 
     def close(self) -> None:
-        if getattr(self, "_handle", None):
-            LIB.llaisysKVCacheDestroy(self._handle)
-            self._handle = None
+        """Release the cache (once; later calls do nothing). Raises LlaisysError if the library
+        refuses the handle (it was destroyed behind this object's back)."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle:
+            check(LIB.llaisysKVCacheDestroy(handle))
 
     def __enter__(self) -> "KVCache":
         return self
@@ -94,5 +117,5 @@ class KVCache:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # never raise from a finalizer
             pass

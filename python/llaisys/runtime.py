@@ -75,17 +75,20 @@ def memcpy(device: DeviceType, dst: int, src: int, size: int, kind: MemcpyKind, 
 
 class Stream:
     def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        self.handle = None
         h = ctypes.c_void_p()
         check(LIB.llaisysStreamCreate(int(device), device_id, ctypes.byref(h)))
-        self.handle = h
+        self.handle = h.value
 
     def synchronize(self) -> None:
         check(LIB.llaisysStreamSynchronize(self.handle))
 
     def close(self) -> None:
-        if self.handle:
-            check(LIB.llaisysStreamDestroy(self.handle))
-            self.handle = None
+        """Release the stream (once; later calls do nothing); raises LlaisysError if the
+        library refuses it."""
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            check(LIB.llaisysStreamDestroy(handle))
 
     def __enter__(self) -> "Stream":
         return self
@@ -93,12 +96,19 @@ class Stream:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # never raise from a finalizer
+            pass
+
 
 class Event:
     def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        self.handle = None
         h = ctypes.c_void_p()
         check(LIB.llaisysEventCreate(int(device), device_id, ctypes.byref(h)))
-        self.handle = h
+        self.handle = h.value
 
     def record(self, stream: "Stream | None" = None) -> None:
         check(LIB.llaisysEventRecord(self.handle, stream.handle if stream else None))
@@ -116,12 +126,20 @@ class Event:
         return ms.value
 
     def close(self) -> None:
-        if self.handle:
-            check(LIB.llaisysEventDestroy(self.handle))
-            self.handle = None
+        """Release the event (once; later calls do nothing); raises LlaisysError if the
+        library refuses it."""
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle:
+            check(LIB.llaisysEventDestroy(handle))
 
     def __enter__(self) -> "Event":
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # never raise from a finalizer
+            pass

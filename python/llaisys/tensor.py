@@ -9,7 +9,7 @@ import numpy as np
 
 from .dtypes import as_dtype, bf16_bits_to_f32, f32_to_bf16_bits, from_numpy_dtype, storage_numpy_dtype
 from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
-from .libllaisys.tensor import MAX_DIMS
+from .libllaisys.tensor import MAX_DIMS, llaisysTensor_t
 
 
 def _sizes(values: Sequence[int], what: str) -> "ctypes.Array[ctypes.c_size_t]":
@@ -31,8 +31,11 @@ class Tensor:
     def __init__(self, shape: Sequence[int], dtype: "DataType | str" = DataType.F32,
                  device: DeviceType = DeviceType.CPU, device_id: int = 0):
         dt = as_dtype(dtype)
-        handle = LIB.llaisysTensorCreate(_sizes(shape, "shape"), len(shape), int(dt), int(device), device_id)
-        self._handle = self._checked(handle)
+        self._handle = None
+        out = llaisysTensor_t()
+        check(LIB.llaisysTensorCreate2(_sizes(shape, "shape"), len(shape), int(dt), int(device), device_id,
+                                       ctypes.byref(out)))
+        self._handle = out.value
 
     @classmethod
     def _wrap(cls, handle: int) -> "Tensor":
@@ -42,6 +45,7 @@ class Tensor:
 
     @staticmethod
     def _checked(handle) -> int:
+        """A handle from a view-making call (handle or NULL), or its error raised."""
         if not handle:
             raise error_for(LIB.llaisysGetLastStatus(), last_error())
         return handle
@@ -54,9 +58,11 @@ class Tensor:
         return self._handle
 
     def close(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            LIB.llaisysTensorDestroy(self._handle)
-            self._handle = None
+        """Release the handle (once; later calls do nothing). Raises LlaisysError if the
+        library refuses it: the handle was destroyed behind this object's back."""
+        handle, self._handle = getattr(self, "_handle", None), None
+        if handle is not None:
+            check(LIB.llaisysTensorDestroy(handle))
 
     def __enter__(self) -> "Tensor":
         return self
@@ -67,7 +73,7 @@ class Tensor:
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:
+        except Exception:  # never raise from a finalizer (the library may be gone at exit)
             pass
 
     # -- numpy ------------------------------------------------------------------------

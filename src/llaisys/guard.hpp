@@ -48,6 +48,29 @@ T guard_value(T on_error, F &&f) noexcept {
     return result;
 }
 
+// The one constructor convention: `llaisysStatus_t llaisys<Noun>Create(<inputs>, H *out)`.
+// *out is set to NULL before anything else (so it is NULL on every error), a NULL `out` is
+// INVALID_ARGUMENT "out is NULL", and `make()` returns the new handle on success.
+template <class H, class F>
+llaisysStatus_t create_into(H *out, F &&make) noexcept {
+    if (out) *out = nullptr;
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = make();
+    });
+}
+
+// The one destroy convention: `llaisysStatus_t llaisys<Noun>Destroy(H h)`. NULL is a no-op
+// returning OK; a destroyed, foreign or wrong-kind handle is INVALID_ARGUMENT naming `what`
+// and is left alone. The object goes with the last reference (a call still using it on
+// another thread keeps it until that call returns).
+template <class H>
+llaisysStatus_t destroy(H h, const char *what) noexcept {
+    return guard([&] {
+        if (h) take(h, what);
+    });
+}
+
 // The tensor behind a handle, kept alive by the returned pointer (use it as `*tensor_of(...)`
 // within one expression, or hold it); INVALID_ARGUMENT naming `what` for NULL or dead handles.
 inline tensor_t tensor_of(llaisysTensor_t h, const char *what) { return live(h, what); }

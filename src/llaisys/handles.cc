@@ -1,6 +1,7 @@
 // The registry of live C handles (handles.hpp).
 #include "handles.hpp"
 
+#include <cstring>
 #include <mutex>
 #include <unordered_map>
 
@@ -37,6 +38,9 @@ const char *kind_name(uintptr_t kind) {
     }
 }
 
+// "a" or "an" before a kind name ("an event", "a tensor").
+const char *article(const char *noun) { return std::strchr("aeiou", noun[0]) ? "an" : "a"; }
+
 constexpr uintptr_t kKindBits = 4;
 
 // The entry of a live handle of `kind`, or throws. Caller holds r.mu.
@@ -49,9 +53,10 @@ std::unordered_map<uintptr_t, Entry>::iterator find(Registry &r, uintptr_t h, Ha
         if (was && h >> kKindBits < r.next_serial) {
             fail(LLAISYS_STATUS_INVALID_ARGUMENT, what, " is a destroyed ", was, " handle");
         }
-        fail(LLAISYS_STATUS_INVALID_ARGUMENT, what, " is not a ", want, " handle of this library");
+        fail(LLAISYS_STATUS_INVALID_ARGUMENT, what, " is not ", article(want), " ", want, " handle of this library");
     }
-    LLAISYS_CHECK_ARG(it->second.kind == kind, what, " is a ", kind_name(uintptr_t(it->second.kind)), " handle, not a ",
+    const char *is = kind_name(uintptr_t(it->second.kind));
+    LLAISYS_CHECK_ARG(it->second.kind == kind, what, " is ", article(is), " ", is, " handle, not ", article(want), " ",
                       want, " handle");
     return it;
 }

@@ -33,18 +33,21 @@ size_t llaisysKVCacheSlotsForBytes(const llaisysKVCacheParams_t *params, size_t 
     });
 }
 
-llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params) {
-    return guard_value<llaisysKVCache_t>(nullptr, [&] {
+llaisysStatus_t llaisysKVCacheCreate2(const llaisysKVCacheParams_t *params, llaisysKVCache_t *out) {
+    return capi::create_into(out, [&] {
         LLAISYS_CHECK_ARG(params != nullptr, "params is NULL");
         return capi::make_handle<llaisysKVCache_t>(std::make_shared<kv::KVCache>(capi::checked(*params)));
     });
 }
 
-void llaisysKVCacheDestroy(llaisysKVCache_t cache) {
-    guard([&] {
-        if (cache) capi::take(cache, "cache");
-    });
+// Deprecated: llaisysKVCacheCreate2 with the handle as the return value.
+llaisysKVCache_t llaisysKVCacheCreate(const llaisysKVCacheParams_t *params) {
+    llaisysKVCache_t cache = nullptr;
+    llaisysKVCacheCreate2(params, &cache);
+    return cache;
 }
+
+llaisysStatus_t llaisysKVCacheDestroy(llaisysKVCache_t cache) { return capi::destroy(cache, "cache"); }
 
 llaisysStatus_t llaisysKVCacheGetStats(llaisysKVCache_t cache, llaisysKVCacheStats_t *out) {
     return guard([&] {

@@ -54,11 +54,10 @@ llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in, llaisysTe
 }
 
 llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedLinear_t *out) {
-    if (out) *out = nullptr;
-    return guard([&] {
-        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+    return capi::create_into(out, [&] {
         auto packed = ops::pack_linear(*tensor_of(weight, "weight"));
-        *out = capi::make_handle<llaisysPackedLinear_t>(std::make_shared<PackedLinear>(PackedLinear{std::move(packed), nullptr}));
+        return capi::make_handle<llaisysPackedLinear_t>(
+            std::make_shared<PackedLinear>(PackedLinear{std::move(packed), nullptr}));
     });
 }
 
@@ -81,11 +80,7 @@ llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysT
     });
 }
 
-void llaisysPackedLinearDestroy(llaisysPackedLinear_t packed) {
-    guard([&] {
-        if (packed) capi::take(packed, "packed");
-    });
-}
+llaisysStatus_t llaisysPackedLinearDestroy(llaisysPackedLinear_t packed) { return capi::destroy(packed, "packed"); }
 
 llaisysStatus_t llaisysRmsNorm(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t weight, float eps) {
     return guard(

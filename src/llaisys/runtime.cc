@@ -176,13 +176,12 @@ llaisysStatus_t llaisysMemcpyAsync(llaisysDeviceType_t device, int device_id, vo
 }
 
 llaisysStatus_t llaisysStreamCreate(llaisysDeviceType_t device, int device_id, llaisysStream_t *out) {
-    return guard([&] {
+    return capi::create_into(out, [&] {
         device = enum_arg(device);
-        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        *out = nullptr;
         device::check_device(device, device_id);
-        void *native = device::runtime(device).stream_create(device_id);
-        *out = capi::make_handle<llaisysStream_t>(std::make_shared<Stream>(device, device_id, native));
+        auto h = std::make_shared<Stream>(device, device_id, nullptr);
+        h->native = device::runtime(device).stream_create(device_id);  // released by ~Stream if registering fails
+        return capi::make_handle<llaisysStream_t>(std::move(h));
     });
 }
 
@@ -202,13 +201,12 @@ llaisysStatus_t llaisysStreamSynchronize(llaisysStream_t stream) {
 }
 
 llaisysStatus_t llaisysEventCreate(llaisysDeviceType_t device, int device_id, llaisysEvent_t *out) {
-    return guard([&] {
+    return capi::create_into(out, [&] {
         device = enum_arg(device);
-        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        *out = nullptr;
         device::check_device(device, device_id);
-        void *native = device::runtime(device).event_create(device_id);
-        *out = capi::make_handle<llaisysEvent_t>(std::make_shared<Event>(device, device_id, native));
+        auto h = std::make_shared<Event>(device, device_id, nullptr);
+        h->native = device::runtime(device).event_create(device_id);  // released by ~Event if registering fails
+        return capi::make_handle<llaisysEvent_t>(std::move(h));
     });
 }
 

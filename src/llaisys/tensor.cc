@@ -24,20 +24,24 @@ std::vector<size_t> dims(const size_t *values, size_t n, const char *what) {
 
 extern "C" {
 
-llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim, llaisysDataType_t dtype,
-                                    llaisysDeviceType_t device, int device_id) {
-    return guard_value<llaisysTensor_t>(nullptr, [&] {
+llaisysStatus_t llaisysTensorCreate2(const size_t *shape, size_t ndim, llaisysDataType_t dtype,
+                                     llaisysDeviceType_t device, int device_id, llaisysTensor_t *out) {
+    return capi::create_into(out, [&] {
         dtype = capi::enum_arg(dtype);
         device = capi::enum_arg(device);
         return new_handle(Tensor::create(dims(shape, ndim, "shape"), dtype, device, device_id));
     });
 }
 
-void llaisysTensorDestroy(llaisysTensor_t tensor) {
-    guard([&] {
-        if (tensor) capi::take(tensor, "tensor");
-    });
+// Deprecated: llaisysTensorCreate2 with the handle as the return value.
+llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim, llaisysDataType_t dtype,
+                                    llaisysDeviceType_t device, int device_id) {
+    llaisysTensor_t t = nullptr;
+    llaisysTensorCreate2(shape, ndim, dtype, device, device_id, &t);
+    return t;
 }
+
+llaisysStatus_t llaisysTensorDestroy(llaisysTensor_t tensor) { return capi::destroy(tensor, "tensor"); }
 
 llaisysStatus_t llaisysTensorLoad(llaisysTensor_t tensor, const void *src, size_t size) {
     return guard([&] { tensor_of(tensor, "tensor")->load(src, size); });

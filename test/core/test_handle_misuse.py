@@ -1,7 +1,7 @@
 """Dead, foreign and wrong-kind C handles of every type: use after destroy, double destroy,
 a stale handle whose address a new object took, a handle of another type, random pointers.
-Each must be refused with INVALID_ARGUMENT (the void Destroy functions: a no-op that records
-it). Each handle type runs in its own child process (handle_child.py), so a library that
+Each must be refused with INVALID_ARGUMENT, Destroy included (it returns the status and leaves
+the handle alone). Each handle type runs in its own child process (handle_child.py), so a library that
 touches freed memory shows up as a failed test naming the signal, not a dead test run."""
 
 from __future__ import annotations

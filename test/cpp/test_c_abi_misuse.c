@@ -1,8 +1,8 @@
 /* The C ABI misused from plain C99: huge sizes, overflowing shapes, and dead, foreign and
  * wrong-type handles of every type (use after destroy, double destroy, a handle of one type
- * passed as another, random pointers, NULL). Every misuse must return an error status (the
- * void Destroy functions: do nothing and record the error), never crash: ctest runs this as
- * its own process, so a crash is a failed test. */
+ * passed as another, random pointers, NULL). Every misuse must return an error status (every
+ * Destroy returns one too, and leaves the handle alone), never crash: ctest runs this as its
+ * own process, so a crash is a failed test. */
 #include <llaisys.h>
 #include <llaisys/models/qwen2.h>
 #include <llaisys/ops.h>
@@ -18,7 +18,8 @@
 #define REFUSED(status, fragment, what)                                                          \
     EXPECT((status) == LLAISYS_STATUS_INVALID_ARGUMENT && strstr(llaisysGetLastError(), fragment), what)
 
-/* A void Destroy refused: nothing done, INVALID_ARGUMENT recorded. */
+/* A Destroy refused through the last error alone (the model's, owned by the model ABI):
+ * nothing done, INVALID_ARGUMENT recorded. */
 #define DESTROY_REFUSED(call, fragment, what)                                                    \
     do {                                                                                        \
         llaisysClearLastError();                                                                \
@@ -101,12 +102,12 @@ static void test_tensor_and_packed(llaisysKVCache_t other) {
     EXPECT(t != NULL, "tensor");
     llaisysTensorDestroy(t);
     REFUSED(llaisysTensorRead(t, buf, sizeof buf), "destroyed", "tensor use after destroy");
-    DESTROY_REFUSED(llaisysTensorDestroy(t), "destroyed", "tensor double destroy");
+    REFUSED(llaisysTensorDestroy(t), "destroyed", "tensor double destroy");
     llaisysTensor_t fresh = vector4(); /* may land at the freed address: t stays dead */
     REFUSED(llaisysTensorRead(t, buf, sizeof buf), "destroyed", "stale tensor after a new one");
     EXPECT(llaisysTensorRead(fresh, buf, sizeof buf) == LLAISYS_STATUS_OK && buf[3] == 4, "new tensor works");
     REFUSED(llaisysTensorRead((llaisysTensor_t)other, buf, sizeof buf), "not a tensor", "KV cache as a tensor");
-    DESTROY_REFUSED(llaisysTensorDestroy((llaisysTensor_t)other), "not a tensor", "destroy a KV cache as a tensor");
+    REFUSED(llaisysTensorDestroy((llaisysTensor_t)other), "not a tensor", "destroy a KV cache as a tensor");
     REFUSED(llaisysAdd(fresh, fresh, (llaisysTensor_t)buf), "not a tensor", "a stack pointer as a tensor");
     llaisysTensorDestroy(fresh);
 
@@ -119,9 +120,9 @@ static void test_tensor_and_packed(llaisysKVCache_t other) {
     y = llaisysTensorCreate(shape, 2, LLAISYS_DTYPE_F32, LLAISYS_DEVICE_CPU, 0);
     llaisysTensorLoad(x, w, 4 * sizeof(float));
     EXPECT(llaisysPackedLinearApply(packed, y, x, NULL) == LLAISYS_STATUS_OK, "packed apply");
-    llaisysPackedLinearDestroy(packed);
+    EXPECT(llaisysPackedLinearDestroy(packed) == LLAISYS_STATUS_OK, "packed destroy");
     REFUSED(llaisysPackedLinearApply(packed, y, x, NULL), "destroyed", "packed use after destroy");
-    DESTROY_REFUSED(llaisysPackedLinearDestroy(packed), "destroyed", "packed double destroy");
+    REFUSED(llaisysPackedLinearDestroy(packed), "destroyed", "packed double destroy");
     REFUSED(llaisysPackedLinearApply((llaisysPackedLinear_t)x, y, x, NULL), "not a", "a tensor as a packed linear");
     llaisysTensorDestroy(x);
     llaisysTensorDestroy(y);
@@ -158,19 +159,21 @@ static void test_caches_and_models(void) {
     REFUSED(llaisysQwen2ModelMissingWeights((llaisysQwen2Model_t)c, &count, NULL, 0), "not a model",
             "a cache as a model");
     DESTROY_REFUSED(llaisysQwen2ModelDestroy((llaisysQwen2Model_t)c), "not a model", "destroy a cache as a model");
-    DESTROY_REFUSED(llaisysKVCacheDestroy((llaisysKVCache_t)&count), "not a KV cache", "destroy a stack pointer");
-    llaisysKVCacheDestroy(c);
-    DESTROY_REFUSED(llaisysKVCacheDestroy(c), "destroyed", "cache double destroy");
+    REFUSED(llaisysKVCacheDestroy((llaisysKVCache_t)&count), "not a KV cache", "destroy a stack pointer");
+    EXPECT(llaisysKVCacheDestroy(c) == LLAISYS_STATUS_OK, "cache destroy");
+    REFUSED(llaisysKVCacheDestroy(c), "destroyed", "cache double destroy");
     REFUSED(llaisysKVCacheClear(c), "destroyed", "cache use after destroy");
     llaisysQwen2ModelDestroy(m);
     DESTROY_REFUSED(llaisysQwen2ModelDestroy(m), "destroyed", "model double destroy");
     REFUSED(llaisysQwen2ModelMissingWeights(m, &count, NULL, 0), "destroyed", "model use after destroy");
     EXPECT(llaisysQwen2ModelCreateKVCache(m, LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_DTYPE_F32, 16, 4) == NULL,
            "a cache for a destroyed model");
+    llaisysClearLastError();
     llaisysQwen2ModelDestroy(NULL); /* NULL stays a silent no-op */
-    llaisysKVCacheDestroy(NULL);
-    llaisysTensorDestroy(NULL);
-    llaisysPackedLinearDestroy(NULL);
+    EXPECT(llaisysKVCacheDestroy(NULL) == LLAISYS_STATUS_OK && llaisysTensorDestroy(NULL) == LLAISYS_STATUS_OK &&
+               llaisysPackedLinearDestroy(NULL) == LLAISYS_STATUS_OK,
+           "Destroy(NULL) is OK");
+    EXPECT(llaisysGetLastStatus() == LLAISYS_STATUS_OK, "Destroy(NULL) records no error");
 }
 
 int main(void) {

@@ -48,11 +48,11 @@ def declare(lib: ctypes.CDLL) -> None:
     C, i32, i64 = llaisysKVCache_t, ctypes.c_int32, ctypes.c_int64
     lib.llaisysKVCacheSlotsForBytes.argtypes = [ctypes.POINTER(KVCacheParams), ctypes.c_size_t]
     lib.llaisysKVCacheSlotsForBytes.restype = ctypes.c_size_t
-    lib.llaisysKVCacheCreate.argtypes = [ctypes.POINTER(KVCacheParams)]
+    lib.llaisysKVCacheCreate.argtypes = [ctypes.POINTER(KVCacheParams)]  # deprecated: Create2
     lib.llaisysKVCacheCreate.restype = C
-    lib.llaisysKVCacheDestroy.argtypes = [C]
-    lib.llaisysKVCacheDestroy.restype = None
     signatures = {
+        "llaisysKVCacheCreate2": [ctypes.POINTER(KVCacheParams), ctypes.POINTER(C)],
+        "llaisysKVCacheDestroy": [C],
         "llaisysKVCacheGetStats": [C, ctypes.POINTER(KVCacheStats)],
         "llaisysKVCacheSeqRm": [C, i32, i64, i64],
         "llaisysKVCacheSeqCp": [C, i32, i32, i64, i64],

@@ -20,6 +20,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysPackedLinearApply": [llaisysPackedLinear_t, T, T, T],
         "llaisysPackedLinearArgmax": [llaisysPackedLinear_t, T, ctypes.POINTER(ctypes.c_int64),
                                       ctypes.POINTER(ctypes.c_int)],
+        "llaisysPackedLinearDestroy": [llaisysPackedLinear_t],
         "llaisysRmsNorm": [T, T, T, f],
         "llaisysAddRmsNorm": [T, T, T, T, f],
         "llaisysRope": [T, T, T, f],
@@ -34,5 +35,3 @@ def declare(lib: ctypes.CDLL) -> None:
         fn = getattr(lib, name)
         fn.argtypes = argtypes
         fn.restype = ctypes.c_int32
-    lib.llaisysPackedLinearDestroy.argtypes = [llaisysPackedLinear_t]
-    lib.llaisysPackedLinearDestroy.restype = None

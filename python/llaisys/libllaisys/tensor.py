@@ -14,8 +14,9 @@ def declare(lib: ctypes.CDLL) -> None:
     status = ctypes.c_int32
     signatures = {
         # name: (argtypes, restype)
-        "llaisysTensorCreate": ([size_p, c_size_t, c_int, c_int, c_int], T),
-        "llaisysTensorDestroy": ([T], None),
+        "llaisysTensorCreate2": ([size_p, c_size_t, c_int, c_int, c_int, ctypes.POINTER(T)], status),
+        "llaisysTensorCreate": ([size_p, c_size_t, c_int, c_int, c_int], T),  # deprecated: Create2
+        "llaisysTensorDestroy": ([T], status),
         "llaisysTensorLoad": ([T, ctypes.c_void_p, c_size_t], status),
         "llaisysTensorRead": ([T, ctypes.c_void_p, c_size_t], status),
         "llaisysTensorNdim": ([T], c_size_t),
