@@ -1,4 +1,4 @@
-"""Qwen2Config parsing and validation."""
+"""Qwen2 config parsing and validation through ModelParams (Qwen2Config is its deprecated alias)."""
 
 import json
 
@@ -44,22 +44,24 @@ def test_transformers_reads_our_hf_dict(tmp_path):
 
 
 @pytest.mark.parametrize("change,message", [
-    ({"architectures": ["LlamaForCausalLM"]}, "architectures"),
+    ({"architectures": ["GPT2LMHeadModel"]}, "architectures.*known: LlamaForCausalLM, MistralForCausalLM"),
+    ({"architectures": ["LlamaForCausalLM"]}, "model_type 'qwen2' does not match LlamaForCausalLM"),
     ({"model_type": "llama"}, "model_type"),
     ({"hidden_size": None}, "hidden_size.*int"),
     ({"hidden_size": "896"}, "hidden_size.*int"),
     ({"num_hidden_layers": True}, "num_hidden_layers.*int"),
     ({"hidden_size": 0}, "hidden_size.*positive"),
-    ({"num_attention_heads": 13}, "does not divide hidden_size"),
+    ({"num_attention_heads": 12}, "num_attention_heads 12 does not divide hidden_size 896"),
     ({"num_key_value_heads": 3}, "does not divide num_attention_heads"),
     ({"rms_norm_eps": "x"}, "rms_norm_eps"),
     ({"tie_word_embeddings": "yes"}, "tie_word_embeddings.*bool"),
     ({"torch_dtype": "int8"}, "torch_dtype"),
     ({"hidden_act": "gelu"}, "hidden_act"),
-    ({"use_sliding_window": True}, "sliding"),
-    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "yarn"),
+    ({"use_sliding_window": True, "sliding_window": 65536}, "sliding_window 65536 is larger than max_position"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "original_max_position_embeddings"),
+    ({"rope_scaling": {"rope_type": "dynamic", "factor": 4.0}}, "rope_scaling.rope_type.*dynamic.*supported"),
     ({"eos_token_id": 999999}, "outside the vocabulary"),
-    ({"head_dim": 128}, "head_dim"),
+    ({"head_dim": 63}, "head_dim 63 must be even"),
 ])
 def test_invalid_configs(change, message):
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,7 @@
-"""Convert a Qwen2 GGUF file into a HuggingFace model directory (bf16 safetensors).
+"""Convert a GGUF file into a HuggingFace model directory (bf16 safetensors).
+
+Its `general.architecture` picks the family through the registry (models/arch/: qwen2,
+qwen3; GGUF llama files hold q/k rows permuted for llama.cpp's RoPE and are not converted).
 
 Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
 (nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
@@ -18,7 +21,8 @@ import gguf
 import numpy as np
 
 from . import bf16
-from .config import Qwen2Config
+from .arch import spec_for_gguf
+from .config import ModelParams
 from .files import ModelFileError
 from .gguf_check import check_gguf
 from .gguf_tokenizer import build_tokenizer_files, metadata
@@ -40,6 +44,8 @@ _BLOCK_NAMES = {
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
 }
@@ -48,21 +54,26 @@ _BLOCK_NAMES = {
 # tensor types gguf.quants can dequantize
 _DEQUANTIZABLE = frozenset([gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.F16,
                             *gguf.quants._type_traits])  # noqa: SLF001 - the package's own registry
-# HF config field -> the GGUF metadata key it comes from
-_GGUF_KEYS = {
-    "hidden_size": "qwen2.embedding_length",
-    "intermediate_size": "qwen2.feed_forward_length",
-    "num_hidden_layers": "qwen2.block_count",
-    "num_attention_heads": "qwen2.attention.head_count",
-    "num_key_value_heads": "qwen2.attention.head_count_kv",
-    "max_position_embeddings": "qwen2.context_length",
-    "rms_norm_eps": "qwen2.attention.layer_norm_rms_epsilon",
-    "rope_theta": "qwen2.rope.freq_base",
+# HF config field -> the GGUF metadata key it comes from; "{arch}" is general.architecture
+_GGUF_KEY_PATTERNS = {
+    "hidden_size": "{arch}.embedding_length",
+    "intermediate_size": "{arch}.feed_forward_length",
+    "num_hidden_layers": "{arch}.block_count",
+    "num_attention_heads": "{arch}.attention.head_count",
+    "num_key_value_heads": "{arch}.attention.head_count_kv",
+    "head_dim": "{arch}.attention.key_length",
+    "max_position_embeddings": "{arch}.context_length",
+    "rms_norm_eps": "{arch}.attention.layer_norm_rms_epsilon",
+    "rope_theta": "{arch}.rope.freq_base",
     "bos_token_id": "tokenizer.ggml.bos_token_id",
     "eos_token_id": "tokenizer.ggml.eos_token_id",
     "vocab_size": "token_embd.weight",
-    "head_dim": "qwen2.attention.head_count",
 }
+_OPTIONAL = ("rope_theta", "head_dim")  # metadata keys a GGUF file may leave out
+
+
+def _gguf_keys(arch: str) -> dict:
+    return {f: k.format(arch=arch) for f, k in _GGUF_KEY_PATTERNS.items()}
 
 
 def hf_tensor_name(gguf_name: str, source: str = "GGUF file") -> str:
@@ -73,29 +84,27 @@ def hf_tensor_name(gguf_name: str, source: str = "GGUF file") -> str:
     if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdecimal() and len(parts[1]) <= 6
             and parts[2] in _BLOCK_NAMES and parts[3] in ("weight", "bias")):
         return f"model.layers.{int(parts[1])}.{_BLOCK_NAMES[parts[2]]}.{parts[3]}"
-    raise ModelFileError(source, gguf_name, f"GGUF tensor {gguf_name!r} has no Qwen2 HuggingFace equivalent")
+    raise ModelFileError(source, gguf_name, f"GGUF tensor {gguf_name!r} has no HuggingFace equivalent")
 
 
-def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool) -> Qwen2Config:
+def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool) -> ModelParams:
     arch = metadata(reader, "general.architecture", str, source)
-    if arch != "qwen2":
-        raise ModelFileError(source, "general.architecture",
-                             f"general.architecture is {arch[:40]!r}; only 'qwen2' can be converted")
-    d = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": vocab_size,
+    spec = spec_for_gguf(arch, source)
+    keys = _gguf_keys(arch)
+    d = {"architectures": [spec.architecture], "model_type": spec.model_type, "vocab_size": vocab_size,
          "tie_word_embeddings": tied, "torch_dtype": "bfloat16"}
-    for field, key in _GGUF_KEYS.items():
-        if key.startswith("qwen2.") and field != "head_dim":
+    for field, key in keys.items():
+        if key.startswith(f"{arch}."):
             kind = float if field in ("rms_norm_eps", "rope_theta") else int
-            required = field != "rope_theta"
-            value = metadata(reader, key, kind, source, required=required)
+            value = metadata(reader, key, kind, source, required=field not in _OPTIONAL)
             if value is not None:
                 d[field] = value
     for field in ("bos_token_id", "eos_token_id"):
-        d[field] = metadata(reader, _GGUF_KEYS[field], int, source, required=False)
+        d[field] = metadata(reader, keys[field], int, source, required=False)
     try:
-        return Qwen2Config.from_dict(d, source=source)
+        return ModelParams.from_dict(d, source=source)
     except ModelFileError as e:  # name the GGUF key the field came from
-        key = _GGUF_KEYS.get(e.field, e.field)
+        key = keys.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF key {key})") from None
 
 
@@ -122,7 +131,7 @@ def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
         validate_tensors(config, {s.name: s for s, _ in plan}, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
         gguf_names = {hf: g for hf, g in seen.items()}
-        key = _GGUF_KEYS.get(e.field) or gguf_names.get(e.field, e.field)
+        key = _gguf_keys(config.arch).get(e.field) or gguf_names.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
     return config, plan
 

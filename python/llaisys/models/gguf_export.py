@@ -77,6 +77,9 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
     model_dir, out_path = Path(model_dir), Path(out_path)
     loaded = load_model(model_dir, dtype=dtype)  # validated; memory-mapped unless converted
     cfg, dtype = loaded.config, loaded.dtype
+    if cfg.arch != "qwen2" or any(cfg.layer_window) or cfg.head_dim * cfg.n_heads != cfg.hidden_size:
+        raise ValueError(f"{model_dir}: only a full-attention Qwen2 model with head_dim = hidden_size / "
+                         f"num_attention_heads can be exported to GGUF (this is {cfg.architecture})")
     if dtype not in _GGML_TYPE:
         raise ValueError(f"{model_dir}: weights in {dtype} cannot be exported (bf16, f16 or f32 only)")
     tok = Tokenizer.from_dir(model_dir)

@@ -1,8 +1,9 @@
-"""Load and validate a HuggingFace Qwen2 model directory (safetensors only).
+"""Load and validate a HuggingFace model directory (safetensors only) of any registered family.
 
 A directory holds `config.json` and either one `model.safetensors` or shards listed
-in `model.safetensors.index.json`. Every expected tensor is checked against the
-config (name, shape, float dtype); unknown tensors are an error. Pickle checkpoints
+in `model.safetensors.index.json`. The architecture registry (`models/arch/`) parses the
+config and says which tensors the family holds; every expected tensor is checked against the
+config (name, shape, float dtype) before anything is sized; unknown tensors are an error. Pickle checkpoints
 (`*.bin`, `*.pt`, `*.pth`) are refused: loading them can run arbitrary code.
 """
 
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 from . import bf16
-from .config import Qwen2Config
+from .arch import weight_slots
+from .config import ModelParams
 from .files import ModelFileError, read_json_file
 from .safetensors_io import RawTensor, read_safetensors
 
@@ -25,50 +27,27 @@ _LOADABLE_DTYPES = ("bf16", "f16", "f32")
 
 @dataclass
 class LoadedModel:
-    """A validated Qwen2 checkpoint, all tensors in one dtype."""
+    """A validated checkpoint, all tensors in one dtype."""
 
-    config: Qwen2Config  # parsed config.json
+    config: ModelParams  # parsed config.json
     tensors: dict = field(default_factory=dict)  # HF name -> RawTensor (memory-mapped unless converted);
     # no "lm_head.weight" when config.tie_word_embeddings (use "model.embed_tokens.weight")
     dtype: str = "bf16"  # dtype tag of every tensor: "bf16", "f16" or "f32"
     path: Optional[Path] = None  # the model directory
 
 
-def expected_shapes(config: Qwen2Config) -> dict:
-    """HF tensor name -> shape for every tensor a Qwen2 checkpoint must hold.
+def expected_shapes(config: ModelParams) -> dict:
+    """HF tensor name -> shape for every tensor a checkpoint of `config`'s family must hold.
 
     `lm_head.weight` is included only when embeddings are not tied.
     """
-    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    q_out = config.num_attention_heads * config.head_dim
-    kv_out = config.num_key_value_heads * config.head_dim
-    shapes = {"model.embed_tokens.weight": (v, h)}
-    for n in range(config.num_hidden_layers):
-        p = f"model.layers.{n}."
-        shapes.update({
-            p + "input_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (q_out, h),
-            p + "self_attn.q_proj.bias": (q_out,),
-            p + "self_attn.k_proj.weight": (kv_out, h),
-            p + "self_attn.k_proj.bias": (kv_out,),
-            p + "self_attn.v_proj.weight": (kv_out, h),
-            p + "self_attn.v_proj.bias": (kv_out,),
-            p + "self_attn.o_proj.weight": (h, q_out),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "mlp.gate_proj.weight": (i, h),
-            p + "mlp.up_proj.weight": (i, h),
-            p + "mlp.down_proj.weight": (h, i),
-        })
-    shapes["model.norm.weight"] = (h,)
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (v, h)
-    return shapes
+    return {name: slot.shape for name, slot in weight_slots(config).items()}
 
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
 
 
-def check_config_against_tensors(config: Qwen2Config, tensors: dict, config_source: str) -> None:
+def check_config_against_tensors(config: ModelParams, tensors: dict, config_source: str) -> None:
     """Raise a ModelFileError naming the config field when the tensors present contradict it.
 
     Runs before anything is sized by the config: a config claiming a million layers over a
@@ -97,15 +76,18 @@ def check_config_against_tensors(config: Qwen2Config, tensors: dict, config_sour
     q, k = dims("model.layers.0.self_attn.q_proj.weight"), dims("model.layers.0.self_attn.k_proj.weight")
     hd = config.head_dim
     if q is not None and q[0] != config.num_attention_heads * hd:
-        field_error("num_attention_heads", config.num_attention_heads, f"a q_proj of {q[0]} rows")
+        field_error("num_attention_heads", config.num_attention_heads,
+                    f"a q_proj of {q[0]} rows, not num_attention_heads x head_dim {hd}")
     if k is not None and k[0] != config.num_key_value_heads * hd:
         field_error("num_key_value_heads", config.num_key_value_heads,
-                    f"a k_proj of {k[0]} rows, not num_key_value_heads x head_dim {hd} (hidden_size "
-                    f"{config.hidden_size} / num_attention_heads {config.num_attention_heads})")
+                    f"a k_proj of {k[0]} rows, not num_key_value_heads x head_dim {hd}")
+    qn = tensors.get("model.layers.0.self_attn.q_norm.weight")
+    if config.qk_norm and qn is not None and tuple(qn.shape) != (hd,):
+        field_error("head_dim", hd, f"a q_norm of shape {tuple(qn.shape)}")
 
 
-def validate_tensors(config: Qwen2Config, tensors: dict, source: str, config_source: Optional[str] = None) -> None:
-    """Raise ModelFileError unless `tensors` is exactly a Qwen2 checkpoint for `config`.
+def validate_tensors(config: ModelParams, tensors: dict, source: str, config_source: Optional[str] = None) -> None:
+    """Raise ModelFileError unless `tensors` is exactly a checkpoint for `config`.
 
     `tensors` maps name -> anything with `.shape` and `.dtype` (RawTensor, or TensorSpec before data exists).
     `config_source` names where the config came from (default `source`), for errors about its fields.
@@ -121,7 +103,7 @@ def validate_tensors(config: Qwen2Config, tensors: dict, source: str, config_sou
     if unknown:
         more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
         raise ModelFileError(source, unknown[0],
-                             f"unexpected tensors for a Qwen2 model: {', '.join(map(repr, unknown[:5]))}{more}")
+                             f"unexpected tensors for a {config.architecture} model: {', '.join(map(repr, unknown[:5]))}{more}")
     for name, t in tensors.items():
         shape = want.get(name, optional.get(name))
         if tuple(t.shape) != shape:
@@ -184,7 +166,7 @@ def _convert(t: RawTensor, dtype: str) -> RawTensor:
 
 
 def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> LoadedModel:
-    """Load a Qwen2 model directory.
+    """Load a model directory of any registered architecture.
 
     dtype: "bf16", "f16", "f32" converts every tensor at load (round to nearest even,
     as torch casts); None keeps the checkpoint dtype, and if the checkpoint mixes
@@ -195,7 +177,7 @@ def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> Lo
     path = Path(path)
     if not path.is_dir():
         raise ModelFileError(path, None, "model directory does not exist")
-    config = Qwen2Config.from_json_file(path / "config.json")
+    config = ModelParams.from_json_file(path / "config.json")
     tensors = _read_all(path)
     validate_tensors(config, tensors, str(path), config_source=str(path / "config.json"))
     if config.tie_word_embeddings:

@@ -1,0 +1,191 @@
+"""Model: a loaded checkpoint of any registered architecture in the core, and the
+one-call-per-step interface the engine drives (include/llaisys/models/model.h)."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..kv_cache import KVCache, as_layout
+from ..libllaisys import LIB, DataType, DeviceType, Status, check
+from ..libllaisys.kv_cache import llaisysKVCache_t
+from ..libllaisys.model import Activation, Arch, ModelStats, RopeScaling, StepOutput, WeightKind, llaisysModel_t
+from ..libllaisys.model import ModelParams as CModelParams
+from ..libllaisys.sampler import SamplingParams as CSamplingParams
+from .arch import weight_slots
+from .config import ModelParams
+from .loader import LoadedModel, load_model
+from .step_io import RowSampling, StepResult, fill_sampling, make_batch, ptr
+
+__all__ = ["Model", "ModelStatsInfo", "RowSampling", "StepResult", "c_params"]
+
+
+@dataclass(frozen=True)
+class ModelStatsInfo:
+    """Memory the model holds (llaisysModelStats_t), in bytes."""
+
+    weight_bytes: int  # weights as stored (packed panels on the CPU)
+    workspace_bytes: int  # the per-step activation workspace now reserved
+    workspace_tokens: int  # the largest step (tokens) it is sized for
+
+
+def c_params(p: ModelParams, dtype: DataType) -> tuple:
+    """(llaisysModelParams_t, the layer_window array it points at) for `p` in `dtype`.
+    The array must stay alive until llaisysModelCreate has copied it."""
+    c = LIB.llaisysModelDefaultParams()  # struct_size and the defaults of fields we leave alone
+    c.arch, c.dtype = int(Arch[p.arch.upper()]), int(dtype)
+    c.n_layers, c.hidden_size, c.intermediate_size = p.n_layers, p.hidden_size, p.intermediate_size
+    c.n_heads, c.n_kv_heads, c.head_dim, c.vocab_size = p.n_heads, p.n_kv_heads, p.head_dim, p.vocab_size
+    c.max_position_embeddings, c.rms_norm_eps, c.rope_theta = p.max_position_embeddings, p.rms_norm_eps, p.rope_theta
+    r = p.rope
+    c.rope_scaling, c.rope_factor = int(RopeScaling[r.scaling.upper()]), r.factor
+    c.rope_low_freq_factor, c.rope_high_freq_factor = r.low_freq_factor, r.high_freq_factor
+    c.rope_original_max_position = r.original_max_position
+    c.rope_beta_fast, c.rope_beta_slow, c.rope_attention_factor = r.beta_fast, r.beta_slow, r.attention_factor
+    c.qkv_bias, c.qk_norm, c.tie_word_embeddings = int(p.qkv_bias), int(p.qk_norm), int(p.tie_word_embeddings)
+    c.activation = int(Activation[p.activation.upper()])
+    window = None
+    if any(p.layer_window):
+        window = (ctypes.c_uint32 * p.n_layers)(*p.layer_window)  # [n_layers]
+        c.layer_window = ctypes.cast(window, ctypes.POINTER(ctypes.c_uint32))
+    return c, window
+
+
+class Model:
+    """A decoder of any registered architecture in libllaisys. Weights are copied into the core
+    once at construction, each to the (kind, layer) slot the architecture's weight map names."""
+
+    def __init__(self, loaded: LoadedModel, device: DeviceType = DeviceType.CPU, device_id: int = 0):
+        cfg = loaded.config
+        self.config = cfg  # ModelParams
+        self.path = loaded.path
+        self.dtype = as_dtype(loaded.dtype)
+        self.device = device
+        self.device_id = device_id
+        self._handle = None
+        params, window = c_params(cfg, self.dtype)
+        handle = llaisysModel_t()
+        check(LIB.llaisysModelCreate(ctypes.byref(params), int(device), device_id, ctypes.byref(handle)))
+        del window  # copied by Create
+        self._handle = handle.value
+        try:
+            self._set_weights(loaded)
+        except Exception:
+            self.close()
+            raise
+
+    def _set_weights(self, loaded: LoadedModel) -> None:
+        slots = weight_slots(self.config)
+        for name, t in loaded.tensors.items():
+            slot = slots[name]  # the loader checked every name against the same map
+            shape = (ctypes.c_size_t * len(t.shape))(*t.shape)
+            data = np.ascontiguousarray(t.data)
+            check(LIB.llaisysModelSetWeight(self._handle, None, int(WeightKind[slot.kind]), slot.layer,
+                                            data.ctypes.data_as(ctypes.c_void_p), int(as_dtype(t.dtype)),
+                                            shape, len(t.shape)))
+        missing = ctypes.c_size_t()
+        first = ctypes.create_string_buffer(256)
+        check(LIB.llaisysModelMissingWeights(self._handle, ctypes.byref(missing), first, 256))
+        if missing.value:
+            raise ValueError(f"{missing.value} weight(s) missing, e.g. {first.value.decode()!r}")
+
+    @classmethod
+    def from_path(cls, path, dtype: Optional[str] = None, device: DeviceType = DeviceType.CPU,
+                  device_id: int = 0) -> "Model":
+        return cls(load_model(path, dtype=dtype), device=device, device_id=device_id)
+
+    @property
+    def handle(self) -> int:
+        if self._handle is None:
+            raise ValueError("model is closed")
+        return self._handle
+
+    @property
+    def architecture(self) -> str:
+        """The HF architectures name the model was loaded as ("LlamaForCausalLM", ...)."""
+        return self.config.architecture
+
+    def stats(self) -> ModelStatsInfo:
+        s = ModelStats()
+        check(LIB.llaisysModelGetStats(self.handle, ctypes.byref(s)))
+        return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens)
+
+    def create_kv_cache(self, layout: str = "block", n_slots: int = 4096, block_size: int = 16,
+                        dtype: "DataType | str" = DataType.F32) -> KVCache:
+        lay = as_layout(layout)
+        out = llaisysKVCache_t()
+        check(LIB.llaisysModelCreateKVCache(self.handle, int(lay), int(as_dtype(dtype)), n_slots, block_size,
+                                            ctypes.byref(out)))
+        return KVCache(out.value, lay)
+
+    def step(self, cache: KVCache, *, token_ids, positions, query_start, sample_rows=None,
+             slot_mapping=None, block_tables=None, context_lens=None, seq_ids=None,
+             sampling: Optional[Sequence[RowSampling]] = None, top_capacity: int = 0,
+             want_logits: bool = False, want_hidden: bool = False,
+             want_logprobs: bool = True) -> Optional[StepResult]:
+        """One core call for a flat batch (llaisysModelStep; shapes in llaisysBatch_t).
+
+        With want_logprobs=False the result's logprobs is None; greedy rows may then be decided
+        without computing every logit (the lm_head screen, doc/architecture.md).
+
+        Returns None when a SLOT cache has no room (nothing was written)."""
+        keep: list = []  # arrays that must outlive the call
+        batch = make_batch(keep, token_ids=token_ids, positions=positions, query_start=query_start,
+                           sample_rows=sample_rows, slot_mapping=slot_mapping, block_tables=block_tables,
+                           context_lens=context_lens, seq_ids=seq_ids)
+        n_sample = batch.n_sample
+        out = StepOutput()
+        params_ptr = None
+        res = StepResult(None, None, None, None, None, None)
+        if sampling is not None:
+            if len(sampling) != n_sample:
+                raise ValueError(f"{len(sampling)} sampling rows for {n_sample} sample rows")
+            params = (CSamplingParams * max(n_sample, 1))()
+            for i, r in enumerate(sampling):
+                fill_sampling(params[i], r, keep)
+            params_ptr = params
+            res.token_ids = np.zeros(n_sample, np.int64)  # [n_sample]
+            out.sample.token_ids = ptr(res.token_ids, ctypes.c_int64)
+            if want_logprobs:
+                res.logprobs = np.zeros(n_sample, np.float32)  # [n_sample]
+                out.sample.logprobs = ptr(res.logprobs, ctypes.c_float)
+            if top_capacity > 0:
+                res.top_ids = np.zeros((n_sample, top_capacity), np.int64)  # [n_sample, top_capacity]
+                res.top_logprobs = np.zeros((n_sample, top_capacity), np.float32)
+                out.sample.top_ids = ptr(res.top_ids, ctypes.c_int64)
+                out.sample.top_logprobs = ptr(res.top_logprobs, ctypes.c_float)
+                out.sample.top_capacity = top_capacity
+        if want_logits:
+            res.logits = np.zeros((n_sample, self.config.vocab_size), np.float32)  # [n_sample, vocab]
+            out.logits = ptr(res.logits, ctypes.c_float)
+        if want_hidden:
+            res.hidden = np.zeros((n_sample, self.config.hidden_size), np.float32)  # [n_sample, hidden]
+            out.hidden = ptr(res.hidden, ctypes.c_float)
+        status = LIB.llaisysModelStep(self.handle, cache.handle, ctypes.byref(batch), params_ptr, ctypes.byref(out))
+        if status == Status.NO_KV_SPACE:
+            return None
+        check(status)
+        return res
+
+    _fill = staticmethod(fill_sampling)  # the name llaisys.sampler used before step_io existed
+
+    def close(self) -> None:
+        if getattr(self, "_handle", None):
+            LIB.llaisysModelDestroy(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

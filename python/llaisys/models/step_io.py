@@ -1,0 +1,92 @@
+"""The host side of one model step: per-row sampling parameters and the step result, and their
+ctypes forms (llaisysSamplingParams_t, llaisysBatch_t). Shared by Model.step and llaisys.sampler."""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..libllaisys.model import Batch
+from ..libllaisys.sampler import SamplingParams as CSamplingParams
+
+
+@dataclass
+class RowSampling:
+    """Sampling of one sample row, as the core takes it (see include/llaisys/sampler.h)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int = 0
+    step: int = 0  # index of this draw within the request (its number of output tokens)
+    n_logprobs: int = 0
+    prompt_tokens: Optional[np.ndarray] = None  # int64, for the repetition penalty
+    output_tokens: Optional[np.ndarray] = None  # int64, for all penalties
+    logit_bias: Optional[dict] = None  # token id -> bias
+
+
+@dataclass
+class StepResult:
+    token_ids: Optional[np.ndarray]  # [n_sample] int64 sampled ids (None when not sampling)
+    logprobs: Optional[np.ndarray]  # [n_sample] f32 logprob of each sampled id
+    top_ids: Optional[np.ndarray]  # [n_sample, top_n] int64
+    top_logprobs: Optional[np.ndarray]  # [n_sample, top_n] f32
+    logits: Optional[np.ndarray]  # [n_sample, vocab] f32 when asked
+    hidden: Optional[np.ndarray]  # [n_sample, hidden] f32 when asked
+
+
+def ptr(a: Optional[np.ndarray], ctype):
+    return None if a is None else a.ctypes.data_as(ctypes.POINTER(ctype))
+
+
+def arr(a, dtype) -> Optional[np.ndarray]:
+    return None if a is None else np.ascontiguousarray(a, dtype=dtype)
+
+
+def fill_sampling(c: CSamplingParams, r: RowSampling, keep: list) -> None:
+    """Write `r` into the C struct `c`; arrays it points at are appended to `keep` (they must
+    outlive the call)."""
+    c.temperature, c.top_k, c.top_p, c.min_p = r.temperature, r.top_k, r.top_p, r.min_p
+    c.repetition_penalty, c.presence_penalty = r.repetition_penalty, r.presence_penalty
+    c.frequency_penalty, c.seed, c.step, c.n_logprobs = r.frequency_penalty, r.seed, r.step, r.n_logprobs
+    for field, count, a in (("prompt_tokens", "n_prompt", r.prompt_tokens),
+                            ("output_tokens", "n_output", r.output_tokens)):
+        if a is not None and len(a):
+            a = np.ascontiguousarray(a, dtype=np.int64)
+            keep.append(a)
+            setattr(c, field, a.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)))
+            setattr(c, count, len(a))
+    if r.logit_bias:
+        ids = np.fromiter(r.logit_bias.keys(), np.int64)
+        vals = np.fromiter(r.logit_bias.values(), np.float32)
+        keep.extend((ids, vals))
+        c.bias_ids = ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+        c.bias_values = vals.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        c.n_bias = len(ids)
+
+
+def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, slot_mapping, block_tables,
+               context_lens, seq_ids) -> Batch:
+    """A llaisysBatch_t over contiguous copies of the arrays (appended to `keep`)."""
+    token_ids, positions = arr(token_ids, np.int64), arr(positions, np.int64)  # [n_tokens]
+    query_start = arr(query_start, np.int32)  # [n_seqs + 1]
+    sample_rows = arr(sample_rows if sample_rows is not None else [], np.int32)  # [n_sample]
+    slot_mapping = arr(slot_mapping, np.int64)  # [n_tokens] BLOCK
+    block_tables = arr(block_tables, np.int32)  # [n_seqs, max_blocks] BLOCK
+    context_lens = arr(context_lens, np.int32)  # [n_seqs] BLOCK
+    seq_ids = arr(seq_ids, np.int32)  # [n_seqs] SLOT
+    keep.extend((token_ids, positions, query_start, sample_rows, slot_mapping, block_tables, context_lens, seq_ids))
+    max_blocks = block_tables.shape[1] if block_tables is not None and block_tables.ndim == 2 else 0
+    return Batch(
+        n_tokens=len(token_ids), token_ids=ptr(token_ids, ctypes.c_int64), positions=ptr(positions, ctypes.c_int64),
+        n_seqs=len(query_start) - 1, query_start=ptr(query_start, ctypes.c_int32),
+        slot_mapping=ptr(slot_mapping, ctypes.c_int64), block_tables=ptr(block_tables, ctypes.c_int32),
+        max_blocks=max_blocks, context_lens=ptr(context_lens, ctypes.c_int32), seq_ids=ptr(seq_ids, ctypes.c_int32),
+        n_sample=len(sample_rows), sample_rows=ptr(sample_rows, ctypes.c_int32))
