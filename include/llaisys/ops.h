@@ -6,6 +6,7 @@
 #ifndef LLAISYS_OPS_H
 #define LLAISYS_OPS_H
 
+#include "models/model.h"
 #include "tensor.h"
 
 LLAISYS_EXTERN_C_BEGIN
@@ -118,12 +119,50 @@ LLAISYS_API llaisysStatus_t llaisysSwiGLU(llaisysTensor_t out, llaisysTensor_t g
 
 /* Per row of `vals` [rows, n] (or [n], one row): the first index of the maximum into
  * max_idx [rows] (or [1]) i64 and the value into max_val [rows] (or [1]) of vals' dtype.
- * n >= 1. NaN counts as larger than everything. */
+ * n >= 1. NaN counts as larger than every number, +inf included, and among NaNs the first
+ * index wins: the first NaN if the row has one, else the first maximum (torch.argmax's and
+ * numpy.argmax's rule, the sampler's too: doc/architecture.md, "NaN in argmax"). All -inf:
+ * index 0. CPU (every ISA) and NVIDIA alike. */
 LLAISYS_API llaisysStatus_t llaisysArgmax(llaisysTensor_t max_idx, llaisysTensor_t max_val,
                                           llaisysTensor_t vals);
 
 /* Softmax along the last dimension: out [.., n], in [.., n], same shape; out may alias in. */
 LLAISYS_API llaisysStatus_t llaisysSoftmax(llaisysTensor_t out, llaisysTensor_t in);
+
+/* The RoPE frequency table the model uses for these rope fields (as llaisysModelParams_t;
+ * transformers' modeling_rope_utils default / linear / llama3 / yarn, YaRN with truncate):
+ * inv_freq [head_dim / 2] f32 CPU tensor (written), *attn_scale (written; may be NULL) the
+ * factor multiplying cos and sin (1 but for YaRN). Bad fields are INVALID_ARGUMENT naming
+ * the field (rope_theta, rope_factor, ...). */
+LLAISYS_API llaisysStatus_t llaisysRopeFrequencies(float rope_theta, llaisysRopeScaling_t rope_scaling,
+                                                   float rope_factor, float rope_low_freq_factor,
+                                                   float rope_high_freq_factor, size_t rope_original_max_position,
+                                                   float rope_beta_fast, float rope_beta_slow,
+                                                   float rope_attention_factor, size_t head_dim,
+                                                   llaisysTensor_t inv_freq, float *attn_scale);
+
+/* llaisysRope with a frequency table: angle = pos[i] * inv_freq[j], cos and sin multiplied by
+ * attn_scale (> 0). inv_freq [d/2] f32 on out's device, finite. Other arguments as llaisysRope. */
+LLAISYS_API llaisysStatus_t llaisysRopeTable(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t pos,
+                                             llaisysTensor_t inv_freq, float attn_scale);
+
+/* llaisysPagedAttention (reference != 0: llaisysPagedAttentionReference) with a sliding
+ * window: token t sees the entries of its row with
+ *   kv_pos <= q_pos[t]  and  (window == 0  or  kv_pos > q_pos[t] - window),
+ * transformers' sliding_window_causal_mask (a query sees itself and the window - 1 positions
+ * before it). window >= 0 (0: no window). */
+LLAISYS_API llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, llaisysTensor_t q,
+                                                        llaisysTensor_t k_cache, llaisysTensor_t v_cache,
+                                                        llaisysTensor_t q_pos, llaisysTensor_t query_start,
+                                                        llaisysTensor_t kv_start, llaisysTensor_t kv_slots,
+                                                        llaisysTensor_t kv_pos, float scale, int64_t window,
+                                                        int reference);
+
+/* Per-head RMSNorm in place (Qwen3's q_norm / k_norm): each x[i, h, :] becomes
+ * round(x * rsqrt(mean(x^2) + eps)) * weight, computed in f32 and rounded to x's dtype before
+ * the weight multiplies, as transformers' Qwen3RMSNorm. x [n, heads, d] of a float dtype,
+ * weight [d] of any float dtype; eps > 0. */
+LLAISYS_API llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps);
 
 LLAISYS_EXTERN_C_END
 

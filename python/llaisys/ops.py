@@ -8,6 +8,7 @@ from typing import Optional
 import numpy as np
 
 from .libllaisys import LIB, check
+from .libllaisys.model import RopeScaling
 from .libllaisys.ops import llaisysPackedLinear_t
 from .tensor import Tensor
 
@@ -103,6 +104,27 @@ def rope(out: Tensor, inp: Tensor, pos: Tensor, theta: float) -> Tensor:
     return out
 
 
+def rope_frequencies(head_dim: int, theta: float = 10000.0, scaling: "RopeScaling | int" = RopeScaling.DEFAULT,
+                     factor: float = 1.0, low_freq_factor: float = 1.0, high_freq_factor: float = 4.0,
+                     original_max_position: int = 0, beta_fast: float = 32.0, beta_slow: float = 1.0,
+                     attention_factor: float = 0.0) -> "tuple[np.ndarray, float]":
+    """The model's RoPE table for these rope fields: (inv_freq [head_dim // 2] f32, the factor
+    multiplying cos and sin). Bad fields raise LlaisysInputError naming the field."""
+    table = Tensor([head_dim // 2 if head_dim > 1 else 1], "f32")
+    scale = ctypes.c_float()
+    check(LIB.llaisysRopeFrequencies(float(theta), int(scaling), float(factor), float(low_freq_factor),
+                                     float(high_freq_factor), int(original_max_position), float(beta_fast),
+                                     float(beta_slow), float(attention_factor), int(head_dim), table.handle,
+                                     ctypes.byref(scale)))
+    return table.numpy(), scale.value
+
+
+def rope_table(out: Tensor, inp: Tensor, pos: Tensor, inv_freq: Tensor, attn_scale: float = 1.0) -> Tensor:
+    """rope with a frequency table inv_freq [d/2] (f32) and cos, sin multiplied by attn_scale."""
+    check(LIB.llaisysRopeTable(out.handle, inp.handle, pos.handle, inv_freq.handle, float(attn_scale)))
+    return out
+
+
 def self_attention(out: Tensor, q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     check(LIB.llaisysSelfAttention(out.handle, q.handle, k.handle, v.handle, float(scale)))
     return out
@@ -126,6 +148,23 @@ def paged_attention_reference(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: 
     """paged_attention by the plain key-by-key reference kernel (for tests and benchmarks)."""
     return _paged(LIB.llaisysPagedAttentionReference, out,
                   (q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos), scale)
+
+
+def paged_attention_window(out: Tensor, q: Tensor, k_cache: Tensor, v_cache: Tensor, q_pos: Tensor,
+                           query_start: Tensor, kv_start: Tensor, kv_slots: Tensor, kv_pos: Tensor,
+                           scale: float, window: int, reference: bool = False) -> Tensor:
+    """paged_attention with a sliding window: token t sees kv_pos in (q_pos[t] - window, q_pos[t]]
+    (window 0: no window); reference=True runs the plain key-by-key kernel."""
+    check(LIB.llaisysPagedAttentionWindow(out.handle, q.handle, k_cache.handle, v_cache.handle, q_pos.handle,
+                                          query_start.handle, kv_start.handle, kv_slots.handle, kv_pos.handle,
+                                          float(scale), int(window), 1 if reference else 0))
+    return out
+
+
+def rms_norm_heads(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Per-head RMSNorm in place over x [n, heads, d] with weight [d] (Qwen3's q/k norm); returns x."""
+    check(LIB.llaisysRmsNormHeads(x.handle, weight.handle, float(eps)))
+    return x
 
 
 def swiglu(out: Tensor, gate: Tensor, up: Tensor) -> Tensor:

@@ -34,9 +34,32 @@ KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
         LLAISYS_CHECK_ARG(std::isfinite(p_.rope_theta) && p_.rope_theta > 0.0f, "SLOT layout needs rope_theta > 0");
         cells_ = std::make_unique<UnifiedCells>(p_.n_slots);
     }
+
     std::vector<size_t> shape{p_.n_layers, p_.n_slots, p_.n_kv_heads, p_.head_dim};
     k_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
     v_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
+    if (cells_) {  // SLOT: seq_add's default table, that of rope_theta
+        std::vector<float> inv_freq(p_.head_dim / 2);  // [head_dim / 2]
+        for (size_t j = 0; j < inv_freq.size(); j++) {
+            inv_freq[j] = 1.0f / std::pow(p_.rope_theta, float(2 * j) / float(p_.head_dim));
+        }
+        set_rope(std::move(inv_freq));
+    }
+}
+
+void KVCache::set_rope(std::vector<float> inv_freq) {
+    LLAISYS_CHECK(inv_freq.size() == p_.head_dim / 2, LLAISYS_STATUS_SHAPE_MISMATCH, "KV cache set_rope: inv_freq has ",
+                  inv_freq.size(), " entries, head_dim / 2 is ", p_.head_dim / 2);
+    for (size_t j = 0; j < inv_freq.size(); j++) {
+        LLAISYS_CHECK_ARG(std::isfinite(inv_freq[j]), "KV cache set_rope: inv_freq[", j, "] = ", inv_freq[j],
+                          " is not finite");
+    }
+    if (p_.device != LLAISYS_DEVICE_CPU) {
+        tensor_t dev = Tensor::create({inv_freq.size()}, LLAISYS_DTYPE_F32, p_.device, p_.device_id);
+        dev->load(inv_freq.data(), inv_freq.size() * sizeof(float));
+        inv_freq_dev_ = dev;
+    }
+    inv_freq_ = std::move(inv_freq);
 }
 
 std::byte *KVCache::k(size_t layer) const { return k_->data() + layer * p_.n_slots * row_elems() * k_->element_size(); }
@@ -78,7 +101,8 @@ void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
     for (size_t layer = 0; layer < p_.n_layers; layer++) {
         for (int32_t cell : shifted) {
             std::byte *row = k(layer) + size_t(cell) * row_elems() * dtype_size(p_.dtype);
-            ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(), p_.rope_theta);
+            ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(), inv_freq_.data(),
+                           1.0f);
         }
     }
 }

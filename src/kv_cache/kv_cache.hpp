@@ -30,6 +30,11 @@ public:
     // SLOT: shift seq's positions and re-rotate the stored keys by delta.
     void seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta);
 
+    // The RoPE frequencies seq_add rotates keys with: inv_freq [head_dim / 2], the model's
+    // (scaled) table (ops/rope/rope_freqs.hpp). A pure rotation (attention scale 1). Until it
+    // is called, the default table of params().rope_theta. A GPU cache keeps a device copy.
+    void set_rope(std::vector<float> inv_freq);
+
     // Bytes of K+V storage for n_slots slots.
     static size_t bytes_per_slot(const llaisysKVCacheParams_t &params);
 
@@ -39,6 +44,8 @@ private:
 
     llaisysKVCacheParams_t p_;
     tensor_t k_, v_;  // [n_layers, n_slots, n_kv_heads, head_dim]
+    std::vector<float> inv_freq_;  // [head_dim / 2] host table of seq_add's rotation
+    tensor_t inv_freq_dev_;        // [head_dim / 2] f32 copy on the cache's device (GPU caches only)
     std::unique_ptr<UnifiedCells> cells_;
 };
 

@@ -9,10 +9,13 @@
 #include "../ops/paged_attention/op.hpp"
 #include "../ops/rms_norm/op.hpp"
 #include "../ops/rope/op.hpp"
+#include "../ops/rope/rope_freqs.hpp"
 #include "../ops/self_attention/op.hpp"
 #include "../ops/softmax/op.hpp"
 #include "../ops/swiglu/op.hpp"
 #include "llaisys/ops.h"
+
+#include <cstring>
 
 using namespace llaisys;
 using capi::guard;
@@ -142,6 +145,57 @@ llaisysStatus_t llaisysArgmax(llaisysTensor_t max_idx, llaisysTensor_t max_val, 
 
 llaisysStatus_t llaisysSoftmax(llaisysTensor_t out, llaisysTensor_t in) {
     return guard([&] { ops::softmax(*tensor_of(out, "out"), *tensor_of(in, "in")); });
+}
+
+llaisysStatus_t llaisysRopeFrequencies(float rope_theta, llaisysRopeScaling_t rope_scaling, float rope_factor,
+                                       float rope_low_freq_factor, float rope_high_freq_factor,
+                                       size_t rope_original_max_position, float rope_beta_fast, float rope_beta_slow,
+                                       float rope_attention_factor, size_t head_dim, llaisysTensor_t inv_freq,
+                                       float *attn_scale) {
+    return guard([&] {
+        ops::RopeSpec spec;
+        spec.theta = rope_theta;
+        spec.type = capi::enum_in_range(rope_scaling, LLAISYS_ROPE_DEFAULT, LLAISYS_ROPE_YARN, "rope_scaling");
+        spec.factor = rope_factor;
+        spec.low_freq_factor = rope_low_freq_factor;
+        spec.high_freq_factor = rope_high_freq_factor;
+        spec.original_max_position = rope_original_max_position;
+        spec.beta_fast = rope_beta_fast;
+        spec.beta_slow = rope_beta_slow;
+        spec.attention_factor = rope_attention_factor;
+        const tensor_t out = tensor_of(inv_freq, "inv_freq");
+        const std::vector<float> f = ops::rope_inv_freq(spec, head_dim);  // [head_dim / 2]
+        LLAISYS_CHECK(out->device() == LLAISYS_DEVICE_CPU && out->dtype() == LLAISYS_DTYPE_F32 &&
+                          out->shape() == std::vector<size_t>{f.size()} && out->is_contiguous(),
+                      LLAISYS_STATUS_SHAPE_MISMATCH, "rope frequencies: inv_freq must be a contiguous f32 CPU tensor [",
+                      f.size(), "], got ", out->describe());
+        std::memcpy(out->data(), f.data(), f.size() * sizeof(float));
+        if (attn_scale) *attn_scale = ops::rope_attention_scale(spec);
+    });
+}
+
+llaisysStatus_t llaisysRopeTable(llaisysTensor_t out, llaisysTensor_t in, llaisysTensor_t pos, llaisysTensor_t inv_freq,
+                                 float attn_scale) {
+    return guard([&] {
+        ops::rope(*tensor_of(out, "out"), *tensor_of(in, "in"), *tensor_of(pos, "pos"), *tensor_of(inv_freq, "inv_freq"),
+                  attn_scale);
+    });
+}
+
+llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, llaisysTensor_t q, llaisysTensor_t k_cache,
+                                            llaisysTensor_t v_cache, llaisysTensor_t q_pos, llaisysTensor_t query_start,
+                                            llaisysTensor_t kv_start, llaisysTensor_t kv_slots, llaisysTensor_t kv_pos,
+                                            float scale, int64_t window, int reference) {
+    return guard([&] {
+        auto *kernel = reference ? ops::paged_attention_reference : ops::paged_attention;
+        kernel(*tensor_of(out, "out"), *tensor_of(q, "q"), *tensor_of(k_cache, "k_cache"), *tensor_of(v_cache, "v_cache"),
+               *tensor_of(q_pos, "q_pos"), *tensor_of(query_start, "query_start"), *tensor_of(kv_start, "kv_start"),
+               *tensor_of(kv_slots, "kv_slots"), *tensor_of(kv_pos, "kv_pos"), scale, window);
+    });
+}
+
+llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps) {
+    return guard([&] { ops::rms_norm_heads(*tensor_of(x, "x"), *tensor_of(weight, "weight"), eps); });
 }
 
 }  // extern "C"

@@ -30,6 +30,11 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysSwiGLU": [T, T, T],
         "llaisysArgmax": [T, T, T],
         "llaisysSoftmax": [T, T],
+        "llaisysRopeFrequencies": [f, ctypes.c_int, f, f, f, ctypes.c_size_t, f, f, f, ctypes.c_size_t, T,
+                                   ctypes.POINTER(f)],
+        "llaisysRopeTable": [T, T, T, T, f],
+        "llaisysPagedAttentionWindow": [T, T, T, T, T, T, T, T, T, f, ctypes.c_int64, ctypes.c_int],
+        "llaisysRmsNormHeads": [T, T, f],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)

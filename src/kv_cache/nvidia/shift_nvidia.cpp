@@ -21,7 +21,7 @@ void KVCache::rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delt
             for (int32_t cell : cells) {
                 std::byte *row = k(layer) + size_t(cell) * row_bytes;  // [n_kv_heads, head_dim]
                 ops::nvidia::rope(row, row, d_delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(),
-                                  p_.rope_theta, nullptr);
+                                  inv_freq_dev_->data_as<float>(), 1.0f, nullptr);
             }
         }
         LLAISYS_CUDA_CHECK(cudaStreamSynchronize(nullptr));

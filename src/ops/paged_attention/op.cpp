@@ -34,7 +34,7 @@ namespace {
 
 void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
          const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos, float scale,
-         bool reference) {
+         int64_t window, bool reference) {
     const char *op = "paged_attention";
     check_same_device(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     check_same_dtype(op, {&out, &q});
@@ -65,6 +65,7 @@ void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_ca
     check_shape(op, "kv_pos", kv_pos, kv_slots.shape());
     check_contiguous(op, {&out, &q, &k_cache, &v_cache, &q_pos, &query_start, &kv_start, &kv_slots, &kv_pos});
     LLAISYS_CHECK_ARG(std::isfinite(scale), op, ": scale must be finite");
+    LLAISYS_CHECK_ARG(window >= 0, op, ": window must be >= 0 (0: no sliding window), got ", window);
     const bool on_gpu = out.device() == LLAISYS_DEVICE_NVIDIA;
 #ifndef LLAISYS_ENABLE_NVIDIA
     if (on_gpu) no_kernel(op, out);
@@ -96,28 +97,28 @@ void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_ca
         run_nvidia(out.device_id(), [&](cudaStream_t st) {
             nvidia::paged_attention(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(),
                                     v_cache.data(), k_cache.dtype(), dev, n, bounds.max_q, bounds.max_kv, heads,
-                                    kv_heads, d, dv, scale, st);
+                                    kv_heads, d, dv, scale, st, window);
         });
         return;
     }
 #endif
     auto *kernel = reference ? cpu::paged_attention_reference : cpu::paged_attention;
     kernel(out.data(), heads * dv, q.data(), heads * d, out.dtype(), k_cache.data(), v_cache.data(), k_cache.dtype(),
-           view, heads, kv_heads, d, dv, scale);
+           view, heads, kv_heads, d, dv, scale, window);
 }
 
 }  // namespace
 
 void paged_attention(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache, const Tensor &q_pos,
                      const Tensor &query_start, const Tensor &kv_start, const Tensor &kv_slots, const Tensor &kv_pos,
-                     float scale) {
-    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, false);
+                     float scale, int64_t window) {
+    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, window, false);
 }
 
 void paged_attention_reference(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_cache,
                                const Tensor &q_pos, const Tensor &query_start, const Tensor &kv_start,
-                               const Tensor &kv_slots, const Tensor &kv_pos, float scale) {
-    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, true);
+                               const Tensor &kv_slots, const Tensor &kv_pos, float scale, int64_t window) {
+    run(out, q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, window, true);
 }
 
 }  // namespace llaisys::ops

@@ -65,4 +65,26 @@ void add_rms_norm(Tensor &out, Tensor &residual, const Tensor &in, const Tensor 
                       in.shape()[0], in.shape()[1], eps);
 }
 
+void rms_norm_heads(Tensor &x, const Tensor &weight, float eps) {
+    const char *op = "rms_norm_heads";
+    check_same_device(op, {&x, &weight});
+    check_float(op, x);
+    check_float(op, weight);
+    check_ndim(op, "x", x, 3);
+    const size_t n = x.shape()[0], heads = x.shape()[1], d = x.shape()[2];
+    check_shape(op, "weight", weight, {d});
+    check_contiguous(op, {&x, &weight});
+    LLAISYS_CHECK_ARG(std::isfinite(eps) && eps > 0.0f, op, ": eps must be a positive number, got ", eps);
+    if (x.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(x.device_id(), [&](cudaStream_t s) {
+            nvidia::rms_norm_heads(x.data(), x.dtype(), weight.data(), weight.dtype(), n, heads, d, heads * d, eps, s);
+        });
+        return;
+#endif
+    }
+    if (x.device() != LLAISYS_DEVICE_CPU) no_kernel(op, x);
+    cpu::rms_norm_heads(x.data(), x.dtype(), weight.data(), weight.dtype(), n, heads, d, heads * d, eps);
+}
+
 }  // namespace llaisys::ops

@@ -17,7 +17,9 @@ constexpr size_t kPad = 16;    // head dims are padded with zeros to a multiple 
 // external-linkage inline copy from one of those could be the one the linker keeps)
 static inline size_t padded(size_t n) { return (n + kPad - 1) / kPad * kPad; }
 
-// One tile's inputs and result. Query r of the tile sees keys [0, n_vis[r]) of the row.
+// One tile's inputs and result. Query r of the tile sees keys [n_first[r], n_vis[r]) of the
+// row; the walk starts at first_key (min over r of n_first[r]), so keys before a sliding
+// window are never read.
 struct TileJob {
     const void *k_cache;     // [n_slots, kv_heads, d] of kv_dtype
     const void *v_cache;     // [n_slots, kv_heads, dv] of kv_dtype
@@ -25,9 +27,11 @@ struct TileJob {
     size_t kv_heads, kh;     // kv heads per slot, the one this tile reads
     size_t d, dv;            // head dims; dp = padded(d), dvp = padded(dv)
     const int32_t *slots;    // [n_keys] cache slot of each key of the row, in position order
-    size_t n_keys;           // keys the tile reads: max over r of n_vis[r]
+    size_t first_key;        // first key the tile reads: min over r of n_first[r]
+    size_t n_keys;           // one past the last: max over r of n_vis[r]
     size_t rows;             // R: queries in the tile
-    const uint32_t *n_vis;   // [R] keys each query sees (a prefix of slots)
+    const uint32_t *n_first; // [R] first key each query sees
+    const uint32_t *n_vis;   // [R] one past its last
     const float *q;          // [R, dp] queries, already multiplied by the softmax scale
     float *out;              // [R, dvp] result, normalised; zeros for a query that sees no key
 };

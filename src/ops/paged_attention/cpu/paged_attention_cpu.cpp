@@ -12,6 +12,8 @@
 #include "attention_tile.hpp"
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <vector>
 
 namespace llaisys::ops::cpu {
@@ -37,22 +39,25 @@ attn::TileFn tile_kernel() {
     return attn::scalar::attend_tile;
 }
 
-// The tiles of the batch, most work first. n_vis [n_tokens] receives the number of entries
-// of its row each token sees (positions ascend within a row, so those are a prefix).
-std::vector<Task> make_tasks(const AttentionView &view, size_t kv_heads, size_t tile_tokens,
-                             std::vector<uint32_t> &n_vis) {
+// The tiles of the batch, most work first. Token t sees the entries [n_first[t], n_vis[t])
+// of its row (visible_range), both [n_tokens].
+std::vector<Task> make_tasks(const AttentionView &view, size_t kv_heads, size_t tile_tokens, int64_t window,
+                             std::vector<uint32_t> &n_first, std::vector<uint32_t> &n_vis) {
     std::vector<Task> tasks;
     for (size_t s = 0; s < view.n_seqs; s++) {
-        const int64_t *pos_begin = view.kv_pos + view.kv_start[s];
-        const int64_t *pos_end = view.kv_pos + view.kv_start[s + 1];
+        const int64_t *pos = view.kv_pos + view.kv_start[s];
+        const size_t n_pos = size_t(view.kv_start[s + 1] - view.kv_start[s]);
         for (int32_t t0 = view.query_start[s]; t0 < view.query_start[s + 1]; t0 += int32_t(tile_tokens)) {
             const int32_t t1 = std::min(view.query_start[s + 1], t0 + int32_t(tile_tokens));
-            size_t keys = 0;
+            size_t keys = 0, first = SIZE_MAX;
             for (int32_t t = t0; t < t1; t++) {
-                n_vis[size_t(t)] = uint32_t(std::upper_bound(pos_begin, pos_end, view.q_pos[t]) - pos_begin);
-                keys = std::max(keys, size_t(n_vis[size_t(t)]));
+                const VisibleRange r = visible_range(pos, n_pos, view.q_pos[t], window);
+                n_first[size_t(t)] = uint32_t(r.first);
+                n_vis[size_t(t)] = uint32_t(r.end);
+                keys = std::max(keys, r.end);
+                first = std::min(first, r.first);
             }
-            const size_t cost = size_t(t1 - t0) * (keys + attn::kBlock);
+            const size_t cost = size_t(t1 - t0) * (keys - std::min(first, keys) + attn::kBlock);
             for (size_t kh = 0; kh < kv_heads; kh++) tasks.push_back({int32_t(s), t0, t1, int32_t(kh), cost});
         }
     }
@@ -63,27 +68,27 @@ std::vector<Task> make_tasks(const AttentionView &view, size_t kv_heads, size_t 
 template <class TA>
 void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, const std::byte *k_cache,
                     const std::byte *v_cache, llaisysDataType_t kvdt, const AttentionView &view, size_t heads,
-                    size_t kv_heads, size_t d, size_t dv, float scale) {
+                    size_t kv_heads, size_t d, size_t dv, float scale, int64_t window) {
     const size_t group = heads / kv_heads;
     const size_t n_tokens = size_t(view.query_start[view.n_seqs]);
     const size_t tile_tokens = std::max<size_t>(1, kTileQueries / group);
     const size_t max_rows = tile_tokens * group;  // queries per tile at most
     const size_t dp = attn::padded(d), dvp = attn::padded(dv);
-    std::vector<uint32_t> n_vis(n_tokens);  // [n_tokens] entries each token sees
-    const std::vector<Task> tasks = make_tasks(view, kv_heads, tile_tokens, n_vis);
+    std::vector<uint32_t> n_first(n_tokens), n_vis(n_tokens);  // [n_tokens] entries [first, vis) each token sees
+    const std::vector<Task> tasks = make_tasks(view, kv_heads, tile_tokens, window, n_first, n_vis);
     if (tasks.empty()) return;
     const attn::TileFn attend = tile_kernel();
 #pragma omp parallel
     {
         std::vector<float> qf(max_rows * dp);    // [R, dp] the tile's queries, scaled, zero padded
         std::vector<float> of(max_rows * dvp);   // [R, dvp] their outputs
-        std::vector<uint32_t> vis(max_rows);     // [R] entries each of them sees
+        std::vector<uint32_t> first(max_rows), vis(max_rows);  // [R] entries [first, vis) each of them sees
         std::vector<float> ws(attn::workspace_floats(max_rows, d, dv));
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t i = 0; i < ptrdiff_t(tasks.size()); i++) {
             const Task &task = tasks[size_t(i)];
             const size_t rows = size_t(task.t1 - task.t0) * group;
-            size_t keys = 0;
+            size_t keys = 0, first_key = SIZE_MAX;
             for (size_t r = 0; r < rows; r++) {  // query r: token t0 + r / group, head kh * group + r % group
                 const size_t t = size_t(task.t0) + r / group, h = size_t(task.kh) * group + r % group;
                 const TA *qh = q + t * q_stride + h * d;
@@ -91,13 +96,15 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
                 for (size_t p = 0; p < d; p++) qr[p] = to_f32(qh[p]) * scale;
                 std::fill(qr + d, qr + dp, 0.0f);
                 vis[r] = n_vis[t];
+                first[r] = n_first[t];
                 keys = std::max(keys, size_t(vis[r]));
+                first_key = std::min(first_key, size_t(first[r]));
             }
             const attn::TileJob job{k_cache,  v_cache,  int(kvdt),  kv_heads,
                                     size_t(task.kh), d, dv,
                                     view.kv_slots + view.kv_start[task.row],
-                                    keys,     rows,     vis.data(), qf.data(),
-                                    of.data()};
+                                    std::min(first_key, keys), keys, rows, first.data(), vis.data(),
+                                    qf.data(), of.data()};
             attend(job, ws.data());
             for (size_t r = 0; r < rows; r++) {
                 const size_t t = size_t(task.t0) + r / group, h = size_t(task.kh) * group + r % group;
@@ -110,14 +117,22 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
 
 }  // namespace
 
+VisibleRange visible_range(const int64_t *pos, size_t n, int64_t p, int64_t window) {
+    const size_t end = size_t(std::upper_bound(pos, pos + n, p) - pos);  // kv_pos <= p
+    if (window <= 0 || p < INT64_MIN + window) return {0, end};          // (p - window would overflow: no bound)
+    const size_t first = size_t(std::upper_bound(pos, pos + end, p - window) - pos);  // kv_pos > p - window
+    return {first, end};
+}
+
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
                      const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
-                     const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale) {
+                     const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale,
+                     int64_t window) {
     dispatch_float(kvdt, [](auto) {});  // the tile kernel takes f32, f16 and bf16 caches
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
         attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride, k_cache,
-                       v_cache, kvdt, view, heads, kv_heads, d, dv, scale);
+                       v_cache, kvdt, view, heads, kv_heads, d, dv, scale, window);
     });
 }
 

@@ -31,8 +31,13 @@ inline ViewBounds view_bounds(size_t n_seqs, const int32_t *query_start, const i
     return b;
 }
 
-// Attention of every query token over the cache entries of its row with position <= its
-// own, online softmax in f32, GQA (query head h reads kv head h / (heads / kv_heads)).
+// Attention of every query token over the cache entries of its row it may see, online softmax
+// in f32, GQA (query head h reads kv head h / (heads / kv_heads)).
+// Visibility (window >= 0): an entry at kv_pos is visible to a query at position p iff
+//   kv_pos <= p  and  (window == 0  or  kv_pos > p - window)
+// which is transformers' sliding_window_causal_mask_function (masking_utils:
+// kv_idx > q_idx - sliding_window, with causal kv_idx <= q_idx): a query sees itself and the
+// window - 1 positions before it. window 0: the whole causal context.
 //   out     [n_tokens, heads, dv], rows `out_stride` elements apart (dtype act)
 //   q       [n_tokens, heads, d],  rows `q_stride` elements apart (dtype act)
 //   k_cache [n_slots, kv_heads, d], v_cache [n_slots, kv_heads, dv] (dtype kvdt)
@@ -40,13 +45,21 @@ inline ViewBounds view_bounds(size_t n_seqs, const int32_t *query_start, const i
 // Blocked (flash-attention style) kernel on the process's SIMD path (utils/cpu_isa.hpp).
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
                      const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
-                     const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale);
+                     const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale,
+                     int64_t window = 0);
 
 // The same contract, computed key by key with scalar exp: the plain reference the blocked
 // kernel is checked and benchmarked against (paged_attention_reference.cpp).
 void paged_attention_reference(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
                                llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                                llaisysDataType_t kvdt, const AttentionView &view, size_t heads, size_t kv_heads,
-                               size_t d, size_t dv, float scale);
+                               size_t d, size_t dv, float scale, int64_t window = 0);
+
+// The visible entries of a row to a query at position p: [first, end) of the row's ascending
+// positions pos [n] (the rule above; binary searches, so a window costs what it covers).
+struct VisibleRange {
+    size_t first, end;
+};
+VisibleRange visible_range(const int64_t *pos, size_t n, int64_t p, int64_t window);
 
 }  // namespace llaisys::ops::cpu

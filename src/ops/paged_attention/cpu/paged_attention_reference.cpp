@@ -17,7 +17,8 @@ namespace {
 
 template <class TA, class TK>
 void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, const TK *k_cache, const TK *v_cache,
-                    const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale) {
+                    const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale,
+                    int64_t window) {
     const size_t group = heads / kv_heads;
     const size_t n_tokens = size_t(view.query_start[view.n_seqs]);
     std::vector<int32_t> row_of(n_tokens);  // [n_tokens] row of each token
@@ -34,9 +35,9 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
         for (ptrdiff_t t = 0; t < ptrdiff_t(n_tokens); t++) {
             for (ptrdiff_t kh = 0; kh < ptrdiff_t(kv_heads); kh++) {
                 size_t s = size_t(row_of[size_t(t)]);
-                const int64_t *pos_begin = view.kv_pos + view.kv_start[s];
-                const int64_t *pos_end = view.kv_pos + view.kv_start[s + 1];
-                size_t n_visible = size_t(std::upper_bound(pos_begin, pos_end, view.q_pos[t]) - pos_begin);
+                const VisibleRange vis =
+                    visible_range(view.kv_pos + view.kv_start[s], size_t(view.kv_start[s + 1] - view.kv_start[s]),
+                                  view.q_pos[t], window);
                 const int32_t *slots = view.kv_slots + view.kv_start[s];
 
                 for (size_t g = 0; g < group; g++) {
@@ -47,7 +48,7 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
                 std::fill(mx.begin(), mx.end(), -std::numeric_limits<float>::infinity());
                 std::fill(den.begin(), den.end(), 0.0f);
 
-                for (size_t j = 0; j < n_visible; j++) {
+                for (size_t j = vis.first; j < vis.end; j++) {
                     size_t slot = size_t(slots[j]);
                     const TK *kr = k_cache + (slot * kv_heads + size_t(kh)) * d;
                     const TK *vr = v_cache + (slot * kv_heads + size_t(kh)) * dv;
@@ -86,14 +87,14 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
 void paged_attention_reference(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
                                llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                                llaisysDataType_t kvdt, const AttentionView &view, size_t heads, size_t kv_heads,
-                               size_t d, size_t dv, float scale) {
+                               size_t d, size_t dv, float scale, int64_t window) {
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
         dispatch_float(kvdt, [&](auto ktag) {
             using TK = decltype(ktag);
             attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride,
                            reinterpret_cast<const TK *>(k_cache), reinterpret_cast<const TK *>(v_cache), view, heads,
-                           kv_heads, d, dv, scale);
+                           kv_heads, d, dv, scale, window);
         });
     });
 }

@@ -10,15 +10,18 @@
 // tile by tile, so the two differ by rounding only).
 //   decode config:  tile_tokens = 1 (R = group), for rows with few queries
 //   prefill config: tile_tokens = max(1, 16 / group), for long query chunks
-// Masking: a query row sees the first n_visible keys of its row (kv_pos ascends within a
-// row, so "kv_pos <= q_pos" is a prefix, found by binary search); keys past it score -inf
-// and weigh 0. A row that sees nothing (l == 0) writes zeros, as the CPU does.
+// Masking: a query row sees keys [first_visible, n_visible) of its row (kv_pos ascends within
+// a row, so "kv_pos <= q_pos" is a prefix and, with a sliding window, "kv_pos > q_pos - window"
+// a suffix of it, both found by binary search); keys outside score -inf and weigh 0. The walk
+// starts at the tile's smallest first_visible, so keys before a window are never read. A row
+// that sees nothing (l == 0) writes zeros, as the CPU does.
 //
 // Shared memory (f32 unless noted), R rows, TK = kKeyTile keys, padded against bank conflicts:
 //   q   [R][d]        scaled queries          k  [TK][d + 1]     one K tile
 //   v   [TK][dv]      one V tile              s  [R][TK + 1]     scores, then weights
 //   o   [R][dv]       running weighted sums   m, l, c [R]        max, denominator, rescale
 //   n_visible [R] (i32), kv_max (i32): the most keys any row of the block sees
+//   first [R] (i32), kv_min (i32): the first key each row sees, the least of them
 #pragma once
 
 #include "../../../device/nvidia/cuda_check.hpp"
@@ -42,6 +45,7 @@ struct PagedSource {
     const int32_t *kv_start;     // [n_seqs + 1]
     const int32_t *kv_slots;     // [kv_start[n_seqs]]
     const int64_t *kv_pos;       // [kv_start[n_seqs]]
+    int64_t window = 0;          // > 0: sliding window (kv_pos > q_pos - window); 0: none
 
     __device__ size_t q_begin(size_t s) const { return size_t(query_start[s]); }
     __device__ size_t q_end(size_t s) const { return size_t(query_start[s + 1]); }
@@ -59,6 +63,20 @@ struct PagedSource {
         }
         return lo - begin;
     }
+    // The first entry of row s with kv_pos > q_pos[t] - window (0 without a window).
+    __device__ size_t first_visible(size_t s, size_t t) const {
+        const int64_t qp = q_pos[t];
+        if (window <= 0 || qp < INT64_MIN + window) return 0;
+        const int64_t bound = qp - window;
+        size_t lo = size_t(kv_start[s]), hi = size_t(kv_start[s + 1]);
+        const size_t begin = lo;
+        while (lo < hi) {
+            const size_t mid = lo + (hi - lo) / 2;
+            if (kv_pos[mid] <= bound) lo = mid + 1;
+            else hi = mid;
+        }
+        return lo - begin;
+    }
 };
 
 // self_attention: one row of q_len tokens over kv_len keys stored densely (key j in slot
@@ -70,6 +88,7 @@ struct DenseSource {
     __device__ size_t q_end(size_t) const { return q_len; }
     __device__ size_t slot(size_t, size_t j) const { return j; }
     __device__ size_t n_visible(size_t, size_t t) const { return kv_len - q_len + t + 1; }
+    __device__ size_t first_visible(size_t, size_t) const { return 0; }
 };
 
 struct Params {
@@ -89,7 +108,7 @@ struct Params {
 
 inline size_t smem_bytes(size_t rows, size_t d, size_t dv) {
     const size_t floats = rows * d + kKeyTile * (d + 1) + kKeyTile * dv + rows * (kKeyTile + 1) + rows * dv + 3 * rows;
-    return floats * sizeof(float) + (rows + 1) * sizeof(int32_t);
+    return floats * sizeof(float) + (2 * rows + 2) * sizeof(int32_t);
 }
 
 template <class TA, class TK, class Source>
@@ -115,6 +134,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p, Source sr
     float *sc = sl + R;                            // [R]
     int32_t *snv = reinterpret_cast<int32_t *>(sc + R);  // [R]
     int32_t *skv_max = snv + R;                    // [1]
+    int32_t *snf = skv_max + 1;                    // [R]
+    int32_t *skv_min = snf + R;                    // [1]
 
     const TA *q = static_cast<const TA *>(p.q);
     const TK *kc = static_cast<const TK *>(p.k_cache);
@@ -131,20 +152,22 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p, Source sr
     for (size_t r = threadIdx.x; r < R; r += blockDim.x) {
         const size_t tt = r / group;
         snv[r] = tt < n_tok ? int32_t(src.n_visible(s, t0 + tt)) : 0;
+        snf[r] = tt < n_tok ? int32_t(src.first_visible(s, t0 + tt)) : INT32_MAX;
         sm[r] = -INFINITY;
         sl[r] = 0.0f;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int32_t mx = 0;
-        for (size_t r = 0; r < R; r++) mx = max(mx, snv[r]);
+        int32_t mx = 0, mn = INT32_MAX;
+        for (size_t r = 0; r < R; r++) mx = max(mx, snv[r]), mn = min(mn, snf[r]);
         *skv_max = mx;
+        *skv_min = min(mn, mx);
     }
     __syncthreads();
-    const size_t kv_max = size_t(*skv_max);
+    const size_t kv_max = size_t(*skv_max), kv_min = size_t(*skv_min);
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
 
-    for (size_t j0 = 0; j0 < kv_max; j0 += kKeyTile) {
+    for (size_t j0 = kv_min; j0 < kv_max; j0 += kKeyTile) {
         const size_t tk = min(size_t(kKeyTile), kv_max - j0);  // keys in this tile
         // 1. stage K and V of keys j0 .. j0 + tk (zeros past them: they are weighed 0, and
         //    0 * garbage could be NaN)
@@ -161,7 +184,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p, Source sr
         for (size_t e = threadIdx.x; e < R * kKeyTile; e += blockDim.x) {
             const size_t r = e / kKeyTile, jj = e % kKeyTile;
             float score = -INFINITY;
-            if (j0 + jj < size_t(snv[r])) {
+            if (j0 + jj < size_t(snv[r]) && j0 + jj >= size_t(snf[r])) {
                 const float *qr = sq + r * d, *kr = sk + jj * (d + 1);
                 score = 0.0f;
                 for (size_t c = 0; c < d; c++) score += qr[c] * kr[c];

@@ -12,12 +12,13 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                      llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
                      size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
-                     size_t dv, float scale, cudaStream_t stream) {
+                     size_t dv, float scale, cudaStream_t stream, int64_t window) {
     (void)max_kv_len;  // every block walks its own rows' keys; nothing to size by it yet
     if (n_tokens == 0 || view.n_seqs == 0 || heads == 0 || dv == 0) return;
     LLAISYS_CHECK_ARG(kv_heads > 0 && heads % kv_heads == 0, "paged_attention: ", heads,
                       " query heads are not a multiple of ", kv_heads, " kv heads");
-    const attention::PagedSource src{view.query_start, view.q_pos, view.kv_start, view.kv_slots, view.kv_pos};
+    LLAISYS_CHECK_ARG(window >= 0, "paged_attention: window must be >= 0, got ", window);
+    const attention::PagedSource src{view.query_start, view.q_pos, view.kv_start, view.kv_slots, view.kv_pos, window};
     attention::Params p{out, out_stride, q, q_stride, k_cache, v_cache, heads, kv_heads, d, dv, scale, 0, 0, 0, 0};
     const size_t group = heads / kv_heads;
     // decode config: one token per block, for rows of up to kDecodeMaxQueries queries

@@ -12,7 +12,8 @@
 namespace llaisys::ops::nvidia {
 
 // Same semantics as cpu::paged_attention (query t sees the entries of its row with
-// kv_pos <= q_pos[t], online softmax in f32, GQA, zeros for a query that sees nothing), but
+// kv_pos <= q_pos[t] and, when window > 0, kv_pos > q_pos[t] - window; online softmax in f32,
+// GQA, zeros for a query that sees nothing), but
 // every buffer and every array of `view` is DEVICE memory; view.n_seqs is a host value.
 // n_tokens = query_start[n_seqs] (host value). max_q_len / max_kv_len: host upper bounds on a
 // row's query count and visible-entry count; max_q_len must not be exceeded (tokens of a
@@ -24,6 +25,6 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                      llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
                      size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
-                     size_t dv, float scale, cudaStream_t stream);
+                     size_t dv, float scale, cudaStream_t stream, int64_t window = 0);
 
 }  // namespace llaisys::ops::nvidia

@@ -43,7 +43,35 @@ void add_rms_norm_impl(T *out, T *residual, const T *in, const TW *weight, size_
     }
 }
 
+template <class T, class TW>
+void rms_norm_heads_impl(T *x, const TW *w, size_t n, size_t heads, size_t d, size_t stride, float eps) {
+    const ptrdiff_t rows = ptrdiff_t(n * heads);
+#pragma omp parallel for schedule(static) if (n * heads * d > 8192)
+    for (ptrdiff_t i = 0; i < rows; i++) {
+        T *v = x + size_t(i) / heads * stride + size_t(i) % heads * d;  // [d] head h of token t
+        float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+        for (size_t j = 0; j < d; j++) {
+            float f = to_f32(v[j]);
+            ss += f * f;
+        }
+        float inv = 1.0f / std::sqrt(ss / float(d) + eps);
+        for (size_t j = 0; j < d; j++) v[j] = from_f32<T>(to_f32(from_f32<T>(to_f32(v[j]) * inv)) * to_f32(w[j]));
+    }
+}
+
 }  // namespace
+
+void rms_norm_heads(std::byte *x, llaisysDataType_t dtype, const std::byte *w, llaisysDataType_t wdt, size_t n,
+                    size_t heads, size_t d, size_t stride, float eps) {
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            rms_norm_heads_impl(reinterpret_cast<T *>(x), reinterpret_cast<const TW *>(w), n, heads, d, stride, eps);
+        });
+    });
+}
 
 void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act,
                   const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps) {

@@ -37,6 +37,28 @@ __global__ void rms_norm_kernel(T *out, T *residual, const T *in, const TW *weig
     }
 }
 
+// One warp per head vector (head dims are small: 64 to 256), kHeadWarps warps per block.
+constexpr unsigned kHeadWarps = 8;
+
+template <class T, class TW>
+__global__ void rms_norm_heads_kernel(T *x, const TW *w, size_t n, size_t heads, size_t d, size_t stride, float eps) {
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const size_t rows = n * heads;
+    for (size_t i = size_t(blockIdx.x) * kHeadWarps + warp; i < rows; i += size_t(gridDim.x) * kHeadWarps) {
+        T *v = x + i / heads * stride + i % heads * d;  // [d]
+        float ss = 0.0f;
+        for (size_t j = lane; j < d; j += 32) {
+            const float f = to_float(v[j]);
+            ss += f * f;
+        }
+        ss = warp_sum(ss);
+        const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+        for (size_t j = lane; j < d; j += 32) {
+            v[j] = from_float<T>(to_float(from_float<T>(to_float(v[j]) * inv)) * to_float(w[j]));
+        }
+    }
+}
+
 unsigned threads_for(size_t d) { return d >= 1024 ? 1024 : 32 * unsigned(ceil_div(d, 32)); }
 
 template <bool kAdd>
@@ -57,6 +79,21 @@ void launch(std::byte *out, std::byte *residual, const std::byte *in, llaisysDat
 }
 
 }  // namespace
+
+void rms_norm_heads(std::byte *x, llaisysDataType_t dtype, const std::byte *w, llaisysDataType_t wdt, size_t n,
+                    size_t heads, size_t d, size_t stride, float eps, cudaStream_t stream) {
+    if (n == 0 || heads == 0 || d == 0) return;
+    const unsigned blocks = row_blocks(ceil_div(n * heads, kHeadWarps));
+    dispatch_float(dtype, [&](auto tag) {
+        using T = decltype(tag);
+        dispatch_float(wdt, [&](auto wtag) {
+            using TW = decltype(wtag);
+            rms_norm_heads_kernel<T, TW><<<blocks, kHeadWarps * 32, 0, stream>>>(
+                reinterpret_cast<T *>(x), reinterpret_cast<const TW *>(w), n, heads, d, stride, eps);
+        });
+    });
+    LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
 
 void rms_norm(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
               llaisysDataType_t wdt, size_t m, size_t d, float eps, cudaStream_t stream) {

@@ -21,4 +21,9 @@ void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llai
                   const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps,
                   cudaStream_t stream);
 
+// Per-head RMSNorm in place over x [n, heads, d] (tokens `stride` elements apart), w [d]:
+// the semantics of cpu::rms_norm_heads (Qwen3RMSNorm's rounding), DEVICE buffers.
+void rms_norm_heads(std::byte *x, llaisysDataType_t dtype, const std::byte *w, llaisysDataType_t wdt, size_t n,
+                    size_t heads, size_t d, size_t stride, float eps, cudaStream_t stream);
+
 }  // namespace llaisys::ops::nvidia

@@ -15,4 +15,9 @@ namespace llaisys::ops::nvidia {
 void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataType_t dtype, size_t n,
           size_t heads, size_t d, size_t stride, float theta, cudaStream_t stream);
 
+// The same with the frequency table inv_freq [d/2] (DEVICE, rope_freqs.hpp) and cos and sin
+// multiplied by attn_scale.
+void rope(std::byte *out, const std::byte *in, const int64_t *pos, llaisysDataType_t dtype, size_t n,
+          size_t heads, size_t d, size_t stride, const float *inv_freq, float attn_scale, cudaStream_t stream);
+
 }  // namespace llaisys::ops::nvidia
