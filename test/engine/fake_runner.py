@@ -4,7 +4,8 @@ FakeRunner simulates the core faithfully enough to catch bookkeeping bugs: it st
 computed token in a fake KV cache at the slot the batch names (BLOCK) or in the row's seq
 cells (SLOT), and samples the next token as a hash of the history it READS BACK from that
 cache. A wrong block table, a wrong slot, a false prefix hit, a stale seq or a recompute
-that feeds different tokens all change the output.
+that feeds different tokens all change the output. Pooling rows get, for each token, a
+HIDDEN-wide "hidden state" hashed from the history up to it, also read back from the cache.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from llaisys.engine import EngineConfig, LLMEngine, StepResult, empty_result
 
 EOS = 256  # the fake tokenizer's eos id
 PAD = 257  # another special token
+HIDDEN = 8  # width of the fake hidden states
 WORDS = ["hello", " world", "\n\n", "STOP", "é", "€", "<b>", "</b>"]
 
 
@@ -40,6 +42,12 @@ class FakeTokenizer:
     def decode(self, ids, skip_special_tokens: bool = False) -> str:
         data = b"".join(self.pieces[i] for i in ids if not (skip_special_tokens and i in self.special))
         return data.decode("utf-8", errors="replace")
+
+
+def history_hidden(history) -> np.ndarray:
+    """[HIDDEN] float32: the fake model's final hidden state after `history`."""
+    h = hashlib.sha256(b"hidden" + np.asarray(history, dtype="<i8").tobytes()).digest()
+    return (np.frombuffer(h[:HIDDEN], np.uint8).astype(np.float32) - 127.5) / 64.0
 
 
 def history_token(history, req, vocab: int) -> int:
@@ -96,11 +104,16 @@ class FakeRunner:
             while tok in banned:
                 tok = (tok + 1) % self.vocab
             out[i] = tok
+        hidden = None
+        pooling = getattr(batch, "pooling", None)
+        if pooling is not None and pooling.any():
+            hidden = np.stack([history_hidden(self._read(batch, int(batch.seq_of_token[t]), int(batch.positions[t]) + 1))
+                               for t in batch.hidden_rows.tolist()])
         k = max([r.sampling_params.logprobs or 0 for r in batch.sample_requests] + [0])
         top_ids = (out[:, None] + 1 + np.arange(k)[None, :]) % self.vocab  # never the sampled id
         top_lps = -np.arange(k, dtype=np.float32)[None, :].repeat(len(out), 0)
         return StepResult(sampled_token_ids=out, logprobs=-(out % 7).astype(np.float32) - 0.5,
-                          top_token_ids=top_ids, top_logprobs=top_lps)
+                          top_token_ids=top_ids, top_logprobs=top_lps, hidden=hidden)
 
     def _check_and_write(self, batch) -> None:
         qs, pos, bs = batch.query_start, batch.positions, batch.block_size
@@ -164,7 +177,7 @@ def run_all(engine: LLMEngine, max_steps: int = 10000, check_deltas: bool = True
             break
         for o in engine.step():
             assert o.request_id not in finals, "output after the final one"
-            for c in o.outputs:
+            for c in o.outputs if isinstance(o.outputs, list) else ():  # a pooling output has no completions
                 texts[o.request_id, c.index] += c.delta_text
                 ids[o.request_id, c.index] += c.delta_token_ids
                 if check_deltas:

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fake_runner import FakeRunner, make_engine, run_all
-from llaisys.engine import AsyncEngine, EngineDeadError, SamplingParams
+from llaisys.engine import AsyncEngine, EngineDeadError, PoolingParams, PoolingRequestOutput, SamplingParams
 
 from test_llm_engine import results, workload
 
@@ -185,15 +185,30 @@ def test_a_loop_that_keeps_failing_dies_and_says_why(started):
     with pytest.raises(EngineDeadError, match="died"):
         eng.add_request("z", [1])
     with pytest.raises(EngineDeadError):
-        eng.submit(lambda e: None)
+        eng.encode("z", [1])
 
 
-def test_submit_runs_on_the_loop_thread(started):
-    eng = started()
-    assert eng.submit(lambda e: (threading.current_thread().name, e is eng.engine)).result(5) == \
-        ("llaisys-engine", True)
-    with pytest.raises(ZeroDivisionError):
-        eng.submit(lambda e: 1 / 0).result(5)
+def test_encode_is_a_request_of_the_loop(started):
+    """Pooling requests go through the same loop and scheduler as generation (there is no
+    other way onto the loop thread): streams, aborts and the dead-loop output work alike."""
+    eng = started(GatedRunner())
+    assert not hasattr(eng, "submit")
+    gen = eng.add_request("g", [1, 2, 3], SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    emb = eng.encode("e", list(range(40, 60)), PoolingParams())
+    gone = eng.encode("x", list(range(40, 60)))
+    eng.abort("x")
+    eng.engine.runner.gate.set()
+    out = emb.get(timeout=10)
+    assert isinstance(out, PoolingRequestOutput) and out.finished and out.finish_reason == "stop"
+    assert out.outputs.data.shape == (8,) and emb.finished
+    assert gone.get(timeout=10).finish_reason == "abort"
+    assert list(gen)[-1].outputs[0].finish_reason == "length"
+    dup = eng.add_request("dup", [1], SamplingParams(max_tokens=1))
+    with pytest.raises(ValueError, match="already in use"):
+        eng.encode("dup", [1])
+    assert list(dup)[-1].finished
+    with pytest.raises(ValueError, match="empty"):
+        eng.encode("bad", [])
 
 
 def test_shutdown_drains_in_flight_requests(started):

@@ -4,13 +4,15 @@ import numpy as np
 import pytest
 
 from fake_runner import FakeRunner
-from llaisys.engine import (KVCacheManager, ModelRunner, Request, RequestTimes, SamplingParams, SchedulerOutput,
-                            StepResult, build_step_input, unpack_result)
+from llaisys.engine import (KVCacheManager, ModelRunner, PoolingParams, Request, RequestTimes, SamplingParams,
+                            SchedulerOutput, StepResult, build_step_input, unpack_result)
+from llaisys.engine.step_input import select_rows
 
 
-def req(rid, n_prompt, computed, logprobs=None):
+def req(rid, n_prompt, computed, logprobs=None, pooling=False):
     r = Request(rid, rid, 0, list(range(100, 100 + n_prompt)), SamplingParams(logprobs=logprobs), seed=0,
-                max_tokens=8, eos_token_ids=frozenset(), times=RequestTimes(0.0))
+                max_tokens=8, eos_token_ids=frozenset(), times=RequestTimes(0.0),
+                pooling_params=PoolingParams() if pooling else None)
     r.num_computed_tokens = computed
     return r
 
@@ -22,7 +24,9 @@ def schedule(kv, rows):
         out.scheduled.append(r)
         out.num_scheduled_tokens[r.request_id] = n
         out.num_computed_tokens[r.request_id] = r.num_computed_tokens
-        if r.num_computed_tokens + n == r.num_tokens:
+        if r.is_pooling:
+            out.pooling_req_ids.add(r.request_id)
+        elif r.num_computed_tokens + n == r.num_tokens:
             out.sample_req_ids.add(r.request_id)
         out.total_num_scheduled_tokens += n
     return out
@@ -74,12 +78,35 @@ def test_unpack_result_maps_rows_and_logprobs():
     b = build_step_input(schedule(kv, [(x, 3), (y, 3)]), kv)
     res = StepResult(np.array([5, 6]), np.array([-0.5, -0.25], np.float32),
                      np.array([[1, 2, 3], [4, 5, 6]]), np.array([[-1, -2, -3], [-1, -2, -3]], np.float32))
-    sampled, lps = unpack_result(b, res)
-    assert sampled == {"x": [5], "y": [6]} and lps == {"x": [{1: -1.0, 2: -2.0, 5: -0.5}]}
+    sampled, lps, pooled = unpack_result(b, res)
+    assert sampled == {"x": [5], "y": [6]} and lps == {"x": [{1: -1.0, 2: -2.0, 5: -0.5}]} and pooled == {}
     with pytest.raises(RuntimeError, match="returned 1 sampled ids for 2 sample rows"):
         unpack_result(b, StepResult(np.array([5])))
     kv.free(x)
     kv.free(y)
+
+
+def test_pooling_rows_ask_hidden_states_of_every_token():
+    """Pooling rows sample nothing; their tokens are the hidden rows, summed per request in
+    float64; select_rows (failure isolation) keeps them."""
+    kv = KVCacheManager(16, 4)
+    g, p1, p2 = req("g", 5, 4), req("p1", 6, 0, pooling=True), req("p2", 9, 4, pooling=True)
+    b = build_step_input(schedule(kv, [(g, 1), (p1, 3), (p2, 5)]), kv)
+    assert b.pooling.tolist() == [False, True, True]
+    assert b.sample_rows.tolist() == [0] and [r.request_id for r in b.sample_requests] == ["g"]
+    assert b.hidden_rows.tolist() == list(range(1, 9)) and b.hidden_rows.dtype == np.int32
+    hidden = np.arange(8 * 2, dtype=np.float32).reshape(8, 2) + 0.25  # [n_hidden, H]
+    sampled, _, pooled = unpack_result(b, StepResult(np.array([7]), hidden=hidden))
+    assert sampled == {"g": [7]} and set(pooled) == {"p1", "p2"}
+    np.testing.assert_array_equal(pooled["p1"], hidden[:3].sum(0, dtype=np.float64))
+    np.testing.assert_array_equal(pooled["p2"], hidden[3:].sum(0, dtype=np.float64))
+    assert pooled["p1"].dtype == np.float64
+    with pytest.raises(RuntimeError, match=r"hidden states of shape None for 8 pooling tokens"):
+        unpack_result(b, StepResult(np.array([7])))
+    sub = select_rows(b, [0, 2], keep_frees=True)
+    assert sub.pooling.tolist() == [False, True] and sub.hidden_rows.tolist() == [1, 2, 3, 4, 5]
+    for r in (g, p1, p2):
+        kv.free(r)
 
 
 def test_fake_runner_satisfies_the_protocol():

@@ -1,11 +1,13 @@
 """embed(): mean-pooled, L2-normalised final hidden states from the core, against
 transformers (Qwen2Model.last_hidden_state is after the final RMSNorm, as ours is).
 
-A small random checkpoint checks the core path closely (packing several inputs into one
-step, chunking an input across steps, interleaving with generation without touching the
-engine's KV pool); the real Qwen2.5-Coder-0.5B checks real text (slow)."""
+Each input is a pooling request of the engine's scheduler. A small random checkpoint checks
+the core path closely (several inputs in one step, an input chunked across steps, steps
+shared with generation, timeouts and a client that leaves aborting and freeing the blocks);
+the real Qwen2.5-Coder-0.5B checks real text (slow)."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -62,11 +64,12 @@ def tiny_engine(tiny):
     model, _ = tiny
     made = []
 
-    def make(**config):
+    def make(gate=None, **config):
         cfg = EngineConfig(**{**dict(max_num_seqs=4, max_num_batched_tokens=64, max_model_len=256, block_size=4,
                                      num_blocks=128), **config})
         cache = model.create_kv_cache("block", n_slots=cfg.num_kv_slots, block_size=cfg.block_size)
-        eng = AsyncEngine(LLMEngine(cfg, CoreModelRunner(model, cache), IdTokenizer()))
+        runner = CoreModelRunner(model, cache) if gate is None else GatedRunner(CoreModelRunner(model, cache), gate)
+        eng = AsyncEngine(LLMEngine(cfg, runner, IdTokenizer()))
         made.append((eng, cache))
         return eng
 
@@ -74,6 +77,27 @@ def tiny_engine(tiny):
     for eng, cache in made:
         eng.shutdown()
         cache.close()
+
+
+class GatedRunner:
+    """The real runner, but each step first waits for `gate` (holds requests mid-flight)."""
+
+    def __init__(self, runner, gate: threading.Event):
+        self.runner, self.gate = runner, gate
+        self.vocab_size = runner.vocab_size
+
+    def execute(self, batch):
+        assert self.gate.wait(30), "the test never opened the gate"
+        return self.runner.execute(batch)
+
+
+def assert_pool_empty(eng, timeout=10.0):
+    """Every block of the engine's pool is back (aborts are applied by the loop)."""
+    deadline = time.monotonic() + timeout
+    while eng.num_unfinished and time.monotonic() < deadline:
+        time.sleep(0.01)
+    m = eng.snapshot()
+    assert eng.num_unfinished == 0 and m.num_running == m.num_waiting == 0 and m.kv_usage == 0
 
 
 INPUTS = [[5, 17, 300, 2, 9], [44], list(range(1, 200, 3)), [7, 7, 7, 7, 7, 7, 7, 7, 7, 511]]
@@ -101,8 +125,9 @@ def test_inputs_do_not_see_each_other(tiny_engine):
 
 
 def test_generation_is_untouched_and_interleaves(tiny_engine):
-    """Embeddings use their own cache: greedy generation gives the same tokens before,
-    during (the embedding spans many steps) and after, and the pool ends empty."""
+    """Embeddings are pooling requests in the same steps as generation: greedy generation gives
+    the same tokens before, during (the embedding spans many steps) and after, the vectors
+    are those of the inputs alone, and the pool ends empty."""
     eng = tiny_engine(max_num_batched_tokens=8, max_num_seqs=4)
     sp = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
     prompt = [3, 1, 4, 1, 5, 9, 2, 6]
@@ -113,6 +138,9 @@ def test_generation_is_untouched_and_interleaves(tiny_engine):
     after = list(eng.add_request("after", prompt, sp))[-1].outputs[0].token_ids
     assert before == during == after and len(before) == 24
     assert len(vecs) == 12
+    for ids, v in zip(INPUTS * 3, vecs):
+        (alone,) = embed(eng, [ids], timeout=60)
+        np.testing.assert_allclose(v, alone, atol=1e-6)
     m = eng.snapshot()
     assert m.num_running == m.num_waiting == 0 and m.kv_usage == 0
 
@@ -133,15 +161,23 @@ def test_bad_inputs(tiny_engine):
         embed(eng, [[1] * 33], timeout=5)
 
 
-def test_timeout_and_dead_engine(tiny_engine):
-    eng = tiny_engine()
+def test_timeout_client_gone_and_dead_engine(tiny_engine):
+    """A timeout or a client that leaves aborts the inputs still in the engine (their blocks
+    come back); a dead engine is EngineDeadError."""
+    from llaisys.server.limits import ClientGone
+
     gate = threading.Event()
-    blocker = eng.submit(lambda _: gate.wait(30))  # holds the loop thread
+    eng = tiny_engine(gate=gate)
     with pytest.raises(TimeoutError, match="within 0.2 s"):
         embed(eng, INPUTS, timeout=0.2)
+    with pytest.raises(ClientGone):
+        embed(eng, INPUTS, timeout=60, client_gone=lambda: True)
     gate.set()
-    blocker.result(timeout=30)
+    assert_pool_empty(eng)
+    ended = eng.snapshot().pooling_finished_total  # inputs done by the step in flight when aborted "stop"
+    assert sum(ended.values()) == 8 and ended.get("abort", 0) >= 4
     assert len(embed(eng, INPUTS, timeout=60)) == 4  # the engine is fine afterwards
+    assert eng.snapshot().pooling_finished_total.get("stop", 0) == ended.get("stop", 0) + 4
     eng.shutdown()
     with pytest.raises(EngineDeadError):
         embed(eng, INPUTS, timeout=5)

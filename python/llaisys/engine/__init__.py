@@ -9,7 +9,8 @@ from .llm import LLM
 from .llm_engine import LLMEngine
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
-from .outputs import CompletionOutput, RequestOutput, Usage
+from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
+from .pooling_params import PoolingParams, PoolingParamsError
 from .request import InvalidTransitionError, Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits
@@ -29,6 +30,10 @@ __all__ = [
     "LLMEngine",
     "ModelRunner",
     "OutputProcessor",
+    "PoolingOutput",
+    "PoolingParams",
+    "PoolingParamsError",
+    "PoolingRequestOutput",
     "PrefixCacheStats",
     "Request",
     "RequestOutput",

@@ -5,6 +5,8 @@ The engine itself is single-threaded. Callers never touch it: add_request checks
 checked without engine state (so a bad request fails at once, in the caller's thread) and
 queues a command; the loop applies queued commands between steps, so an abort takes effect
 before the next step, and a request never waits behind a long prefill to be admitted.
+Generation (add_request) and pooling (encode) are both requests of the one scheduler; there
+is no other way onto the loop thread.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ import queue
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
-from typing import Callable, Iterator, Optional
+from typing import Iterator, Optional
 
-from .llm_engine import LLMEngine, snapshot_sampling_params
-from .outputs import CompletionOutput, RequestOutput, Usage
+from .llm_engine import LLMEngine, snapshot_pooling_params, snapshot_sampling_params
+from .outputs import CompletionOutput, PoolingRequestOutput, RequestOutput, Usage
+from .pooling_params import PoolingParams
 from .request import RequestTimes
 from .sampling_params import SamplingParams
 
@@ -33,7 +35,8 @@ class EngineDeadError(RuntimeError):
 
 
 class RequestStream:
-    """The outputs of one request, in order; the last has ``finished`` set."""
+    """The outputs of one request, in order; the last has ``finished`` set (a pooling
+    request's stream holds one PoolingRequestOutput)."""
 
     def __init__(self, engine: "AsyncEngine", request_id: str):
         self.request_id = request_id
@@ -61,8 +64,12 @@ class RequestStream:
         self._engine.abort(self.request_id)
 
 
-def _error_output(request_id: str, prompt: Optional[str], prompt_ids: list, n: int, error: str) -> RequestOutput:
-    """A final output for a request the engine could not take or finish."""
+def _error_output(request_id: str, prompt: Optional[str], prompt_ids: list, n: int, error: str):
+    """A final output for a request the engine could not take or finish (n = 0: pooling)."""
+    if n == 0:
+        now = time.monotonic()
+        return PoolingRequestOutput(request_id, prompt, prompt_ids, None, True, "error", Usage(len(prompt_ids), 0, 0),
+                                    RequestTimes(now, finished=now), error=error)
     outs = [CompletionOutput(i, "", [], "", [], None, "error") for i in range(n)]
     return RequestOutput(request_id, prompt, prompt_ids, outs, True, Usage(len(prompt_ids), 0, 0),
                          RequestTimes(time.monotonic(), finished=time.monotonic()), error=error)
@@ -74,8 +81,9 @@ class AsyncEngine:
     def __init__(self, engine: LLMEngine, name: str = "llaisys-engine"):
         self.engine = engine
         self.error: Optional[str] = None  # why the loop died
-        self._streams: dict = {}  # request id -> (RequestStream, prompt, prompt ids, n) until final output
-        self._commands: deque = deque()  # ("add", ...), ("abort", id), ("call", fn, future)
+        # request id -> (RequestStream, prompt, prompt ids, n; 0 for pooling) until its final output
+        self._streams: dict = {}
+        self._commands: deque = deque()  # ("add", id, ids, sampling, prompt, pooling), ("abort", id)
         self._lock = threading.Lock()  # guards _streams, _commands, _closing and the metrics copy
         self._wake = threading.Event()
         self._closing = False  # no new requests
@@ -111,13 +119,30 @@ class AsyncEngine:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         sp = snapshot_sampling_params(sampling_params)  # later changes by the caller do not reach the loop
         ids, _ = self.engine.check_request(prompt_token_ids, sp)
+        return self._queue_add(request_id, ids, sp, None, prompt)
+
+    def encode(self, request_id: str, prompt_token_ids, pooling_params: Optional[PoolingParams] = None,
+               prompt: Optional[str] = None) -> RequestStream:
+        """Queue a pooling (embedding) request and return its stream, whose one output is a
+        PoolingRequestOutput (``outputs.data``: the [hidden] float32 vector). It is scheduled
+        with the generation requests (same budget, chunking, blocks, preemption); ``abort``
+        and the stream's ``get(timeout)`` work as for generation. ValueError for a bad
+        request, EngineDeadError once shutdown began or the loop died."""
+        if not isinstance(request_id, str) or not request_id:
+            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        pp = snapshot_pooling_params(pooling_params)
+        ids = self.engine.check_pooling_request(prompt_token_ids, pp)
+        return self._queue_add(request_id, ids, None, pp, prompt)
+
+    def _queue_add(self, request_id: str, ids: list, sp: Optional[SamplingParams], pp: Optional[PoolingParams],
+                   prompt: Optional[str]) -> RequestStream:
         stream = RequestStream(self, request_id)
         with self._lock:
             self._check_open()
             if request_id in self._streams:
                 raise ValueError(f"request id {request_id!r} is already in use")
-            self._streams[request_id] = (stream, prompt, ids, sp.n)
-            self._commands.append(("add", request_id, ids, sp, prompt))
+            self._streams[request_id] = (stream, prompt, ids, 0 if sp is None else sp.n)
+            self._commands.append(("add", request_id, ids, sp, prompt, pp))
         self._wake.set()
         return stream
 
@@ -127,16 +152,6 @@ class AsyncEngine:
             if request_id in self._streams:
                 self._commands.append(("abort", request_id))
         self._wake.set()
-
-    def submit(self, fn: Callable[[LLMEngine], object]) -> Future:
-        """Run fn(engine) on the loop thread between steps (for anything that touches the model
-        or the KV cache); its result or exception comes back through the Future."""
-        fut: Future = Future()
-        with self._lock:
-            self._check_open()
-            self._commands.append(("call", fn, fut))
-        self._wake.set()
-        return fut
 
     def snapshot(self):
         """A copy of the engine's metrics as of the last step."""
@@ -199,20 +214,13 @@ class AsyncEngine:
             commands, self._commands = list(self._commands), deque()
         for cmd in commands:
             if cmd[0] == "add":
-                _, rid, ids, sp, prompt = cmd
+                _, rid, ids, sp, prompt, pp = cmd
                 try:
-                    self.engine.add_request(rid, ids, sp, prompt=prompt)
+                    self.engine.add_request(rid, ids, sp, prompt=prompt, pooling_params=pp)
                 except Exception as e:  # checked up front already; anything left fails this request only
                     self._finish_stream(rid, f"{type(e).__name__}: {e}")
-            elif cmd[0] == "abort":
+            else:  # "abort"
                 self.engine.abort_request(cmd[1])
-            else:
-                _, fn, fut = cmd
-                if fut.set_running_or_notify_cancel():
-                    try:
-                        fut.set_result(fn(self.engine))
-                    except BaseException as e:
-                        fut.set_exception(e)
         if commands:
             self._refresh_metrics()
 
@@ -258,9 +266,6 @@ class AsyncEngine:
         with self._lock:
             self._closing = True
             ids = list(self._streams)
-            commands, self._commands = list(self._commands), deque()
-        for cmd in commands:
-            if cmd[0] == "call" and cmd[2].set_running_or_notify_cancel():
-                cmd[2].set_exception(EngineDeadError(f"the engine loop has died: {error}"))
+            self._commands = deque()
         for rid in ids:
             self._finish_stream(rid, error)

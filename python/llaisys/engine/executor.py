@@ -1,7 +1,7 @@
 """The runner seam: what the engine asks of whatever computes a step.
 
 The engine never touches the core; it hands a ModelRunner one StepInput per step. The real
-runner (weights, KV cache, one llaisysQwen2ModelStep call) lives beside the model; tests use
+runner (weights, KV cache, one llaisysModelStep call) lives beside the model; tests use
 a fake. Multi-device execution would plug in here, behind the same method.
 """
 
@@ -33,6 +33,9 @@ class ModelRunner(Protocol):
       ``logit_bias_now()`` (min_tokens is enforced through it).
     - It returns ``StepResult`` with ``sampled_token_ids`` [n_sample], and ``logprobs`` /
       ``top_*`` when any sample request asked for logprobs.
+    - Pooling rows (``batch.pooling``) sample nothing: it returns ``hidden`` [n_hidden, H],
+      the final normed hidden state of each token of ``batch.hidden_rows``, from the same
+      single call that samples the other rows.
     - It raises on failure. The engine then finds the rows that fail (LLMEngine._isolate):
       it calls ``execute`` again on sub-batches (``step_input.select_rows``) of the same
       step, marked ``batch.rewind``, finishes the failing rows with "error" and keeps the

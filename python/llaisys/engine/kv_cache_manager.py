@@ -126,8 +126,10 @@ class KVCacheManager:
 
     def get_computed_blocks(self, req: Request) -> ComputedBlocks:
         """The longest cached prefix of the request's tokens, in whole blocks, stopping before
-        its last token (that one is always computed so the step has its logits)."""
-        if not self.enable_prefix_caching:
+        its last token (that one is always computed so the step has its logits). None for a
+        pooling request: it needs the hidden state of every token, so it computes them all
+        (its full blocks still enter the cache for others, see cache_blocks)."""
+        if not self.enable_prefix_caching or req.is_pooling:
             return ComputedBlocks([], 0)
         bs, hits = self.block_size, []
         n_max = (req.num_tokens - 1) // bs
@@ -214,7 +216,7 @@ class KVCacheManager:
         return bid
 
     def _count_lookup(self, req: Request, computed: ComputedBlocks) -> None:
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or req.is_pooling:  # pooling requests do not look up
             return
         s = self.stats
         s.queries += 1

@@ -1,4 +1,4 @@
-"""LLM: offline generation for one or many prompts, batched through the engine."""
+"""LLM: offline generation and embeddings for one or many prompts, batched through the engine."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from ..models import hub
 from .config import EngineConfig
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput
+from .pooling_params import PoolingParams
 from .prompts import normalize_prompts
 from .sampling_params import SamplingParams
 from .worker import DEFAULT_KV_CACHE_MEMORY, Worker, WorkerConfig
@@ -50,9 +51,11 @@ class LLM:
     def tokenizer(self):
         return self.worker.tokenizer
 
-    def _add(self, prompts, sampling_params) -> list:
+    def _add(self, prompts, sampling_params, pooling_params: Optional[PoolingParams] = None) -> list:
         inputs = normalize_prompts(prompts, self.tokenizer)
-        if sampling_params is None or isinstance(sampling_params, SamplingParams):
+        if pooling_params is not None:
+            params: Sequence = [None] * len(inputs)
+        elif sampling_params is None or isinstance(sampling_params, SamplingParams):
             params: Sequence = [sampling_params or SamplingParams()] * len(inputs)
         else:
             params = list(sampling_params)
@@ -62,7 +65,7 @@ class LLM:
         try:
             for inp, sp in zip(inputs, params):
                 rid = f"offline-{next(self._ids)}"
-                self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text)
+                self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text, pooling_params=pooling_params)
                 ids.append(rid)
         except Exception:
             self.engine.abort_request(ids)
@@ -80,7 +83,16 @@ class LLM:
                  ) -> list:
         """Generate for one prompt or many (strings, token-id lists or chat conversations);
         returns one finished RequestOutput per prompt, in order."""
-        ids = self._add(prompts, sampling_params)
+        return self._run(self._add(prompts, sampling_params))
+
+    def embed(self, prompts, pooling_params: Optional[PoolingParams] = None) -> list:
+        """Embed one prompt or many (strings, token-id lists or chat conversations): one
+        finished PoolingRequestOutput per prompt, in order, whose ``outputs.data`` is the
+        [hidden] float32 mean of the final hidden states (L2-normalised unless
+        ``pooling_params.normalize`` is False). Batched with any other request."""
+        return self._run(self._add(prompts, None, pooling_params or PoolingParams()))
+
+    def _run(self, ids: list) -> list:
         done = {}
         pending = set(ids)
         while pending:

@@ -14,9 +14,10 @@ from .config import EngineConfig
 from .executor import ModelRunner
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
+from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
-from .scheduler import Scheduler, SchedulerOutput, check_fits
+from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
 from .step_input import StepInput, build_step_input, select_rows, unpack_result
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,15 @@ def snapshot_sampling_params(sampling_params: Optional[SamplingParams]) -> Sampl
     if not isinstance(sampling_params, SamplingParams):
         raise TypeError(f"sampling_params must be a SamplingParams, got {type(sampling_params).__name__}")
     return dataclasses.replace(sampling_params)
+
+
+def snapshot_pooling_params(pooling_params) -> PoolingParams:
+    """A private, re-validated copy of a PoolingParams (None: the defaults)."""
+    if pooling_params is None:
+        return PoolingParams()
+    if not isinstance(pooling_params, PoolingParams):
+        raise TypeError(f"pooling_params must be a PoolingParams, got {type(pooling_params).__name__}")
+    return dataclasses.replace(pooling_params)
 
 
 def _tolerant_decode(tokenizer, logits_width: Optional[int]) -> Callable:
@@ -119,11 +129,22 @@ class LLMEngine:
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
-                    arrival_time: Optional[float] = None, prompt: Optional[str] = None) -> None:
+                    arrival_time: Optional[float] = None, prompt: Optional[str] = None, *,
+                    pooling_params: Optional[PoolingParams] = None) -> None:
         """Queue a request; ValueError if it is malformed or could never fit
-        (SamplingParamsError, naming the field, for a sampling parameter)."""
+        (SamplingParamsError, naming the field, for a sampling parameter).
+
+        With ``pooling_params`` it is a pooling (embedding) request instead: its prompt is
+        computed through the same scheduler, nothing is sampled, and its one final output is a
+        PoolingRequestOutput carrying the pooled vector (give sampling_params or pooling_params)."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        if pooling_params is not None:
+            if sampling_params is not None:
+                raise ValueError("give sampling_params (generation) or pooling_params (embedding), not both")
+            self._add_pooling(request_id, prompt_token_ids, snapshot_pooling_params(pooling_params), arrival_time,
+                              prompt)
+            return
         sp = snapshot_sampling_params(sampling_params)
         ids, max_tokens = self._admit(prompt_token_ids, sp)
         seq_ids = [request_id] if sp.n == 1 else [f"{request_id}#{i}" for i in range(sp.n)]
@@ -139,6 +160,26 @@ class LLMEngine:
         self.processor.add_group(request_id, prompt, seqs)
         for req in seqs:
             self.scheduler.add_request(req)
+
+    def _add_pooling(self, request_id: str, prompt_token_ids, pp: PoolingParams, arrival_time: Optional[float],
+                     prompt: Optional[str]) -> None:
+        ids = self.check_pooling_request(prompt_token_ids, pp)
+        if self.processor.has_group(request_id) or request_id in self.scheduler.requests:
+            raise ValueError(f"request id {request_id!r} is already in use")
+        arrival = self.clock() if arrival_time is None else arrival_time
+        req = Request(request_id, request_id, 0, ids, SamplingParams(), seed=0, max_tokens=0,
+                      eos_token_ids=frozenset(), times=RequestTimes(arrival), pooling_params=pp)
+        self.processor.add_group(request_id, prompt, [req])
+        self.scheduler.add_request(req)
+
+    def check_pooling_request(self, prompt_token_ids, pooling_params: Optional[PoolingParams] = None) -> list:
+        """The prompt ids as a list, or ValueError: every check of a pooling add_request that
+        needs no engine state (the prompt, the fit in max_model_len and the KV pool; a
+        PoolingParamsError naming the field for a pooling parameter)."""
+        snapshot_pooling_params(pooling_params)
+        ids = _check_prompt(prompt_token_ids, None if self._prompt_vocab == float("inf") else self._prompt_vocab)
+        check_pooling_fits(self.config, len(ids))
+        return ids
 
     def check_request(self, prompt_token_ids, sampling_params: Optional[SamplingParams] = None) -> tuple:
         """(prompt ids as a list, the max_tokens the request gets), or ValueError: every check
@@ -194,19 +235,19 @@ class LLMEngine:
         """Schedule, compute one batch, append the sampled tokens; the RequestOutputs that changed."""
         out = self.scheduler.schedule()
         batch = build_step_input(out, self.scheduler.kv)
-        sampled, logprobs = self._execute(out, batch)
-        touched = self.scheduler.update_from_output(out, sampled, logprobs)
+        sampled, logprobs, pooled = self._execute(out, batch)
+        touched = self.scheduler.update_from_output(out, sampled, logprobs, pooled)
         return self._outputs(out, touched, len(sampled))
 
     def _execute(self, out: SchedulerOutput, batch: StepInput) -> tuple:
         if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
-            return {}, {}
+            return {}, {}, {}
         try:
             return unpack_result(batch, self.runner.execute(batch))
         except Exception as e:
             if batch.n_seqs == 0:  # only frees: no request to blame
                 log.exception("engine step (frees only) failed")
-                return {}, {}
+                return {}, {}, {}
             log.warning("engine step of %d rows failed (%s); finding the failing rows", batch.n_seqs, _error_text(e),
                         exc_info=True)
             return self._isolate(batch, e)
@@ -223,9 +264,11 @@ class LLMEngine:
         see StepInput.rewind), samples with the same (seed, step) (the sampler keeps no state)
         and nothing in the engine advances until the step's results are applied. Greedy
         tokens do not depend on the batch a row is computed in (test_real_model_engine), so
-        the survivors' output equals a run without the culprits. At most
+        the survivors' output equals a run without the culprits. Pooling rows are rows like
+        the others: a survivor keeps the hidden-state sums of its tokens, a culprit ends with
+        "error" (only its own request). At most
         isolation_budget(n) extra calls; rows still unresolved then fail with the error."""
-        sampled, logprobs = {}, {}
+        sampled, logprobs, pooled = {}, {}, {}
         culprits = {}  # row -> error text
         state = {"calls_left": isolation_budget(batch.n_seqs), "succeeded": False}
 
@@ -233,12 +276,13 @@ class LLMEngine:
             state["calls_left"] -= 1
             sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
             try:
-                s, lp = unpack_result(sub, self.runner.execute(sub))
+                s, lp, pl = unpack_result(sub, self.runner.execute(sub))
             except Exception as e:
                 return e
             state["succeeded"] = True
             sampled.update(s)
             logprobs.update(lp)
+            pooled.update(pl)
             return None
 
         def split(rows: list, err: Exception) -> None:  # rows fail together with err
@@ -265,7 +309,8 @@ class LLMEngine:
                 self._aborted.append(req)
             sampled.pop(rid, None)
             logprobs.pop(rid, None)
-        return sampled, logprobs
+            pooled.pop(rid, None)
+        return sampled, logprobs, pooled
 
     def _outputs(self, out: SchedulerOutput, touched: list, num_sampled: int) -> list:
         changed, self._aborted = self._aborted + touched, []

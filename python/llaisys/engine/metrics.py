@@ -31,7 +31,9 @@ class EngineMetrics:
     generation_tokens_total: int = 0  # output tokens sampled
     computed_tokens_total: int = 0  # tokens computed by steps (prefix hits excluded, recompute included)
     num_preemptions_total: int = 0  # preemptions
-    finished_total: dict = field(default_factory=dict)  # finish_reason -> finished sequences
+    finished_total: dict = field(default_factory=dict)  # finish_reason -> finished sequences (pooling included)
+    pooling_finished_total: dict = field(default_factory=dict)  # finish_reason -> finished pooling requests
+    pooled_tokens_total: int = 0  # prompt tokens of pooling requests that finished with a vector
     prefix_cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # the KV manager's counters
     # latency samples in seconds, most recent MAX_SAMPLES
     ttft: deque = field(default_factory=_samples)  # arrival -> first token
@@ -43,6 +45,7 @@ class EngineMetrics:
         """An independent copy (cheap: the sample deques are copied at C speed)."""
         m = copy.copy(self)
         m.finished_total = dict(self.finished_total)
+        m.pooling_finished_total = dict(self.pooling_finished_total)
         m.prefix_cache = copy.copy(self.prefix_cache)
         for name in ("ttft", "tpot", "e2e", "queue_time"):
             setattr(m, name, deque(getattr(self, name), maxlen=MAX_SAMPLES))
@@ -72,6 +75,10 @@ class EngineMetrics:
     def _on_finished(self, req: Request) -> None:
         reason = req.status.finish_reason
         self.finished_total[reason] = self.finished_total.get(reason, 0) + 1
+        if req.is_pooling:
+            self.pooling_finished_total[reason] = self.pooling_finished_total.get(reason, 0) + 1
+            if req.embedding is not None:
+                self.pooled_tokens_total += req.num_prompt_tokens
         t = req.times
         if t.first_token is not None:
             self.ttft.append(t.first_token - t.arrival)

@@ -1,11 +1,13 @@
-"""CoreModelRunner: executes one StepInput with one call into the core (llaisysQwen2ModelStep)."""
+"""CoreModelRunner: executes one StepInput with one call into the core (llaisysModelStep)."""
 
 from __future__ import annotations
+
+from typing import Optional
 
 import numpy as np
 
 from ..kv_cache import KVCache
-from ..models.qwen2 import Qwen2Model, RowSampling
+from ..models.model import Model, RowSampling
 from .executor import empty_result
 from .request import Request
 from .step_input import StepInput, StepResult
@@ -25,10 +27,20 @@ def row_sampling(req: Request) -> RowSampling:
         logit_bias=req.logit_bias_now() or None)
 
 
+# The draw of a pooling row in a step that also samples generation rows: plain greedy (the
+# cheapest draw the core has; its id is ignored).
+POOLING_ROW = RowSampling()
+
+
+def _head(a: Optional[np.ndarray], n: int) -> Optional[np.ndarray]:
+    """The first n rows of a per-sample-row array (the generation rows), or None."""
+    return None if a is None else a[:n]
+
+
 class CoreModelRunner:
     """Owns nothing but references: the Worker owns the model and the cache."""
 
-    def __init__(self, model: Qwen2Model, cache: KVCache):
+    def __init__(self, model: Model, cache: KVCache):
         self.model = model
         self.cache = cache
 
@@ -48,15 +60,26 @@ class CoreModelRunner:
                     self.cache.seq_rm(int(seq), int(p0), -1)
         if batch.n_tokens == 0:
             return empty_result()
+        n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
         rows = [row_sampling(r) for r in batch.sample_requests]
+        # One call for both kinds: the core's sample rows are the generation rows' last tokens,
+        # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
+        # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
+        # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
+        sampling = rows + [POOLING_ROW] * len(hidden_rows) if rows else None
+        core_rows = np.concatenate([batch.sample_rows, hidden_rows]) if len(hidden_rows) else batch.sample_rows
         top = max((r.n_logprobs for r in rows), default=0)
         layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
                       context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)
         wants_logprobs = any(r.sampling_params.logprobs is not None for r in batch.sample_requests)
         res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
-                              query_start=batch.query_start, sample_rows=batch.sample_rows, sampling=rows,
-                              top_capacity=top, want_logprobs=wants_logprobs, **layout)
+                              query_start=batch.query_start, sample_rows=core_rows, sampling=sampling,
+                              top_capacity=top, want_logprobs=wants_logprobs, want_hidden=len(hidden_rows) > 0,
+                              **layout)
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
-        return StepResult(sampled_token_ids=res.token_ids, logprobs=res.logprobs,
-                          top_token_ids=res.top_ids, top_logprobs=res.top_logprobs)
+        if sampling is None:
+            return StepResult(sampled_token_ids=np.zeros(0, np.int64), hidden=res.hidden)
+        return StepResult(sampled_token_ids=res.token_ids[:n_sample], logprobs=_head(res.logprobs, n_sample),
+                          top_token_ids=_head(res.top_ids, n_sample), top_logprobs=_head(res.top_logprobs, n_sample),
+                          hidden=None if res.hidden is None else res.hidden[n_sample:])

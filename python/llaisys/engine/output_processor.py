@@ -10,6 +10,8 @@ never leaks), and decides when the sequence ends:
     max_tokens (resolved within max_model_len)  -> FINISHED_LENGTH
 Nothing but the length stops a sequence before it has min_tokens tokens (stop tokens count
 only after min_tokens others).
+
+A pooling request has no text: its group gets one PoolingRequestOutput when it ends.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
-from .outputs import CompletionOutput, RequestOutput, Usage
+from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
 
 log = logging.getLogger(__name__)
@@ -53,6 +55,8 @@ class OutputProcessor:
 
     def add_group(self, request_id: str, prompt: Optional[str], seqs: list) -> None:
         self._groups[request_id] = _Group(request_id, prompt, list(seqs[0].prompt_token_ids), list(seqs))
+        if seqs[0].is_pooling:
+            return  # no text to follow
         for req in seqs:
             sp = req.sampling_params
             self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, req.prompt_token_ids,
@@ -118,7 +122,9 @@ class OutputProcessor:
             if g is None:
                 continue
             try:
-                outs.append(self._group_output(g))
+                out = self._pooling_output(g) if g.seqs[0].is_pooling else self._group_output(g)
+                if out is not None:  # None: a pooling request still running (it reports once)
+                    outs.append(out)
             except Exception as e:
                 log.exception("could not make the output of request %s", gid)
                 message = f"{type(e).__name__}: {e}"
@@ -148,9 +154,25 @@ class OutputProcessor:
                                 logprobs=list(req.logprobs) if req.logprobs is not None else None,
                                 finish_reason=req.status.finish_reason, stop_reason=req.stop_reason)
 
-    def _failed_output(self, g: _Group, error: str) -> RequestOutput:
+    def _pooling_output(self, g: _Group, error: Optional[str] = None) -> Optional[PoolingRequestOutput]:
+        """The final output of a finished pooling request (drops its state); None while it runs."""
+        req = g.seqs[0]
+        if not req.is_finished and error is None:
+            return None
+        del self._groups[g.request_id]
+        reason = req.status.finish_reason if error is None and req.is_finished else "error"
+        vec = PoolingOutput(req.embedding) if reason == "stop" and req.embedding is not None else None
+        return PoolingRequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
+                                    outputs=vec, finished=True, finish_reason=reason,
+                                    usage=Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=0,
+                                                cached_tokens=0),
+                                    metrics=replace(req.times), error=error or req.error)
+
+    def _failed_output(self, g: _Group, error: str):
         """The final output of a group whose output could not be made: only what was already
         sent, no decoding; drops the group's state."""
+        if g.seqs[0].is_pooling:
+            return self._pooling_output(g, error)
         outputs = []
         for r in g.seqs:
             st = self._texts.get(r.request_id)

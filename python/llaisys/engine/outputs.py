@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
+import numpy as np
+
 from .request import RequestTimes
 
 
@@ -56,3 +58,25 @@ class RequestOutput:
     def text(self) -> str:
         """The text of the first completion (the only one unless n > 1)."""
         return self.outputs[0].text if self.outputs else ""
+
+
+@dataclass
+class PoolingOutput:
+    """The pooled vector of a pooling request (vLLM's PoolingOutput)."""
+
+    data: np.ndarray  # [hidden] float32 mean of the final normed hidden states (L2-normalised if asked)
+
+
+@dataclass
+class PoolingRequestOutput:
+    """The one (final) output of a pooling request: its vector, or why it has none."""
+
+    request_id: str  # the id given to add_request
+    prompt: Optional[str]  # the prompt text if it was given
+    prompt_token_ids: list  # [n_prompt]
+    outputs: Optional[PoolingOutput]  # None unless finish_reason is "stop"
+    finished: bool  # always True: a pooling request reports once, when it ends
+    finish_reason: str  # "stop" (pooled) | "abort" | "error"
+    usage: Usage  # prompt_tokens; no completion tokens
+    metrics: RequestTimes  # arrival, first scheduled, finished
+    error: Optional[str] = None  # why it finished with "error"

@@ -1,7 +1,9 @@
 """Request: one sequence the scheduler runs, and its lifecycle.
 
 A user request with ``n`` completions becomes ``n`` sibling ``Request`` objects (one per
-completion) that share the prompt; the scheduler and the KV manager only see these.
+completion) that share the prompt; the scheduler and the KV manager only see these. A pooling
+request (``pooling_params`` set) is one ``Request`` that computes its prompt and samples
+nothing: it ends FINISHED_STOPPED once its last prompt token is computed.
 
     WAITING ──▶ RUNNING ──▶ FINISHED_STOPPED | FINISHED_LENGTH
        ▲           │
@@ -14,6 +16,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
+
+from .pooling_params import PoolingParams
 from .sampling_params import SamplingParams
 
 # Added to the eos / stop-id logits while a request is under min_tokens (finite: the C
@@ -102,11 +107,21 @@ class Request:
     stop_reason: object = None  # the stop string or stop token id that ended it (None for eos/length)
     logprobs: Optional[list] = None  # per output token {token id: logprob}, when asked for
     error: Optional[str] = None  # why it finished with FINISHED_ERROR
+    # pooling: set for an embedding request (max_tokens 0, sampling_params unused)
+    pooling_params: Optional[PoolingParams] = None
+    hidden_sum: Optional[np.ndarray] = None  # [hidden] f64 sum of the hidden states of the computed
+    #                                          prompt tokens (pooling; reset by preemption)
+    embedding: Optional[np.ndarray] = None  # [hidden] f32 the pooled vector once the prompt is computed
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)
         if self.sampling_params.logprobs is not None and self.logprobs is None:
             self.logprobs = []
+
+    @property
+    def is_pooling(self) -> bool:
+        """An embedding request: every prompt token's hidden state is pooled, nothing is sampled."""
+        return self.pooling_params is not None
 
     @property
     def num_prompt_tokens(self) -> int:

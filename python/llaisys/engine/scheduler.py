@@ -8,6 +8,12 @@ request is served, one token per running request after it is kept back, so a lon
 never stalls a decode. When the pool runs out of blocks the most recently admitted running
 request is preempted: its blocks are freed and it goes back to the front of the queue, to be
 recomputed from prompt + output so far (its sampled tokens stay).
+
+Pooling (embedding) requests are scheduled exactly like generation: they spend the same
+budget, are chunked, hold blocks and are preempted the same way. Every token of their chunks
+is a hidden-state row of the step (``pooling_req_ids``); they never sample and finish when the
+last prompt token is computed. They publish their full prompt blocks to the prefix cache but
+take no hits from it (every token's hidden state is needed).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Callable, Optional
 
 from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
+from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
 
 log = logging.getLogger(__name__)
@@ -33,6 +40,7 @@ class SchedulerOutput:
     num_scheduled_tokens: dict = field(default_factory=dict)  # req_id -> tokens to compute now
     num_computed_tokens: dict = field(default_factory=dict)  # req_id -> tokens already in KV (the chunk starts here)
     sample_req_ids: set = field(default_factory=set)  # req_ids whose chunk ends at their last known token: sample one
+    pooling_req_ids: set = field(default_factory=set)  # pooling req_ids: every scheduled token's hidden state is wanted
     new_req_ids: list = field(default_factory=list)  # admitted for the first time this step
     resumed_req_ids: list = field(default_factory=list)  # readmitted after preemption (recompute prompt + output)
     preempted_req_ids: list = field(default_factory=list)  # preempted by this schedule(); blocks already free
@@ -60,6 +68,19 @@ def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optiona
         raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens needs "
                          f"{need} KV blocks of {config.block_size} but the pool has {config.num_blocks}")
     return max_tokens
+
+
+def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
+    """Admission control of a pooling request: ValueError when its prompt could never run."""
+    if num_prompt_tokens < 1:
+        raise ValueError("the prompt must hold at least one token")
+    if num_prompt_tokens > config.max_model_len:
+        raise ValueError(f"the input has {num_prompt_tokens} tokens, more than max_model_len "
+                         f"({config.max_model_len})")
+    need = -(-num_prompt_tokens // config.block_size)
+    if need > config.num_blocks:
+        raise ValueError(f"the input ({num_prompt_tokens} tokens) needs {need} KV blocks of {config.block_size} "
+                         f"but the pool has {config.num_blocks}")
 
 
 class Scheduler:
@@ -110,7 +131,9 @@ class Scheduler:
         out.scheduled.append(req)
         out.num_scheduled_tokens[rid] = n
         out.num_computed_tokens[rid] = req.num_computed_tokens
-        if req.num_computed_tokens + n == req.num_tokens:
+        if req.is_pooling:
+            out.pooling_req_ids.add(rid)
+        elif req.num_computed_tokens + n == req.num_tokens:
             out.sample_req_ids.add(rid)
         out.total_num_scheduled_tokens += n
         if req.times.first_scheduled is None:
@@ -171,24 +194,27 @@ class Scheduler:
         self.kv.free(req)
         req.set_status(RequestStatus.PREEMPTED)
         req.num_computed_tokens = 0
+        req.hidden_sum = None  # pooling: its rows are computed (and summed) again
         req.num_preemptions += 1
         self.num_preemptions += 1
         self.waiting.appendleft(req)
         out.preempted_req_ids.append(req.request_id)
 
     # ---- after the step ------------------------------------------------------------------
-    def update_from_output(self, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict] = None) -> list:
+    def update_from_output(self, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict] = None,
+                           pooled: Optional[dict] = None) -> list:
         """Advance the scheduled requests by the tokens just computed and append what was
-        sampled (``sampled``: req_id -> [token ids]; ``logprobs``: req_id -> [{id: logprob}]).
-        Requests that hit a stop condition are finished and their blocks freed.
-        Returns the requests that got tokens or finished."""
+        sampled (``sampled``: req_id -> [token ids]; ``logprobs``: req_id -> [{id: logprob}];
+        ``pooled``: pooling req_id -> [hidden] f64 sum of its chunk's hidden states).
+        Requests that hit a stop condition, and pooling requests whose prompt is computed,
+        are finished and their blocks freed. Returns the requests that got tokens or finished."""
         touched = []
         now = self.clock()
         for req in out.scheduled:
             if req.is_finished:  # aborted while the step ran (or failed in it)
                 continue
             try:
-                if self._advance(req, out, sampled, logprobs, now):
+                if self._advance(req, out, sampled, logprobs, pooled, now):
                     touched.append(req)
             except Exception as e:  # this request's output broke: it alone ends, with "error"
                 log.exception("request %s failed after the step", req.request_id)
@@ -198,11 +224,13 @@ class Scheduler:
         return touched
 
     def _advance(self, req: Request, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict],
-                 now: float) -> bool:
+                 pooled: Optional[dict], now: float) -> bool:
         """Apply the step to one request; True if it got tokens or finished."""
         rid = req.request_id
         req.num_computed_tokens += out.num_scheduled_tokens[rid]
         self.kv.cache_blocks(req)
+        if req.is_pooling:
+            return self._pool(req, (pooled or {}).get(rid))
         tokens = sampled.get(rid) if rid in out.sample_req_ids else None
         if not tokens:
             return False  # a middle prefill chunk: nothing sampled
@@ -212,6 +240,18 @@ class Scheduler:
             if status is not None:
                 self.finish(req, status)
                 break
+        return True
+
+    def _pool(self, req: Request, chunk_sum) -> bool:
+        """Add a pooling request's chunk (``chunk_sum`` [hidden] f64); finish it with its vector
+        once its prompt is computed. True if it finished."""
+        if chunk_sum is None:  # the runner skipped this row: the pooled vector would be wrong
+            raise RuntimeError("the step returned no hidden states for this pooling request")
+        req.hidden_sum = chunk_sum if req.hidden_sum is None else req.hidden_sum + chunk_sum
+        if req.num_computed_tokens < req.num_prompt_tokens:
+            return False  # a middle chunk
+        req.embedding = pooled_vector(req.hidden_sum, req.num_prompt_tokens, req.pooling_params.normalize)
+        self.finish(req, RequestStatus.FINISHED_STOPPED)
         return True
 
     def finish(self, req: Request, status: RequestStatus, error: Optional[str] = None) -> None:

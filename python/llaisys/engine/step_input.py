@@ -1,8 +1,8 @@
 """StepInput / StepResult: the flat step contract between the engine and the model runner.
 
-One StepInput is one call into the core (llaisysQwen2ModelStep): the scheduled tokens of
+One StepInput is one call into the core (llaisysModelStep): the scheduled tokens of
 every sequence, flattened, with the index arrays the core needs, built with numpy.
-Shapes follow include/llaisys/models/qwen2.h (llaisysBatch_t).
+Shapes follow include/llaisys/models/model.h (llaisysBatch_t).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ class StepInput:
     req_ids: list  # [n_seqs] request id of each row
     sample_requests: list  # [n_sample] Request of each sample row (its sampling params, seed,
     #                        step = num_output_tokens, prompt/output ids, logit_bias_now())
+    pooling: np.ndarray  # [n_seqs] bool rows of pooling requests: every token's final hidden state is
+    #                      wanted (hidden_rows), nothing is sampled for them
     kv_layout: str  # "block" or "slot"
     block_size: int  # token slots per block
     # BLOCK layout (None for SLOT)
@@ -58,6 +60,11 @@ class StepInput:
         return int(self.sample_rows.shape[0])
 
     @property
+    def hidden_rows(self) -> np.ndarray:
+        """[n_hidden] int32 flat token indices of the pooling rows' tokens, in order (row by row)."""
+        return np.flatnonzero(self.pooling[self.seq_of_token]).astype(np.int32)
+
+    @property
     def max_blocks(self) -> int:
         return 0 if self.block_tables is None else int(self.block_tables.shape[1])
 
@@ -71,6 +78,8 @@ class StepResult:
     top_token_ids: Optional[np.ndarray] = None  # [n_sample, k] int64 top-k ids by logprob (k >= every
     #                                             row's sampling_params.logprobs), or None
     top_logprobs: Optional[np.ndarray] = None  # [n_sample, k] float32 their logprobs, or None
+    hidden: Optional[np.ndarray] = None  # [n_hidden, hidden] float32 final normed hidden states of
+    #                                      batch.hidden_rows (None when the batch has no pooling row)
 
 
 def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
@@ -94,6 +103,7 @@ def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
         sample_rows=(query_start[1:][is_sampled] - 1).astype(np.int32),
         req_ids=[r.request_id for r in reqs],
         sample_requests=[r for r, s in zip(reqs, is_sampled.tolist()) if s],
+        pooling=np.fromiter((r.request_id in out.pooling_req_ids for r in reqs), bool, n_seqs),
         kv_layout=kv.layout, block_size=kv.block_size,
         free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
     if kv.layout == "slot":
@@ -131,7 +141,7 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
         context_lens=batch.context_lens[rows], sample_rows=new_index[batch.sample_rows[sample_keep]].astype(np.int32),
         req_ids=[batch.req_ids[i] for i in rows.tolist()],
         sample_requests=[r for r, k in zip(batch.sample_requests, sample_keep.tolist()) if k],
-        kv_layout=batch.kv_layout, block_size=batch.block_size,
+        pooling=batch.pooling[rows], kv_layout=batch.kv_layout, block_size=batch.block_size,
         free_seq_ids=batch.free_seq_ids if keep_frees else np.zeros(0, np.int32),
         finished_req_ids=set(batch.finished_req_ids) if keep_frees else set(), rewind=True)
     if batch.kv_layout == "slot":
@@ -143,11 +153,13 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
 
 
 def unpack_result(batch: StepInput, result: StepResult) -> tuple:
-    """(sampled, logprobs): req_id -> [token ids] and req_id -> [{id: logprob}] (only for
-    requests that asked for logprobs)."""
+    """(sampled, logprobs, pooled): req_id -> [token ids], req_id -> [{id: logprob}] (only for
+    requests that asked for logprobs) and pooling req_id -> [hidden] f64 sum of the hidden
+    states of its tokens in this step."""
     ids = np.asarray(result.sampled_token_ids).reshape(-1)
     if ids.shape[0] != batch.n_sample:
         raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
+    pooled = _pooled_sums(batch, result.hidden)
     sampled, logprobs = {}, {}
     for i, req in enumerate(batch.sample_requests):
         sampled[req.request_id] = [int(ids[i])]
@@ -160,4 +172,18 @@ def unpack_result(batch: StepInput, result: StepResult) -> tuple:
         if result.logprobs is not None:
             entry[int(ids[i])] = float(result.logprobs[i])
         logprobs[req.request_id] = [entry]
-    return sampled, logprobs
+    return sampled, logprobs, pooled
+
+
+def _pooled_sums(batch: StepInput, hidden: Optional[np.ndarray]) -> dict:
+    """pooling req_id -> [hidden] f64 sum over its rows of ``hidden`` [n_hidden, H]."""
+    rows = np.flatnonzero(batch.pooling)
+    if rows.size == 0:
+        return {}
+    q_lens = np.diff(batch.query_start.astype(np.int64))[rows]  # tokens of each pooling row
+    if hidden is None or hidden.ndim != 2 or hidden.shape[0] != int(q_lens.sum()):
+        got = None if hidden is None else hidden.shape
+        raise RuntimeError(f"the runner returned hidden states of shape {got} for {int(q_lens.sum())} pooling tokens")
+    ends = np.cumsum(q_lens)
+    return {batch.req_ids[s]: hidden[e - n:e].sum(axis=0, dtype=np.float64)
+            for s, n, e in zip(rows.tolist(), q_lens.tolist(), ends.tolist())}

@@ -149,7 +149,7 @@ def _embedding_inputs(raw: list, tokenizer) -> list:
 
 @bp.post("/v1/embeddings")
 def embeddings():
-    from .embeddings import embed
+    from .embeddings import EmbeddingError, embed
 
     st = state()
     body = st.read_json()
@@ -157,7 +157,7 @@ def embeddings():
     served = st.registry.get(get_field(body, "model"))
     fmt = get_field(body, "encoding_format", "float")
     owner = st.identity(get_field(body, "user"))
-    ticket, deadline, _ = _start(served, owner)
+    ticket, deadline, gone = _start(served, owner)
     with ticket:
         inputs = _embedding_inputs(raw, served.engine.tokenizer)
         n_ctx = served.max_model_len
@@ -167,13 +167,16 @@ def embeddings():
                                   param="input", code="context_length_exceeded", n_prompt_tokens=len(ids), n_ctx=n_ctx)
         dims = get_field(body, "dimensions")
         try:
-            vectors = embed(served.engine, inputs, timeout=max(0.1, deadline - time.monotonic()))
+            vectors = embed(served.engine, inputs, timeout=max(0.1, deadline - time.monotonic()), client_gone=gone,
+                            request_id=new_id("embd"))
         except TimeoutError:
             raise APIError(504, "embedding ran past the server's request timeout", code="request_timeout") from None
         except EngineDeadError as e:
             raise unavailable(str(e), code="engine_unavailable") from None
         except ValueError as e:
             raise bad_request(str(e), param="input") from None
+        except EmbeddingError as e:
+            raise APIError(500, str(e), code="engine_error") from None
         if dims is not None and dims != len(vectors[0]):
             raise bad_request(f"dimensions must be the model's hidden size ({len(vectors[0])})", param="dimensions",
                               code="unsupported_parameter")
