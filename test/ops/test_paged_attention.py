@@ -81,8 +81,9 @@ def slot_lists(gen: torch.Generator, rows: list[Row], layout: str) -> tuple[list
     return out, n_slots
 
 
-def reference(q, k, v, rows: list[Row], slots, scale: float) -> torch.Tensor:
-    """float64 attention of each query over its row's entries with position <= its own."""
+def reference(q, k, v, rows: list[Row], slots, scale: float, window: int = 0) -> torch.Tensor:
+    """float64 attention of each query over its row's entries with position <= its own (and,
+    with a window, > its own - window: transformers' sliding_window_causal_mask)."""
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
     out = torch.zeros(q.shape[0], heads, v.shape[2], dtype=torch.float64)
@@ -93,6 +94,8 @@ def reference(q, k, v, rows: list[Row], slots, scale: float) -> torch.Tensor:
         kv_pos = torch.tensor(r.kv_pos, dtype=torch.int64)
         for p in r.q_pos:
             vis = kv_pos <= p
+            if window:
+                vis &= kv_pos > p - window
             if vis.any():
                 s = torch.einsum("hd,khd->hk", q[t].double(), kr[vis]) * scale  # [heads, visible]
                 out[t] = torch.einsum("hk,khd->hd", s.softmax(-1), vr[vis])
@@ -100,7 +103,8 @@ def reference(q, k, v, rows: list[Row], slots, scale: float) -> torch.Tensor:
     return out
 
 
-def run_case(bridge, gen, name: str, act: str, kv: str, layout: str):
+def run_case(bridge, gen, name: str, act: str, kv: str, layout: str, window: int | None = None):
+    """(blocked, reference, float64) outputs; window None: the windowless entry points."""
     heads, kv_heads, d, dv, rows = CASES[name]
     slots, n_slots = slot_lists(gen, rows, layout)
     n = sum(len(r.q_pos) for r in rows)
@@ -118,9 +122,13 @@ def run_case(bridge, gen, name: str, act: str, kv: str, layout: str):
                                                                 dtype=torch.int64))]
     scale = 1.0 / math.sqrt(d)
     fast, plain = bridge.empty((n, heads, dv), act), bridge.empty((n, heads, dv), act)
-    ops.paged_attention(fast, *args, scale)
-    ops.paged_attention_reference(plain, *args, scale)
-    return fast, plain, reference(q, k, v, rows, slots, scale)
+    if window is None:
+        ops.paged_attention(fast, *args, scale)
+        ops.paged_attention_reference(plain, *args, scale)
+    else:
+        ops.paged_attention_window(fast, *args, scale, window)
+        ops.paged_attention_window(plain, *args, scale, window, reference=True)
+    return fast, plain, reference(q, k, v, rows, slots, scale, window or 0)
 
 
 @pytest.mark.parametrize("layout", ["block", "slot"])
@@ -135,6 +143,63 @@ def test_paged_attention(bridge, gen, name, act, kv, layout):
     seen = torch.tensor([p >= min(r.kv_pos, default=1 << 62) for r in CASES[name][4] for p in r.q_pos])
     assert (got[~seen] == 0).all(), "a query that sees no entry gets zeros"
     assert (got[seen].abs().sum(-1) > 0).all()
+
+
+# Sliding windows: 1 (a query sees only its own position), shorter than a query chunk and than
+# a key block (5), about a block (33), longer than a chunk but shorter than the context (100,
+# 700), and longer than every context (100000, the same as no window).
+WINDOWS = [1, 5, 33, 700, 100000]
+WINDOW_CASES = ["decode_qwen05", "prefill_chunk_qwen15", "mixed_batch", "sees_nothing", "position_gaps"]
+
+
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("act,kv", [("f32", "f32"), ("f16", "f16"), ("bf16", "bf16")],
+                         ids=lambda x: x)
+@pytest.mark.parametrize("name", WINDOW_CASES)
+def test_sliding_window(bridge, gen, name, act, kv, window):
+    fast, plain, expected = run_case(bridge, gen, name, act, kv, "slot" if window % 2 else "block", window)
+    bridge.assert_close(fast, expected, act, scale=2.0)
+    bridge.assert_close(plain, expected, act, scale=2.0)
+    got = bridge.to_torch(fast)
+    assert not got.isnan().any()
+    rows = CASES[name][4]
+    seen = torch.tensor([any(p - window < kp <= p for kp in r.kv_pos) for r in rows for p in r.q_pos])
+    assert (got[~seen] == 0).all(), "a query whose window holds no entry gets zeros"
+    assert (got[seen].abs().sum(-1) > 0).all()
+
+
+def test_window_zero_is_no_window(bridge, gen):
+    fast, _, _ = run_case(bridge, gen, "mixed_batch", "f32", "f32", "slot", 0)
+    gen.manual_seed(7)
+    a = run_case(bridge, gen, "mixed_batch", "f32", "f32", "slot", 0)[0]
+    gen.manual_seed(7)
+    b = run_case(bridge, gen, "mixed_batch", "f32", "f32", "slot", None)[0]
+    assert np.array_equal(a.numpy(), b.numpy())
+
+
+def test_window_one_is_the_own_value(bridge, gen):
+    """window 1: each query sees only the entry at its own position, so out = v of that entry."""
+    heads, kv_heads, d = 4, 2, 16
+    n = 6
+    q = bridge.randn((n, heads, d), "f32")
+    k, v = bridge.randn((n, kv_heads, d), "f32"), bridge.randn((n, kv_heads, d), "f32")
+    t = bridge.to_llaisys
+    out = bridge.empty((n, heads, d), "f32")
+    ops.paged_attention_window(out, t(q), t(k), t(v), t(torch.arange(n)), t(torch.tensor([0, n], dtype=torch.int32)),
+                               t(torch.tensor([0, n], dtype=torch.int32)), t(torch.arange(n, dtype=torch.int32)),
+                               t(torch.arange(n)), 0.25, 1)
+    torch.testing.assert_close(bridge.to_torch(out), v.repeat_interleave(2, 1), rtol=1e-6, atol=1e-6)
+
+
+def test_negative_window_is_refused(bridge):
+    t = bridge.to_llaisys
+    out = bridge.empty((1, 1, 8), "f32")
+    args = [t(bridge.randn((1, 1, 8), "f32")), t(bridge.randn((1, 1, 8), "f32")), t(bridge.randn((1, 1, 8), "f32")),
+            t(torch.tensor([0])), t(torch.tensor([0, 1], dtype=torch.int32)), t(torch.tensor([0, 1], dtype=torch.int32)),
+            t(torch.tensor([0], dtype=torch.int32)), t(torch.tensor([0]))]
+    for reference in (False, True):
+        with pytest.raises(ValueError, match="window"):
+            ops.paged_attention_window(out, *args, 1.0, -3, reference=reference)
 
 
 def test_large_scores_and_one_dominant_key(bridge, gen):
