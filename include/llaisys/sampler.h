@@ -16,6 +16,18 @@
  * samples are reproducible whatever else shares its batch.
  * Log-probabilities are those of the model's distribution (log_softmax of the raw logits,
  * before steps 1-8), as vLLM reports them by default.
+ *
+ * NaN (one rule with llaisysArgmax, torch.argmax and numpy.argmax; doc/architecture.md,
+ * "NaN in argmax"): a NaN logit counts as larger than every number, +inf included, and among
+ * NaNs the first index wins. After steps 1-3 (bias values must be finite, so a NaN comes from
+ * the logits, or from inf - inf in the penalties):
+ *   - greedy rows take the first NaN if the row has one, else the first maximum;
+ *   - a sampled row (temperature > 0) with any NaN skips steps 5-9 and returns its first NaN
+ *     index, deterministically (a softmax over a NaN is undefined);
+ *   - such a row's logprob and its top-N logprobs are NaN, and its top-N ids put the raw
+ *     row's NaNs first (by id), then the largest logits (ties by id): the argmax's order,
+ *     used for every row's top-N.
+ * Rows without a NaN are not affected by this rule. CPU and GPU samplers follow it alike.
  */
 #ifndef LLAISYS_SAMPLER_H
 #define LLAISYS_SAMPLER_H

@@ -19,7 +19,8 @@ uint64_t splitmix64(uint64_t x) {
     return x ^ (x >> 31);
 }
 
-// The first largest logit (NaNs ignored), vectorised: greedy rows scan the whole vocabulary.
+// The argmax rule (include/llaisys/sampler.h, "NaN"): the first NaN if any, else the first
+// largest logit. Vectorised: greedy rows (and every row's NaN check) scan the whole vocabulary.
 size_t first_argmax(const float *v, size_t n) { return ops::cpu::simd::row_kernels().argmax(v, n); }
 
 // Scratch of one thread, reused across rows.
@@ -106,11 +107,18 @@ int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
     return cand[last_nonzero];  // rounding left u at the very top
 }
 
+// The n largest raw logits with their logprobs, in the argmax rule's order: NaNs first (by
+// id), then larger logits first, ties by smaller id (a strict weak order even with NaNs).
 void top_logprobs(const float *logits, size_t vocab, float lse, int32_t n, int64_t *ids, float *lps,
                   std::vector<int32_t> &cand) {
     cand.resize(vocab);
     std::iota(cand.begin(), cand.end(), 0);
-    auto by_logit = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+    auto by_logit = [&](int32_t a, int32_t b) {
+        const float la = logits[a], lb = logits[b];
+        const bool na = std::isnan(la), nb = std::isnan(lb);
+        if (na || nb) return na && (!nb || a < b);
+        return la > lb || (la == lb && a < b);
+    };
     std::partial_sort(cand.begin(), cand.begin() + n, cand.end(), by_logit);
     for (int32_t i = 0; i < n; i++) {
         ids[i] = cand[size_t(i)];
@@ -210,11 +218,18 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             const float *row = logits + size_t(r) * vocab;
             s.w.assign(row, row + vocab);
             apply_penalties(s.w, p, s.pen);
-            int64_t chosen = p.temperature == 0.0f ? int64_t(first_argmax(s.w.data(), vocab)) : draw(s, vocab, p);
+            // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one,
+            // and then that first NaN is the token whatever the temperature.
+            const int64_t top = int64_t(first_argmax(s.w.data(), vocab));
+            const bool nan_row = std::isnan(s.w[size_t(top)]);
+            int64_t chosen = p.temperature == 0.0f || nan_row ? top : draw(s, vocab, p);
             out.token_ids[r] = chosen;
             bool want_lp = out.logprobs != nullptr || (p.n_logprobs > 0 && out.top_ids != nullptr);
             if (!want_lp) continue;
-            float lse = log_sum_exp(row, vocab);
+            // a NaN row's logprobs are NaN (the raw row's log-sum-exp is NaN when it has the
+            // NaN; the explicit NaN covers one that steps 1-3 made, e.g. inf - inf)
+            const float nan = std::numeric_limits<float>::quiet_NaN();
+            float lse = nan_row ? nan : log_sum_exp(row, vocab);
             if (out.logprobs) out.logprobs[r] = row[chosen] - lse;
             if (p.n_logprobs > 0 && out.top_ids && out.top_logprobs) {
                 top_logprobs(row, vocab, lse, p.n_logprobs, out.top_ids + size_t(r) * out.top_capacity,

@@ -1,6 +1,7 @@
 """The f32 row kernels (src/ops/cpu_simd) on every SIMD path the CPU can run: SwiGLU, and the
-sampler's greedy argmax and log-sum-exp over a whole vocabulary. The path is chosen once per
-process, so each runs in a child process under LLAISYS_ISA; float64 numpy is the reference."""
+sampler's greedy argmax (the NaN rule: first NaN, else first maximum) and log-sum-exp over a
+whole vocabulary. The path is chosen once per process, so each runs in a child process under
+LLAISYS_ISA; float64 numpy is the reference."""
 
 import json
 import os
@@ -27,20 +28,23 @@ for n in (1, 7, 16, 17, 33, 4097, 8960):
     gd = g.astype(np.float64)
     ref = u * gd / (1.0 + np.exp(-gd))
     res["swiglu"] = max(res["swiglu"], float((np.abs(out.numpy() - ref) / (1e-6 + 1e-5 * np.abs(ref))).max()))
-for vocab in (1, 5, 16, 100, 151936):
-    l = (rng.standard_normal((4, vocab)) * 4).astype(np.float32)
+for vocab in (1, 5, 16, 100, 101, 151936):
+    l = (rng.standard_normal((6, vocab)) * 4).astype(np.float32)
+    l[4, vocab - 1] = np.nan                   # a NaN last (in the vector tail of 5, 101)
+    l[5, -min(vocab, 3):] = np.inf             # +inf ties, no NaN
     if vocab > 20:
         l[1, [3, vocab - 2]] = l[1].max() + 1  # a tie: the first wins
         l[2, :vocab // 2] = -np.inf           # masked logits
-        l[3, 0] = np.nan                       # NaN ignored by greedy
-    got = sample(l, [RowSampling() for _ in range(4)])
+        l[3, [vocab // 3, 7]] = np.nan         # NaNs win over every number: the first
+        l[3, 2] = np.inf
+        l[5, 1] = -np.inf
+    got = sample(l, [RowSampling() for _ in range(6)])
     ld = l.astype(np.float64)
-    for r in range(4):
-        finite = np.where(np.isnan(ld[r]), -np.inf, ld[r])
-        want = int(np.argmax(finite))
+    for r in range(6):
+        want = int(np.argmax(ld[r]))           # numpy's rule is the NaN rule: first NaN, else first max
         res["greedy_ok"] &= int(got.token_ids[r]) == want
-        if not np.isnan(ld[r]).any():
-            m = finite.max()
+        if np.isfinite(ld[r]).any() and not np.isnan(ld[r]).any() and not np.isposinf(ld[r]).any():
+            m = ld[r].max()
             lp = ld[r, want] - m - np.log(np.exp(ld[r] - m).sum())
             res["logprob"] = max(res["logprob"], abs(float(got.logprobs[r]) - lp) / 1e-5)
 print(json.dumps(res))

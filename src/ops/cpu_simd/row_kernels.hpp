@@ -12,7 +12,8 @@ namespace llaisys::ops::cpu::simd {
 struct RowKernels {
     // out[i] = up[i] * g / (1 + exp(-g)), g = gate[i], for i < n (out may alias gate or up).
     void (*swiglu)(float *out, const float *gate, const float *up, size_t n);
-    // Index of the first largest value of v[0..n), NaNs ignored; 0 when every value is NaN.
+    // Index of the first NaN of v[0..n) if there is one, else of its first largest value (the
+    // argmax rule of doc/architecture.md, "NaN in argmax"); 0 when n == 0.
     size_t (*argmax)(const float *v, size_t n);
     // The sum over i < n of exp(v[i] - shift); f32 within blocks of a few thousand, double
     // across them. NaN if any v[i] is NaN.

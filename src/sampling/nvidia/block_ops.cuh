@@ -28,9 +28,12 @@ struct Shared {
 };
 
 // Order-preserving map of a float to uint32 (larger float, larger key). -0 maps to +0's key:
-// the CPU's float comparisons treat them as equal, so they must tie here too.
+// the CPU's float comparisons treat them as equal, so they must tie here too. Every NaN maps
+// to the largest key, above +inf: the argmax rule's order (NaN first, ties by id), which
+// top_logprobs follows; float_of gives a NaN back. (Rows steps 4-9 see have no NaN.)
 __device__ __forceinline__ uint32_t key_of(float f) {
     uint32_t b = __float_as_uint(f);
+    if (isnan(f)) return 0xffffffffu;
     if ((b & 0x7fffffffu) == 0) b = 0;
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
@@ -78,15 +81,24 @@ __device__ float block_max(const float *w, uint32_t n, Shared &sh) {
     return block_reduce(m, sh.fbuf, [](float a, float b) { return fmaxf(a, b); });
 }
 
-// The CPU's first_argmax: best = 0; best = i whenever v[i] > v[best]. That is the first index
-// of the maximum, a NaN never winning, except a NaN at index 0, which nothing beats.
+// Whether (bv, bi) should replace (av, ai) in the argmax rule: NaN beats every number,
+// equal values (or two NaNs) go to the smaller index. Associative, so any reduction order
+// gives the CPU's first_argmax: the first NaN if there is one, else the first maximum.
+__device__ __forceinline__ bool argmax_better(float bv, uint32_t bi, float av, uint32_t ai) {
+    const bool bn = isnan(bv), an = isnan(av);
+    if (bn != an) return bn;
+    if (bn || bv == av) return bi < ai;
+    return bv > av;
+}
+
+// The CPU's first_argmax over w[0, n), n >= 1 (the index of the first NaN, else of the first
+// maximum). Block-uniform result.
 __device__ uint32_t block_argmax(const float *w, uint32_t n, Shared &sh) {
-    if (isnan(w[0])) return 0;  // block-uniform
     float bv = -INFINITY;
-    uint32_t bi = UINT32_MAX;
+    uint32_t bi = UINT32_MAX;  // loses every tie: a real index replaces it
     for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-        float v = w[i];
-        if (v > bv || (v == bv && i < bi)) {  // i grows: equality only replaces the sentinel
+        const float v = w[i];
+        if (argmax_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
         }
@@ -96,17 +108,13 @@ __device__ uint32_t block_argmax(const float *w, uint32_t n, Shared &sh) {
     sh.ubuf[t] = bi;
     __syncthreads();
     for (int s = kThreads / 2; s > 0; s >>= 1) {
-        if (t < s) {
-            float ov = sh.fbuf[t + s];
-            uint32_t oi = sh.ubuf[t + s];
-            if (ov > sh.fbuf[t] || (ov == sh.fbuf[t] && oi < sh.ubuf[t])) {
-                sh.fbuf[t] = ov;
-                sh.ubuf[t] = oi;
-            }
+        if (t < s && argmax_better(sh.fbuf[t + s], sh.ubuf[t + s], sh.fbuf[t], sh.ubuf[t])) {
+            sh.fbuf[t] = sh.fbuf[t + s];
+            sh.ubuf[t] = sh.ubuf[t + s];
         }
         __syncthreads();
     }
-    uint32_t r = sh.ubuf[0];  // < n: w[0] is a number, so some thread holds a real index
+    uint32_t r = sh.ubuf[0];  // < n: n >= 1, and any real element beats the sentinel
     __syncthreads();
     return r;
 }

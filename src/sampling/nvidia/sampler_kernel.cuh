@@ -226,11 +226,22 @@ __global__ void __launch_bounds__(kThreads) sample_rows(KernelArgs a) {
     __syncthreads();
 
     apply_penalties(w, d, a.list_ids, a.list_vals);  // steps 1-3
-    const uint32_t chosen = d.greedy ? block_argmax(w, n, sh) : draw(w, n, d, keys, ids, sh);  // 4-9
+    // Step 4, and the NaN rule for every row (include/llaisys/sampler.h): the argmax is a NaN
+    // iff the row has one, and then that first NaN is the token whatever the temperature.
+    const uint32_t top = block_argmax(w, n, sh);
+    const bool nan_row = isnan(w[top]);  // block-uniform: w is no longer written
+    const uint32_t chosen = d.greedy || nan_row ? top : draw(w, n, d, keys, ids, sh);  // 5-9
 
+    if (nan_row && d.n_top > 0) {  // a NaN row's logprobs are NaN (also when steps 1-3 made it)
+        float *lps = a.top_logprobs + size_t(row) * a.n_top_max;
+        for (uint32_t i = threadIdx.x; i < d.n_top; i += kThreads) lps[i] = __uint_as_float(0x7fc00000u);
+    }
     if (threadIdx.x == 0) {
         a.token[row] = int64_t(chosen);
-        if (d.want_lse) a.logprob[row] = __fsub_rn(raw_logit(w, chosen, d, a.list_ids, a.list_vals), lse);
+        if (d.want_lse) {
+            a.logprob[row] = nan_row ? __uint_as_float(0x7fc00000u)
+                                     : __fsub_rn(raw_logit(w, chosen, d, a.list_ids, a.list_vals), lse);
+        }
     }
 }
 

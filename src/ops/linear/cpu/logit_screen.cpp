@@ -192,8 +192,8 @@ bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) 
     for (size_t a = 0; a < m; a++) {
         const float *up = upper + a * n;
         const float lo = best_lower[a];
-        for (size_t i = 0; i < n; i++)
-            if (up[i] >= lo) cand.push_back(uint32_t(i));
+        for (size_t i = 0; i < n; i++)  // a NaN bound (inf - inf in est +- b) is a candidate too
+            if (!(up[i] < lo)) cand.push_back(uint32_t(i));
         cand_start[a + 1] = cand.size();
         if (cand.size() > n / 16) return false;
     }
@@ -208,9 +208,12 @@ bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) 
         int64_t best = -1;
         for (size_t c = cand_start[a]; c < cand_start[a + 1]; c++) {  // ascending ids: ties keep the first
             const uint32_t i = cand[c];
+            // a NaN or infinite logit: the bounds say nothing then, and the argmax rule (NaN
+            // wins) needs every logit; the caller's full product applies it
+            if (!std::isfinite(la[i])) return false;
             if (best < 0 || la[i] > la[best]) best = int64_t(i);
         }
-        if (best < 0 || !std::isfinite(la[best])) return false;
+        if (best < 0) return false;
         ids[a] = best;
     }
     return true;

@@ -41,8 +41,9 @@ public:
     // ids[r] = the first index of the largest value of x[r] @ W^T as linear_packed(w)
     // computes it, for r < m; logits [m, n] is scratch (only some columns are written).
     // Returns false, with nothing decided, when the screen cannot settle it cheaply: m >
-    // kMaxRows, x not finite, a row of W not finite, or too many candidates (the caller then
-    // computes every logit).
+    // kMaxRows, x not finite, a row of W not finite, a candidate's logit not finite, or too
+    // many candidates (the caller then computes every logit and applies the argmax rule of
+    // doc/architecture.md, "NaN in argmax": the screen never decides a row that holds a NaN).
     bool argmax(int64_t *ids, const float *x, size_t m, float *logits) const;
 
     size_t bytes() const { return (w_.n() + 3) / 4 * 4 * kpad_; }
