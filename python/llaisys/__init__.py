@@ -1,4 +1,4 @@
-"""llaisys: an LLM inference engine for Qwen2-family models.
+"""llaisys: an LLM inference engine for decoder-only models (Qwen2, Llama 2/3, Qwen3, Mistral).
 
 The C++ core lives in libllaisys (bound with ctypes in ``llaisys.libllaisys``); this package
 adds tensors, ops, the device runtime, and (in later layers) the models, the engine and the

@@ -76,7 +76,8 @@ def add_serve_parser(sub) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="llaisys", description="llaisys: LLM inference for Qwen2-family models")
+    parser = argparse.ArgumentParser(prog="llaisys",
+                                     description="llaisys: LLM inference for Qwen2, Llama, Qwen3 and Mistral models")
     sub = parser.add_subparsers(dest="command", required=True)
     add_download_parser(sub)
     add_convert_gguf_parser(sub)

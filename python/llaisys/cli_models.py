@@ -26,7 +26,7 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_convert_gguf_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "convert-gguf", help="convert a Qwen2 GGUF file into a HuggingFace directory (bf16 safetensors)")
+        "convert-gguf", help="convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory (bf16 safetensors)")
     p.add_argument("gguf_file", metavar="FILE.gguf", help="the GGUF file to convert")
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (must not exist, or be empty)")
     p.add_argument("--quiet", action="store_true", help="no progress output")

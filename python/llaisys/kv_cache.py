@@ -30,7 +30,7 @@ def as_layout(layout: "KVLayout | str") -> KVLayout:
 
 
 class KVCache:
-    """Owns a core KV cache handle: one a model made (Qwen2Model.create_kv_cache()), or a
+    """Owns a core KV cache handle: one a model made (Model.create_kv_cache()), or a
     standalone one from KVCache.create()."""
 
     def __init__(self, handle: int, layout: KVLayout):

@@ -12,7 +12,7 @@ from . import runtime
 from .libllaisys import LIB, DeviceType, MemcpyKind, MemoryKind, check
 from .libllaisys.sampler import SampleOutput
 from .libllaisys.sampler import SamplingParams as CSamplingParams
-from .models.qwen2 import Qwen2Model, RowSampling, StepResult
+from .models.step_io import RowSampling, StepResult, fill_sampling
 
 
 def _prepare(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int):
@@ -24,7 +24,7 @@ def _prepare(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int)
     keep: list = []
     params = (CSamplingParams * max(n, 1))()
     for i, r in enumerate(rows):
-        Qwen2Model._fill(params[i], r, keep)
+        fill_sampling(params[i], r, keep)
     res = StepResult(np.zeros(n, np.int64), np.zeros(n, np.float32), None, None, None, None)
     out = SampleOutput()
     out.token_ids = res.token_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))

@@ -13,6 +13,7 @@ from llaisys import DataType, DeviceType, MemcpyKind, MemoryKind, Status
 from llaisys.dtypes import as_dtype, storage_numpy_dtype
 from llaisys.libllaisys import LIB
 from llaisys.libllaisys.kv_cache import KVLayout
+from llaisys.libllaisys.model import Activation, Arch, RopeScaling, WeightKind
 from llaisys.libllaisys.tensor import MAX_DIMS
 
 INCLUDE = Path(__file__).parents[2] / "include"
@@ -26,6 +27,10 @@ MIRRORS = {
     "LLAISYS_MEMORY_": MemoryKind,
     "LLAISYS_MEMCPY_": MemcpyKind,
     "LLAISYS_KV_LAYOUT_": KVLayout,
+    "LLAISYS_ARCH_": Arch,
+    "LLAISYS_ROPE_": RopeScaling,
+    "LLAISYS_ACT_": Activation,
+    "LLAISYS_WEIGHT_": WeightKind,
 }
 
 # `LLAISYS_NAME = <decimal or hex>,` on a line of its own (the comma is optional on the last one)

@@ -13,7 +13,7 @@ from ..kv_cache import as_layout
 from ..libllaisys import DeviceType
 from ..models import hub
 from ..models.loader import load_model
-from ..models.qwen2 import Qwen2Model
+from ..models.model import Model
 from ..models.tokenizer import Tokenizer
 from .config import EngineConfig
 from .model_runner import CoreModelRunner
@@ -76,7 +76,7 @@ class Worker:
         t0 = time.monotonic()
         self.path = hub.resolve_model(cfg.model)
         self.tokenizer = Tokenizer.from_dir(self.path)
-        self.model = Qwen2Model(load_model(self.path, dtype=cfg.dtype), device=as_device(cfg.device))
+        self.model = Model(load_model(self.path, dtype=cfg.dtype), device=as_device(cfg.device))
         self.load_seconds = time.monotonic() - t0
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()
         self.kv_dtype = as_dtype(cfg.kv_dtype)
