@@ -44,7 +44,7 @@ LLAISYS_API llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, ll
 LLAISYS_API llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out,
                                                      llaisysTensor_t in, llaisysTensor_t bias);
 
-/* ids[i] = the first index of the largest value of row i of in @ weight^T (NaNs ignored):
+/* ids[i] = the argmax of row i of in @ weight^T under llaisysArgmax's NaN rule (first NaN wins):
  * the id llaisysPackedLinearApply (no bias) and a first-index argmax give, ties included.
  * in [m, k] is f32 on the CPU; ids [m] is caller-owned host memory. This is greedy decoding's
  * lm_head step: an int8 copy of the weight (n * k rounded up to 64 bytes, built by the first
