@@ -30,8 +30,8 @@ SHAPES = [(4000, 64), (5003, 130), (8191, 896)]  # (n, k): n off the panels, k o
 
 
 def first_argmax(v: np.ndarray) -> np.ndarray:
-    """Per row: the first index of the largest value, NaNs ignored (0 for an all-NaN row)."""
-    v = np.where(np.isnan(v), -np.inf, v)
+    """Per row: the first NaN, else the first index of the largest value (numpy's rule, the
+    library's: doc/architecture.md, "NaN in argmax")."""
     return np.argmax(v, axis=1)
 
 
