@@ -1,10 +1,8 @@
-// C ABI: Qwen2 model (include/llaisys/models/qwen2.h).
-#include "guard.hpp"
+// C ABI: the deprecated Qwen2 model (include/llaisys/models/qwen2.h), thin wrappers over the
+// one decoder of model.cc: Qwen2 = qkv bias, no q/k norm, no sliding window.
+#include "model_handles.hpp"
 
-#include "kv_handles.hpp"
-#include "llaisys/models/qwen2.h"
-
-#include <cstring>
+#include "../models/decoder/params.hpp"
 
 using namespace llaisys;
 using capi::guard;
@@ -12,7 +10,7 @@ using capi::guard_value;
 
 namespace {
 
-std::shared_ptr<models::qwen2::Model> model_of(llaisysQwen2Model_t h) { return capi::live(h, "model"); }
+std::shared_ptr<models::Model> model_of(llaisysQwen2Model_t h) { return capi::live(h, "model"); }
 
 }  // namespace
 
@@ -22,13 +20,13 @@ llaisysQwen2Model_t llaisysQwen2ModelCreate(const llaisysQwen2Meta_t *meta, llai
     return guard_value<llaisysQwen2Model_t>(nullptr, [&] {
         LLAISYS_CHECK_ARG(meta != nullptr, "meta is NULL");
         device = capi::enum_arg(device);
-        return capi::make_handle<llaisysQwen2Model_t>(
-            std::make_shared<models::qwen2::Model>(capi::checked(*meta), device, device_id));
+        const models::Config config = models::config_from_qwen2(capi::checked(*meta));
+        return capi::make_handle<llaisysQwen2Model_t>(std::make_shared<models::Model>(config, device, device_id));
     });
 }
 
-void llaisysQwen2ModelDestroy(llaisysQwen2Model_t model) {
-    guard([&] {
+llaisysStatus_t llaisysQwen2ModelDestroy(llaisysQwen2Model_t model) {
+    return guard([&] {
         if (model) capi::take(model, "model");
     });
 }
@@ -40,60 +38,27 @@ llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model, const char
         dtype = capi::enum_arg(dtype);
         LLAISYS_CHECK_ARG(shape != nullptr || ndim == 0, "shape is NULL");
         LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " is too large");
-        model_of(model)->set_weight(name, data, dtype, std::vector<size_t>(shape, shape + ndim));
+        model_of(model)->set_weight(name, LLAISYS_WEIGHT_EMBED, -1, data, dtype,
+                                    std::vector<size_t>(shape, shape + ndim));
     });
 }
 
 llaisysStatus_t llaisysQwen2ModelMissingWeights(llaisysQwen2Model_t model, size_t *count, char *name_buf,
                                                 size_t capacity) {
-    return guard([&] {
-        auto missing = model_of(model)->missing_weights();
-        if (count) *count = missing.size();
-        if (name_buf && capacity > 0) {
-            std::string first = missing.empty() ? "" : missing.front();
-            LLAISYS_CHECK(first.size() < capacity, LLAISYS_STATUS_BUFFER_TOO_SMALL, "name buffer of ", capacity,
-                          " bytes is too small for '", first, "'");
-            std::memcpy(name_buf, first.c_str(), first.size() + 1);
-        }
-    });
+    return guard([&] { capi::missing_weights(*model_of(model), count, name_buf, capacity); });
 }
 
 llaisysKVCache_t llaisysQwen2ModelCreateKVCache(llaisysQwen2Model_t model, llaisysKVLayout_t layout,
                                                 llaisysDataType_t dtype, size_t n_slots, size_t block_size) {
     return guard_value<llaisysKVCache_t>(nullptr, [&] {
         const auto m = model_of(model);
-        layout = capi::enum_arg(layout);
-        dtype = capi::enum_arg(dtype);
-        llaisysKVCacheParams_t p{};
-        p.layout = layout;
-        p.dtype = dtype;
-        p.n_layers = m->meta().n_layers;
-        p.n_kv_heads = m->meta().n_kv_heads;
-        p.head_dim = m->meta().head_dim;
-        p.n_slots = n_slots;
-        p.block_size = block_size;
-        p.rope_theta = m->meta().rope_theta;
-        p.device = m->device();
-        p.device_id = m->device_id();
-        return capi::make_handle<llaisysKVCache_t>(std::make_shared<kv::KVCache>(p));
+        return capi::make_handle<llaisysKVCache_t>(capi::model_kv_cache(*m, layout, dtype, n_slots, block_size));
     });
 }
 
 llaisysStatus_t llaisysQwen2ModelStep(llaisysQwen2Model_t model, llaisysKVCache_t cache, const llaisysBatch_t *batch,
                                       const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) {
-    llaisysStatus_t status = LLAISYS_STATUS_OK;
-    llaisysStatus_t guarded = guard([&] {
-        const auto m = model_of(model);
-        const auto c = capi::live(cache, "cache");
-        LLAISYS_CHECK_ARG(batch != nullptr, "batch is NULL");
-        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        status = m->step(*c, *batch, params, *out);
-    });
-    if (guarded != LLAISYS_STATUS_OK) return guarded;
-    if (status == LLAISYS_STATUS_NO_KV_SPACE) {
-        return capi::report(status, "the KV cache has too few free cells for this batch");
-    }
-    return status;
+    return capi::model_step(model, cache, batch, params, out);
 }
 
 }  // extern "C"

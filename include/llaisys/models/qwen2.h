@@ -1,5 +1,9 @@
 /* Qwen2 in the core: weights, and one forward + sampling call per engine step.
  *
+ * DEPRECATED: use include/llaisys/models/model.h (llaisysModel*), which covers Qwen2 and the
+ * other architectures. These functions stay, as thin wrappers over the same model (Qwen2 =
+ * qkv bias, no q/k norm, no sliding window): a Qwen2 handle is also a valid llaisysModel_t.
+ *
  * A step computes a flat batch of tokens from many sequences at once: prefill chunks
  * (query length L) and decode tokens (query length 1) alike. Activations are f32; weights
  * keep the model dtype and are widened inside the kernels.
@@ -10,8 +14,7 @@
 #ifndef LLAISYS_MODELS_QWEN2_H
 #define LLAISYS_MODELS_QWEN2_H
 
-#include "../kv_cache.h"
-#include "../sampler.h"
+#include "model.h"
 
 LLAISYS_EXTERN_C_BEGIN
 
@@ -36,7 +39,9 @@ typedef struct LlaisysQwen2Model *llaisysQwen2Model_t;
  * The caller owns it. */
 LLAISYS_API llaisysQwen2Model_t llaisysQwen2ModelCreate(const llaisysQwen2Meta_t *meta,
                                                         llaisysDeviceType_t device, int device_id);
-LLAISYS_API void llaisysQwen2ModelDestroy(llaisysQwen2Model_t model);
+/* Releases the model (NULL is a no-op, OK). A second destroy or a foreign handle is
+ * INVALID_ARGUMENT (the status was void before; callers that ignore it are unaffected). */
+LLAISYS_API llaisysStatus_t llaisysQwen2ModelDestroy(llaisysQwen2Model_t model);
 
 /* Copy one weight from host memory, by its HuggingFace name (e.g.
  * "model.layers.3.self_attn.q_proj.weight"), converting from `dtype` to the model dtype.
@@ -51,40 +56,14 @@ LLAISYS_API llaisysStatus_t llaisysQwen2ModelSetWeight(llaisysQwen2Model_t model
 LLAISYS_API llaisysStatus_t llaisysQwen2ModelMissingWeights(llaisysQwen2Model_t model, size_t *count,
                                                             char *name_buf, size_t capacity);
 
-/* A KV cache shaped for this model (layers, kv heads, head dim, rope theta, device).
+/* A KV cache shaped for this model (layers, kv heads, head dim, its RoPE, device).
  * `n_slots` slots of `dtype`; block_size used by the BLOCK layout. */
 LLAISYS_API llaisysKVCache_t llaisysQwen2ModelCreateKVCache(llaisysQwen2Model_t model,
                                                             llaisysKVLayout_t layout,
                                                             llaisysDataType_t dtype, size_t n_slots,
                                                             size_t block_size);
 
-/* One engine step: a flat batch of n_tokens tokens in n_seqs rows (one row per sequence).
- * Tokens of row s are [query_start[s], query_start[s+1]) in position order. */
-typedef struct {
-    size_t n_tokens;
-    const int64_t *token_ids;    /* [n_tokens] ids in [0, vocab) */
-    const int64_t *positions;    /* [n_tokens] logical position of each token (RoPE, causal mask) */
-    size_t n_seqs;
-    const int32_t *query_start;  /* [n_seqs + 1] token range of each row; query_start[0] = 0 */
-    /* BLOCK layout */
-    const int64_t *slot_mapping; /* [n_tokens] slot (block * block_size + offset) to write K/V */
-    const int32_t *block_tables; /* [n_seqs, max_blocks] blocks of each row, in order */
-    size_t max_blocks;
-    const int32_t *context_lens; /* [n_seqs] KV length of each row after this step */
-    /* SLOT layout */
-    const int32_t *seq_ids;      /* [n_seqs] seq id of each row */
-    /* outputs wanted */
-    size_t n_sample;
-    const int32_t *sample_rows;  /* [n_sample] flat token indices whose logits are needed */
-} llaisysBatch_t;
-
-/* What a step returns; every array is caller-owned and sized as noted (NULL: not wanted). */
-typedef struct {
-    llaisysSampleOutput_t sample; /* [n_sample] sampled ids and logprobs (token_ids required
-                                     unless params is NULL) */
-    float *logits;                /* [n_sample, vocab] raw logits, or NULL */
-    float *hidden;                /* [n_sample, hidden_size] final normed hidden states, or NULL */
-} llaisysStepOutput_t;
+/* llaisysBatch_t and llaisysStepOutput_t are declared in model.h (the same layout as before). */
 
 /* Run one step: write the batch's K/V into `cache`, compute, and for each sample row
  * sample with params[i] (params may be NULL to skip sampling, e.g. for embeddings).

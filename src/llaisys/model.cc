@@ -1,0 +1,82 @@
+// C ABI: the decoder model of every architecture (include/llaisys/models/model.h).
+#include "model_handles.hpp"
+
+#include "../models/decoder/params.hpp"
+
+using namespace llaisys;
+using capi::guard;
+
+namespace {
+
+std::shared_ptr<models::Model> model_of(llaisysModel_t h) { return capi::live(h, "model"); }
+
+}  // namespace
+
+extern "C" {
+
+llaisysModelParams_t llaisysModelDefaultParams(void) { return models::default_params(); }
+
+llaisysStatus_t llaisysModelCreate(const llaisysModelParams_t *params, llaisysDeviceType_t device, int device_id,
+                                   llaisysModel_t *out) {
+    if (out) *out = nullptr;
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        device = capi::enum_arg(device);
+        const models::Config config = models::make_config(params);
+        *out = capi::make_handle<llaisysModel_t>(std::make_shared<models::Model>(config, device, device_id));
+    });
+}
+
+llaisysStatus_t llaisysModelDestroy(llaisysModel_t model) {
+    return guard([&] {
+        if (model) capi::take(model, "model");
+    });
+}
+
+llaisysStatus_t llaisysModelGetParams(llaisysModel_t model, llaisysModelParams_t *out) {
+    return guard([&] {
+        const auto m = model_of(model);
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = m->config().p;  // layer_window points into the model
+    });
+}
+
+llaisysStatus_t llaisysModelSetWeight(llaisysModel_t model, const char *name, llaisysWeightKind_t kind, int32_t layer,
+                                      const void *data, llaisysDataType_t dtype, const size_t *shape, size_t ndim) {
+    return guard([&] {
+        const auto m = model_of(model);
+        dtype = capi::enum_arg(dtype);
+        LLAISYS_CHECK_ARG(shape != nullptr || ndim == 0, "shape is NULL");
+        LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " is too large");
+        m->set_weight(name, kind, layer, data, dtype, std::vector<size_t>(shape, shape + ndim));
+    });
+}
+
+llaisysStatus_t llaisysModelMissingWeights(llaisysModel_t model, size_t *count, char *name_buf, size_t capacity) {
+    return guard([&] { capi::missing_weights(*model_of(model), count, name_buf, capacity); });
+}
+
+llaisysStatus_t llaisysModelCreateKVCache(llaisysModel_t model, llaisysKVLayout_t layout, llaisysDataType_t dtype,
+                                          size_t n_slots, size_t block_size, llaisysKVCache_t *out) {
+    if (out) *out = nullptr;
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        const auto m = model_of(model);
+        *out = capi::make_handle<llaisysKVCache_t>(capi::model_kv_cache(*m, layout, dtype, n_slots, block_size));
+    });
+}
+
+llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *out) {
+    return guard([&] {
+        const auto m = model_of(model);
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = m->stats();
+    });
+}
+
+llaisysStatus_t llaisysModelStep(llaisysModel_t model, llaisysKVCache_t cache, const llaisysBatch_t *batch,
+                                 const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) {
+    return capi::model_step(model, cache, batch, params, out);
+}
+
+}  // extern "C"

@@ -1,0 +1,87 @@
+// The per-device executor of the decoder: the primitives the one forward (decoder.cpp) is
+// written in. A backend sees raw activation pointers into the model's workspace (f32, memory
+// of its device), the model's weights and config; it never sees the layer loop.
+//
+// On the CPU each call runs to completion (OpenMP inside). On a GPU calls are queued on the
+// model's stream in order; host-visible results (to_host, head) are complete after finish()
+// or head() returns.
+#pragma once
+
+#include "../../kv_cache/kv_cache.hpp"
+#include "llaisys/models/model.h"
+#include "params.hpp"
+#include "weights.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace llaisys::models {
+
+// Where the step's tokens write K/V and what each row attends: both KV layouts reduced to one
+// view (plan_kv in batch.cpp). Host arrays, reused from step to step.
+struct KvPlan {
+    std::vector<int64_t> write_slot;  // [n_tokens] cache slot of each token's K/V
+    std::vector<int32_t> kv_start;    // [n_seqs + 1] range of each row in kv_slots / kv_pos
+    std::vector<int32_t> kv_slots;    // [n_visible] cache slot of each visible entry
+    std::vector<int64_t> kv_pos;      // [n_visible] its position, ascending within a row
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    // Makes the backend's device current for the life of the returned object (one step);
+    // the previous device is restored when it goes. NULL where there is nothing to do (CPU).
+    struct Scope {
+        virtual ~Scope() = default;
+    };
+    virtual std::unique_ptr<Scope> enter() = 0;
+
+    // Makes the step's index arrays (token ids, positions, write slots, the attention view,
+    // the sample rows) readable by the kernels below; b and plan were validated.
+    virtual void begin_step(const llaisysBatch_t &b, const KvPlan &plan) = 0;
+
+    // x [n, H] = embedding rows of the step's token ids.
+    virtual void embed(float *x, size_t n) = 0;
+    // out [m, d] = rms_norm(in [m, d]) * w [d]; out may alias in.
+    virtual void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) = 0;
+    // residual [m, d] += in; out [m, d] = rms_norm(residual) * w.
+    virtual void add_rms_norm(float *out, float *residual, const float *in, const Tensor &w, size_t m, size_t d) = 0;
+    // out [m, n] = in [m, k] @ W [n, k]^T (+ bias [n] when not null).
+    virtual void linear(float *out, const float *in, const LinearWeight &w, const Tensor *bias, size_t m) = 0;
+    // x [n, heads, head_dim] (tokens `stride` floats apart): each head RMS-normed with w [head_dim], in place.
+    virtual void rms_norm_heads(float *x, const Tensor &w, size_t n, size_t heads, size_t stride) = 0;
+    // x [n, heads, head_dim] (tokens `stride` floats apart) rotated in place at the step's
+    // positions with the model's frequency table and rope scale.
+    virtual void rope(float *x, size_t n, size_t heads, size_t stride) = 0;
+    // The step's keys and values, qkv [n, qkv_dim] (k at q_dim, v at q_dim + kv_dim), into
+    // `layer` of the cache at the planned write slots.
+    virtual void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) = 0;
+    // out [n, n_heads * head_dim] = attention of the queries in qkv [n, qkv_dim] over `layer`
+    // of the cache through the step's view; a key at position k is visible to a query at p
+    // when k <= p and (window == 0 or k > p - window).
+    virtual void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) = 0;
+    // out [n, I] = silu(gate) * up of gate_up [n, 2 I] (gate first).
+    virtual void swiglu(float *out, const float *gate_up, size_t n) = 0;
+    // x [count] += y [count].
+    virtual void add(float *x, const float *y, size_t count) = 0;
+    // xs [n_sample, H] = rows sample_rows of x [n, H].
+    virtual void gather_rows(float *xs, const float *x, size_t n_sample) = 0;
+    // host dst <- src (bytes); complete after finish() (or head()).
+    virtual void to_host(void *dst, const float *src, size_t bytes) = 0;
+    // lm_head over xs [n_sample, H] into logits [n_sample, V] (workspace), a copy to
+    // out.logits when set, and sampling with params (NULL: none) into out.sample; complete on
+    // return. Nothing of this is needed when params and out.logits are both NULL.
+    virtual void head(const float *xs, float *logits, size_t n_sample, const llaisysSamplingParams_t *params,
+                      const llaisysStepOutput_t &out) = 0;
+    // Waits for everything queued (KV writes, copies); a no-op on the CPU.
+    virtual void finish() = 0;
+};
+
+// The backends. Both keep references to `c` and `w`, which must outlive them.
+std::unique_ptr<Backend> make_cpu_backend(const Config &c, const Weights &w);
+// Throws UNSUPPORTED in a build without the NVIDIA backend.
+std::unique_ptr<Backend> make_nvidia_backend(const Config &c, const Weights &w, int device_id);
+
+}  // namespace llaisys::models

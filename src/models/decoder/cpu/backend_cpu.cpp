@@ -1,0 +1,145 @@
+// The decoder's primitives on the CPU, over ops::cpu::* (OpenMP inside each op). Linear
+// weights are packed panels; greedy rows without logprobs go through the lm_head screen.
+#include "../backend.hpp"
+
+#include "../../../ops/elementwise/cpu/elementwise_cpu.hpp"
+#include "../../../ops/embedding/cpu/embedding_cpu.hpp"
+#include "../../../ops/linear/cpu/linear_cpu.hpp"
+#include "../../../ops/paged_attention/cpu/paged_attention_cpu.hpp"
+#include "../../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
+#include "../../../ops/rope/cpu/rope_cpu.hpp"
+#include "../../../ops/swiglu/cpu/swiglu_cpu.hpp"
+#include "../../../sampling/sampler.hpp"
+#include "../../../utils/types.hpp"
+
+#include <cstring>
+
+namespace llaisys::models {
+namespace {
+
+constexpr llaisysDataType_t kF32 = LLAISYS_DTYPE_F32;
+
+std::byte *bytes(float *p) { return reinterpret_cast<std::byte *>(p); }
+const std::byte *bytes(const float *p) { return reinterpret_cast<const std::byte *>(p); }
+
+// f32 row -> KV storage dtype
+void store_row(std::byte *dst, llaisysDataType_t dt, const float *src, size_t n) {
+    dispatch_float(dt, [&](auto tag) {
+        using T = decltype(tag);
+        T *d = reinterpret_cast<T *>(dst);
+        for (size_t i = 0; i < n; i++) d[i] = from_f32<T>(src[i]);
+    });
+}
+
+class CpuBackend final : public Backend {
+public:
+    CpuBackend(const Config &c, const Weights &w) : c_(c), w_(w) {}
+
+    std::unique_ptr<Scope> enter() override { return nullptr; }
+
+    void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override {
+        b_ = &b;
+        plan_ = &plan;
+        view_ = ops::cpu::AttentionView{b.n_seqs,           b.query_start,          b.positions,
+                                        plan.kv_start.data(), plan.kv_slots.data(), plan.kv_pos.data()};
+    }
+
+    void embed(float *x, size_t n) override {
+        const size_t H = c_.p.hidden_size;
+        if (w_.embed) {
+            ops::cpu::embedding(bytes(x), kF32, b_->token_ids, w_.embed->data(), c_.p.dtype, n, c_.p.vocab_size, H);
+        } else {  // tied: the embedding is stored once, as the packed lm_head (ids checked)
+            for (size_t t = 0; t < n; t++) w_.lm_head.packed->row_f32(size_t(b_->token_ids[t]), x + t * H);
+        }
+    }
+
+    void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) override {
+        ops::cpu::rms_norm(bytes(out), bytes(in), kF32, w.data(), c_.p.dtype, m, d, c_.p.rms_norm_eps);
+    }
+
+    void add_rms_norm(float *out, float *residual, const float *in, const Tensor &w, size_t m, size_t d) override {
+        ops::cpu::add_rms_norm(bytes(out), bytes(residual), bytes(in), kF32, w.data(), c_.p.dtype, m, d,
+                               c_.p.rms_norm_eps);
+    }
+
+    void linear(float *out, const float *in, const LinearWeight &w, const Tensor *bias, size_t m) override {
+        ops::cpu::linear_packed(out, in, *w.packed, bias ? bias->data() : nullptr, m);
+    }
+
+    void rms_norm_heads(float *x, const Tensor &w, size_t n, size_t heads, size_t stride) override {
+        ops::cpu::rms_norm_heads(bytes(x), kF32, w.data(), c_.p.dtype, n, heads, c_.p.head_dim, stride,
+                                 c_.p.rms_norm_eps);
+    }
+
+    void rope(float *x, size_t n, size_t heads, size_t stride) override {
+        ops::cpu::rope(bytes(x), bytes(x), b_->positions, kF32, n, heads, c_.p.head_dim, stride, c_.inv_freq.data(),
+                       c_.rope_scale);
+    }
+
+    void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
+        const size_t kv_dim = c_.kv_dim, row_bytes = kv_dim * dtype_size(cache.dtype());
+        for (size_t t = 0; t < n; t++) {
+            const size_t slot = size_t(plan_->write_slot[t]);
+            const float *row = qkv + t * c_.qkv_dim;
+            store_row(cache.k(layer) + slot * row_bytes, cache.dtype(), row + c_.q_dim, kv_dim);
+            store_row(cache.v(layer) + slot * row_bytes, cache.dtype(), row + c_.q_dim + kv_dim, kv_dim);
+        }
+    }
+
+    void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) override {
+        const size_t hd = c_.p.head_dim;
+        ops::cpu::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer), cache.v(layer),
+                                  cache.dtype(), view_, c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale,
+                                  int64_t(window));
+    }
+
+    void swiglu(float *out, const float *gate_up, size_t n) override {
+        const size_t I = c_.p.intermediate_size;
+        ops::cpu::swiglu(bytes(out), bytes(gate_up), bytes(gate_up + I), kF32, n, I, 2 * I, I);
+    }
+
+    void add(float *x, const float *y, size_t count) override {
+        ops::cpu::binary(ops::cpu::BinaryOp::Add, bytes(x), bytes(x), bytes(y), kF32, count);
+    }
+
+    void gather_rows(float *xs, const float *x, size_t n_sample) override {
+        const size_t H = c_.p.hidden_size;
+        for (size_t i = 0; i < n_sample; i++) {
+            std::memcpy(xs + i * H, x + size_t(b_->sample_rows[i]) * H, H * sizeof(float));
+        }
+    }
+
+    void to_host(void *dst, const float *src, size_t n_bytes) override { std::memcpy(dst, src, n_bytes); }
+
+    void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
+              const llaisysStepOutput_t &out) override {
+        const size_t V = c_.p.vocab_size;
+        const llaisysSampleOutput_t &so = out.sample;
+        // Greedy rows that want no logprobs need only the index of the largest logit: the screen
+        // finds it reading half of the lm_head's bytes (it declines when unsure; then all logits).
+        if (params && !out.logits && !so.logprobs && w_.screen && sampling::all_plain_greedy(params, ns) &&
+            w_.screen->argmax(so.token_ids, xs, ns, logits)) {
+            return;
+        }
+        ops::cpu::linear_packed(logits, xs, *w_.lm_head.packed, nullptr, ns);  // [n_sample, V]
+        if (out.logits) std::memcpy(out.logits, logits, ns * V * sizeof(float));
+        if (params) sampling::sample(logits, ns, V, params, so);
+    }
+
+    void finish() override {}
+
+private:
+    const Config &c_;
+    const Weights &w_;
+    const llaisysBatch_t *b_ = nullptr;  // the step in progress (begin_step)
+    const KvPlan *plan_ = nullptr;
+    ops::cpu::AttentionView view_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const Config &c, const Weights &w) {
+    return std::make_unique<CpuBackend>(c, w);
+}
+
+}  // namespace llaisys::models

@@ -1,0 +1,144 @@
+// The one forward of every architecture on every device: validate the flat batch, place its
+// K/V, run every layer over all tokens at once, then final norm + lm_head + sampling for the
+// sample rows only. The backend (backend.hpp) supplies the device's kernels.
+#include "decoder.hpp"
+
+#include "../../sampling/sampler.hpp"
+#include "../../utils/error.hpp"
+
+#include <cstring>
+
+namespace llaisys::models {
+
+Model::Model(const Config &config, llaisysDeviceType_t device, int device_id)
+    : c_(config), device_(device), device_id_(device_id), store_(c_, device, device_id), ws_(c_, device, device_id) {
+    be_ = device_ == LLAISYS_DEVICE_CPU ? make_cpu_backend(c_, store_.weights())
+                                        : make_nvidia_backend(c_, store_.weights(), device_id_);
+}
+
+// be_ goes first (declared after ws_): a GPU backend drains its stream in its destructor, so
+// nothing still reads the workspace when it is released.
+Model::~Model() = default;
+
+llaisysModelStats_t Model::stats() const {
+    llaisysModelStats_t s{};
+    s.weight_bytes = store_.bytes();
+    s.workspace_bytes = ws_.bytes();
+    s.workspace_tokens = ws_.tokens();
+    return s;
+}
+
+std::shared_ptr<kv::KVCache> Model::create_kv_cache(llaisysKVLayout_t layout, llaisysDataType_t dtype,
+                                                    size_t n_slots, size_t block_size) const {
+    llaisysKVCacheParams_t p{};
+    p.layout = layout;
+    p.dtype = dtype;
+    p.n_layers = c_.p.n_layers;
+    p.n_kv_heads = c_.p.n_kv_heads;
+    p.head_dim = c_.p.head_dim;
+    p.n_slots = n_slots;
+    p.block_size = block_size;
+    p.rope_theta = c_.p.rope_theta;
+    p.device = device_;
+    p.device_id = device_id_;
+    auto cache = std::make_shared<kv::KVCache>(p);
+    cache->set_rope(c_.inv_freq);  // seq_add re-rotates keys with the model's (scaled) frequencies
+    return cache;
+}
+
+void Model::check_cache(const kv::KVCache &cache) const {
+    const auto &cp = cache.params();
+    LLAISYS_CHECK(cp.n_layers == c_.p.n_layers && cp.n_kv_heads == c_.p.n_kv_heads && cp.head_dim == c_.p.head_dim,
+                  LLAISYS_STATUS_SHAPE_MISMATCH, "the KV cache was shaped for another model");
+    LLAISYS_CHECK(cp.device == device_ && cp.device_id == device_id_, LLAISYS_STATUS_DEVICE_MISMATCH,
+                  "the KV cache is on another device than the model");
+}
+
+llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                            const llaisysStepOutput_t &out) {
+    check_cache(cache);
+    const auto scope = be_->enter();  // the model's device is current until the step returns
+    auto missing = missing_weights();
+    LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '",
+                      missing.empty() ? "" : missing.front(), "'");
+    validate_batch(cache, b);
+    if (params && b.n_sample) {
+        sampling::check_output(out.sample, b.n_sample);
+        for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], c_.p.vocab_size, out.sample.top_capacity);
+    }
+    if (!ws_.fits(b.n_tokens, b.n_sample)) {
+        be_->finish();  // the old arena may still be read by queued work
+        ws_.reserve(b.n_tokens, b.n_sample);
+    }
+    if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
+    be_->begin_step(b, plan_);
+    forward(cache, b.n_tokens);
+    finish_rows(b, params, out);
+    return LLAISYS_STATUS_OK;
+}
+
+// Embedding -> n_layers x block -> residual stream in ws_.x(). x is the residual stream, h
+// its normalised copy; each residual add is fused with the norm that follows it (post_norm
+// of this layer, in_norm of the next).
+void Model::forward(kv::KVCache &cache, size_t n) {
+    const Weights &w = store_.weights();
+    const llaisysModelParams_t &p = c_.p;
+    const size_t H = p.hidden_size, nh = p.n_heads, nkv = p.n_kv_heads, qkv_dim = c_.qkv_dim;
+    float *x = ws_.x(), *h = ws_.h(), *qkv = ws_.qkv(), *attn = ws_.attn(), *proj = ws_.proj();
+    float *gate_up = ws_.gate_up(), *act = ws_.act();
+    float *k_rows = qkv + c_.q_dim;  // the k heads of each qkv row
+
+    be_->embed(x, n);                                   // [n, H]
+    be_->rms_norm(h, x, *w.layers[0].in_norm, n, H);   // h = in_norm(x)
+    for (size_t l = 0; l < p.n_layers; l++) {
+        const LayerWeights &L = w.layers[l];
+        // attention block (h = in_norm(x) already)
+        be_->linear(qkv, h, L.qkv_w, L.qkv_b.get(), n);  // [n, qkv_dim]
+        if (p.qk_norm) {                                  // Qwen3: RMSNorm over each q and k head
+            be_->rms_norm_heads(qkv, *L.q_norm, n, nh, qkv_dim);
+            be_->rms_norm_heads(k_rows, *L.k_norm, n, nkv, qkv_dim);
+        }
+        be_->rope(qkv, n, nh, qkv_dim);
+        be_->rope(k_rows, n, nkv, qkv_dim);
+        be_->kv_write(cache, l, qkv, n);
+        be_->attention(attn, qkv, cache, l, c_.window[l]);  // [n, nh * hd]
+        be_->linear(proj, attn, L.o_w, nullptr, n);        // [n, H]
+        // MLP block: x += o_proj; h = post_norm(x)
+        be_->add_rms_norm(h, x, proj, *L.post_norm, n, H);
+        be_->linear(gate_up, h, L.gate_up_w, nullptr, n);  // [n, 2 I]
+        be_->swiglu(act, gate_up, n);                       // [n, I]
+        be_->linear(proj, act, L.down_w, nullptr, n);       // [n, H]
+        if (l + 1 < p.n_layers) {  // x += down_proj; h = next layer's in_norm(x)
+            be_->add_rms_norm(h, x, proj, *w.layers[l + 1].in_norm, n, H);
+        } else {  // the final norm runs on the sample rows only (finish_rows)
+            be_->add(x, proj, n * H);
+        }
+    }
+}
+
+// The sample rows: gather, final norm, hidden states, lm_head, sampling.
+void Model::finish_rows(const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                        const llaisysStepOutput_t &out) {
+    const size_t H = c_.p.hidden_size, ns = b.n_sample;
+    if (ns == 0) {
+        be_->finish();  // the KV writes have landed
+        return;
+    }
+    float *xs = ws_.xs();  // [n_sample, H]
+    be_->gather_rows(xs, ws_.x(), ns);
+    be_->rms_norm(xs, xs, *store_.weights().final_norm, ns, H);
+    if (out.hidden) be_->to_host(out.hidden, xs, ns * H * sizeof(float));
+    if (!params && !out.logits) {
+        be_->finish();
+        return;
+    }
+    be_->head(xs, ws_.logits(), ns, params, out);
+}
+
+#ifndef LLAISYS_ENABLE_NVIDIA
+std::unique_ptr<Backend> make_nvidia_backend(const Config &, const Weights &, int) {
+    fail(LLAISYS_STATUS_UNSUPPORTED, "this build of libllaisys has no NVIDIA backend (build with -DLLAISYS_NVIDIA=ON)");
+}
+#endif
+
+}  // namespace llaisys::models

@@ -1,0 +1,64 @@
+// A decoder-only transformer for every supported architecture (include/llaisys/models/model.h):
+// the config (params.hpp), the weights (weights.hpp), the run state (workspace + KV plan), and
+// one step() whose forward (decoder.cpp) reads top to bottom and runs on every device through
+// its Backend (backend.hpp).
+#pragma once
+
+#include "../../kv_cache/kv_cache.hpp"
+#include "backend.hpp"
+#include "params.hpp"
+#include "weights.hpp"
+#include "workspace.hpp"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace llaisys::models {
+
+class Model {
+public:
+    Model(const Config &config, llaisysDeviceType_t device, int device_id);
+    ~Model();
+    Model(const Model &) = delete;
+    Model &operator=(const Model &) = delete;
+
+    const Config &config() const { return c_; }
+    llaisysDeviceType_t device() const { return device_; }
+    int device_id() const { return device_id_; }
+
+    // By HF `name` when not NULL, else by (kind, layer); see WeightStore::set.
+    void set_weight(const char *name, llaisysWeightKind_t kind, int32_t layer, const void *data,
+                    llaisysDataType_t dtype, const std::vector<size_t> &shape) {
+        store_.set(name, kind, layer, data, dtype, shape);
+    }
+    std::vector<std::string> missing_weights() const { return store_.missing(); }
+    llaisysModelStats_t stats() const;
+
+    // A KV cache shaped for this model, with its RoPE table for seq_add.
+    std::shared_ptr<kv::KVCache> create_kv_cache(llaisysKVLayout_t layout, llaisysDataType_t dtype, size_t n_slots,
+                                                 size_t block_size) const;
+
+    // One engine step. Returns NO_KV_SPACE with nothing changed when a SLOT cache is full;
+    // throws for malformed input before anything is written.
+    llaisysStatus_t step(kv::KVCache &cache, const llaisysBatch_t &batch, const llaisysSamplingParams_t *params,
+                         const llaisysStepOutput_t &out);
+
+private:
+    void check_cache(const kv::KVCache &cache) const;                    // decoder.cpp
+    void validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const;  // batch.cpp
+    bool plan_kv(kv::KVCache &cache, const llaisysBatch_t &b);                    // batch.cpp: fills plan_
+    void forward(kv::KVCache &cache, size_t n);                                   // decoder.cpp
+    void finish_rows(const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                     const llaisysStepOutput_t &out);                              // decoder.cpp
+
+    Config c_;
+    llaisysDeviceType_t device_;
+    int device_id_;
+    WeightStore store_;
+    KvPlan plan_;
+    Workspace ws_;                     // declared before be_: released after the backend has drained
+    std::unique_ptr<Backend> be_;
+};
+
+}  // namespace llaisys::models

@@ -1,0 +1,249 @@
+// The decoder's primitives on an NVIDIA GPU, over the CUDA launchers of src/ops/*/nvidia/, all
+// queued on one stream of the model's own. Per step the host packs the step's index arrays
+// (token ids, positions, write slots, the attention view, the sample rows) into one pinned
+// staging buffer and copies it to the device in one cudaMemcpyAsync (begin_step); nothing
+// waits on the host until the sample rows' ids (head) or finish(). Activations are f32 as on
+// the CPU; each linear rounds its input to the weight dtype and multiplies on the tensor cores
+// with f32 accumulation (ops/linear/nvidia).
+#include "../backend.hpp"
+
+#include "../../../core/allocator.hpp"
+#include "../../../device/nvidia/cuda_check.hpp"
+#include "../../../ops/elementwise/nvidia/elementwise_nvidia.hpp"
+#include "../../../ops/embedding/nvidia/embedding_nvidia.hpp"
+#include "../../../ops/linear/nvidia/linear_nvidia.hpp"
+#include "../../../ops/paged_attention/nvidia/kv_write_nvidia.hpp"
+#include "../../../ops/paged_attention/nvidia/paged_attention_nvidia.hpp"
+#include "../../../ops/rms_norm/nvidia/rms_norm_nvidia.hpp"
+#include "../../../ops/rope/nvidia/rope_nvidia.hpp"
+#include "../../../ops/swiglu/nvidia/swiglu_nvidia.hpp"
+#include "../../../sampling/nvidia/sampler_nvidia.hpp"
+#include "../../../utils/error.hpp"
+
+#include <cstring>
+
+namespace llaisys::models {
+namespace {
+
+using device::nvidia::DeviceGuard;
+constexpr llaisysDataType_t kF32 = LLAISYS_DTYPE_F32;
+
+std::byte *bytes(float *p) { return reinterpret_cast<std::byte *>(p); }
+const std::byte *bytes(const float *p) { return reinterpret_cast<const std::byte *>(p); }
+
+// A buffer from the library allocator (caching on the GPU), grown and never shrunk.
+class Buffer {
+public:
+    Buffer(llaisysMemoryKind_t kind, int device_id) : kind_(kind), device_id_(device_id) {}
+    ~Buffer() { release(); }
+    Buffer(const Buffer &) = delete;
+    Buffer &operator=(const Buffer &) = delete;
+
+    std::byte *data() const { return data_; }
+    void reserve(size_t bytes) {
+        if (bytes <= size_) return;
+        release();
+        data_ = static_cast<std::byte *>(core::allocate(LLAISYS_DEVICE_NVIDIA, device_id_, kind_, bytes));
+        size_ = bytes;
+    }
+
+private:
+    void release() {
+        if (data_) core::release(LLAISYS_DEVICE_NVIDIA, device_id_, kind_, data_);
+        data_ = nullptr;
+        size_ = 0;
+    }
+    llaisysMemoryKind_t kind_;
+    int device_id_;
+    std::byte *data_ = nullptr;
+    size_t size_ = 0;
+};
+
+// Offsets of the step's index arrays inside one staging buffer (8-byte aligned each).
+struct IndexLayout {
+    size_t token_ids, positions, write_slot, sample_rows;  // int64 [n], [n], [n], [n_sample]
+    size_t query_start, kv_start;                           // int32 [n_seqs + 1] each
+    size_t kv_slots, kv_pos;                                // int32 / int64 [n_visible]
+    size_t bytes;
+};
+
+IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample) {
+    IndexLayout L{};
+    size_t at = 0;
+    auto take = [&](size_t count, size_t elem) {
+        size_t off = at;
+        at += (count * elem + 7) / 8 * 8;
+        return off;
+    };
+    L.token_ids = take(n, 8);
+    L.positions = take(n, 8);
+    L.write_slot = take(n, 8);
+    L.sample_rows = take(n_sample, 8);
+    L.query_start = take(n_seqs + 1, 4);
+    L.kv_start = take(n_seqs + 1, 4);
+    L.kv_slots = take(n_visible, 4);
+    L.kv_pos = take(n_visible, 8);
+    L.bytes = at;
+    return L;
+}
+
+class NvidiaBackend final : public Backend {
+public:
+    NvidiaBackend(const Config &c, const Weights &w, int device_id)
+        : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id),
+          index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id) {
+        DeviceGuard guard(id_);
+        LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
+        const size_t freq_bytes = c_.inv_freq.size() * sizeof(float);  // [head_dim / 2]
+        inv_freq_.reserve(freq_bytes);
+        LLAISYS_CUDA_CHECK(cudaMemcpy(inv_freq_.data(), c_.inv_freq.data(), freq_bytes, cudaMemcpyHostToDevice));
+    }
+    ~NvidiaBackend() override {
+        DeviceGuard guard(id_);
+        (void)cudaStreamSynchronize(st_);  // the buffers must not be in use when released
+        (void)cudaStreamDestroy(st_);
+    }
+
+    std::unique_ptr<Scope> enter() override {
+        struct DeviceScope final : Scope {
+            explicit DeviceScope(int id) : guard(id) {}
+            DeviceGuard guard;
+        };
+        return std::make_unique<DeviceScope>(id_);
+    }
+
+    void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override {
+        DeviceGuard guard(id_);
+        const size_t n = b.n_tokens, n_visible = plan.kv_slots.size(), ns = b.n_sample;
+        const IndexLayout ix = layout_of(n, b.n_seqs, n_visible, ns);
+        // the previous step's copy out of staging has completed: every step ends synchronized
+        staging_.reserve(ix.bytes);
+        index_.reserve(ix.bytes);
+        std::byte *hs = staging_.data();
+        std::memcpy(hs + ix.token_ids, b.token_ids, n * sizeof(int64_t));
+        std::memcpy(hs + ix.positions, b.positions, n * sizeof(int64_t));
+        std::memcpy(hs + ix.write_slot, plan.write_slot.data(), n * sizeof(int64_t));
+        for (size_t i = 0; i < ns; i++) reinterpret_cast<int64_t *>(hs + ix.sample_rows)[i] = b.sample_rows[i];
+        std::memcpy(hs + ix.query_start, b.query_start, (b.n_seqs + 1) * sizeof(int32_t));
+        std::memcpy(hs + ix.kv_start, plan.kv_start.data(), (b.n_seqs + 1) * sizeof(int32_t));
+        std::memcpy(hs + ix.kv_slots, plan.kv_slots.data(), n_visible * sizeof(int32_t));
+        std::memcpy(hs + ix.kv_pos, plan.kv_pos.data(), n_visible * sizeof(int64_t));
+        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(index_.data(), hs, ix.bytes, cudaMemcpyHostToDevice, st_));
+        const std::byte *d = index_.data();
+        auto i64 = [&](size_t off) { return reinterpret_cast<const int64_t *>(d + off); };
+        auto i32 = [&](size_t off) { return reinterpret_cast<const int32_t *>(d + off); };
+        n_tokens_ = n;
+        token_ids_ = i64(ix.token_ids);
+        positions_ = i64(ix.positions);
+        write_slot_ = i64(ix.write_slot);
+        sample_rows_ = i64(ix.sample_rows);
+        bounds_ = ops::cpu::view_bounds(b.n_seqs, b.query_start, plan.kv_start.data());
+        view_ = ops::cpu::AttentionView{b.n_seqs,       i32(ix.query_start), positions_,
+                                        i32(ix.kv_start), i32(ix.kv_slots),  i64(ix.kv_pos)};
+    }
+
+    void embed(float *x, size_t n) override {
+        // tied: the dense lm_head holds the embedding
+        const tensor_t &table = w_.embed ? w_.embed : w_.lm_head.dense;
+        ops::nvidia::embedding(bytes(x), kF32, token_ids_, table->data(), c_.p.dtype, n, c_.p.vocab_size,
+                               c_.p.hidden_size, st_);
+    }
+
+    void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) override {
+        ops::nvidia::rms_norm(bytes(out), bytes(in), kF32, w.data(), c_.p.dtype, m, d, c_.p.rms_norm_eps, st_);
+    }
+
+    void add_rms_norm(float *out, float *residual, const float *in, const Tensor &w, size_t m, size_t d) override {
+        ops::nvidia::add_rms_norm(bytes(out), bytes(residual), bytes(in), kF32, w.data(), c_.p.dtype, m, d,
+                                  c_.p.rms_norm_eps, st_);
+    }
+
+    void linear(float *out, const float *in, const LinearWeight &w, const Tensor *bias, size_t m) override {
+        const Tensor &W = *w.dense;  // [n, k]
+        ops::nvidia::linear(bytes(out), bytes(in), kF32, W.data(), bias ? bias->data() : nullptr, c_.p.dtype, m,
+                            W.shape()[0], W.shape()[1], id_, st_);
+    }
+
+    void rms_norm_heads(float *x, const Tensor &w, size_t n, size_t heads, size_t stride) override {
+        ops::nvidia::rms_norm_heads(bytes(x), kF32, w.data(), c_.p.dtype, n, heads, c_.p.head_dim, stride,
+                                    c_.p.rms_norm_eps, st_);
+    }
+
+    void rope(float *x, size_t n, size_t heads, size_t stride) override {
+        ops::nvidia::rope(bytes(x), bytes(x), positions_, kF32, n, heads, c_.p.head_dim, stride,
+                          reinterpret_cast<const float *>(inv_freq_.data()), c_.rope_scale, st_);
+    }
+
+    void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
+        ops::nvidia::kv_write(cache.k(layer), cache.v(layer), cache.dtype(), bytes(qkv), kF32, c_.qkv_dim, c_.q_dim,
+                              c_.q_dim + c_.kv_dim, write_slot_, n, c_.kv_dim, st_);
+    }
+
+    void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) override {
+        const size_t hd = c_.p.head_dim;
+        ops::nvidia::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer),
+                                     cache.v(layer), cache.dtype(), view_, n_tokens_, bounds_.max_q, bounds_.max_kv,
+                                     c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale, st_, int64_t(window));
+    }
+
+    void swiglu(float *out, const float *gate_up, size_t n) override {
+        const size_t I = c_.p.intermediate_size;
+        ops::nvidia::swiglu(bytes(out), bytes(gate_up), bytes(gate_up + I), kF32, n, I, 2 * I, I, st_);
+    }
+
+    void add(float *x, const float *y, size_t count) override {
+        ops::nvidia::binary(ops::cpu::BinaryOp::Add, bytes(x), bytes(x), bytes(y), kF32, count, st_);
+    }
+
+    void gather_rows(float *xs, const float *x, size_t n_sample) override {
+        // an embedding lookup of the sample rows into the [n, H] rows
+        ops::nvidia::embedding(bytes(xs), kF32, sample_rows_, bytes(x), kF32, n_sample, n_tokens_, c_.p.hidden_size,
+                               st_);
+    }
+
+    void to_host(void *dst, const float *src, size_t n_bytes) override {
+        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(dst, src, n_bytes, cudaMemcpyDeviceToHost, st_));
+    }
+
+    void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
+              const llaisysStepOutput_t &out) override {
+        const size_t V = c_.p.vocab_size, H = c_.p.hidden_size;
+        ops::nvidia::linear(bytes(logits), bytes(xs), kF32, w_.lm_head.dense->data(), nullptr, c_.p.dtype, ns, V, H,
+                            id_, st_);  // [n_sample, V]
+        if (out.logits) to_host(out.logits, logits, ns * V * sizeof(float));
+        if (params) {
+            // may use the logits as scratch: queued after the copy above, so the copy sees them
+            // raw; returns once the stream is synchronized
+            sampling::nvidia::sample(logits, ns, V, params, out.sample, id_, st_);
+        } else {
+            finish();
+        }
+    }
+
+    void finish() override {
+        DeviceGuard guard(id_);
+        LLAISYS_CUDA_CHECK(cudaStreamSynchronize(st_));
+    }
+
+private:
+    const Config &c_;
+    const Weights &w_;
+    int id_;
+    cudaStream_t st_ = nullptr;
+    Buffer staging_;   // pinned host: the step's index arrays (IndexLayout)
+    Buffer index_;     // device copy of staging
+    Buffer inv_freq_;  // device: [head_dim / 2] the model's RoPE frequencies
+    // the step in progress (begin_step): device pointers into index_
+    size_t n_tokens_ = 0;
+    const int64_t *token_ids_ = nullptr, *positions_ = nullptr, *write_slot_ = nullptr, *sample_rows_ = nullptr;
+    ops::cpu::AttentionView view_{};
+    ops::cpu::ViewBounds bounds_{};
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_nvidia_backend(const Config &c, const Weights &w, int device_id) {
+    return std::make_unique<NvidiaBackend>(c, w, device_id);
+}
+
+}  // namespace llaisys::models

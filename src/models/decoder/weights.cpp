@@ -1,0 +1,201 @@
+// Weight storage and loading by HF name or by (kind, layer).
+#include "weights.hpp"
+
+#include "../../device/runtime_api.hpp"
+#include "../../utils/error.hpp"
+#include "../../utils/types.hpp"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace llaisys::models {
+namespace {
+
+// Copy n elements of dtype src_dt into dst (its dtype) at row offset row0.
+void convert_rows(Tensor &dst, size_t row0, const void *src, llaisysDataType_t src_dt, size_t n) {
+    std::byte *out = dst.data() + row0 * (dst.numel() / dst.shape()[0]) * dst.element_size();
+    const llaisysMemcpyKind_t kind = dst.device() == LLAISYS_DEVICE_CPU ? LLAISYS_MEMCPY_H2H : LLAISYS_MEMCPY_H2D;
+    if (src_dt == dst.dtype()) {
+        device::runtime(dst.device()).memcpy(dst.device_id(), out, src, n * dst.element_size(), kind);
+        return;
+    }
+    std::vector<std::byte> tmp(n * dst.element_size());  // convert on the host, then copy
+    dispatch_float(src_dt, [&](auto stag) {
+        using TS = decltype(stag);
+        dispatch_float(dst.dtype(), [&](auto dtag) {
+            using TD = decltype(dtag);
+            auto *s = static_cast<const TS *>(src);
+            auto *d = reinterpret_cast<TD *>(tmp.data());
+#pragma omp parallel for schedule(static) if (n > 65536)
+            for (ptrdiff_t i = 0; i < ptrdiff_t(n); i++) d[i] = from_f32<TD>(to_f32(s[i]));
+        });
+    });
+    device::runtime(dst.device()).memcpy(dst.device_id(), out, tmp.data(), tmp.size(), kind);
+}
+
+const char *kind_name(int kind) {
+    static const char *names[] = {"EMBED", "FINAL_NORM", "LM_HEAD", "ATTN_NORM", "Q", "K", "V", "Q_BIAS", "K_BIAS",
+                                  "V_BIAS", "O", "Q_NORM", "K_NORM", "MLP_NORM", "GATE", "UP", "DOWN"};
+    return kind >= 0 && kind <= LLAISYS_WEIGHT_DOWN ? names[kind] : nullptr;
+}
+
+bool per_layer(int kind) { return kind >= LLAISYS_WEIGHT_ATTN_NORM; }
+
+}  // namespace
+
+WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device_id)
+    : arch_(arch_name(c.p.arch)), tied_(c.p.tie_word_embeddings != 0), n_layers_(c.p.n_layers) {
+    const llaisysModelParams_t &p = c.p;
+    const size_t H = p.hidden_size, I = p.intermediate_size, V = p.vocab_size, hd = p.head_dim;
+    const size_t nq = c.q_dim, nkv = c.kv_dim;
+    auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, p.dtype, device, device_id); };
+    auto make_linear = [&](size_t n, size_t k) {
+        LinearWeight lw;
+        if (device == LLAISYS_DEVICE_CPU) {
+            lw.packed = std::make_unique<ops::cpu::PackedWeight>(n, k, p.dtype);
+        } else {
+            lw.dense = make({n, k});
+        }
+        return lw;
+    };
+    auto lin = [&](llaisysWeightKind_t kind, int32_t layer, std::string name, const LinearWeight &dst, size_t row0,
+                   std::vector<size_t> shape) {
+        add(kind, layer, std::move(name), dst.dense, dst.packed.get(), row0, std::move(shape));
+    };
+
+    w_.final_norm = make({H});
+    w_.lm_head = make_linear(V, H);
+    add(LLAISYS_WEIGHT_FINAL_NORM, -1, "model.norm.weight", w_.final_norm, nullptr, 0, {H});
+    if (tied_) {
+        lin(LLAISYS_WEIGHT_EMBED, -1, "model.embed_tokens.weight", w_.lm_head, 0, {V, H});
+    } else {
+        w_.embed = make({V, H});
+        add(LLAISYS_WEIGHT_EMBED, -1, "model.embed_tokens.weight", w_.embed, nullptr, 0, {V, H});
+        lin(LLAISYS_WEIGHT_LM_HEAD, -1, "lm_head.weight", w_.lm_head, 0, {V, H});
+    }
+
+    w_.layers.resize(p.n_layers);
+    for (size_t l = 0; l < p.n_layers; l++) {
+        LayerWeights &L = w_.layers[l];
+        const int32_t li = int32_t(l);
+        L.in_norm = make({H});
+        L.qkv_w = make_linear(nq + 2 * nkv, H);
+        L.o_w = make_linear(H, nq);
+        L.post_norm = make({H});
+        L.gate_up_w = make_linear(2 * I, H);
+        L.down_w = make_linear(H, I);
+        const std::string pre = "model.layers." + std::to_string(l) + ".";
+        add(LLAISYS_WEIGHT_ATTN_NORM, li, pre + "input_layernorm.weight", L.in_norm, nullptr, 0, {H});
+        lin(LLAISYS_WEIGHT_Q, li, pre + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
+        lin(LLAISYS_WEIGHT_K, li, pre + "self_attn.k_proj.weight", L.qkv_w, nq, {nkv, H});
+        lin(LLAISYS_WEIGHT_V, li, pre + "self_attn.v_proj.weight", L.qkv_w, nq + nkv, {nkv, H});
+        if (p.qkv_bias) {
+            L.qkv_b = make({nq + 2 * nkv});
+            add(LLAISYS_WEIGHT_Q_BIAS, li, pre + "self_attn.q_proj.bias", L.qkv_b, nullptr, 0, {nq});
+            add(LLAISYS_WEIGHT_K_BIAS, li, pre + "self_attn.k_proj.bias", L.qkv_b, nullptr, nq, {nkv});
+            add(LLAISYS_WEIGHT_V_BIAS, li, pre + "self_attn.v_proj.bias", L.qkv_b, nullptr, nq + nkv, {nkv});
+        }
+        lin(LLAISYS_WEIGHT_O, li, pre + "self_attn.o_proj.weight", L.o_w, 0, {H, nq});
+        if (p.qk_norm) {
+            L.q_norm = make({hd});
+            L.k_norm = make({hd});
+            add(LLAISYS_WEIGHT_Q_NORM, li, pre + "self_attn.q_norm.weight", L.q_norm, nullptr, 0, {hd});
+            add(LLAISYS_WEIGHT_K_NORM, li, pre + "self_attn.k_norm.weight", L.k_norm, nullptr, 0, {hd});
+        }
+        add(LLAISYS_WEIGHT_MLP_NORM, li, pre + "post_attention_layernorm.weight", L.post_norm, nullptr, 0, {H});
+        lin(LLAISYS_WEIGHT_GATE, li, pre + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
+        lin(LLAISYS_WEIGHT_UP, li, pre + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
+        lin(LLAISYS_WEIGHT_DOWN, li, pre + "mlp.down_proj.weight", L.down_w, 0, {H, I});
+    }
+}
+
+void WeightStore::add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst,
+                      ops::cpu::PackedWeight *packed, size_t row0, std::vector<size_t> shape) {
+    by_name_[name] = slots_.size();
+    by_kind_[{int(kind), layer}] = slots_.size();
+    slots_.push_back(Slot{std::move(name), std::move(dst), packed, row0, std::move(shape), false});
+}
+
+WeightStore::Slot &WeightStore::find(const char *name, llaisysWeightKind_t kind, int32_t layer) {
+    if (name) {
+        auto it = by_name_.find(name);
+        LLAISYS_CHECK_ARG(it != by_name_.end(), "unknown ", arch_, " weight name '", name, "'",
+                          tied_ && std::strcmp(name, "lm_head.weight") == 0 ? " (embeddings are tied)" : "",
+                          " (or a weight this model's params do not have)");
+        return slots_[it->second];
+    }
+    int k;
+    std::memcpy(&k, &kind, sizeof k);  // by its bytes: any int may arrive from C
+    const char *kname = kind_name(k);
+    LLAISYS_CHECK_ARG(kname, "unknown weight kind ", k);
+    if (per_layer(k)) {
+        LLAISYS_CHECK_ARG(layer >= 0 && size_t(layer) < n_layers_, "weight ", kname, ": layer ", layer,
+                          " is outside [0, ", n_layers_, ")");
+    } else {
+        LLAISYS_CHECK_ARG(layer == -1, "weight ", kname, " is not per layer: layer must be -1, got ", layer);
+    }
+    auto it = by_kind_.find({k, layer});
+    LLAISYS_CHECK_ARG(it != by_kind_.end(), "this ", arch_, " model has no weight ", kname,
+                      k == LLAISYS_WEIGHT_LM_HEAD           ? " (embeddings are tied)"
+                      : k >= LLAISYS_WEIGHT_Q_BIAS && k <= LLAISYS_WEIGHT_V_BIAS ? " (qkv_bias is 0)"
+                      : k == LLAISYS_WEIGHT_Q_NORM || k == LLAISYS_WEIGHT_K_NORM ? " (qk_norm is 0)"
+                                                                                 : "");
+    return slots_[it->second];
+}
+
+void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer, const void *data,
+                      llaisysDataType_t dtype, const std::vector<size_t> &shape) {
+    Slot &s = find(name, kind, layer);
+    LLAISYS_CHECK(shape == s.shape, LLAISYS_STATUS_SHAPE_MISMATCH, "weight '", s.name,
+                  "' has the wrong shape for this model");
+    LLAISYS_CHECK(is_float_dtype(dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name,
+                  "' must be f32, f16 or bf16, got ", dtype_name(dtype));
+    LLAISYS_CHECK_ARG(data != nullptr, "weight '", s.name, "' data is NULL");
+    if (s.packed) {
+        s.packed->set_rows(s.row0, shape[0], data, dtype);
+        if (s.packed == w_.lm_head.packed.get()) {  // the lm_head is one tensor: it is whole now
+            const char *env = std::getenv("LLAISYS_GREEDY_SCREEN");
+            w_.screen.reset();
+            if (!(env && std::strcmp(env, "0") == 0)) w_.screen = std::make_unique<ops::cpu::LogitScreen>(*s.packed);
+        }
+    } else {
+        size_t n = 1;
+        for (size_t d : shape) n *= d;
+        convert_rows(*s.dst, s.row0, data, dtype, n);
+    }
+    s.set = true;
+}
+
+std::vector<std::string> WeightStore::missing() const {
+    std::vector<std::string> out;
+    for (const Slot &s : slots_) {
+        if (!s.set) out.push_back(s.name);
+    }
+    return out;
+}
+
+size_t WeightStore::bytes() const {
+    size_t total = w_.screen ? w_.screen->bytes() : 0;
+    auto tensor = [&](const tensor_t &t) { total += t ? t->nbytes() : 0; };
+    auto linear = [&](const LinearWeight &lw) {
+        total += lw.packed ? lw.packed->bytes() : 0;
+        tensor(lw.dense);
+    };
+    tensor(w_.embed);
+    tensor(w_.final_norm);
+    linear(w_.lm_head);
+    for (const LayerWeights &L : w_.layers) {
+        tensor(L.in_norm);
+        linear(L.qkv_w);
+        tensor(L.qkv_b);
+        tensor(L.q_norm);
+        tensor(L.k_norm);
+        linear(L.o_w);
+        tensor(L.post_norm);
+        linear(L.gate_up_w);
+        linear(L.down_w);
+    }
+    return total;
+}
+
+}  // namespace llaisys::models

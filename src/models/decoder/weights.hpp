@@ -1,0 +1,88 @@
+// The decoder's weights: storage per layer, and the slot table that maps each settable weight
+// (by kind and layer, or by its HF name) onto that storage. q/k/v land in one fused linear
+// and gate/up in another; slots exist only for what the config has (biases with qkv_bias,
+// q/k norms with qk_norm, lm_head when not tied).
+#pragma once
+
+#include "../../ops/linear/cpu/logit_screen.hpp"
+#include "../../ops/linear/cpu/packed.hpp"
+#include "../../tensor/tensor.hpp"
+#include "params.hpp"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace llaisys::models {
+
+// A linear layer's weight W [n, k], in the model dtype, stored once in the form its device's
+// GEMM streams: on the CPU packed at load into panels (ops/linear/cpu/packed.hpp, host
+// memory; the HF-layout copy is never kept), on a GPU as the HF layout in device memory
+// (cuBLAS reads it as is). Exactly one of the two is set.
+struct LinearWeight {
+    std::unique_ptr<ops::cpu::PackedWeight> packed;  // CPU
+    tensor_t dense;                                  // NVIDIA: [n, k]
+};
+
+struct LayerWeights {
+    tensor_t in_norm;        // [H]
+    LinearWeight qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
+    tensor_t qkv_b;          // [(nh + 2 nkv) * hd]; null without qkv_bias
+    tensor_t q_norm;         // [hd]; null without qk_norm
+    tensor_t k_norm;         // [hd]; null without qk_norm
+    LinearWeight o_w;        // [H, nh * hd]
+    tensor_t post_norm;      // [H]
+    LinearWeight gate_up_w;  // [2 I, H]  rows: gate, then up
+    LinearWeight down_w;     // [H, I]
+};
+
+struct Weights {
+    tensor_t embed;        // [V, H]; null when tied: the lookup then reads rows of lm_head
+    tensor_t final_norm;   // [H]
+    LinearWeight lm_head;  // [V, H]; holds the embedding too when tied (stored once)
+    // CPU: an int8 copy of lm_head that finds greedy rows' tokens exactly while reading half
+    // its bytes (logit_screen.hpp); null on a GPU or with LLAISYS_GREEDY_SCREEN=0.
+    std::unique_ptr<ops::cpu::LogitScreen> screen;
+    std::vector<LayerWeights> layers;
+};
+
+// The weights of one model plus where each settable weight lands.
+class WeightStore {
+public:
+    WeightStore(const Config &c, llaisysDeviceType_t device, int device_id);
+
+    const Weights &weights() const { return w_; }
+
+    // Copies one host weight into its slot: by `name` when not NULL, else by (kind, layer).
+    // Errors name the slot: unknown names, slots this model lacks, wrong shapes and dtypes.
+    void set(const char *name, llaisysWeightKind_t kind, int32_t layer, const void *data, llaisysDataType_t dtype,
+             const std::vector<size_t> &shape);
+    std::vector<std::string> missing() const;  // HF names of the unset slots, in slot order
+    size_t bytes() const;                      // weights as stored (packed panels, screen included)
+
+private:
+    // Where one weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `packed` when set.
+    struct Slot {
+        std::string name;           // HF name
+        tensor_t dst;
+        ops::cpu::PackedWeight *packed = nullptr;  // owned by w_
+        size_t row0 = 0;
+        std::vector<size_t> shape;  // the HF shape
+        bool set = false;
+    };
+    void add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst, ops::cpu::PackedWeight *packed,
+             size_t row0, std::vector<size_t> shape);
+    Slot &find(const char *name, llaisysWeightKind_t kind, int32_t layer);
+
+    const char *arch_;
+    bool tied_;
+    size_t n_layers_;
+    Weights w_;
+    std::vector<Slot> slots_;                          // in creation order
+    std::map<std::string, size_t> by_name_;            // HF name -> slot
+    std::map<std::pair<int, int32_t>, size_t> by_kind_;  // (kind, layer) -> slot
+};
+
+}  // namespace llaisys::models
