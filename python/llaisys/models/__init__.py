@@ -1,11 +1,12 @@
-"""Model files: safetensors I/O, Qwen2 config, checkpoint loading, tokenizer, GGUF conversion, model cache.
+"""Model files: safetensors I/O, model configs (the architecture registry in arch/), checkpoint
+loading, tokenizer, GGUF conversion, model cache.
 
 Pure Python (numpy, safetensors-format I/O of our own, tokenizers, jinja2, gguf). The cache and
 converter names (`resolve_model`, `download`, `convert_gguf`, ...) import lazily, so importing
 this package does not import `gguf`.
 """
 
-from .config import Qwen2Config
+from .config import ModelParams, Qwen2Config
 from .loader import LoadedModel, load_model
 from .safetensors_io import RawTensor, read_safetensors, write_safetensors
 from .tokenizer import SpecialTokens, Tokenizer
@@ -27,5 +28,5 @@ def __getattr__(name):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["LoadedModel", "Qwen2Config", "RawTensor", "SpecialTokens", "Tokenizer", "load_model",
+__all__ = ["LoadedModel", "ModelParams", "Qwen2Config", "RawTensor", "SpecialTokens", "Tokenizer", "load_model",
            "read_safetensors", "write_safetensors", *_LAZY]
