@@ -298,9 +298,10 @@ def test_self_attention(bridge, dtype, case):
     bridge.assert_close(out, attention_ref(q, k, v, scale), dtype, scale=2.0)
 
 
-def paged_ref(q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale):
+def paged_ref(q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_pos, scale, window=0):
     """float64 reference straight from the contract: token t attends the entries of its row
-    with kv_pos <= q_pos[t]; a token that sees nothing gets zeros."""
+    with kv_pos <= q_pos[t] (and > q_pos[t] - window when window > 0); a token that sees
+    nothing gets zeros."""
     n, heads, _ = q.shape
     kv_heads, dv = k_cache.shape[1], v_cache.shape[2]
     group = heads // kv_heads
@@ -309,7 +310,10 @@ def paged_ref(q, k_cache, v_cache, q_pos, query_start, kv_start, kv_slots, kv_po
         slots = kv_slots[kv_start[s]:kv_start[s + 1]].long()
         pos = kv_pos[kv_start[s]:kv_start[s + 1]]
         for t in range(int(query_start[s]), int(query_start[s + 1])):
-            sel = slots[pos <= q_pos[t]]
+            vis = pos <= q_pos[t]
+            if window:
+                vis &= pos > q_pos[t] - window
+            sel = slots[vis]
             if len(sel) == 0:
                 continue
             kk = k_cache[sel].double().repeat_interleave(group, 1)  # [m, heads, d]
@@ -361,7 +365,7 @@ def slot_view(gen, n_slots):
 PAGED_HEADS = [(14, 2, 64, 64), (12, 2, 128, 128), (8, 1, 33, 33), (4, 4, 16, 24)]
 
 
-def run_paged(bridge, dtype, kv_dtype, heads, kv_heads, d, dv, n_slots, view):
+def run_paged(bridge, dtype, kv_dtype, heads, kv_heads, d, dv, n_slots, view, window=None):
     query_start, q_pos, kv_start, slots, pos = view
     n = query_start[-1]
     q = bridge.randn((n, heads, d), dtype)
@@ -372,8 +376,11 @@ def run_paged(bridge, dtype, kv_dtype, heads, kv_heads, d, dv, n_slots, view):
             torch.tensor(pos, dtype=torch.int64)]
     scale = 1.0 / math.sqrt(d)
     out = gpu_full((n, heads, dv), dtype, float("nan"))  # every element must be written
-    ops.paged_attention(out, gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in args], scale)
-    expected = paged_ref(q, k_cache, v_cache, *args, scale)
+    if window is None:
+        ops.paged_attention(out, gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in args], scale)
+    else:
+        ops.paged_attention_window(out, gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in args], scale, window)
+    expected = paged_ref(q, k_cache, v_cache, *args, scale, window or 0)
     bridge.assert_close(out, expected, dtype, scale=2.0)
     return out, expected
 
@@ -463,3 +470,51 @@ def test_rope_negative_position_is_rejected(bridge):
         t = gpu(bridge.randn((2, 1, 4), "f32"))
         ops.rope(t, t, gpu(torch.tensor([0, -3])), 10000.0)
     assert info.value.status == Status.OUT_OF_RANGE and "negative" in str(info.value)
+
+
+# ------------------------------------------------------------------------------------------
+# the general decoder's ops (issue 17): sliding window, RoPE tables, per-head RMSNorm
+
+
+@pytest.mark.parametrize("window", [1, 5, 33, 700, 100000])
+@pytest.mark.parametrize("heads,kv_heads,d,dv", [(14, 2, 64, 64), (8, 8, 128, 128)], ids=lambda c: str(c))
+def test_paged_attention_window(bridge, gen, dtype, heads, kv_heads, d, dv, window):
+    """Decode rows and prefill chunks (both kernel configurations) under a sliding window."""
+    q_lens, ctx_lens = [1, 4, 37, 1, 64], [1, 40, 100, 1500, 700]
+    query_start, q_pos, kv_start, slots, pos = [0], [], [0], [], []
+    order = torch.randperm(sum(ctx_lens) + 9, generator=gen).tolist()
+    for ql, cl in zip(q_lens, ctx_lens):
+        query_start.append(query_start[-1] + ql)
+        q_pos += list(range(cl - ql, cl))
+        kv_start.append(kv_start[-1] + cl)
+        pos += list(range(cl))
+        slots += order[kv_start[-2]:kv_start[-1]]
+    run_paged(bridge, dtype, dtype, heads, kv_heads, d, dv, len(order), (query_start, q_pos, kv_start, slots, pos),
+              window)
+
+
+@pytest.mark.parametrize("scaling,fields", [
+    ("linear", dict(scaling=1, factor=4.0)),
+    ("llama3", dict(theta=500000.0, scaling=2, factor=8.0, original_max_position=8192)),
+    ("yarn", dict(theta=1000000.0, scaling=3, factor=4.0, original_max_position=32768)),
+])
+def test_rope_table(bridge, dtype, scaling, fields):
+    d, n, heads = 128, 19, 3
+    inv_freq, attn_scale = ops.rope_frequencies(d, **fields)
+    x = bridge.randn((n, heads, d), dtype)
+    pos = bridge.randint((n,), 0, 60000)
+    out, ref = gpu_empty((n, heads, d), dtype), bridge.empty((n, heads, d), dtype)
+    ops.rope_table(out, gpu(x), gpu(pos), llaisys.Tensor.from_numpy(inv_freq, device=NV), attn_scale)
+    ops.rope_table(ref, bridge.to_llaisys(x), bridge.to_llaisys(pos), llaisys.Tensor.from_numpy(inv_freq),
+                   attn_scale)  # the CPU kernel, itself checked against torch in test_rope_scaling.py
+    bridge.assert_close(out, bridge.to_torch(ref), dtype, scale=8.0 if dtype == "f32" else 1.0, rtol_factor=4.0)
+
+
+@pytest.mark.parametrize("n,heads,d", [(1, 1, 8), (7, 16, 128), (300, 8, 128)])
+def test_rms_norm_heads(bridge, dtype, weight_dtype, n, heads, d):
+    x = bridge.randn((n, heads, d), dtype, 3.0)
+    w = bridge.uniform((d,), weight_dtype, 0.5, 1.5)
+    got, ref = gpu(x), bridge.to_llaisys(x)
+    ops.rms_norm_heads(got, gpu(w), 1e-6)
+    ops.rms_norm_heads(ref, bridge.to_llaisys(w), 1e-6)
+    bridge.assert_close(got, bridge.to_torch(ref), dtype)
