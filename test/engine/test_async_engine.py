@@ -184,8 +184,20 @@ def test_a_loop_that_keeps_failing_dies_and_says_why(started):
     assert not eng.is_alive and "scheduler is broken" in eng.error
     with pytest.raises(EngineDeadError, match="died"):
         eng.add_request("z", [1])
-    with pytest.raises(EngineDeadError):
+    with pytest.raises(EngineDeadError, match="died"):
         eng.encode("z", [1])
+
+
+def test_a_failing_loop_gives_pooling_streams_an_error_output(started):
+    eng = started()
+
+    def broken():
+        raise RuntimeError("scheduler is broken")
+
+    eng.engine.scheduler.schedule = broken
+    out = eng.encode("e", [1, 2, 3]).get(timeout=10)
+    assert isinstance(out, PoolingRequestOutput) and out.finished and out.finish_reason == "error"
+    assert out.outputs is None and "broken" in out.error
 
 
 def test_encode_is_a_request_of_the_loop(started):

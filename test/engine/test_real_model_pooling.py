@@ -167,3 +167,20 @@ def test_a_failing_pooling_row_fails_alone(tiny, texts, layout):
     for k, v in vectors(finals).items():
         np.testing.assert_allclose(v, ref[k].outputs.data, atol=1e-6)
     assert eng.metrics.pooling_finished_total == {"stop": 4, "error": 1}
+
+
+def test_llm_embed_is_the_same_request_kind(tiny, texts):
+    """The offline API: LLM.embed gives the engine's vectors, in order, one output per prompt."""
+    from llaisys import LLM
+
+    worker, path = tiny
+    _, emb = texts
+    eng, spy = make_engine(worker, "block")
+    want = vectors(run(eng, emb=emb))
+    with LLM(str(path), kv_cache_memory=8 << 20, max_num_batched_tokens=32, max_num_seqs=8) as llm:
+        outs = llm.embed(EMB_TEXTS)
+        raw = llm.embed(EMB_TEXTS[0], PoolingParams(normalize=False))[0].outputs.data
+    assert [o.finish_reason for o in outs] == ["stop"] * 4
+    for i, o in enumerate(outs):
+        np.testing.assert_allclose(o.outputs.data, want[f"e{i}"], atol=1e-6)
+    np.testing.assert_allclose(raw / np.linalg.norm(raw), want["e0"], atol=1e-6)
