@@ -107,7 +107,8 @@ class FakeRunner:
         hidden = None
         pooling = getattr(batch, "pooling", None)
         if pooling is not None and pooling.any():
-            hidden = np.stack([history_hidden(self._read(batch, int(batch.seq_of_token[t]), int(batch.positions[t]) + 1))
+            hidden = np.stack([history_hidden(self._read(batch, int(batch.seq_of_token[t]),
+                                                         int(batch.positions[t]) + 1))
                                for t in batch.hidden_rows.tolist()])
         k = max([r.sampling_params.logprobs or 0 for r in batch.sample_requests] + [0])
         top_ids = (out[:, None] + 1 + np.arange(k)[None, :]) % self.vocab  # never the sampled id

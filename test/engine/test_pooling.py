@@ -1,4 +1,4 @@
-"""Pooling requests through the scheduler, on the fake runner (the real core: 
+"""Pooling requests through the scheduler, on the fake runner (the real core:
 test_real_model_pooling.py). The fake runner hashes every token's "hidden state" from the
 history it reads back from its fake KV cache, so a wrong block, slot, chunk, or a false prefix
 hit changes the vector."""
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from fake_runner import FakeRunner, history_hidden, make_engine, run_all
 
-from llaisys.engine import (PoolingParams, PoolingParamsError, PoolingRequestOutput, RequestOutput, SamplingParams)
+from llaisys.engine import PoolingParams, PoolingParamsError, PoolingRequestOutput, RequestOutput, SamplingParams
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
 PROMPT = [ord(c) for c in "pooling requests share the scheduler"]  # 36 tokens

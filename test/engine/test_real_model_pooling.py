@@ -44,7 +44,7 @@ def texts(tiny):
 class Spy:
     """The real runner; records (generation rows, pooling rows) of each call that computes."""
 
-    def __init__(self, runner, poison=None):
+    def __init__(self, runner):
         self.runner = runner
         self.vocab_size = runner.vocab_size
         self.calls = []
