@@ -103,7 +103,8 @@ def validate_tensors(config: ModelParams, tensors: dict, source: str, config_sou
     if unknown:
         more = f" (and {len(unknown) - 5} more)" if len(unknown) > 5 else ""
         raise ModelFileError(source, unknown[0],
-                             f"unexpected tensors for a {config.architecture} model: {', '.join(map(repr, unknown[:5]))}{more}")
+                             f"unexpected tensors for a {config.architecture} model: "
+                             f"{', '.join(map(repr, unknown[:5]))}{more}")
     for name, t in tensors.items():
         shape = want.get(name, optional.get(name))
         if tuple(t.shape) != shape:
