@@ -3,6 +3,10 @@
 
 #include "../models/decoder/params.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
 using namespace llaisys;
 using capi::guard;
 
@@ -37,7 +41,15 @@ llaisysStatus_t llaisysModelGetParams(llaisysModel_t model, llaisysModelParams_t
     return guard([&] {
         const auto m = model_of(model);
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        *out = m->config().p;  // layer_window points into the model
+        // as many bytes as the caller's struct holds (an older header's struct is shorter)
+        size_t size;
+        std::memcpy(&size, out, sizeof size);
+        constexpr size_t kMin = offsetof(llaisysModelParams_t, layer_window);
+        LLAISYS_CHECK_ARG(size >= kMin, "out->struct_size ", size, " is smaller than ", kMin,
+                          " (set it to sizeof(llaisysModelParams_t), e.g. with llaisysModelDefaultParams())");
+        llaisysModelParams_t p = m->config().p;  // layer_window points into the model
+        p.struct_size = std::min(size, sizeof p);
+        std::memcpy(out, &p, p.struct_size);
     });
 }
 

@@ -152,9 +152,25 @@ static void test_create_set_step_stats(void) {
     EXPECT(llaisysModelGetStats(m, &st) == LLAISYS_STATUS_OK, "stats");
     EXPECT(st.workspace_tokens >= T && st.workspace_bytes > 0, "workspace sized for the step");
     EXPECT(st.weight_bytes >= sizeof(float) * ((size_t)V * H + H + (size_t)L * (2 * H + 2 * HD)), "weight bytes");
+    got = llaisysModelDefaultParams();
     EXPECT(llaisysModelGetParams(m, &got) == LLAISYS_STATUS_OK && got.n_layers == L && got.qk_norm == 1 &&
-               got.layer_window && got.layer_window[0] == 0,
+               got.layer_window && got.layer_window[0] == 0 && got.struct_size == sizeof got,
            "params read back");
+    /* a caller with a shorter (older) struct: nothing past its struct_size is written */
+    memset(&got, 0xAB, sizeof got);
+    got.struct_size = offsetof(llaisysModelParams_t, layer_window);
+    EXPECT(llaisysModelGetParams(m, &got) == LLAISYS_STATUS_OK && got.n_layers == L &&
+               got.struct_size == offsetof(llaisysModelParams_t, layer_window),
+           "params read back into a short struct");
+    {
+        unsigned char tail[sizeof(got.layer_window)];
+        memset(tail, 0xAB, sizeof tail);
+        EXPECT(memcmp(&got.layer_window, tail, sizeof tail) == 0, "the short struct's tail is untouched");
+    }
+    got.struct_size = 4;
+    EXPECT(llaisysModelGetParams(m, &got) == LLAISYS_STATUS_INVALID_ARGUMENT &&
+               strstr(llaisysGetLastError(), "struct_size") != NULL,
+           "GetParams refuses a struct_size below layer_window");
 
     /* a caller compiled before layer_window existed: struct_size stops there, windows default */
     p = small_params();
@@ -234,6 +250,7 @@ static void test_qwen2_handle_is_a_model(void) {
     meta.max_position_embeddings = 64, meta.rms_norm_eps = 1e-6f, meta.rope_theta = 1e6f;
     q = llaisysQwen2ModelCreate(&meta, LLAISYS_DEVICE_CPU, 0);
     EXPECT(q != NULL, "qwen2 create");
+    got = llaisysModelDefaultParams();
     EXPECT(llaisysModelGetParams((llaisysModel_t)q, &got) == LLAISYS_STATUS_OK && got.qkv_bias == 1 &&
                got.qk_norm == 0 && got.rope_theta == 1e6f && got.arch == LLAISYS_ARCH_QWEN2,
            "qwen2 = qkv bias, no q/k norm");

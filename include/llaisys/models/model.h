@@ -93,7 +93,11 @@ LLAISYS_API llaisysStatus_t llaisysModelCreate(const llaisysModelParams_t *param
  * INVALID_ARGUMENT. KV caches made from it stay valid. */
 LLAISYS_API llaisysStatus_t llaisysModelDestroy(llaisysModel_t model);
 
-/* The params the model was made with (layer_window points into the model; valid while it lives). */
+/* The params the model was made with, validated (layer_window points into the model; valid
+ * while it lives). Set out->struct_size first (llaisysModelDefaultParams() does): the library
+ * writes min(out->struct_size, its sizeof) bytes, so a struct of an older header is not
+ * overrun, and sets struct_size to the bytes written. INVALID_ARGUMENT naming struct_size
+ * when it is below the offset of layer_window. */
 LLAISYS_API llaisysStatus_t llaisysModelGetParams(llaisysModel_t model, llaisysModelParams_t *out);
 
 /* Weight slots. Per-layer kinds take a layer index, the others layer -1. Append-only. */
