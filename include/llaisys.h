@@ -5,7 +5,10 @@
  *   - functions that act return llaisysStatus_t: 0 ok, >0 recoverable, <0 error;
  *   - on any non-zero status a message is kept for the calling thread and returned by
  *     llaisysGetLastError();
- *   - constructors return a handle, or NULL with the message set;
+ *   - constructors return a status and write the new handle to an out parameter (NULL on
+ *     error); every Destroy returns a status (NULL a no-op). The deprecated handle-returning
+ *     constructors (llaisysTensorCreate, llaisysKVCacheCreate, llaisysQwen2Model*) return NULL
+ *     on error, with the status in llaisysGetLastStatus();
  *   - no C++ exception ever crosses this boundary, and bad input never aborts the process.
  * Enum values are explicit and append-only.
  */
@@ -76,7 +79,7 @@ enum {
 LLAISYS_API const char *llaisysGetLastError(void);
 
 /* The status of the last failing call on the calling thread (LLAISYS_STATUS_OK if none):
- * how a NULL from a constructor tells its cause. */
+ * how a NULL from a deprecated handle-returning constructor tells its cause. */
 LLAISYS_API llaisysStatus_t llaisysGetLastStatus(void);
 
 /* Clear the calling thread's last error message and status. */

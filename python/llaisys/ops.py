@@ -75,8 +75,8 @@ class PackedLinear:
 
     def close(self) -> None:
         if self._handle is not None:
-            LIB.llaisysPackedLinearDestroy(self._handle)
-            self._handle = None
+            handle, self._handle = self._handle, None
+            check(LIB.llaisysPackedLinearDestroy(handle))
 
     def __enter__(self) -> "PackedLinear":
         return self
@@ -85,7 +85,10 @@ class PackedLinear:
         self.close()
 
     def __del__(self) -> None:
-        self.close()
+        try:
+            self.close()
+        except Exception:  # never raise from a finalizer
+            pass
 
 
 def rms_norm(out: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:

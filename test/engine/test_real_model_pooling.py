@@ -184,3 +184,22 @@ def test_llm_embed_is_the_same_request_kind(tiny, texts):
     for i, o in enumerate(outs):
         np.testing.assert_allclose(o.outputs.data, want[f"e{i}"], atol=1e-6)
     np.testing.assert_allclose(raw / np.linalg.norm(raw), want["e0"], atol=1e-6)
+
+
+def test_pooling_steps_size_no_logits(tiny, texts):
+    """A step that only wants hidden states (pooling alone) reserves no [rows, vocab] logits:
+    a fresh model's workspace after pooling-only steps of 256 tokens stays far below the
+    256 x 151,936 floats (~156 MB) that sizing logits for every hidden row would take."""
+    _, path = tiny
+    _, emb = texts
+    w = Worker(WorkerConfig(model=str(path), kv_cache_memory=8 << 20))
+    try:
+        eng, _ = make_engine(w, "block", budget=256)
+        finals = run(eng, emb=emb)
+        assert len(vectors(finals)) == len(emb)
+        stats = w.model.stats()
+        vocab = w.model.config.vocab_size
+        assert stats.workspace_tokens >= max(len(x) for x in emb)  # the steps did run through it
+        assert stats.workspace_bytes < 16 * vocab * 4
+    finally:
+        w.close()

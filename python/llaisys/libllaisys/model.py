@@ -134,10 +134,7 @@ class StepOutput(ctypes.Structure):
 
 
 def declare(lib: ctypes.CDLL) -> None:
-    """Declare the model functions; a library built before model.h existed lacks them (then
-    Python raises on first use, not at import)."""
-    if not hasattr(lib, "llaisysModelCreate"):
-        return
+    """Declare the model functions of include/llaisys/models/model.h."""
     M, S = llaisysModel_t, ctypes.c_int32
     lib.llaisysModelDefaultParams.argtypes = []
     lib.llaisysModelDefaultParams.restype = ModelParams

@@ -5,12 +5,10 @@ from __future__ import annotations
 import ctypes
 
 from .kv_cache import llaisysKVCache_t
-from .sampler import SampleOutput, SamplingParams
+from .model import Batch, StepOutput  # the step structs are model.h's, shared
+from .sampler import SamplingParams
 
 llaisysQwen2Model_t = ctypes.c_void_p
-_i32p = ctypes.POINTER(ctypes.c_int32)
-_i64p = ctypes.POINTER(ctypes.c_int64)
-_f32p = ctypes.POINTER(ctypes.c_float)
 
 
 class Qwen2Meta(ctypes.Structure):
@@ -32,41 +30,12 @@ class Qwen2Meta(ctypes.Structure):
     ]
 
 
-class Batch(ctypes.Structure):
-    """Mirror of llaisysBatch_t (the step contract)."""
-
-    _fields_ = [
-        ("n_tokens", ctypes.c_size_t),
-        ("token_ids", _i64p),
-        ("positions", _i64p),
-        ("n_seqs", ctypes.c_size_t),
-        ("query_start", _i32p),
-        ("slot_mapping", _i64p),
-        ("block_tables", _i32p),
-        ("max_blocks", ctypes.c_size_t),
-        ("context_lens", _i32p),
-        ("seq_ids", _i32p),
-        ("n_sample", ctypes.c_size_t),
-        ("sample_rows", _i32p),
-    ]
-
-
-class StepOutput(ctypes.Structure):
-    """Mirror of llaisysStepOutput_t."""
-
-    _fields_ = [
-        ("sample", SampleOutput),
-        ("logits", _f32p),
-        ("hidden", _f32p),
-    ]
-
-
 def declare(lib: ctypes.CDLL) -> None:
     M = llaisysQwen2Model_t
     lib.llaisysQwen2ModelCreate.argtypes = [ctypes.POINTER(Qwen2Meta), ctypes.c_int, ctypes.c_int]
     lib.llaisysQwen2ModelCreate.restype = M
     lib.llaisysQwen2ModelDestroy.argtypes = [M]
-    lib.llaisysQwen2ModelDestroy.restype = None
+    lib.llaisysQwen2ModelDestroy.restype = ctypes.c_int32
     lib.llaisysQwen2ModelSetWeight.argtypes = [M, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int,
                                                ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t]
     lib.llaisysQwen2ModelSetWeight.restype = ctypes.c_int32

@@ -66,9 +66,10 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
         sampling::check_output(out.sample, b.n_sample);
         for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], c_.p.vocab_size, out.sample.top_capacity);
     }
-    if (!ws_.fits(b.n_tokens, b.n_sample)) {
+    const size_t logit_rows = params || out.logits ? b.n_sample : 0;  // hidden-only steps need no logits
+    if (!ws_.fits(b.n_tokens, b.n_sample, logit_rows)) {
         be_->finish();  // the old arena may still be read by queued work
-        ws_.reserve(b.n_tokens, b.n_sample);
+        ws_.reserve(b.n_tokens, b.n_sample, logit_rows);
     }
     if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
     be_->begin_step(b, plan_);

@@ -1,5 +1,5 @@
 // The per-step activation memory: one arena on the model's device, planned from the step's
-// shape (n_tokens, n_sample), every buffer at an offset. Grown (never shrunk) when a larger
+// shape (n_tokens, n_sample, n_logit_rows), every buffer at an offset. Grown (never shrunk) when a larger
 // step arrives; allocated through the core allocator, so it shows in llaisysMemoryStats.
 // Nothing else is allocated per step or per layer.
 #pragma once
@@ -18,11 +18,15 @@ public:
     Workspace(const Workspace &) = delete;
     Workspace &operator=(const Workspace &) = delete;
 
-    // True when a step of this shape fits without growing.
-    bool fits(size_t n_tokens, size_t n_sample) const { return n_tokens <= tokens_ && n_sample <= samples_; }
-    // Sizes the arena for at least (n_tokens, n_sample), keeping the larger of the old and new
-    // of each; the old arena must no longer be in use (a GPU caller synchronizes first).
-    void reserve(size_t n_tokens, size_t n_sample);
+    // True when a step of this shape fits without growing. n_logit_rows is n_sample when the
+    // step computes logits (sampling or logits asked for), else 0: a step that only wants
+    // hidden states (pooling 2048 tokens) must not size 2048 x vocab floats of logits.
+    bool fits(size_t n_tokens, size_t n_sample, size_t n_logit_rows) const {
+        return n_tokens <= tokens_ && n_sample <= samples_ && n_logit_rows <= logit_rows_;
+    }
+    // Sizes the arena for at least that shape, keeping the larger of the old and new of each;
+    // the old arena must no longer be in use (a GPU caller synchronizes first).
+    void reserve(size_t n_tokens, size_t n_sample, size_t n_logit_rows);
 
     size_t bytes() const { return bytes_; }
     size_t tokens() const { return tokens_; }
@@ -36,7 +40,7 @@ public:
     float *gate_up() const { return at(gate_up_); }  // [n, 2 I]
     float *act() const { return at(act_); }          // [n, I]
     float *xs() const { return at(xs_); }            // [n_sample, H] final hidden of the sample rows
-    float *logits() const { return at(logits_); }    // [n_sample, V]
+    float *logits() const { return at(logits_); }    // [n_logit_rows, V]
 
 private:
     float *at(size_t off) const { return reinterpret_cast<float *>(base_ + off); }
@@ -45,7 +49,7 @@ private:
     llaisysDeviceType_t device_;
     int device_id_;
     std::byte *base_ = nullptr;
-    size_t bytes_ = 0, tokens_ = 0, samples_ = 0;
+    size_t bytes_ = 0, tokens_ = 0, samples_ = 0, logit_rows_ = 0;
     size_t x_ = 0, h_ = 0, qkv_ = 0, attn_ = 0, proj_ = 0, gate_up_ = 0, act_ = 0, xs_ = 0, logits_ = 0;  // byte offsets
 };
 
