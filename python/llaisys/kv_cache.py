@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .dtypes import as_dtype
 from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
 from .libllaisys.kv_cache import MAX_SEQS, KVCacheParams, KVCacheStats, KVLayout, llaisysKVCache_t
+from .owned import OwnedHandle
 
 
 @dataclass(frozen=True)
@@ -29,9 +30,11 @@ def as_layout(layout: "KVLayout | str") -> KVLayout:
         raise ValueError(f"unknown KV layout {layout!r}; expected 'block' or 'slot'") from None
 
 
-class KVCache:
+class KVCache(OwnedHandle):
     """Owns a core KV cache handle: one a model made (Model.create_kv_cache()), or a
     standalone one from KVCache.create()."""
+
+    _DESTROY = "llaisysKVCacheDestroy"
 
     def __init__(self, handle: int, layout: KVLayout):
         self._handle = None
@@ -100,22 +103,3 @@ class KVCache:
         out = ctypes.c_int64()
         check(LIB.llaisysKVCacheSeqPosMax(self.handle, self._seq(seq), ctypes.byref(out)))
         return out.value
-
-    def close(self) -> None:
-        """Release the cache (once; later calls do nothing). Raises LlaisysError if the library
-        refuses the handle (it was destroyed behind this object's back)."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle:
-            check(LIB.llaisysKVCacheDestroy(handle))
-
-    def __enter__(self) -> "KVCache":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # never raise from a finalizer
-            pass

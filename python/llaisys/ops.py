@@ -11,6 +11,7 @@ from .libllaisys import LIB, check
 from .libllaisys.model import RopeScaling
 from .libllaisys.ops import llaisysPackedLinear_t
 from .tensor import Tensor
+from .owned import OwnedHandle
 
 
 def add(out: Tensor, a: Tensor, b: Tensor) -> Tensor:
@@ -33,13 +34,15 @@ def linear(out: Tensor, inp: Tensor, weight: Tensor, bias: Optional[Tensor] = No
     return out
 
 
-class PackedLinear:
+class PackedLinear(OwnedHandle):
     """A linear weight [n, k] packed once for the CPU GEMM (the form the model runs).
 
     ``packed(out, inp, bias)`` computes out [m, n] = inp [m, k] @ weight^T + bias, with out and
     inp f32 and bias (optional) of the weight's dtype. The object holds its own packed copy,
     so ``weight`` may be freed; close() (or the end of a ``with`` block) frees it.
     """
+
+    _DESTROY = "llaisysPackedLinearDestroy"
 
     def __init__(self, weight: Tensor):
         self._handle: Optional[int] = None
@@ -72,23 +75,6 @@ class PackedLinear:
                                             ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64)),
                                             ctypes.byref(screened)))
         return ids, bool(screened.value)
-
-    def close(self) -> None:
-        if self._handle is not None:
-            handle, self._handle = self._handle, None
-            check(LIB.llaisysPackedLinearDestroy(handle))
-
-    def __enter__(self) -> "PackedLinear":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # never raise from a finalizer
-            pass
 
 
 def rms_norm(out: Tensor, inp: Tensor, weight: Tensor, eps: float) -> Tensor:

@@ -6,6 +6,7 @@ import ctypes
 from dataclasses import dataclass
 
 from .libllaisys import LIB, DeviceType, MemcpyKind, MemoryKind, Status, check
+from .owned import OwnedHandle
 
 
 def cpu_isa() -> str:
@@ -73,7 +74,10 @@ def memcpy(device: DeviceType, dst: int, src: int, size: int, kind: MemcpyKind, 
                                      int(kind), stream.handle))
 
 
-class Stream:
+class Stream(OwnedHandle):
+    _DESTROY = "llaisysStreamDestroy"
+    _HANDLE_ATTR = "handle"
+
     def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
         self.handle = None
         h = ctypes.c_void_p()
@@ -83,27 +87,11 @@ class Stream:
     def synchronize(self) -> None:
         check(LIB.llaisysStreamSynchronize(self.handle))
 
-    def close(self) -> None:
-        """Release the stream (once; later calls do nothing); raises LlaisysError if the
-        library refuses it."""
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            check(LIB.llaisysStreamDestroy(handle))
 
-    def __enter__(self) -> "Stream":
-        return self
+class Event(OwnedHandle):
+    _DESTROY = "llaisysEventDestroy"
+    _HANDLE_ATTR = "handle"
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # never raise from a finalizer
-            pass
-
-
-class Event:
     def __init__(self, device: DeviceType = DeviceType.CPU, device_id: int = 0):
         self.handle = None
         h = ctypes.c_void_p()
@@ -124,22 +112,3 @@ class Event:
         ms = ctypes.c_float()
         check(LIB.llaisysEventElapsedTime(self.handle, end.handle, ctypes.byref(ms)))
         return ms.value
-
-    def close(self) -> None:
-        """Release the event (once; later calls do nothing); raises LlaisysError if the
-        library refuses it."""
-        handle, self.handle = getattr(self, "handle", None), None
-        if handle:
-            check(LIB.llaisysEventDestroy(handle))
-
-    def __enter__(self) -> "Event":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # never raise from a finalizer
-            pass

@@ -10,6 +10,7 @@ import numpy as np
 from .dtypes import as_dtype, bf16_bits_to_f32, f32_to_bf16_bits, from_numpy_dtype, storage_numpy_dtype
 from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
 from .libllaisys.tensor import MAX_DIMS, llaisysTensor_t
+from .owned import OwnedHandle
 
 
 def _sizes(values: Sequence[int], what: str) -> "ctypes.Array[ctypes.c_size_t]":
@@ -21,12 +22,14 @@ def _sizes(values: Sequence[int], what: str) -> "ctypes.Array[ctypes.c_size_t]":
     return (ctypes.c_size_t * max(len(values), 1))(*values)
 
 
-class Tensor:
+class Tensor(OwnedHandle):
     """A tensor owned by this object; ``close()`` (or ``with``) releases the handle.
 
     Views (``view``, ``permute``, ``slice``, ``reshape``) share storage and keep it alive on
     their own, so handles can be closed in any order.
     """
+
+    _DESTROY = "llaisysTensorDestroy"
 
     def __init__(self, shape: Sequence[int], dtype: "DataType | str" = DataType.F32,
                  device: DeviceType = DeviceType.CPU, device_id: int = 0):
@@ -56,25 +59,6 @@ class Tensor:
         if self._handle is None:
             raise ValueError("tensor is closed")
         return self._handle
-
-    def close(self) -> None:
-        """Release the handle (once; later calls do nothing). Raises LlaisysError if the
-        library refuses it: the handle was destroyed behind this object's back."""
-        handle, self._handle = getattr(self, "_handle", None), None
-        if handle is not None:
-            check(LIB.llaisysTensorDestroy(handle))
-
-    def __enter__(self) -> "Tensor":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:  # never raise from a finalizer (the library may be gone at exit)
-            pass
 
     # -- numpy ------------------------------------------------------------------------
     @classmethod

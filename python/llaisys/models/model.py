@@ -16,6 +16,7 @@ from ..libllaisys.kv_cache import llaisysKVCache_t
 from ..libllaisys.model import Activation, Arch, ModelStats, RopeScaling, StepOutput, WeightKind, llaisysModel_t
 from ..libllaisys.model import ModelParams as CModelParams
 from ..libllaisys.sampler import SamplingParams as CSamplingParams
+from ..owned import OwnedHandle
 from .arch import weight_slots
 from .config import ModelParams
 from .loader import LoadedModel, load_model
@@ -55,9 +56,11 @@ def c_params(p: ModelParams, dtype: DataType) -> tuple:
     return c, window
 
 
-class Model:
+class Model(OwnedHandle):
     """A decoder of any registered architecture in libllaisys. Weights are copied into the core
     once at construction, each to the (kind, layer) slot the architecture's weight map names."""
+
+    _DESTROY = "llaisysModelDestroy"
 
     def __init__(self, loaded: LoadedModel, device: DeviceType = DeviceType.CPU, device_id: int = 0):
         cfg = loaded.config
@@ -172,20 +175,3 @@ class Model:
         return res
 
     _fill = staticmethod(fill_sampling)  # the name llaisys.sampler used before step_io existed
-
-    def close(self) -> None:
-        if getattr(self, "_handle", None):
-            LIB.llaisysModelDestroy(self._handle)
-            self._handle = None
-
-    def __enter__(self) -> "Model":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
