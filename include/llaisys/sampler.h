@@ -26,8 +26,10 @@
  *     index, deterministically (a softmax over a NaN is undefined);
  *   - such a row's logprob and its top-N logprobs are NaN, and its top-N ids put the raw
  *     row's NaNs first (by id), then the largest logits (ties by id): the argmax's order,
- *     used for every row's top-N.
- * Rows without a NaN are not affected by this rule. CPU and GPU samplers follow it alike.
+ *     used for every row's top-N;
+ *   - likewise a sampled row whose largest value is +inf, or which is -inf everywhere, has no
+ *     softmax (inf - inf) and returns its argmax: the first +inf, or index 0.
+ * Rows with a finite maximum are not affected by this rule. CPU and GPU samplers follow it alike.
  */
 #ifndef LLAISYS_SAMPLER_H
 #define LLAISYS_SAMPLER_H

@@ -221,8 +221,11 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one,
             // and then that first NaN is the token whatever the temperature.
             const int64_t top = int64_t(first_argmax(s.w.data(), vocab));
+            // The same for a row whose largest value is +inf or which is all -inf: softmax has no
+            // value there (inf - inf), so the draw is the argmax too (first +inf; index 0).
             const bool nan_row = std::isnan(s.w[size_t(top)]);
-            int64_t chosen = p.temperature == 0.0f || nan_row ? top : draw(s, vocab, p);
+            const bool no_softmax = !std::isfinite(s.w[size_t(top)]);
+            int64_t chosen = p.temperature == 0.0f || no_softmax ? top : draw(s, vocab, p);
             out.token_ids[r] = chosen;
             bool want_lp = out.logprobs != nullptr || (p.n_logprobs > 0 && out.top_ids != nullptr);
             if (!want_lp) continue;

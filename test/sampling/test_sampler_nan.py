@@ -135,3 +135,22 @@ def test_nan_bias_is_refused():
     """A NaN can only come from the logits (or inf - inf): a bias must be finite."""
     with pytest.raises(ValueError, match="bias_values"):
         sample(np.zeros((1, 10), np.float32), [RowSampling(logit_bias={3: float("nan")})])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_rows_without_a_softmax_return_their_argmax(device):
+    """A sampled row whose largest value is +inf, or which is -inf everywhere, has no softmax
+    (inf - inf): it returns its argmax (the first +inf; index 0), like a NaN row, beside normal
+    rows that come out as they do alone."""
+    vocab = 300
+    rng = np.random.default_rng(7)
+    normal = (rng.standard_normal((2, vocab)) * 2).astype(np.float32)
+    pos_inf = (rng.standard_normal(vocab)).astype(np.float32)
+    pos_inf[[41, 250]] = INF
+    neg_inf = np.full(vocab, -INF, np.float32)
+    logits = np.stack([normal[0], pos_inf, neg_inf, normal[1]])
+    hot = RowSampling(temperature=1.0, top_k=50, top_p=0.9, seed=3)
+    got = run(device, logits, [hot] * 4)
+    assert got.token_ids.tolist()[1:3] == [41, 0]
+    alone = run(device, normal, [hot] * 2)
+    assert [got.token_ids[0], got.token_ids[3]] == alone.token_ids.tolist()

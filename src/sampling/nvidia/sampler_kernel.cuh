@@ -230,7 +230,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows(KernelArgs a) {
     // iff the row has one, and then that first NaN is the token whatever the temperature.
     const uint32_t top = block_argmax(w, n, sh);
     const bool nan_row = isnan(w[top]);  // block-uniform: w is no longer written
-    const uint32_t chosen = d.greedy || nan_row ? top : draw(w, n, d, keys, ids, sh);  // 5-9
+    // +inf as the largest value, or a row all -inf: no softmax exists (inf - inf), the draw is the argmax too
+    const bool no_softmax = !isfinite(w[top]);
+    const uint32_t chosen = d.greedy || no_softmax ? top : draw(w, n, d, keys, ids, sh);  // 5-9
 
     if (nan_row && d.n_top > 0) {  // a NaN row's logprobs are NaN (also when steps 1-3 made it)
         float *lps = a.top_logprobs + size_t(row) * a.n_top_max;
