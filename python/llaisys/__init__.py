@@ -8,7 +8,7 @@ OpenAI-compatible server. Importing it never imports torch or transformers.
 from . import ops, runtime
 from .libllaisys import DataType, DeviceType, LlaisysError, LlaisysInputError, MemcpyKind, MemoryKind, Status
 from .libllaisys import LIB as _LIB
-from .engine import LLM, SamplingParams
+from .engine import LLM, PoolingParams, SamplingParams
 from .tensor import Tensor
 
 __version__ = _LIB.llaisysVersion().decode()
@@ -16,6 +16,7 @@ __version__ = _LIB.llaisysVersion().decode()
 __all__ = [
     "DataType",
     "LLM",
+    "PoolingParams",
     "SamplingParams",
     "DeviceType",
     "LlaisysError",

@@ -11,7 +11,7 @@ import threading
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from llaisys.engine import AsyncEngine, SamplingParams
+from llaisys.engine import AsyncEngine, PoolingParams, SamplingParams
 from llaisys.server.metrics import ServerMetrics
 
 
@@ -174,3 +174,17 @@ def test_several_models_and_a_dead_engine(engines):
     assert value(s, "llaisys:engine_alive", model_name="a") == 1
     assert value(s, "llaisys:engine_alive", model_name="b") == 0
     assert ("llaisys:time_to_first_token_seconds_count", frozenset({("model_name", "a")})) not in s
+
+
+def test_pooling_requests_are_counted(engines):
+    """Embedding (pooling) requests show as their own finished counter and pooled tokens; the
+    scheduler runs them, so they count among the prompt tokens too."""
+    eng = engines(block_size=4)
+    metrics = ServerMetrics(lambda: {"m": eng})
+    assert value(samples(metrics), "llaisys:pooled_tokens_total", model_name="m") == 0
+    outs = [list(eng.encode(f"e{i}", list(range(1, n + 1)), PoolingParams()))[-1] for i, n in enumerate([5, 9])]
+    assert [o.finish_reason for o in outs] == ["stop", "stop"]
+    s = samples(metrics)
+    assert value(s, "llaisys:pooling_requests_finished_total", model_name="m", finished_reason="stop") == 2
+    assert value(s, "llaisys:pooled_tokens_total", model_name="m") == 14
+    assert value(s, "llaisys:prompt_tokens_total", model_name="m") == 14

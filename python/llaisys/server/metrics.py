@@ -5,7 +5,7 @@ do not clash):
 
 - engine state, read at scrape time from each model's ``AsyncEngine.snapshot()``: gauges
   (running, waiting, KV usage) and the engine's counters (prompt/generation tokens,
-  preemptions, prefix-cache tokens queried and hit). Reading at scrape time means the
+  preemptions, prefix-cache tokens queried and hit, pooling requests and their tokens). Reading at scrape time means the
   numbers are the engine's own, never a second count that could drift from it.
 - per-request observations the server reports through ``on_request_done`` once an HTTP
   request ends: finish reasons, TTFT / TPOT / end-to-end / inter-token latency histograms,
@@ -64,6 +64,12 @@ class _EngineCollector:
                                       labels=["model_name"]),
             "ph": CounterMetricFamily(PREFIX + "prefix_cache_hits", "Prompt tokens served from the prefix cache.",
                                       labels=["model_name"]),
+            "pool": CounterMetricFamily(PREFIX + "pooling_requests_finished",
+                                        "Pooling (embedding) requests finished, by finish reason.",
+                                        labels=["model_name", "finished_reason"]),
+            "pooled": CounterMetricFamily(PREFIX + "pooled_tokens",
+                                          "Prompt tokens of pooling requests that finished with a vector.",
+                                          labels=["model_name"]),
         }
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
@@ -76,6 +82,9 @@ class _EngineCollector:
             fams["preempt"].add_metric([name], m.num_preemptions_total)
             fams["pq"].add_metric([name], m.prefix_cache.query_tokens)
             fams["ph"].add_metric([name], m.prefix_cache.hit_tokens)
+            for reason, count in sorted(m.pooling_finished_total.items()):
+                fams["pool"].add_metric([name, reason], count)
+            fams["pooled"].add_metric([name], m.pooled_tokens_total)
         yield from fams.values()
 
 
