@@ -89,6 +89,9 @@ def test_rope_scaling_types(spelling):
     y = parse("llama", **{spelling: {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128}})
     assert y.rope.scaling == "yarn" and y.rope.attention_factor == pytest.approx(0.1 * 1.3862944 + 1)
     assert (y.rope.beta_fast, y.rope.beta_slow) == (32.0, 1.0)
+    # YaRN without original_max_position_embeddings: the trained context, as transformers fills it in
+    y = parse("llama", **{spelling: {"rope_type": "yarn", "factor": 4.0}})
+    assert y.rope.original_max_position == y.max_position_embeddings
     assert parse("qwen2", rope_theta=..., rope_parameters={"rope_type": "default", "rope_theta": 5e5}).rope_theta == 5e5
 
 
@@ -115,8 +118,8 @@ def test_rope_scaling_types(spelling):
     ("llama", {"rope_parameters": {"rope_type": "longrope"}}, "rope_parameters.rope_type", "longrope"),
     ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 64}},
      "rope_scaling.low_freq_factor", "needs field 'rope_scaling.low_freq_factor'"),
-    ("llama", {"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling.original_max_position_embeddings",
-     "needs"),
+    ("llama", {"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0}},
+     "rope_scaling.original_max_position_embeddings", "needs"),
     ("llama", {"rope_scaling": {**LLAMA3, "high_freq_factor": 0.5}}, "rope_scaling.high_freq_factor",
      "must exceed low_freq_factor"),
     ("llama", {"rope_scaling": {**LLAMA3, "original_max_position_embeddings": 1024}},

@@ -76,8 +76,11 @@ def check_config_against_tensors(config: ModelParams, tensors: dict, config_sour
     q, k = dims("model.layers.0.self_attn.q_proj.weight"), dims("model.layers.0.self_attn.k_proj.weight")
     hd = config.head_dim
     if q is not None and q[0] != config.num_attention_heads * hd:
-        field_error("num_attention_heads", config.num_attention_heads,
-                    f"a q_proj of {q[0]} rows, not num_attention_heads x head_dim {hd}")
+        # an explicit head_dim (not hidden_size / heads) is the likelier culprit than the head count
+        explicit = hd != config.hidden_size // config.num_attention_heads
+        key = "head_dim" if explicit else "num_attention_heads"
+        field_error(key, hd if explicit else config.num_attention_heads,
+                    f"a q_proj of {q[0]} rows, not num_attention_heads {config.num_attention_heads} x head_dim {hd}")
     if k is not None and k[0] != config.num_key_value_heads * hd:
         field_error("num_key_value_heads", config.num_key_value_heads,
                     f"a k_proj of {k[0]} rows, not num_key_value_heads x head_dim {hd}")

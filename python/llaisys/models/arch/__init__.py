@@ -51,7 +51,7 @@ def spec_for_name(architecture: str) -> ArchSpec:
 
 def spec_for(d, source: str) -> ArchSpec:
     """The spec a config dict names: the first known entry of `architectures`, or, when a
-    config lists none, its `model_type`. A `model_type` must agree with the spec."""
+    config lists none, its `model_type`. The `model_type` must be given and agree with the spec."""
     if not isinstance(d, dict):
         raise ModelFileError(source, None, f"config must be a JSON object, got {type(d).__name__}")
     archs, model_type = d.get("architectures"), d.get("model_type")
@@ -68,7 +68,10 @@ def spec_for(d, source: str) -> ArchSpec:
     if spec is None:
         raise ModelFileError(source, "architectures",
                              f"architectures {shown(archs)} is not supported; known: {known()}")
-    if model_type is not None and model_type != spec.model_type:
+    if model_type is None:  # transformers cannot load such a config either (AutoConfig keys on it)
+        raise ModelFileError(source, "model_type", f"config has no model_type ({spec.architecture} needs "
+                                                   f"{spec.model_type!r})")
+    if model_type != spec.model_type:
         raise ModelFileError(source, "model_type", f"model_type {shown(model_type)} does not match "
                                                    f"{spec.architecture} (need {spec.model_type!r})")
     return spec

@@ -92,7 +92,9 @@ def rope(d: dict, source: str, max_pos: int) -> tuple:
     factor = num("factor")
     if kind == "linear":
         return theta, RopeParams("linear", factor=factor)
-    original = num("original_max_position_embeddings", kind_=int)
+    # YaRN without it means the trained context (transformers' standardize_rope_params fills it
+    # in the same way); llama3 must state it
+    original = num("original_max_position_embeddings", default=max_pos if kind == "yarn" else None, kind_=int)
     if original > max_pos:
         raise ModelFileError(source, f"{where}.original_max_position_embeddings",
                              f"original_max_position_embeddings {original} exceeds max_position_embeddings {max_pos}")
@@ -105,7 +107,7 @@ def rope(d: dict, source: str, max_pos: int) -> tuple:
                                  original_max_position=original)
     for key in ("mscale", "mscale_all_dim"):  # DeepSeek-style attention factors
         if merged.get(key):
-            raise ModelFileError(source, f"{where}.{key}", f"YaRN field {key!r} is not supported")
+            raise ModelFileError(source, f"{where}.{key}", f"YaRN field '{where}.{key}' is not supported")
     if merged.get("truncate", True) is not True:
         raise ModelFileError(source, f"{where}.truncate", "YaRN with truncate=false is not supported")
     attention = num("attention_factor", 0.1 * math.log(factor) + 1.0 if factor > 1 else 1.0)
