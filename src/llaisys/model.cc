@@ -60,7 +60,11 @@ llaisysStatus_t llaisysModelSetWeight(llaisysModel_t model, const char *name, ll
         dtype = capi::enum_arg(dtype);
         LLAISYS_CHECK_ARG(shape != nullptr || ndim == 0, "shape is NULL");
         LLAISYS_CHECK_ARG(ndim <= LLAISYS_TENSOR_MAX_DIMS, "ndim ", ndim, " is too large");
-        m->set_weight(name, kind, layer, data, dtype, std::vector<size_t>(shape, shape + ndim));
+        // kind is read only through enum_in_range (an out-of-range value copied as the enum type
+        // is an invalid load); with a name it is ignored
+        const llaisysWeightKind_t k =
+            name ? LLAISYS_WEIGHT_EMBED : capi::enum_in_range(kind, LLAISYS_WEIGHT_EMBED, LLAISYS_WEIGHT_DOWN, "weight kind");
+        m->set_weight(name, k, layer, data, dtype, std::vector<size_t>(shape, shape + ndim));
     });
 }
 

@@ -49,11 +49,12 @@ llaisysStatus_t model_step(H model, llaisysKVCache_t cache, const llaisysBatch_t
 }
 
 // A KV cache shaped for the model (enums checked).
-inline std::shared_ptr<kv::KVCache> model_kv_cache(const models::Model &m, llaisysKVLayout_t layout,
-                                                   llaisysDataType_t dtype, size_t n_slots, size_t block_size) {
-    layout = enum_arg(layout);
-    dtype = enum_arg(dtype);
-    return m.create_kv_cache(layout, dtype, n_slots, block_size);
+// The enums come by reference: a caller's out-of-range value is only read through enum_arg
+// (copying it as the enum type is what UBSan calls an invalid load).
+inline std::shared_ptr<kv::KVCache> model_kv_cache(const models::Model &m, const llaisysKVLayout_t &layout,
+                                                   const llaisysDataType_t &dtype, size_t n_slots,
+                                                   size_t block_size) {
+    return m.create_kv_cache(enum_arg(layout), enum_arg(dtype), n_slots, block_size);
 }
 
 }  // namespace llaisys::capi
