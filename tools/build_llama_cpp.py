@@ -1,0 +1,142 @@
+"""Build llama.cpp, the benchmark peer, once per CPU kind, outside the repository.
+
+    python tools/build_llama_cpp.py [--print-env]
+
+What it builds, all under $LLAISYS_HOME/peers (default ~/.cache/llaisys/peers):
+- the llama-cpp-python sdist (pinned below), fetched with `pip download` and unpacked;
+- from the llama.cpp source vendored in it, one CMake build per CPU kind (`build-avx2`,
+  `build-avx512`, `build-avx512bf16`: -march=native code from one machine can fault on
+  another): the shared libraries (libllama, libggml*), `llama-server` (llama.cpp's own HTTP
+  server: parallel slots, continuous batching) and `llama-bench`;
+- a virtualenv `venv` with llama-cpp-python's Python package and its server extras, installed
+  without its own copy of the native build (-DLLAMA_BUILD=OFF): at run time
+  LLAMA_CPP_LIB_PATH points it at the libraries above, so the bindings, llama-cpp-python's
+  server and llama-server all run the very same compiled llama.cpp.
+
+The build compiles for about 20 minutes on 2 cores and is skipped when already done. It is a
+benchmarking aid: nothing in llaisys' build, tests or CI runs it. --print-env prints the
+paths as shell assignments (LLAMA_SERVER, LLAMA_CPP_PYTHON, LLAMA_CPP_LIB_PATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+PIN = "0.3.36"  # llama-cpp-python; the llama.cpp commit it vendors is recorded in peer.json
+TARGETS = ("llama", "llama-server", "llama-bench")
+
+
+def home() -> Path:
+    return Path(os.environ.get("LLAISYS_HOME", Path.home() / ".cache" / "llaisys")) / "peers"
+
+
+def cpu_flags() -> set:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def cpu_kind(flags: set | None = None) -> str:
+    """The ISA tier a -march=native build depends on (what separates this project's machines)."""
+    flags = cpu_flags() if flags is None else flags
+    if "avx512_bf16" in flags:
+        return "avx512bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "generic"
+
+
+def paths(kind: str | None = None) -> dict:
+    root = home()
+    src = root / f"llama_cpp_python-{PIN}"
+    build = root / f"build-{kind or cpu_kind()}"
+    return {"root": root, "src": src, "vendor": src / "vendor" / "llama.cpp", "build": build,
+            "bin": build / "bin", "server": build / "bin" / "llama-server", "venv": root / "venv",
+            "python": root / "venv" / "bin" / "python"}
+
+
+def run(cmd: list, **kw) -> None:
+    print("+", " ".join(str(c) for c in cmd), flush=True)
+    subprocess.run([str(c) for c in cmd], check=True, **kw)
+
+
+def fetch_source(p: dict) -> None:
+    if (p["vendor"] / "CMakeLists.txt").exists():
+        return
+    dl = p["root"] / "sdist"
+    dl.mkdir(parents=True, exist_ok=True)
+    run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+         f"llama-cpp-python=={PIN}", "-d", dl])
+    with tarfile.open(next(dl.glob(f"llama_cpp_python-{PIN}.tar.gz"))) as tar:
+        tar.extractall(p["root"], filter="data")
+
+
+def build_native(p: dict) -> None:
+    if p["server"].exists() and (p["bin"] / "libllama.so").exists():
+        return
+    t = time.time()
+    print(f"building llama.cpp for this CPU ({cpu_kind()}) in {p['build']}: about 20 minutes on 2 cores",
+          flush=True)
+    gen = ["-G", "Ninja"] if subprocess.run(["ninja", "--version"], capture_output=True).returncode == 0 else []
+    run(["cmake", "-S", p["vendor"], "-B", p["build"], *gen, "-DCMAKE_BUILD_TYPE=Release",
+         "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
+         "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
+         "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_APP=OFF"])
+    run(["cmake", "--build", p["build"], "--target", *TARGETS, "-j", str(os.cpu_count() or 2)])
+    print(f"built in {(time.time() - t) / 60:.1f} min", flush=True)
+
+
+def install_python(p: dict) -> None:
+    probe = [str(p["python"]), "-c", "import llama_cpp.server.app"]
+    env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(p["bin"]))
+    if p["python"].exists() and subprocess.run(probe, capture_output=True, env=env).returncode == 0:
+        return
+    run([sys.executable, "-m", "venv", p["venv"]])
+    env["CMAKE_ARGS"] = "-DLLAMA_BUILD=OFF"  # the bindings only; the libraries come from build_native
+    run([p["python"], "-m", "pip", "install", "-q", f"{p['src']}[server]", "numpy"], env=env)
+
+
+def describe(p: dict) -> dict:
+    commit = ""
+    head = p["vendor"] / ".git"
+    if not head.exists():  # the sdist carries no git metadata; llama.cpp stamps its build info
+        info = p["build"] / "common" / "build-info.cpp"
+        commit = info.read_text().split("LLAMA_COMMIT = \"", 1)[-1].split('"', 1)[0] if info.exists() else ""
+    return {"llama_cpp_python": PIN, "llama_cpp_commit": commit, "cpu_kind": cpu_kind(),
+            "server": str(p["server"]), "bench": str(p["bin"] / "llama-bench"),
+            "python": str(p["python"]), "lib_path": str(p["bin"])}
+
+
+def ensure() -> dict:
+    """Build what is missing and return the peer's paths (see describe)."""
+    p = paths()
+    p["root"].mkdir(parents=True, exist_ok=True)
+    fetch_source(p)
+    build_native(p)
+    install_python(p)
+    info = describe(p)
+    (p["build"] / "peer.json").write_text(json.dumps(info, indent=2))
+    return info
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--print-env", action="store_true", help="print the paths as shell assignments")
+    args = ap.parse_args()
+    info = ensure()
+    if args.print_env:
+        print(f"LLAMA_SERVER={info['server']}\nLLAMA_CPP_PYTHON={info['python']}\nLLAMA_CPP_LIB_PATH={info['lib_path']}")
+    else:
+        print(json.dumps(info, indent=2))
+
+
+if __name__ == "__main__":
+    main()
