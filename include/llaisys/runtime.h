@@ -40,6 +40,19 @@ LLAISYS_API llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, in
  * with the environment variable LLAISYS_ISA; chosen once per process. */
 LLAISYS_API const char *llaisysCpuIsa(void);
 
+/* Threads of the CPU kernels (OpenMP), one count for the whole process, used by every call
+ * into the library from any thread after it is set. The default is the number of physical
+ * cores the process may run on (SMT siblings count once; affinity mask and cgroup CPU quota
+ * respected), or OMP_NUM_THREADS when the environment sets it.
+ * llaisysSetNumThreads: INVALID_ARGUMENT (naming `threads`) unless 1 <= threads <=
+ * LLAISYS_MAX_THREADS; takes effect from the next call. Do not call it while another thread
+ * runs a step. llaisysGetNumThreads: the current count into *out (INVALID_ARGUMENT if NULL).
+ * How idle threads wait (spin or sleep) is OpenMP's, read from OMP_WAIT_POLICY and
+ * GOMP_SPINCOUNT when the library loads (doc/architecture.md, "Threads"). */
+#define LLAISYS_MAX_THREADS 1024
+LLAISYS_API llaisysStatus_t llaisysSetNumThreads(int threads);
+LLAISYS_API llaisysStatus_t llaisysGetNumThreads(int *out);
+
 /* Make `device_id` the current device of its type for the calling thread. */
 LLAISYS_API llaisysStatus_t llaisysSetDevice(llaisysDeviceType_t device, int device_id);
 

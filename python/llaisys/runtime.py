@@ -5,7 +5,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
-from .libllaisys import LIB, DeviceType, MemcpyKind, MemoryKind, Status, check
+from .libllaisys import LIB, DeviceType, LlaisysInputError, MemcpyKind, MemoryKind, Status, check
+from .libllaisys.runtime import MAX_THREADS
 from .owned import OwnedHandle
 
 
@@ -13,6 +14,26 @@ def cpu_isa() -> str:
     """The SIMD path of this process's CPU kernels: "scalar", "avx2", "avx512" or "avx512bf16"
     (the best the CPU has, or a lower one forced with LLAISYS_ISA)."""
     return LIB.llaisysCpuIsa().decode()
+
+
+def set_num_threads(n: int) -> None:
+    """Use `n` threads in the CPU kernels from the next call on, in every thread of the process.
+
+    LlaisysInputError (a ValueError) naming ``threads`` unless 1 <= n <= MAX_THREADS; TypeError
+    for a non-integer. Not while another thread runs a step (the engine's loop thread)."""
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"threads must be an integer, got {n!r}")
+    if not 1 <= n <= MAX_THREADS:  # the core refuses it too; this keeps huge ints out of c_int
+        raise LlaisysInputError(Status.INVALID_ARGUMENT, f"threads must be in 1..{MAX_THREADS}, got {n}")
+    check(LIB.llaisysSetNumThreads(n))
+
+
+def num_threads() -> int:
+    """Threads the CPU kernels use: set_num_threads's, else the default (the physical cores this
+    process may run on, or OMP_NUM_THREADS when the environment sets it)."""
+    n = ctypes.c_int(0)
+    check(LIB.llaisysGetNumThreads(ctypes.byref(n)))
+    return n.value
 
 
 def device_count(device: DeviceType) -> int:

@@ -2,6 +2,7 @@
 // runs inside guard() / guard_value(), so nothing throws across the C ABI.
 #pragma once
 
+#include "../core/threads.hpp"
 #include "../tensor/tensor.hpp"
 #include "../utils/error.hpp"
 #include "handles.hpp"
@@ -23,10 +24,12 @@ namespace llaisys::capi {
 
 llaisysStatus_t report(llaisysStatus_t status, const std::string &message);
 
-// Run f(); map exceptions to a status and the thread's last error.
+// Run f(); map exceptions to a status and the thread's last error. The calling thread's
+// OpenMP team size follows llaisysSetNumThreads first (core/threads.hpp).
 template <class F>
 llaisysStatus_t guard(F &&f) noexcept {
     try {
+        core::apply_threads();
         f();
         return LLAISYS_STATUS_OK;
     } catch (const Error &e) {

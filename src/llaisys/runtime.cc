@@ -2,6 +2,7 @@
 #include "guard.hpp"
 
 #include "../core/allocator.hpp"
+#include "../core/threads.hpp"
 #include "../device/runtime_api.hpp"
 #include "../utils/cpu_isa.hpp"
 #include "llaisys/runtime.h"
@@ -73,6 +74,19 @@ void *native_of(const std::shared_ptr<Stream> &s) { return s ? s->native : nullp
 extern "C" {
 
 const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
+
+static_assert(LLAISYS_MAX_THREADS == core::kMaxThreads);
+
+llaisysStatus_t llaisysSetNumThreads(int threads) {
+    return guard([&] { core::set_threads(threads); });
+}
+
+llaisysStatus_t llaisysGetNumThreads(int *out) {
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = core::threads();
+    });
+}
 
 llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, int *count) {
     return guard([&] {

@@ -27,10 +27,13 @@ class LLM:
                  kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
-                 seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None):
+                 seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None,
+                 threads: Optional[int] = None):
+        # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
+        # None keeps the current count, by default the physical cores
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
-                                          gpu_memory_utilization=gpu_memory_utilization))
+                                          gpu_memory_utilization=gpu_memory_utilization, threads=threads))
         try:
             num_blocks = self.worker.num_blocks(block_size, max_num_batched_tokens, max_num_seqs)
             limit = min(self.worker.model.config.max_position_embeddings, num_blocks * block_size)

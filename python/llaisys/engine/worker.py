@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional, Union
 
+from .. import runtime
 from ..dtypes import as_dtype
 from ..kv_cache import as_layout
 from ..libllaisys import DeviceType
@@ -60,6 +61,9 @@ class WorkerConfig:
     # GPU only: size the KV pool so that the process uses this fraction of the GPU's memory
     # (after the weights and the step's workspace), instead of kv_cache_memory
     gpu_memory_utilization: Optional[float] = None
+    # CPU kernel threads for the whole process (llaisys.runtime.set_num_threads), set before the
+    # weights load; None keeps the current count (default: the physical cores)
+    threads: Optional[int] = None
 
 
 class Worker:
@@ -73,6 +77,8 @@ class Worker:
                                  "give kv_cache_memory instead")
             if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
                 raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
+        if cfg.threads is not None:  # checked (ValueError naming threads) before the load
+            runtime.set_num_threads(cfg.threads)
         t0 = time.monotonic()
         self.path = hub.resolve_model(cfg.model)
         self.tokenizer = Tokenizer.from_dir(self.path)

@@ -7,12 +7,16 @@ import ctypes
 llaisysStream_t = ctypes.c_void_p
 llaisysEvent_t = ctypes.c_void_p
 
+MAX_THREADS = 1024  # LLAISYS_MAX_THREADS
+
 
 def declare(lib: ctypes.CDLL) -> None:
     c_int, c_size_t, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p
     status = ctypes.c_int32
     table = {
         "llaisysGetDeviceCount": [c_int, ctypes.POINTER(c_int)],
+        "llaisysSetNumThreads": [c_int],
+        "llaisysGetNumThreads": [ctypes.POINTER(c_int)],
         "llaisysSetDevice": [c_int, c_int],
         "llaisysDeviceSynchronize": [c_int, c_int],
         "llaisysMalloc": [c_int, c_int, c_int, c_size_t, ctypes.POINTER(c_void_p)],

@@ -1,0 +1,183 @@
+"""The CPU kernels' thread count: llaisysSetNumThreads / llaisysGetNumThreads and their Python
+mirrors (llaisys.runtime.set_num_threads / num_threads), the default (physical cores, or
+OMP_NUM_THREADS), that the count reaches the OpenMP teams of every calling thread, and that
+results do not depend on it."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from llaisys import runtime
+from llaisys.libllaisys import LIB, LlaisysInputError, Status, last_error
+from llaisys.libllaisys.runtime import MAX_THREADS
+
+INCLUDE = Path(__file__).parents[2] / "include" / "llaisys" / "runtime.h"
+
+
+@pytest.fixture
+def restore_threads():
+    before = runtime.num_threads()
+    yield
+    runtime.set_num_threads(before)
+
+
+def run_python(code: str, **env) -> str:
+    """Run `code` in a fresh interpreter with this one's environment plus `env` (a value of None
+    removes the variable); its stdout."""
+    e = dict(os.environ)
+    for k, v in env.items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
+    proc = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def physical_cores() -> int:
+    """Distinct (package, core) pairs of the CPUs this process may run on, capped by a cgroup quota."""
+    cores = set()
+    for cpu in os.sched_getaffinity(0):
+        topo = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        cores.add(((topo / "physical_package_id").read_text().strip(), (topo / "core_id").read_text().strip()))
+    n = len(cores)
+    cpu_max = Path("/sys/fs/cgroup/cpu.max")
+    if cpu_max.exists():
+        quota, period = cpu_max.read_text().split()
+        if quota != "max":
+            n = min(n, -(-int(quota) // int(period)))
+    return max(n, 1)
+
+
+def test_max_threads_mirrors_the_header():
+    assert f"#define LLAISYS_MAX_THREADS {MAX_THREADS}" in INCLUDE.read_text()
+
+
+@pytest.mark.skipif(not Path("/sys/devices/system/cpu/cpu0/topology/core_id").exists(), reason="no sysfs topology")
+def test_default_is_the_physical_cores():
+    out = run_python("from llaisys import runtime; print(runtime.num_threads())", OMP_NUM_THREADS=None)
+    assert int(out) == physical_cores()
+
+
+@pytest.mark.parametrize("env, expected", [("3", 3), ("5,2", 5), ("1", 1)])
+def test_default_follows_omp_num_threads(env, expected):
+    out = run_python("from llaisys import runtime; print(runtime.num_threads())", OMP_NUM_THREADS=env)
+    assert int(out) == expected
+
+
+def test_set_and_get(restore_threads):
+    for n in (1, 3, MAX_THREADS, 2):
+        runtime.set_num_threads(n)
+        assert runtime.num_threads() == n
+
+
+@pytest.mark.parametrize("bad", [0, -1, MAX_THREADS + 1, 2**40])
+def test_out_of_range_is_a_value_error_naming_threads(restore_threads, bad):
+    runtime.set_num_threads(2)
+    with pytest.raises(ValueError, match="threads") as info:
+        runtime.set_num_threads(bad)
+    assert isinstance(info.value, LlaisysInputError)
+    assert runtime.num_threads() == 2  # unchanged
+
+
+@pytest.mark.parametrize("bad", [2.0, "2", True, None])
+def test_non_integer_is_a_type_error(bad):
+    with pytest.raises(TypeError, match="threads"):
+        runtime.set_num_threads(bad)
+
+
+@pytest.mark.parametrize("bad", [0, -5, MAX_THREADS + 1, -(2**31)])
+def test_c_abi_refuses_out_of_range_with_a_status(restore_threads, bad):
+    before = runtime.num_threads()
+    assert LIB.llaisysSetNumThreads(bad) == Status.INVALID_ARGUMENT
+    msg = last_error()
+    assert "threads" in msg and str(bad) in msg
+    assert runtime.num_threads() == before
+
+
+def test_c_abi_get_refuses_null():
+    assert LIB.llaisysGetNumThreads(None) == Status.INVALID_ARGUMENT
+    assert "out is NULL" in last_error()
+    n = ctypes.c_int(-1)
+    assert LIB.llaisysGetNumThreads(ctypes.byref(n)) == Status.OK and n.value >= 1
+
+
+# The kernels' team size is seen from outside as the threads OpenMP creates: libgomp keeps a
+# pool of team-size - 1 workers per calling thread, so /proc/self/task grows by that much.
+TEAM_PROBE = r"""
+import os, threading
+import numpy as np
+from llaisys import ops, runtime
+from llaisys.tensor import Tensor
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+x = Tensor.from_numpy(np.ones((64, 512), np.float32))
+w = Tensor.from_numpy(np.ones((1024, 512), np.float32))
+out = Tensor.from_numpy(np.zeros((64, 1024), np.float32))
+runtime.set_num_threads(1)
+base = tasks()
+ops.linear(out, x, w)
+one = tasks()
+runtime.set_num_threads(4)
+ops.linear(out, x, w)
+four = tasks()
+seen = []
+def other():
+    ops.linear(out, x, w)   # a thread that never set the count gets the process's
+    seen.append(tasks())
+t = threading.Thread(target=other); t.start(); t.join()
+runtime.set_num_threads(2)
+t = threading.Thread(target=other); t.start(); t.join()
+print(one - base, four - base, seen[0] - four, seen[1] - four)
+"""
+
+
+def test_the_count_reaches_every_calling_thread():
+    one, four, other4, other2 = map(int, run_python(TEAM_PROBE, OMP_NUM_THREADS=None).split())
+    assert one == 0  # one thread: no workers
+    assert four == 3  # the calling thread and 3 workers
+    assert other4 == 1 + 3  # another thread (itself) leads a team of 4
+    assert other2 == 1 + 1  # ... and of 2 after the count changed
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_linear_is_identical_across_thread_counts(restore_threads, dtype):
+    from llaisys import ops
+    from llaisys.tensor import Tensor
+
+    rng = np.random.default_rng(3)
+    m, k, n = 7, 200, 333  # odd sizes: uneven shares per thread
+    x, w, b = rng.standard_normal((m, k)), rng.standard_normal((n, k)), rng.standard_normal(n)
+    results = []
+    for threads in (1, 2, 3, 8):
+        runtime.set_num_threads(threads)
+        with Tensor.from_numpy(x, dtype) as tx, Tensor.from_numpy(w, dtype) as tw, \
+                Tensor.from_numpy(b, dtype) as tb, Tensor.from_numpy(np.zeros((m, n)), dtype) as out:
+            ops.linear(out, tx, tw, tb)
+            results.append(out.numpy(raw=True))
+            ref_x, ref_w, ref_b = tx.numpy().astype(np.float64), tw.numpy().astype(np.float64), tb.numpy()
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+    import torch
+
+    ref = torch.nn.functional.linear(torch.tensor(ref_x), torch.tensor(ref_w), torch.tensor(ref_b, dtype=torch.float64))
+    got = Tensor.from_numpy(results[0], dtype).numpy() if dtype == "bf16" else results[0].astype(np.float64)
+    tol = {"f32": 1e-4, "f16": 2e-1, "bf16": 5e-1}[dtype]
+    np.testing.assert_allclose(got, ref.numpy(), atol=tol, rtol=1e-2)
+
+
+def test_llm_threads_is_checked_before_the_load(restore_threads):
+    from llaisys import LLM
+
+    with pytest.raises(ValueError, match="threads"):
+        LLM("/nonexistent/model", threads=0)
