@@ -1,4 +1,4 @@
-"""`llaisys download`, `llaisys convert-gguf` and `llaisys export-gguf`: argparse registration and handlers.
+"""`llaisys download`, `models ls|rm`, `convert-gguf` and `export-gguf`: argparse registration and handlers.
 
 Each `add_*_parser(subparsers)` adds one subcommand and sets `func`, a handler that
 takes the parsed args and returns the process exit code (0 ok, 1 failure, 2 bad input).
@@ -19,8 +19,26 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
         description=f"Download a known model into the cache ($LLAISYS_HOME or ~/.cache/llaisys). Known: {names}.")
     p.add_argument("name", nargs="?", default=hub.DEFAULT_MODEL, help=f"model name (default {hub.DEFAULT_MODEL})")
     p.add_argument("--list", action="store_true", help="list the known models and whether each is cached")
+    p.add_argument("--keep-gguf", action="store_true",
+                   help="keep the downloaded GGUF beside the converted model (default: removed once converted)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_download)
+    return p
+
+
+def add_models_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("models", help="list or remove the models in the cache",
+                              description="The models in the cache ($LLAISYS_HOME or ~/.cache/llaisys) and their "
+                                          "sizes; remove one to free its disk space.")
+    sub = p.add_subparsers(dest="models_command", required=True, metavar="{ls,rm}")
+    ls = sub.add_parser("ls", help="list the cached models: name, kind, size, path and files")
+    ls.set_defaults(func=run_models_ls)
+    rm = sub.add_parser("rm", help="remove a cached model (asks first)")
+    rm.add_argument("name", help="a name that `llaisys models ls` shows")
+    rm.add_argument("--gguf", action="store_true",
+                    help="remove only its GGUF files (a kept download, exports), not the model")
+    rm.add_argument("-y", "--yes", action="store_true", help="do not ask")
+    rm.set_defaults(func=run_models_rm)
     return p
 
 
@@ -54,7 +72,7 @@ def run_download(args) -> int:
             print(f"{name:32} {state:15} {spec.description}")
         return 0
     try:
-        path = hub.download(args.name, progress=not args.quiet)
+        path = hub.download(args.name, progress=not args.quiet, keep_gguf=args.keep_gguf)
     except ValueError as e:
         print(f"llaisys download: error: {e}", file=sys.stderr)
         return 2
@@ -62,6 +80,64 @@ def run_download(args) -> int:
         print(f"llaisys download: failed: {e}", file=sys.stderr)
         return 1
     print(path)
+    return 0
+
+
+_NOTES = {"gguf": "a GGUF download kept beside its converted model: a second copy",
+          "export": "a GGUF written from the model (tools/bench_compare.py, llaisys export-gguf)",
+          "partial": "an unfinished download or conversion"}
+
+
+def run_models_ls(args) -> int:
+    from .models import hub, hub_cache
+
+    found = hub_cache.entries()
+    if not found:
+        print(f"no models in {hub.cache_root()} (llaisys download NAME fetches one)")
+        return 0
+    models = {e.name for e in found if e.kind == "model"}
+    width = max(len(e.name) for e in found)
+    for e in found:
+        print(f"{e.name:{width}}  {e.kind:7} {hub_cache.human(e.size):>9}  {e.path}")
+        if e.kind == "model":
+            print(f"{'':{width}}  files: {', '.join(e.files)}")
+        elif e.kind == "gguf" and e.name not in models:
+            print(f"{'':{width}}  a downloaded GGUF, not converted (llaisys download {e.name} converts it)")
+        else:
+            print(f"{'':{width}}  {_NOTES[e.kind]}")
+    total = sum(e.size for e in found)
+    print(f"total {hub_cache.human(total)} in {hub.cache_root()}")
+    extra = sorted({e.name for e in found if e.kind in ("gguf", "export") and e.name in models})
+    if extra:
+        print(f"second copies: llaisys models rm NAME --gguf frees them ({', '.join(extra)})")
+    return 0
+
+
+def run_models_rm(args) -> int:
+    from .models import hub_cache
+
+    kinds = ("gguf", "export") if args.gguf else hub_cache.KINDS
+    try:
+        doomed = hub_cache.select(args.name, kinds)
+    except ValueError as e:
+        print(f"llaisys models rm: error: {e}", file=sys.stderr)
+        return 2
+    for e in doomed:
+        print(f"  {e.kind:7} {hub_cache.human(e.size):>9}  {e.path}")
+    if not args.yes:
+        try:
+            answer = input(f"remove these {len(doomed)} item(s) of {args.name}? [y/N] ")
+        except EOFError:
+            answer = ""
+        if answer.strip().lower() not in ("y", "yes"):
+            print("nothing removed (pass --yes to skip the question)", file=sys.stderr)
+            return 1
+    try:
+        gone = hub_cache.remove(args.name, kinds)
+    except (ValueError, OSError) as e:
+        print(f"llaisys models rm: failed: {e}", file=sys.stderr)
+        return 1
+    print(f"removed {len(gone)} item(s), {hub_cache.human(sum(e.size for e in gone))}")
     return 0
 
 

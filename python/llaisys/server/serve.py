@@ -8,7 +8,6 @@ and [DONE]); the engines stop and the process exits 0. A second signal skips the
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import signal
@@ -22,8 +21,7 @@ log = logging.getLogger("llaisys.server")
 def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the OpenAI-compatible server and the web page",
                        description="Serve models over an OpenAI-compatible HTTP API (and the chat page at /). "
-                                   "With no model, the default model is downloaded (first run) and served.",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                                   "With no model, the default model is downloaded (first run) and served.")
     p.add_argument("models", nargs="*", metavar="MODEL", help="model directory or known name (served under its "
                                                               "base name); NAME_OR_DIR=SERVED_NAME renames it")
     p.add_argument("--model", action="append", default=[], metavar="NAME_OR_DIR[=SERVED_NAME]",
@@ -31,9 +29,11 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes the server)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port, printed)")
     e = p.add_argument_group("engine")
-    e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"])
+    e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"], help="where the model runs")
+    e.add_argument("--threads", type=int, default=None, help="threads for the CPU kernels (default: the physical cores)")
     e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
-    e.add_argument("--kv-layout", default="block", choices=["block", "slot"])
+    e.add_argument("--kv-layout", default="block", choices=["block", "slot"],
+                   help="KV cache layout: paged blocks (prefix caching), or llama.cpp-style cells")
     e.add_argument("--kv-cache-memory", default="1GiB", help="KV cache budget per model, e.g. 512MiB, 2GB")
     e.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help="with --device nvidia: size the KV cache so the process uses this fraction of the GPU's "
@@ -65,7 +65,8 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-sessions", type=int, default=1024, help="server-side sessions kept")
     s.add_argument("--session-ttl", type=float, default=3600.0, help="seconds an idle session is kept")
     s.add_argument("--drain-timeout", type=float, default=30.0, help="seconds in-flight requests get on shutdown")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="least severe log messages shown on stderr")
     p.set_defaults(func=run_serve)
 
 
@@ -84,6 +85,10 @@ def build_state(args):
     for name, v in (("--max-n", args.max_n), ("--max-tokens-cap", args.max_tokens_cap)):
         if v is not None and v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    if args.threads is not None:  # process-wide; ValueError naming threads when out of range
+        from .. import runtime
+
+        runtime.set_num_threads(args.threads)
     engine_kwargs = dict(device=args.device, dtype=args.dtype, kv_layout=args.kv_layout,
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
