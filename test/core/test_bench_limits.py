@@ -47,6 +47,7 @@ def test_limits_reports_every_family_the_cpu_has_and_only_those(limits):
     assert limits["threads"] == 2 and limits["quick"] is True
     for key in ("read_bandwidth_gb_s", "plain_read_gb_s", "prefetched_read_gb_s"):
         assert limits[key] > 0, key
+    assert 0 < limits["read_cpu_share"] <= 1.05
     assert limits["read_bandwidth_gb_s"] == max(limits["plain_read_gb_s"], limits["prefetched_read_gb_s"])
     assert set(limits["peaks"]) == set(FAMILIES)
     flags = cpu_flags()
@@ -55,6 +56,7 @@ def test_limits_reports_every_family_the_cpu_has_and_only_those(limits):
         assert p["instruction"] and p["unit"] in ("GFLOP/s", "GOP/s"), key
         if needs <= flags:
             assert isinstance(p["peak"], float) and p["peak"] > 0, (key, p)
+            assert 0 < p["cpu_share"] <= 1.05, (key, p)  # thread CPU time / wall time of the best run
         else:
             assert p["peak"] is None and "lacks" in p["reason"], (key, p)
 
@@ -88,23 +90,26 @@ def test_bench_compare_report_gives_llaisys_medians_and_isa(tool):
 
 @pytest.mark.slow
 def test_models_json_is_judged_against_the_path_that_ran(tmp_path, qwen05_dir, limits):
-    """End to end: bench_models.py-style rows from an avx2 run and an avx512bf16 run of the
-    bf16 0.5B model; each prefill is held against its own path's ceiling."""
+    """End to end: bench_models.py-style rows from an avx2 run, an avx512bf16 run and a run
+    that names no ISA (it takes this process's: LLAISYS_ISA=scalar) of the bf16 0.5B model;
+    each prefill is held against its own path's ceiling."""
     rows = [{"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0, "isa": "avx2"},
-            {"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0, "isa": "avx512bf16"}]
+            {"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0, "isa": "avx512bf16"},
+            {"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0}]
     (tmp_path / "models.json").write_text(json.dumps(rows))
     out = tmp_path / "limits.json"
     proc = subprocess.run([sys.executable, str(TOOL), "--quick", "--threads", "2", "--models-json",
                            str(tmp_path / "models.json"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, LLAISYS_ISA="scalar"))
     assert proc.returncode == 0, proc.stderr[-4000:]
     doc = json.loads(out.read_text())
     assert set(doc["machine"]["peaks"]) == set(FAMILIES)
-    avx2, bf16 = doc["models"]
+    avx2, bf16, scalar = doc["models"]
+    assert doc["machine"]["isa"] == "scalar" and scalar["path"]["ceiling"] == "f32_muladd_scalar"
     assert avx2["path"]["ceiling"] == "f32_fma_ymm" and avx2["weight_dtype"] == "bf16"
     assert bf16["path"]["ceiling"] == "bf16_dot_zmm"
     assert "bf16 weights on avx2: widened to f32" in proc.stdout
-    for r in (avx2, bf16):
+    for r in (avx2, bf16, scalar):
         assert r["prefill_gflop_s"] == round(100.0 * r["prefill_flops_per_token"] / 1e9, 1)
         assert 0.70e9 < r["prefill_flops_per_token"] < 0.73e9  # 2 x 358M parameters past the tied embedding
         peak = doc["machine"]["peaks"][r["path"]["ceiling"]]["peak"]
@@ -113,4 +118,5 @@ def test_models_json_is_judged_against_the_path_that_ran(tmp_path, qwen05_dir, l
             assert r["prefill_fraction"] is None and r["ceiling_missing_reason"]
         else:
             assert r["prefill_fraction"] == round(r["prefill_gflop_s"] / peak, 3)
-        assert r["decode_fraction"] == round(10.0 / r["decode_limit_tok_s"], 3)
+        bw = doc["machine"]["read_bandwidth_gb_s"] * 1e9
+        assert r["decode_fraction"] == round(10.0 * r["decode_bytes_per_token"] / bw, 3)

@@ -134,8 +134,9 @@ def judge(r: dict, t: dict, lim: dict, isa: str) -> dict:
            "ceiling_gflop_s": peak["peak"], "ceiling_missing_reason": peak.get("reason")}
     dec, pre = r.get("decode_tok_s"), r.get("prefill_tok_s")
     out["decode_gb_s"] = None if dec is None else round(dec * t["decode_bytes_per_token"] / 1e9, 2)
-    out["decode_limit_tok_s"] = round(bw / t["decode_bytes_per_token"], 1)
-    out["decode_fraction"] = None if dec is None else round(dec / out["decode_limit_tok_s"], 3)
+    limit = bw / t["decode_bytes_per_token"]
+    out["decode_limit_tok_s"] = round(limit, 1)
+    out["decode_fraction"] = None if dec is None else round(dec / limit, 3)
     out["prefill_gflop_s"] = None if pre is None else round(pre * t["prefill_flops_per_token"] / 1e9, 1)
     ok = pre is not None and peak["peak"]
     out["prefill_fraction"] = round(out["prefill_gflop_s"] / peak["peak"], 3) if ok else None
@@ -147,20 +148,32 @@ def _fmt(v, spec: str) -> str:
 
 
 def print_machine(lim: dict, isa: str) -> None:
+    """The limits, each with the share of its wall time its threads were on a core."""
     print(f"machine ({lim['threads']} threads, llaisys ISA here: {isa}): read bandwidth "
           f"{lim['read_bandwidth_gb_s']:.1f} GB/s (plain loop {lim['plain_read_gb_s']:.1f}, "
-          f"prefetching {lim['prefetched_read_gb_s']:.1f})")
+          f"prefetching {lim['prefetched_read_gb_s']:.1f}; on a core {lim['read_cpu_share']:.0%})")
+    shares = [lim["read_cpu_share"]]
     for key, p in lim["peaks"].items():
-        fig = f"{p['peak']:.0f} {p['unit']}" if p["peak"] is not None else f"not run: {p['reason']}"
+        if p["peak"] is None:
+            fig = f"not run: {p['reason']}"
+        else:
+            fig = f"{p['peak']:.1f} {p['unit']} (on a core {p['cpu_share']:.0%})"
+            shares.append(p["cpu_share"])
         print(f"  {key:18} {p['instruction']:36} {fig}")
+    if min(shares) < 0.9:
+        print(f"warning: the host is busy (threads on a core {min(shares):.0%} of the time at worst): the limits "
+              "are low by about that share, and the fractions below high")
 
 
 def print_tables(rows: list) -> None:
-    print(f"\n{'model':30} {'path':64} {'GFLOP/s':>8} {'ceiling':17} {'GFLOP/s':>8} {'frac':>6}")
+    print(f"\n{'model':30} {'path (prefill)':72} {'GFLOP/s':>8} {'ceiling':17} {'GFLOP/s':>8} {'frac':>6}")
     for r in rows:
-        print(f"{r['model']:30} {r['path']['description']:64} {_fmt(r['prefill_gflop_s'], '8.1f'):>8} "
+        print(f"{r['model']:30} {r['path']['description']:72} {_fmt(r['prefill_gflop_s'], '8.1f'):>8} "
               f"{r['path']['ceiling']:17} {_fmt(r['ceiling_gflop_s'], '8.1f'):>8} "
               f"{_fmt(r['prefill_fraction'], '6.2f'):>6}")
+    for missing in sorted({(r["path"]["ceiling"], r["ceiling_missing_reason"]) for r in rows
+                           if r["ceiling_gflop_s"] is None}):
+        print(f"  {missing[0]} is not measured here ({missing[1]}): run this tool on the machine that ran it")
     print(f"\n{'model':30} {'decode tok/s':>12} {'GB/s':>7} {'limit tok/s':>11} {'frac':>6}  (vs read bandwidth)")
     for r in rows:
         print(f"{r['model']:30} {_fmt(r['decode_tok_s'], '12.1f'):>12} {_fmt(r['decode_gb_s'], '7.1f'):>7} "
