@@ -10,7 +10,7 @@
 
 import { cancelRequest, describeError, listModels } from './api.js';
 import { AnswerRun, streamAnswer } from './chat.js';
-import { copyText } from './markdown.js';
+import { copyText } from './render.js';
 import { bindSettings, openSettings, renderSettings } from './settings.js';
 import { Store, requestMessages } from './store.js';
 import { fillMessage, renderConversationList, renderMessages } from './view.js';
@@ -19,6 +19,7 @@ const $ = (id) => document.getElementById(id);
 const store = new Store();
 const ui = {
   renaming: null, // id of the conversation whose name is being edited
+  menu: null, // id of the conversation whose row menu (Rename, Delete) is open
   confirming: null, // id of the conversation whose Delete was clicked once
   editing: null, // index of the user message being edited
   models: [], // ids from /v1/models
@@ -34,13 +35,36 @@ const SAVE_EVERY_MS = 1000; // how often a streaming answer is written to localS
 
 function renderSidebar() {
   renderConversationList($('conv-list'), store, {
-    renaming: ui.renaming, confirming: ui.confirming, busyId: gen?.convId,
+    renaming: ui.renaming, menu: ui.menu, confirming: ui.confirming, busyId: gen?.convId,
   });
   const input = document.querySelector('.rename-input');
   if (input) {
     input.focus();
     input.select();
   }
+  placeMenu();
+}
+
+/**
+ * The open row menu floats beside its ⋯ button (fixed, so the list's scrolling cannot clip
+ * it), below the button or above it when there is no room.
+ */
+function placeMenu() {
+  const box = document.querySelector('.conv-menu');
+  if (!box) return;
+  const at = box.parentElement.querySelector('.conv-more').getBoundingClientRect();
+  const below = at.bottom + 4 + box.offsetHeight <= window.innerHeight;
+  box.style.top = `${below ? at.bottom + 4 : at.top - 4 - box.offsetHeight}px`;
+  box.style.left = `${Math.max(4, at.right - box.offsetWidth)}px`;
+}
+
+function closeMenu(focusButton = false) {
+  if (ui.menu === null) return;
+  const id = ui.menu;
+  ui.menu = null;
+  ui.confirming = null;
+  renderSidebar();
+  if (focusButton) document.querySelector(`#conv-list .conv-more[data-id="${id}"]`)?.focus();
 }
 
 function renderConversation() {
@@ -99,16 +123,26 @@ function hideError() {
 
 // ---- models -----------------------------------------------------------------------------
 
+/** The served model's name on its own line under the status, never broken in two. */
+function showModel(name) {
+  const node = $('server-model');
+  node.textContent = name;
+  node.title = name;
+  node.hidden = !name;
+}
+
 async function loadModels() {
   try {
     ui.models = await listModels(store.apiKey);
-    $('server-status').textContent = ui.models.length ? `Connected · ${ui.models[0]}` : 'Connected';
+    $('server-status').textContent = 'Connected';
     $('server-status').className = 'server-status ok';
+    showModel(ui.models[0] || '');
     if (ui.errorKind === 'auth' || ui.errorKind === 'network') hideError(); // fixed now
   } catch (err) {
     $('server-status').textContent = { auth: 'API key needed', network: 'Server unreachable', busy: 'Server busy' }[
       err.kind] || 'Server error';
     $('server-status').className = 'server-status bad';
+    showModel('');
     showError(describeError(err, Boolean(store.apiKey)), err.kind);
     if (err.kind === 'auth') openSettings(true);
   }
@@ -242,7 +276,13 @@ function onConversationAction(action, id) {
     ui.confirming = null;
     $('app').classList.remove('sidebar-open');
     renderAll();
+  } else if (action === 'menu') {
+    ui.confirming = null;
+    ui.menu = ui.menu === id ? null : id;
+    renderSidebar();
+    document.querySelector('#conv-list .conv-menu .menu-item')?.focus();
   } else if (action === 'rename') {
+    ui.menu = null;
     ui.renaming = id;
     renderSidebar();
   } else if (action === 'delete') {
@@ -250,6 +290,7 @@ function onConversationAction(action, id) {
     if (ui.confirming !== id) {
       ui.confirming = id;
       renderSidebar();
+      document.querySelector('#conv-list .conv-menu [data-action=delete]')?.focus();
       setTimeout(() => {
         if (ui.confirming === id) {
           ui.confirming = null;
@@ -259,9 +300,22 @@ function onConversationAction(action, id) {
       return;
     }
     ui.confirming = null;
+    ui.menu = null;
     store.remove(id);
     if (!store.active) store.create();
     renderAll();
+  }
+}
+
+/** Arrow keys move between the menu's items; Escape closes it. */
+function menuKey(e) {
+  const items = [...document.querySelectorAll('#conv-list .conv-menu .menu-item:not(:disabled)')];
+  const at = items.indexOf(e.target);
+  if (e.key === 'Escape') {
+    closeMenu(true);
+  } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
+    e.preventDefault();
+    items[(at + (e.key === 'ArrowDown' ? 1 : items.length - 1)) % items.length]?.focus();
   }
 }
 
@@ -308,12 +362,18 @@ function bind() {
     if (b) onConversationAction(b.dataset.action, b.dataset.id);
   });
   $('conv-list').addEventListener('keydown', (e) => {
+    if (e.target.closest('.conv-menu')) menuKey(e);
     if (!e.target.classList.contains('rename-input')) return;
     if (e.key === 'Enter') finishRename(e.target, true);
     if (e.key === 'Escape') finishRename(e.target, false);
   });
   $('conv-list').addEventListener('focusout', (e) => {
     if (e.target.classList.contains('rename-input')) finishRename(e.target, true);
+  });
+  $('conv-list').addEventListener('scroll', () => closeMenu());
+  window.addEventListener('resize', () => closeMenu());
+  document.addEventListener('click', (e) => { // a click anywhere but the menu or its button
+    if (ui.menu !== null && !e.target.closest('.conv-menu, .conv-more')) closeMenu();
   });
 
   const messages = $('messages');

@@ -3,11 +3,11 @@
  *
  * Pure rendering: no state of its own and no listeners on data; buttons carry a
  * data-action (and data-index / data-id) that app.js handles by delegation. User text is
- * set with textContent and answers go through markdown.js, so no model or user text is
- * ever parsed as HTML.
+ * set with textContent; answers go through render.js (markdown-it with HTML off, then
+ * DOMPurify), so no model or user text reaches the DOM as markup.
  */
 
-import { renderMarkdown } from './markdown.js';
+import { renderMarkdown } from './render.js';
 
 export const SUGGESTIONS = [
   'Write a Python function that checks whether a string is a palindrome.',
@@ -31,8 +31,12 @@ function button(label, action, extra = {}) {
   return b;
 }
 
-/** The conversation list; `renaming` is the id being renamed, `confirming` the one to delete. */
-export function renderConversationList(list, store, { renaming, confirming, busyId }) {
+/**
+ * The conversation list. `renaming` is the id being renamed, `menu` the id whose row menu
+ * is open (Rename, Delete), `confirming` the id whose Delete was clicked once. A row is its
+ * title and a ⋯ button; the menu is a popup app.js places beside that button.
+ */
+export function renderConversationList(list, store, { renaming, menu, confirming, busyId }) {
   list.replaceChildren();
   for (const conv of store.conversations) {
     const li = el('li', 'conv-item');
@@ -45,19 +49,40 @@ export function renderConversationList(list, store, { renaming, confirming, busy
       input.dataset.id = conv.id;
       input.setAttribute('aria-label', 'Conversation name');
       li.append(input);
-    } else {
-      const open = el('button', 'conv-open', conv.title);
-      open.type = 'button';
-      open.dataset.action = 'open';
-      open.dataset.id = conv.id;
-      open.title = conv.title;
-      const tools = el('span', 'conv-tools');
-      tools.append(
-        button('Rename', 'rename', { data: { id: conv.id }, title: 'Rename' }),
-        button(conv.id === confirming ? 'Delete?' : 'Delete', 'delete',
-          { data: { id: conv.id }, className: conv.id === confirming ? 'confirm' : '', title: 'Delete' }),
-      );
-      li.append(open, tools);
+      list.append(li);
+      continue;
+    }
+    const open = el('button', 'conv-open', conv.title);
+    open.type = 'button';
+    open.dataset.action = 'open';
+    open.dataset.id = conv.id;
+    open.title = conv.title;
+    const more = el('button', 'conv-more', '⋯');
+    more.type = 'button';
+    more.dataset.action = 'menu';
+    more.dataset.id = conv.id;
+    more.title = 'Rename or delete';
+    more.setAttribute('aria-label', `Actions for ${conv.title}`);
+    more.setAttribute('aria-haspopup', 'menu');
+    more.setAttribute('aria-expanded', String(conv.id === menu));
+    li.append(open, more);
+    if (conv.id === menu) {
+      li.classList.add('menu-open');
+      const box = el('div', 'conv-menu');
+      box.setAttribute('role', 'menu');
+      box.setAttribute('aria-label', `Actions for ${conv.title}`);
+      const confirm = conv.id === confirming;
+      for (const [label, action, cls] of [['Rename', 'rename', ''],
+        [confirm ? 'Click again to delete' : 'Delete', 'delete', confirm ? 'danger confirm' : 'danger']]) {
+        const item = el('button', `menu-item ${cls}`.trim(), label);
+        item.type = 'button';
+        item.dataset.action = action;
+        item.dataset.id = conv.id;
+        item.setAttribute('role', 'menuitem');
+        item.disabled = action === 'delete' && conv.id === busyId; // stop the answer first
+        box.append(item);
+      }
+      li.append(box);
     }
     list.append(li);
   }
@@ -78,7 +103,7 @@ function formatStats(s) {
 export function fillMessage(node, msg, { generating = false } = {}) {
   const body = node.querySelector('.msg-body');
   if (msg.role === 'assistant') {
-    body.replaceChildren(renderMarkdown(msg.content));
+    body.replaceChildren(renderMarkdown(msg.content, { streaming: generating }));
     if (generating && msg.content === '') body.append(el('span', 'typing', '…'));
   } else {
     body.textContent = msg.content;

@@ -54,7 +54,9 @@ def test_rename_delete_persist(new_page, static_server):
     page = open_page(new_page, static_server.url)
     page.click("#new-chat")  # the open chat is empty: no second empty one is made
     assert page.locator("#conv-list li").count() == 1
-    page.click("#conv-list li.active [data-action=rename]")
+    open_menu(page, "#conv-list li.active")
+    page.click("#conv-list .conv-menu [data-action=rename]")
+    assert page.locator("#conv-list .conv-menu").count() == 0
     page.fill(".rename-input", "  My <b>plan</b>  ")
     page.press(".rename-input", "Enter")
     assert page.inner_text("#conv-list li.active .conv-open") == "My <b>plan</b>"
@@ -63,14 +65,23 @@ def test_rename_delete_persist(new_page, static_server):
     page.wait_for_selector("body[data-state=idle]")
     assert page.inner_text("#conv-list li.active .conv-open") == "My <b>plan</b>"
     # Delete asks once more before it deletes; a fresh empty chat takes the last one's place.
-    page.click("#conv-list li.active [data-action=delete]")
-    assert page.inner_text("#conv-list li.active [data-action=delete]") == "Delete?"
-    page.click("#conv-list li.active [data-action=delete]")
+    open_menu(page, "#conv-list li.active")
+    page.click("#conv-list .conv-menu [data-action=delete]")
+    assert page.inner_text("#conv-list .conv-menu [data-action=delete]") == "Click again to delete"
+    page.click("#conv-list .conv-menu [data-action=delete]")
     assert page.locator("#conv-list li").count() == 1
     assert page.inner_text("#conv-list li .conv-open") == "New chat"
     page.reload()
     page.wait_for_selector("body[data-state=idle]")
     assert page.inner_text("#conv-list li .conv-open") == "New chat"
+
+
+def open_menu(page, row):
+    """Opens the row menu of `row` with its ⋯ button; returns the menu's bounding box."""
+    page.hover(f"{row} .conv-open")
+    page.click(f"{row} .conv-more")
+    assert page.get_attribute(f"{row} .conv-more", "aria-expanded") == "true"
+    return page.locator(f"{row} .conv-menu[role=menu]").bounding_box()
 
 
 def test_settings_are_per_conversation(new_page, static_server):

@@ -148,6 +148,28 @@ class LiveServer:
         self._log.close()
 
 
+def vendor_files(kind: str) -> list[str]:
+    """The vendored files index.html loads, in its order: kind "script" or "style"."""
+    html = (WEB_DIR / "index.html").read_text()
+    if kind == "script":
+        return re.findall(r'<script src="(vendor/[^"]+)"', html)
+    return re.findall(r'<link rel="stylesheet" href="(vendor/[^"]+)" media="not all', html)  # the light theme
+
+
+def load_renderer(page, base_url: str):
+    """`page` as a blank page of `base_url`'s origin holding what the chat page loads for its
+    answers (stylesheets, the vendored libraries) and web/render.js as window.__render: the
+    renderer alone, without the app's own requests."""
+    page.goto(base_url + "render.js")
+    page.evaluate("document.open(); document.write('<!doctype html><head></head><body></body>'); document.close()")
+    for href in (*vendor_files("style"), "style.css"):
+        page.add_style_tag(url=base_url + href)
+    for src in vendor_files("script"):
+        page.add_script_tag(url=base_url + src)
+    page.evaluate("async () => { window.__render = await import('./render.js'); }")
+    return page
+
+
 def artifacts_dir() -> Path:
     d = Path(os.environ.get("LLAISYS_ARTIFACTS_DIR", REPO / "artifacts" / "web"))
     d.mkdir(parents=True, exist_ok=True)
