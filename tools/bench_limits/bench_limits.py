@@ -162,7 +162,8 @@ def print_machine(lim: dict, isa: str) -> None:
         print(f"  {key:18} {p['instruction']:36} {fig}")
     if min(shares) < 0.9:
         print(f"warning: the host is busy (threads on a core {min(shares):.0%} of the time at worst): the limits "
-              "are low by about that share, and the fractions below high")
+              "are low by about that share; fractions of them mean something only for figures taken under "
+              "the same load")
 
 
 def print_tables(rows: list) -> None:

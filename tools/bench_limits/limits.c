@@ -26,9 +26,10 @@
  *     Rapids 32 (two ymm FMA pipes). E.g. 2 Zen 2 cores at 3.0-3.3 GHz: 190-210 GFLOP/s.
  *   f32 FMA zmm: Skylake-SP..SPR with two 512-bit FMA units 64; one unit (some Xeon Silver,
  *     Ice Lake client) 32; Zen 4 32 (zmm on the two ymm pipes, double-pumped).
- *   vdpbf16ps zmm: Zen 4 64 (one zmm per cycle); Sapphire Rapids 64-128.
- *   vpdpbusd zmm: Ice Lake-SP / SPR 128-256 ops/cycle; Zen 4 128. AVX-VNNI ymm (Alder Lake):
- *     128 (two per cycle).
+ *   vdpbf16ps zmm: Zen 4 64 (one zmm per cycle, double-pumped); Cooper Lake / Sapphire Rapids
+ *     64 (one per cycle on port 0; uops.info has the exact part).
+ *   vpdpbusd zmm: Ice Lake-SP / SPR 128 ops/cycle (one per cycle), Zen 4 128. AVX-VNNI ymm
+ *     (Alder Lake P-cores): 128 (two per cycle).
  *   vpmaddubsw+vpmaddwd ymm (no VNNI): both run on two pipes on Zen 2-4 and Skylake (p0/p1),
  *     so one 3-instruction sequence per cycle: 64 ops/cycle; Zen 1 16 (one 128-bit integer
  *     multiply pipe: each ymm multiply takes two cycles).
