@@ -82,6 +82,7 @@ def stored(page):
 
 def test_streaming_answer_and_phone_layout(new_page, live_server, page_errors):
     page = open_chat(new_page, live_server, max_tokens=24)
+    check_model_name_whole(page)
     screenshot(page, "desktop-empty")
     page.evaluate(RECORD_STREAM_JS)
     send(page, "Write a Python function that adds two numbers.", wait=False)
@@ -109,6 +110,18 @@ def test_streaming_answer_and_phone_layout(new_page, live_server, page_errors):
     assert page_errors == []
 
 
+def check_model_name_whole(page):
+    """The footer shows the served model's name on one line, not cut or broken in two."""
+    found = page.evaluate("""() => {
+      const e = document.getElementById('server-model');
+      return { text: e.textContent, lines: e.getClientRects().length, cut: e.scrollWidth > e.clientWidth,
+               height: e.getBoundingClientRect().height, line: parseFloat(getComputedStyle(e).lineHeight) };
+    }""")
+    served = page.evaluate("fetch('v1/models').then((r) => r.json()).then((b) => b.data[0].id)")
+    assert found["text"] == served and len(served) > 20, found  # qwen2.5-coder-0.5b-instruct
+    assert found["lines"] == 1 and not found["cut"] and found["height"] < 1.5 * found["line"], found
+
+
 def check_phone_layout(page):
     """The same page at phone width: list and settings slide over, nothing scrolls sideways."""
     page.set_viewport_size(PHONE)
@@ -118,6 +131,7 @@ def check_phone_layout(page):
     screenshot(page, "phone-answer")
     page.click("#toggle-sidebar")
     page.wait_for_function("document.getElementById('sidebar').getBoundingClientRect().left >= 0")
+    check_model_name_whole(page)
     screenshot(page, "phone-conversations")
     page.click("#scrim", position={"x": PHONE["width"] - 20, "y": 400})
     page.wait_for_function("document.getElementById('sidebar').getBoundingClientRect().right <= 0")
@@ -180,8 +194,10 @@ def test_edit_first_message_and_regenerate(new_page, live_server, page_errors):
     t = turns(page)
     assert [r for r, _ in t] == ["user", "assistant", "user", "assistant"]
     # Each turn sends the whole conversation so far: one growing message list.
+    answer = stored(page)["conversations"][0]["messages"][1]["content"]  # as sent back, not as shown
+    assert answer.strip() == t[1][1].strip()
     assert bodies[1]["messages"] == [{"role": "user", "content": "Say hello."},
-                                     {"role": "assistant", "content": t[1][1]},
+                                     {"role": "assistant", "content": answer},
                                      {"role": "user", "content": "Now say goodbye."}]
     # The second turn's prompt starts with the first's, so the server's prefix cache hits.
     stats = page.locator("#messages .msg.assistant .msg-stats").nth(1).inner_text()

@@ -132,3 +132,30 @@ def test_payloads_in_the_chat_page(new_page, static_server, page_errors):
     assert users == [c["payload"] for c in CASES]  # user turns are text, exactly as typed
     assert page.evaluate("document.querySelectorAll('#messages .msg.user .msg-body *').length") == 0
     assert dialogs == [] and page_errors == []
+
+
+def test_page_under_its_own_csp(browser, static_server):
+    """Without bypass_csp: the vendored libraries run under the page's Content-Security-Policy
+    (no eval, no inline style), answers render and highlight, and nothing is refused."""
+    ctx = browser.new_context()
+    try:
+        ctx.add_init_script("""document.addEventListener('securitypolicyviolation', (e) => {
+          (window.__csp = window.__csp || []).push(`${e.violatedDirective} ${e.blockedURI}`); })""")
+        page = ctx.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(static_server.url)
+        page.evaluate("""() => {
+          const messages = [{ role: 'user', content: 'hi' }, { role: 'assistant',
+            content: '| a | b |\\n|:-|-:|\\n| 1 | 2 |\\n\\n```js\\nconst x = 1; // one\\n```\\n<img src=x onerror=top.__xss=1>' }];
+          localStorage.setItem('llaisys.chat.v1', JSON.stringify({ activeId: 'x', conversations: [
+            { id: 'x', title: 't', titleSet: true, created: 0, updated: 0, settings: {}, messages }] }));
+        }""")
+        page.reload()
+        page.wait_for_selector("#messages .code-block code span.hljs-keyword", state="attached")
+        page.wait_for_timeout(300)
+        found = page.evaluate("({ csp: window.__csp ?? [], xss: window.__xss ?? null, "
+                              "right: document.querySelectorAll('#messages td.align-right').length })")
+        assert found == {"csp": [], "xss": None, "right": 1} and errors == [], (found, errors)
+    finally:
+        ctx.close()
