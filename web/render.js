@@ -12,14 +12,16 @@
  *
  * Model output is untrusted: step 1 already turns `<script>` into text, step 3 is the second
  * wall should a renderer rule or plugin ever emit markup it should not.
- * Streaming re-renders the whole answer per frame; highlighted blocks are cached by
- * (language, code), so only the block still growing is highlighted again, and that one is
- * not language-guessed until the answer is complete.
+ * Streaming re-renders the whole answer per frame, cheaply: markdown-it parses the whole
+ * text (fast), then each top-level block is rendered on its own and its sanitised fragment
+ * cached by its HTML, so a frame sanitises only the blocks that changed (the last one,
+ * mostly) and clones the rest. Highlighting is cached by (language, code) the same way, and
+ * a block still growing at the end of a streaming answer is not language-guessed yet.
  */
 
 const SAFE_URL = /^(?:https?:|mailto:)/i;
 const LANG = /^[\w+#.-]{1,32}$/; // a fence's language as a class name and a label
-const CACHE_MAX = 256; // highlighted blocks kept; the cache is dropped when it fills
+const CACHE_MAX = 256; // entries in each cache below; a cache is dropped when it fills
 
 const PURIFY = {
   ALLOWED_TAGS: ['p', 'br', 'h1', 'h2', 'h3', 'h4', 'h5', 'h6', 'strong', 'em', 's', 'code', 'pre',
@@ -33,6 +35,7 @@ const PURIFY = {
 
 let md = null; // the markdown-it instance, made on first use
 const cache = new Map(); // `${lang}\0${guessed}\0${code}` -> [html, language shown]
+const blockCache = new Map(); // one top-level block's HTML -> its sanitised DocumentFragment
 
 function vendor(name, file) {
   const lib = globalThis[name];
@@ -83,7 +86,7 @@ function makeRenderer() {
     const info = t.info.trim().split(/\s+/)[0] || '';
     const lang = LANG.test(info) ? info.toLowerCase() : '';
     // The block still growing at the end of a streaming answer is not language-guessed yet.
-    const growing = env.streaming && !tokens.slice(idx + 1).some((x) => x.map);
+    const growing = env.streaming && env.last && !tokens.slice(idx + 1).some((x) => x.map);
     const [html, shown] = highlight(t.content.replace(/\n$/, ''), lang, !growing);
     const cls = shown ? `hljs language-${esc(shown)}` : 'hljs';
     return `<pre><code class="${cls}">${html}</code></pre>\n`;
@@ -94,12 +97,6 @@ function makeRenderer() {
     return `<a href="${esc(src)}">${esc(self.renderInlineAsText(t.children, options, env) || src)}</a>`;
   };
   return m;
-}
-
-/** The answer's HTML string (steps 1 and 2), before sanitising. */
-export function markdownToHtml(text, { streaming = false } = {}) {
-  if (!md) md = makeRenderer();
-  return md.render(text, { streaming });
 }
 
 /** Step 3: `html` through DOMPurify with the page's allow-list, as a DocumentFragment. */
@@ -164,7 +161,38 @@ function decorate(frag) {
   return frag;
 }
 
-/** A fragment holding the rendered, sanitised markdown of `text`. */
+/** [start, end) token ranges of the top-level blocks (a list, a table, a fence, ...). */
+function topLevelBlocks(tokens) {
+  const out = [];
+  let start = 0;
+  let depth = 0;
+  tokens.forEach((t, i) => {
+    depth += t.nesting;
+    if (depth === 0) {
+      out.push([start, i + 1]);
+      start = i + 1;
+    }
+  });
+  return out;
+}
+
+/** A fragment holding the rendered, sanitised markdown of `text` (steps 1 to 4). */
 export function renderMarkdown(text, { streaming = false } = {}) {
-  return decorate(sanitize(markdownToHtml(text, { streaming })));
+  if (!md) md = makeRenderer();
+  const env = { streaming, last: false }; // last: rendering the final top-level block
+  const tokens = md.parse(text, env); // whole text: reference links resolve across blocks
+  const blocks = topLevelBlocks(tokens);
+  const frag = document.createDocumentFragment();
+  blocks.forEach(([a, b], k) => {
+    env.last = k === blocks.length - 1;
+    const html = md.renderer.render(tokens.slice(a, b), md.options, env);
+    let clean = blockCache.get(html);
+    if (!clean) {
+      clean = sanitize(html);
+      if (blockCache.size >= CACHE_MAX) blockCache.clear();
+      blockCache.set(html, clean);
+    }
+    frag.append(clean.cloneNode(true));
+  });
+  return decorate(frag);
 }

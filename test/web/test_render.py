@@ -146,3 +146,26 @@ def test_streaming_renders_grow(md_page):
     assert all(t.strip() for t in texts[1:])
     assert texts[-1].startswith("Sure:") and texts[-1].strip().endswith("Done.")
     assert md_page.errors == []
+
+
+def test_a_streaming_frame_sanitises_only_what_changed(md_page):
+    """Finished blocks come from the cache: one more chunk at the end costs one sanitise call,
+    and a cached render is the same DOM as a fresh one."""
+    answer = "".join(f"Part {i}:\n\n```python\nx = {i}\n```\n\n| a | b |\n|---|---|\n| {i} | 2 |\n\n" for i in range(6))
+    found = md_page.evaluate("""(answer) => {
+      const P = window.DOMPurify, sanitize = P.sanitize;
+      let calls = 0;
+      P.sanitize = (...args) => { calls++; return sanitize.apply(P, args); };
+      const html = (t) => { const d = document.createElement('div'); d.append(window.__render.renderMarkdown(t, { streaming: true })); return d.innerHTML; };
+      try {
+        const first = html(answer + 'The end');
+        const before = calls;
+        const again = html(answer + 'The end');
+        const cachedCalls = calls - before;
+        html(answer + 'The end is near');
+        return { first: first === again, cachedCalls, grewCalls: calls - before - cachedCalls };
+      } finally {
+        P.sanitize = sanitize;
+      }
+    }""", answer)
+    assert found == {"first": True, "cachedCalls": 0, "grewCalls": 1}, found
