@@ -1,7 +1,32 @@
 # The two commands of the README, and the pieces they are made of.
-PY ?= python3
-PIP = $(PY) -m pip
+#
+# Python: the active virtual environment ($VIRTUAL_ENV) when make runs inside one, else .venv,
+# created here from $(PYTHON) on first use (so a system Python that refuses `pip install`,
+# "externally managed", is never installed into). PY=/path/to/python uses that interpreter as
+# it is, without a venv. What was installed is recorded in stamp files that depend on the
+# sources: nothing is reinstalled until a source, pyproject.toml or a requirements file changes.
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 BUILD ?= build
+PYTHON ?= python3
+
+ifneq ($(filter command line environment,$(origin PY)),)
+STAMPS := $(BUILD)/stamps
+NEED_PY :=
+else
+VENV := $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
+PY := $(VENV)/bin/python
+STAMPS := $(VENV)/.llaisys-stamps
+NEED_PY := $(PY)
+# cmake or ninja installed into the venv (when the system has none) are found first
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+endif
+PIP = $(PY) -m pip --disable-pip-version-check
+
+# What the installed package is built from: a change to any of these reinstalls it.
+PKG_SOURCES := CMakeLists.txt pyproject.toml requirements-build.txt $(shell find src include python cmake web \
+	-type f ! -name '*.pyc' ! -name '*.so' ! -path '*/__pycache__/*' 2> /dev/null)
+NPROC := $(shell nproc 2> /dev/null || echo 2)
 
 .PHONY: serve test install install-test ctest nvidia-check test-asan pytest
 
@@ -12,18 +37,66 @@ serve: install
 
 test: install-test ctest nvidia-check pytest test-asan
 
-install:
-	$(PIP) install -q -r requirements-build.txt
-	$(PIP) install -q --no-build-isolation .
+install: $(STAMPS)/install
+
+install-test: $(STAMPS)/install-test
+	@command -v chromium > /dev/null || { echo "llaisys: installing Debian's chromium for the web page tests"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; }
+
+# The virtual environment. Debian and Ubuntu ship `venv` without ensurepip unless
+# python3.X-venv is installed: as root with apt-get it is installed here, else make says how.
+.venv/bin/python:
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2> /dev/null || { \
+		echo "llaisys: needs Python >= 3.10; '$(PYTHON)' is $$($(PYTHON) --version 2>&1 || echo missing)." \
+		     "Name another with make PYTHON=python3.12 ..." >&2; exit 1; }
+	@if ! $(PYTHON) -c 'import venv, ensurepip' 2> /dev/null; then \
+		pkg=$$($(PYTHON) -c 'import sys; print("python%d.%d-venv" % sys.version_info[:2])'); \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get > /dev/null; then \
+			echo "llaisys: $(PYTHON) cannot create a virtual environment (no ensurepip): installing Debian's $$pkg"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-upgrade $$pkg > /dev/null 2>&1 || true; \
+		fi; \
+		$(PYTHON) -c 'import venv, ensurepip' 2> /dev/null || { \
+			echo "llaisys: $(PYTHON) cannot create a virtual environment (its venv/ensurepip module is missing)." \
+			     "On Debian or Ubuntu: sudo apt-get install $$pkg; or activate a virtual environment of your own" \
+			     "and run make there; or name another interpreter: make PYTHON=/path/to/python3 ..." >&2; exit 1; }; \
+	fi
+	@echo "llaisys: creating the virtual environment .venv (from $$($(PYTHON) -c 'import sys; print(sys.executable)'))"
+	$(PYTHON) -m venv .venv
+
+# The package: build tools first (cmake and ninja from PyPI only where the system has none,
+# or a cmake older than 3.20; the C++ tests below use them too), then the native build, of which every tenth progress line shows.
+$(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
+	@mkdir -p $(STAMPS) $(BUILD)
+	@tools=""; \
+	 cmake --version 2> /dev/null | awk 'NR == 1 { split($$3, v, "."); ok = v[1] > 3 || (v[1] == 3 && v[2] >= 20) } \
+		END { exit !ok }' || tools="$$tools cmake"; \
+	 command -v ninja > /dev/null || tools="$$tools ninja"; \
+	 echo "llaisys: installing the build tools (scikit-build-core$${tools// /, }) into $$($(PY) -c 'import sys; print(sys.prefix)')"; \
+	 $(PIP) install -q -r requirements-build.txt $$tools
+	@command -v c++ > /dev/null || command -v g++ > /dev/null || command -v clang++ > /dev/null || { \
+		echo "llaisys: no C++ compiler found: libllaisys needs a C++17 compiler with OpenMP (GCC >= 9 or Clang >= 10;" \
+		     "on Debian or Ubuntu: sudo apt-get install g++)" >&2; exit 1; }
+	@echo "llaisys: building libllaisys (C++17 + OpenMP: about $$(( (8 + $(NPROC) - 1) / $(NPROC) )) min on $(NPROC) cores" \
+	      "the first time, seconds after an edit) and installing the package; full log: $(BUILD)/install.log"
+	@$(PIP) install -v --no-build-isolation . 2>&1 | tee $(BUILD)/install.log | awk ' \
+		match($$0, /\[ *[0-9]+\/[0-9]+\]/) { split(substr($$0, RSTART + 1, RLENGTH - 2), n, "/"); \
+			d = int(10 * n[1] / n[2]); if (d > last || n[1] == n[2]) { last = d; \
+			sub(/^ +/, ""); printf "  %3d%% %s\n", 100 * n[1] / n[2], substr($$0, 1, 110); fflush() } } \
+		/Successfully installed/ { k = split($$0, w, " ") - 3; \
+			print "  installed llaisys" (k > 0 ? " and " k " dependencies" : ""); fflush() }' || { \
+		tail -n 40 $(BUILD)/install.log; echo "llaisys: install failed; the full log is $(BUILD)/install.log" >&2; exit 1; }
+	@touch $@
 
 # test references (torch, transformers, llama.cpp is not among them), the openai client, and
 # Debian's chromium for the web page tests (playwright drives it; it never downloads a browser).
-install-test: install
+$(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
+	@echo "llaisys: installing the test requirements (torch==2.13.0, transformers, ...: 1.3 GB, a few minutes the first time)"
 	$(PIP) install -q -r requirements-test.txt
-	command -v chromium > /dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium > /dev/null; }
+	@touch $@
 
-pytest:
-	$(PY) -m pytest -q
+# PYTEST_ARGS narrows the run, e.g. make pytest PYTEST_ARGS="test/core -x"
+pytest: install-test
+	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The C program that uses libllaisys through the public headers alone.
 ctest:
@@ -49,7 +122,7 @@ nvidia-check:
 # under ASan. Child processes that tests start (test_handle_misuse) inherit the preload.
 ASAN_TESTS = test/ops test/core test/parity test/sampling test/models/test_model_loader.py \
 	test/models/test_gguf_convert_tiny.py
-test-asan:
+test-asan: install-test
 	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
 	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
