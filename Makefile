@@ -11,17 +11,19 @@ BUILD ?= build
 PYTHON ?= python3
 
 ifneq ($(filter command line environment,$(origin PY)),)
-STAMPS := $(BUILD)/stamps
+STAMPS = $(BUILD)/stamps/$(STAMP_ID)
 NEED_PY :=
 else
 VENV := $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 PY := $(VENV)/bin/python
-STAMPS := $(VENV)/.llaisys-stamps
+STAMPS = $(VENV)/.llaisys-stamps/$(STAMP_ID)
 NEED_PY := $(PY)
 # cmake or ninja installed into the venv (when the system has none) are found first
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 endif
 PIP = $(PY) -m pip --disable-pip-version-check
+# one set of stamps per (source tree, interpreter): a venv shared by two checkouts installs each
+STAMP_ID := $(shell printf '%s %s' "$(CURDIR)" "$(PY)" | cksum | cut -d' ' -f1)
 
 # What the installed package is built from: a change to any of these reinstalls it.
 PKG_SOURCES := CMakeLists.txt pyproject.toml requirements-build.txt $(shell find src include python cmake web \
