@@ -99,6 +99,7 @@ def run_generate(args) -> int:
                 last = out
             end = time.perf_counter()
             sys.stdout.write("\n")
+            sys.stdout.flush()  # the text ends before the stderr line on a shared terminal
             if last is not None:
                 u = last.usage
                 print(f"[{u.prompt_tokens} prompt + {u.completion_tokens} completion tokens, "
