@@ -13,14 +13,15 @@ import { AnswerRun, streamAnswer } from './chat.js';
 import { copyText } from './render.js';
 import { bindSettings, openSettings, renderSettings } from './settings.js';
 import { Store, requestMessages } from './store.js';
-import { fillMessage, renderConversationList, renderMessages } from './view.js';
+import { bindSidebar, renderSidebar } from './sidebar.js';
+import { fillMessage, renderMessages } from './view.js';
 
 const $ = (id) => document.getElementById(id);
 const store = new Store();
 const ui = {
-  renaming: null, // id of the conversation whose name is being edited
-  menu: null, // id of the conversation whose row menu (Rename, Delete) is open
-  confirming: null, // id of the conversation whose Delete was clicked once
+  renaming: null, // id of the conversation whose name is being edited (sidebar.js)
+  menu: null, // id of the conversation whose row menu (Rename, Delete) is open (sidebar.js)
+  confirming: null, // id of the conversation whose Delete was clicked once (sidebar.js)
   editing: null, // index of the user message being edited
   models: [], // ids from /v1/models
   errorKind: null, // ApiError kind of the message in the error banner, if any
@@ -32,40 +33,6 @@ let lastSave = 0;
 const SAVE_EVERY_MS = 1000; // how often a streaming answer is written to localStorage
 
 // ---- rendering ------------------------------------------------------------------------
-
-function renderSidebar() {
-  renderConversationList($('conv-list'), store, {
-    renaming: ui.renaming, menu: ui.menu, confirming: ui.confirming, busyId: gen?.convId,
-  });
-  const input = document.querySelector('.rename-input');
-  if (input) {
-    input.focus();
-    input.select();
-  }
-  placeMenu();
-}
-
-/**
- * The open row menu floats beside its ⋯ button (fixed, so the list's scrolling cannot clip
- * it), below the button or above it when there is no room.
- */
-function placeMenu() {
-  const box = document.querySelector('.conv-menu');
-  if (!box) return;
-  const at = box.parentElement.querySelector('.conv-more').getBoundingClientRect();
-  const below = at.bottom + 4 + box.offsetHeight <= window.innerHeight;
-  box.style.top = `${below ? at.bottom + 4 : at.top - 4 - box.offsetHeight}px`;
-  box.style.left = `${Math.max(4, at.right - box.offsetWidth)}px`;
-}
-
-function closeMenu(focusButton = false) {
-  if (ui.menu === null) return;
-  const id = ui.menu;
-  ui.menu = null;
-  ui.confirming = null;
-  renderSidebar();
-  if (focusButton) document.querySelector(`#conv-list .conv-more[data-id="${id}"]`)?.focus();
-}
 
 function renderConversation() {
   const conv = store.active;
@@ -269,63 +236,6 @@ function onMessageAction(action, index) {
   }
 }
 
-function onConversationAction(action, id) {
-  if (action === 'open') {
-    store.open(id);
-    ui.editing = null;
-    ui.confirming = null;
-    $('app').classList.remove('sidebar-open');
-    renderAll();
-  } else if (action === 'menu') {
-    ui.confirming = null;
-    ui.menu = ui.menu === id ? null : id;
-    renderSidebar();
-    document.querySelector('#conv-list .conv-menu .menu-item')?.focus();
-  } else if (action === 'rename') {
-    ui.menu = null;
-    ui.renaming = id;
-    renderSidebar();
-  } else if (action === 'delete') {
-    if (gen && gen.convId === id) return; // stop it first
-    if (ui.confirming !== id) {
-      ui.confirming = id;
-      renderSidebar();
-      document.querySelector('#conv-list .conv-menu [data-action=delete]')?.focus();
-      setTimeout(() => {
-        if (ui.confirming === id) {
-          ui.confirming = null;
-          renderSidebar();
-        }
-      }, 3000);
-      return;
-    }
-    ui.confirming = null;
-    ui.menu = null;
-    store.remove(id);
-    if (!store.active) store.create();
-    renderAll();
-  }
-}
-
-/** Arrow keys move between the menu's items; Escape closes it. */
-function menuKey(e) {
-  const items = [...document.querySelectorAll('#conv-list .conv-menu .menu-item:not(:disabled)')];
-  const at = items.indexOf(e.target);
-  if (e.key === 'Escape') {
-    closeMenu(true);
-  } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
-    e.preventDefault();
-    items[(at + (e.key === 'ArrowDown' ? 1 : items.length - 1)) % items.length]?.focus();
-  }
-}
-
-function finishRename(input, commit) {
-  if (ui.renaming === null) return;
-  if (commit) store.rename(input.dataset.id, input.value);
-  ui.renaming = null;
-  renderAll();
-}
-
 function bind() {
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
@@ -356,25 +266,8 @@ function bind() {
   $('toggle-settings').addEventListener('click', () => openSettings($('settings').hidden));
   $('close-settings').addEventListener('click', () => openSettings(false));
   bindSettings(store, { onApiKey: loadModels });
+  bindSidebar({ store, ui, busyId: () => gen?.convId, renderAll });
 
-  $('conv-list').addEventListener('click', (e) => {
-    const b = e.target.closest('button[data-action]');
-    if (b) onConversationAction(b.dataset.action, b.dataset.id);
-  });
-  $('conv-list').addEventListener('keydown', (e) => {
-    if (e.target.closest('.conv-menu')) menuKey(e);
-    if (!e.target.classList.contains('rename-input')) return;
-    if (e.key === 'Enter') finishRename(e.target, true);
-    if (e.key === 'Escape') finishRename(e.target, false);
-  });
-  $('conv-list').addEventListener('focusout', (e) => {
-    if (e.target.classList.contains('rename-input')) finishRename(e.target, true);
-  });
-  $('conv-list').addEventListener('scroll', () => closeMenu());
-  window.addEventListener('resize', () => closeMenu());
-  document.addEventListener('click', (e) => { // a click anywhere but the menu or its button
-    if (ui.menu !== null && !e.target.closest('.conv-menu, .conv-more')) closeMenu();
-  });
 
   const messages = $('messages');
   messages.addEventListener('click', (e) => {
