@@ -4,30 +4,40 @@
                                   [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
                                   [--device cpu|nvidia] [--workloads prefill decode batch offline]
 
-Workloads (greedy, random token ids from a fixed seed, the same for every backend):
-  prefill    one 512-token prompt, timed after one untimed run      -> prompt tok/s
-  decode     64-token prompt, then 128 tokens one at a time         -> output tok/s
-  batch-B    B sequences of 32 prompt tokens, then 32 decode steps
+Workloads (greedy, random token ids from a fixed seed, the same for every backend; every
+backend gets the same warm-up: each timed run follows an untimed one of the same shape):
+  prefill    one 512-token prompt into a fresh KV cache; the first run is untimed, the
+             second (again into a fresh cache) timed                  -> prompt tok/s
+  decode     64-token prompt (untimed), then 128 tokens one at a time -> output tok/s
+  batch-B    B sequences of 32 prompt tokens (untimed), then 32 decode steps
              with all B sequences in each step (B = 1 4 8 16 32)    -> aggregate output tok/s
-  offline    32 requests, mixed lengths (prompts 16..256, outputs 16..128), all submitted at
-             once (llaisys: the engine's continuous batching; llama.cpp: one batch per step over
-             every unfinished sequence; transformers: not run, it has no continuous batching)
-                                                                     -> requests/s, TTFT, TPOT
+  offline    llaisys only: 32 requests, mixed lengths (prompts 16..256, outputs 16..128), all
+             submitted at once to the engine's continuous batching -> requests/s, TTFT, TPOT
+             (llama.cpp's own scheduler is its server: tools/bench_servers.py compares them)
+
+Like for like (the headline columns), and what differs in the labelled ones:
+  llaisys               every greedy row computes all of its logits as the peers do
+                        (LLAISYS_GREEDY_SCREEN=0) and buffers stay in small pages
+                        (LLAISYS_HUGE_PAGES=0); f32 KV cache
+  llaisys-default       llaisys as users get it: the greedy lm_head screen (the same tokens,
+                        fewer lm_head bytes read per step) and huge-page advice
+  llama.cpp-bf16        llama.cpp (tools/build_llama_cpp.py: the llama.cpp vendored in
+                        llama-cpp-python, built for this CPU) on a bf16 GGUF written by
+                        `llaisys export-gguf` from our directory (exactly our values), f32 KV
+                        cache like llaisys; batch-B runs with per-sequence KV cells and with one
+                        unified buffer, and reports the better of the two (which: `batch-B kv`)
+  llama.cpp-bf16-kvf16  the same with llama.cpp's default f16 KV cache
+  llama.cpp-f16         f16 GGUF (our values rounded), f32 KV
+  hf-bf16 / hf-f32      transformers, torch==2.13.0, with its KV cache (its default, the model dtype)
 
 With --device nvidia the same workloads run on the GPU (llaisys and transformers on cuda:0; the
-pip llama.cpp build is CPU-only and is left out), batch-B goes up to 256 sequences, and the
-llaisys worker also measures the GPU's device-to-device copy bandwidth and reports decode as
-weight bytes read per second against it ("decode weight GB/s", "d2d copy GB/s").
+llama.cpp build is CPU-only and is left out), batch-B goes up to 256 sequences, and the llaisys
+worker also measures the GPU's device-to-device copy bandwidth and reports decode as weight
+bytes read per second against it ("decode weight GB/s", "d2d copy GB/s").
 
-Backends: llaisys (this checkout's package), llama.cpp-bf16 / llama.cpp-f16 (llama-cpp-python,
-installed on first use into its own virtualenv under the llaisys cache, low-level API so that
-many sequences decode in one llama_decode call; the GGUF is written from our model directory by
-`llaisys export-gguf`, so llama.cpp runs on exactly our bf16 values), hf-bf16 / hf-f32
-(transformers, torch==2.13.0, with a KV cache); llaisys-noscreen (opt-in: llaisys with
-LLAISYS_GREEDY_SCREEN=0, so every greedy row computes all of its logits as the peers do; the
-screen changes no token, only how many lm_head bytes a step reads). Each backend runs in its
-own process; the repeats alternate backends (A B C A B C ...); the table shows medians with
-min-max and the ratio of llaisys to each peer. Writes JSON with every sample.
+Each backend runs in its own process; the repeats alternate backends (A B C A B C ...); the
+table shows medians with min-max and the ratio of llaisys to each peer. Writes JSON with every
+sample, the CPU model and its SIMD flags, and llaisys' ISA path.
 """
 
 from __future__ import annotations
@@ -35,18 +45,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-LLAMA_CPP_PIN = "llama-cpp-python==0.3.36"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_env  # noqa: E402  (tools/ is not a package)
+import build_llama_cpp  # noqa: E402
+
 BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
-ALL_BACKENDS = ("llaisys", "llama.cpp-bf16", "llama.cpp-f16", "hf-bf16", "hf-f32")
-OPTIONAL_BACKENDS = ("llaisys-noscreen",)
+ALL_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp-bf16", "llama.cpp-bf16-kvf16", "hf-bf16")
+OPTIONAL_BACKENDS = ("llama.cpp-f16", "hf-f32")
 WORKLOADS = ("prefill", "decode", "batch", "offline")
 
 
@@ -80,14 +92,16 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
 
     from llaisys import LLM, DeviceType, SamplingParams
     from llaisys.models.loader import load_model
-    from llaisys.models.qwen2 import Qwen2Model, RowSampling
+    from llaisys.models.model import Model, RowSampling
+    from llaisys.runtime import cpu_isa
 
     device = spec.get("device", "cpu")
     loaded = load_model(model_dir)
     weight_bytes = sum(t.data.nbytes for t in loaded.tensors.values())  # read once per decode step
-    model = Qwen2Model(loaded, device=DeviceType[device.upper()])
+    model = Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
-    res = {}
+    res = {"meta": {"isa": cpu_isa(), "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
+                    "huge_pages": os.environ.get("LLAISYS_HUGE_PAGES", "1") != "0"}}
 
     def step(cache, toks, pos, starts, seqs, rows):
         """One core call; greedy ids of `rows`, sampled in the core as the engine does for a greedy
@@ -161,7 +175,7 @@ def gpu_copy_bandwidth(nbytes: int = 1 << 30, repeats: int = 5) -> float:
 
 
 # ---- llama.cpp worker (runs in the tool's own virtualenv; imports nothing from llaisys) --------
-def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
+def run_llama_cpp(gguf_path: str, spec: dict, threads: int, kv_dtype: str = "f32") -> dict:
     import ctypes
 
     import llama_cpp as L
@@ -174,15 +188,19 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
         raise RuntimeError(f"llama.cpp could not load {gguf_path}")
     vocab_h = L.llama_model_get_vocab(model)
     vocab = L.llama_vocab_n_tokens(vocab_h)
-    max_seqs = max(spec["batches"] + [spec["offline"]])
+    max_seqs = max(spec["batches"] + [1])
+    kv_type = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16}[kv_dtype]
 
-    def context(n_ctx: int, n_seq: int):
+    def context(n_ctx: int, n_seq: int, unified: bool = False):
         cp = L.llama_context_default_params()
         # n_batch: the most tokens one llama_decode call may hold (32 prompts of 32 tokens go in
         # one call); n_ubatch: how many of them are computed at a time inside the call
         cp.n_ctx, cp.n_batch, cp.n_ubatch = n_ctx, min(n_ctx, 4096), 512
         cp.n_seq_max = n_seq
-        cp.kv_unified = True  # one KV buffer for all sequences (else each gets n_ctx / n_seq cells)
+        # unified: one KV buffer for all sequences, each token's attention walks every cell
+        # behind a mask; else each sequence gets its own n_ctx / n_seq cells
+        cp.kv_unified = unified
+        cp.type_k = cp.type_v = kv_type
         cp.n_threads = cp.n_threads_batch = threads
         cp.no_perf = True
         ctx = L.llama_init_from_model(model, cp)
@@ -227,12 +245,13 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
 
     res = {}
     if "prefill" in spec["workloads"]:
-        ctx = context(4096, 1)
         p = prompt(spec["prefill"], vocab, 1)
-        t = time.perf_counter()
-        prefill_chunks(ctx, 0, p)
-        res["prefill"] = len(p) / (time.perf_counter() - t)
-        L.llama_free(ctx)
+        for _ in range(2):  # the first run is untimed, as every backend's: a fresh context each
+            ctx = context(4096, 1)
+            t = time.perf_counter()
+            prefill_chunks(ctx, 0, p)
+            res["prefill"] = len(p) / (time.perf_counter() - t)
+            L.llama_free(ctx)
 
     if "decode" in spec["workloads"]:
         ctx = context(4096, 1)
@@ -246,55 +265,19 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int) -> dict:
 
     for b in spec["batches"]:
         lp, steps = spec["batch_prompt"], spec["batch_steps"]
-        ctx = context(max(256, b * (lp + steps) + 64), b)
-        nxt = decode(ctx, [(s, prompt(lp, vocab, 100 + s), 0, True) for s in range(b)])
-        t = time.perf_counter()
-        for i in range(steps):
-            nxt = decode(ctx, [(s, [nxt[s]], lp + i, True) for s in range(b)])
-        res[f"batch-{b}"] = b * steps / (time.perf_counter() - t)
-        L.llama_free(ctx)
-
-    if "offline" not in spec["workloads"]:
-        L.llama_batch_free(batch)
-        L.llama_model_free(model)
-        return res
-    # offline: every unfinished sequence in each step; prompts go in whole (up to 256 tokens each)
-    # while the step holds at most 512 tokens, the rest wait for the next step
-    reqs = offline_requests(spec["offline"], vocab)
-    ctx = context(sum(len(p) + n for p, n in reqs) + 64, len(reqs))
-    t0 = time.perf_counter()
-    state = [{"fed": 0, "out": [], "first": None, "last": None, "next": None} for _ in reqs]
-    while any(len(s["out"]) < n for s, (_, n) in zip(state, reqs)):
-        rows, budget, who = [], 512, []
-        for k, (s, (p, n)) in enumerate(zip(state, reqs)):
-            if len(s["out"]) >= n:
-                continue
-            if s["fed"] < len(p):
-                if len(p) - s["fed"] > budget:
-                    continue
-                rows.append((k, p[s["fed"]:], s["fed"], True))
-                budget -= len(p) - s["fed"]
-            elif budget >= 1:
-                rows.append((k, [s["next"]], len(p) + len(s["out"]) - 1, True))
-                budget -= 1
-            else:
-                continue
-            who.append(k)
-        got = decode(ctx, rows)
-        now = time.perf_counter()
-        for k, tok in zip(who, got):
-            s = state[k]
-            s["fed"] = len(reqs[k][0])
-            s["out"].append(tok)
-            s["next"] = tok
-            s["first"] = s["first"] or now
-            s["last"] = now
-    wall = time.perf_counter() - t0
-    L.llama_free(ctx)
-    ttft = [s["first"] - t0 for s in state]
-    tpot = [(s["last"] - s["first"]) / max(1, n - 1) for s, (_, n) in zip(state, reqs)]
-    res["offline"] = {"requests_s": len(reqs) / wall, "output_tok_s": sum(n for _, n in reqs) / wall,
-                      "ttft_s": statistics.median(ttft), "tpot_s": statistics.median(tpot)}
+        best = {}
+        for unified in (False, True) if b > 1 else (False,):
+            ctx = context(max(256, b * (lp + steps + 64)), b, unified)
+            nxt = decode(ctx, [(s, prompt(lp, vocab, 100 + s), 0, True) for s in range(b)])
+            t = time.perf_counter()
+            for i in range(steps):
+                nxt = decode(ctx, [(s, [nxt[s]], lp + i, True) for s in range(b)])
+            best["unified" if unified else "per-sequence"] = b * steps / (time.perf_counter() - t)
+            L.llama_free(ctx)
+        kind = max(best, key=best.get)
+        res[f"batch-{b}"] = best[kind]
+        res.setdefault("meta", {})[f"batch-{b} kv"] = kind
+        res["meta"][f"batch-{b} all"] = best
     L.llama_batch_free(batch)
     L.llama_model_free(model)
     return res
@@ -353,20 +336,6 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
 
 
 # ---- the driver ------------------------------------------------------------------------------
-def llama_cpp_python() -> str:
-    """The python of the tool's llama-cpp-python virtualenv, created on first use (~20 min build)."""
-    home = Path(os.environ.get("LLAISYS_HOME", Path.home() / ".cache" / "llaisys"))
-    venv = home / "bench" / "llama-cpp-venv"
-    py = venv / "bin" / "python"
-    probe = [str(py), "-c", "import llama_cpp"]
-    if py.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
-        return str(py)
-    print(f"installing {LLAMA_CPP_PIN} into {venv} (compiles llama.cpp: about 20 minutes on 2 cores)", flush=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(py), "-m", "pip", "install", "-q", LLAMA_CPP_PIN, "numpy"], check=True)
-    return str(py)
-
-
 def gguf_for(model_dir: str, dtype: str) -> str:
     """Our model directory as a GGUF in `dtype` (bf16: exactly our values), written once."""
     from llaisys.models.gguf_export import export_gguf
@@ -379,10 +348,12 @@ def gguf_for(model_dir: str, dtype: str) -> str:
 
 def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    if backend == "llaisys-noscreen":
-        env["LLAISYS_GREEDY_SCREEN"] = "0"
+    if backend == "llaisys":  # like for like: every logit computed, small pages as the peers get
+        env.update(LLAISYS_GREEDY_SCREEN="0", LLAISYS_HUGE_PAGES="0")
     if backend.startswith("llama.cpp"):
-        exe, target = llama_cpp_python(), gguf_for(model_dir, backend.split("-")[1])
+        peer = build_llama_cpp.ensure()
+        env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
+        exe, target = peer["python"], gguf_for(model_dir, backend.split("-")[1])
     else:
         exe, target = sys.executable, model_dir
     cmd = [exe, __file__, "--worker", backend, target, json.dumps(spec), str(threads)]
@@ -397,36 +368,18 @@ def worker_main(backend: str, target: str, spec_json: str, threads: str) -> None
     if backend.startswith("llaisys"):
         res = run_llaisys(target, spec, threads)
     elif backend.startswith("llama.cpp"):
-        res = run_llama_cpp(target, spec, threads)
+        res = run_llama_cpp(target, spec, threads, kv_dtype="f16" if backend.endswith("-kvf16") else "f32")
     else:
         res = run_hf(target, spec, threads, {"hf-bf16": "bfloat16", "hf-f32": "float32"}[backend])
     print(json.dumps(res))
 
 
 def flatten(res: dict) -> dict:
+    """The numbers of one worker's result (its "meta" stays in the JSON only)."""
     out = {k: v for k, v in res.items() if not isinstance(v, dict)}
     for k, v in res.get("offline", {}).items():
         out[f"offline {k}"] = v
     return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def gpu_model() -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
 
 
 def main() -> None:
@@ -449,21 +402,22 @@ def main() -> None:
         dropped = [b for b in args.backends if b.startswith("llama.cpp")]
         args.backends = [b for b in args.backends if b not in dropped]
         if dropped:
-            print(f"--device nvidia: leaving out {', '.join(dropped)} (the pip build of llama.cpp runs on the CPU)")
+            print(f"--device nvidia: leaving out {', '.join(dropped)} (this llama.cpp build runs on the CPU)")
     spec = workload_spec(args.quick, args.device)
     spec["workloads"] = sorted(set(args.workloads))
     if "batch" not in args.workloads:
         spec["batches"] = []
-    report = {"date": time.strftime("%Y-%m-%d %H:%M"), "cpu": cpu_model(), "cores": os.cpu_count(),
-              "device": args.device, "gpu": gpu_model() if args.device == "nvidia" else None,
+    report = {"machine": bench_env.machine(), "device": args.device,
+              "gpu": bench_env.gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
+    print(bench_env.describe(report["machine"]), flush=True)
     for name in args.models:
         model_dir = hub.resolve_model(name)
         samples = {b: [] for b in args.backends}
         for r in range(args.repeats):
             for b in args.backends:  # alternate: A B C, A B C, ...
                 print(f"[{name}] repeat {r + 1}/{args.repeats}: {b}", flush=True)
-                samples[b].append(flatten(run_worker(b, model_dir, spec, args.threads)))
+                samples[b].append(run_worker(b, model_dir, spec, args.threads))
         report["models"][name] = samples
         print_table(name, samples, args.backends)
     with open(args.out, "w") as f:
@@ -471,7 +425,8 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def print_table(name: str, samples: dict, backends: list) -> None:
+def print_table(name: str, raw: dict, backends: list) -> None:
+    samples = {b: [flatten(r) for r in runs] for b, runs in raw.items()}
     metrics = list(dict.fromkeys(k for runs in samples.values() for run in runs for k in run))
     lower_better = {"offline ttft_s", "offline tpot_s"}
     print(f"\n{name}: median (min-max); ratio = llaisys / peer (> 1: llaisys better)")

@@ -2,7 +2,8 @@
 
     python tools/bench_serving.py --base-url http://127.0.0.1:8000 [--model NAME] [--api-key KEY]
         [--concurrency 1 4 16] [--request-rate R] [--num-requests N] [--input-len 128]
-        [--output-len 64] [--endpoint completions|chat] [--no-stream] [--no-ignore-eos] [--output FILE]
+        [--output-len 64] [--endpoint completions|chat] [--no-stream] [--no-ignore-eos]
+        [--eos-bias TOKEN_ID ...] [--output FILE]
 
 For each concurrency level it sends --num-requests requests (at most that many in flight;
 with --request-rate, arrivals follow a Poisson process of that rate), each a synthetic prompt
@@ -196,6 +197,8 @@ def make_body(args, rng: random.Random) -> tuple:
         body["stream_options"] = {"include_usage": True}
     if args.ignore_eos:
         body["ignore_eos"] = True
+    if args.eos_bias:  # for servers without ignore_eos: the end tokens can never be chosen
+        body["logit_bias"] = {str(t): -100 for t in args.eos_bias}
     if args.endpoint == "chat":
         body["messages"] = [{"role": "user", "content": words}]
         return "/v1/chat/completions", body
@@ -309,6 +312,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-stream", dest="stream", action="store_false", help="non-streaming requests")
     ap.add_argument("--no-ignore-eos", dest="ignore_eos", action="store_false",
                     help="do not send ignore_eos (outputs may then end before --output-len)")
+    ap.add_argument("--eos-bias", type=int, nargs="+", default=None, metavar="TOKEN_ID",
+                    help="send logit_bias -100 for these end-of-sequence ids (servers that ignore ignore_eos)")
     ap.add_argument("--warmup", type=int, default=1, help="requests sent (and not counted) before the first level")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request")
@@ -329,6 +334,28 @@ def parse_args(argv=None):
     return args
 
 
+def run_benchmark(args, client: Client) -> dict:
+    """The warm-up, then every concurrency level of args against client: the JSON report."""
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    rng = random.Random(args.seed ^ 0x5EED)
+    for _ in range(args.warmup):
+        client.post(*make_body(args, rng), args.stream)
+    levels = []
+    for i, c in enumerate(args.concurrency):
+        if args.num_requests is None:
+            n = max(8, 4 * c)
+        else:
+            n = args.num_requests[i if len(args.num_requests) > 1 else 0]
+        level_args = argparse.Namespace(**{**vars(args), "num_requests": n})
+        levels.append(run_level(client, level_args, c, seed=args.seed + i))
+    return {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "base_url": args.base_url,
+            "model": args.model, "endpoint": args.endpoint, "input_len_words": args.input_len,
+            "output_len": args.output_len, "stream": args.stream, "ignore_eos": args.ignore_eos,
+            "eos_bias": args.eos_bias, "temperature": args.temperature, "command": " ".join(sys.argv),
+            "client_load_avg_1m": [load_before, os.getloadavg()[0] if load_before is not None else None],
+            "levels": levels}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -342,30 +369,14 @@ def main(argv=None) -> int:
         except (OSError, RuntimeError, ValueError, KeyError, IndexError) as e:
             print(f"error: cannot pick a model from GET /v1/models ({e}); pass --model", file=sys.stderr)
             return 2
-    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    rng = random.Random(args.seed ^ 0x5EED)
-    for _ in range(args.warmup):
-        client.post(*make_body(args, rng), args.stream)
-    levels = []
-    for i, c in enumerate(args.concurrency):
-        if args.num_requests is None:
-            n = max(8, 4 * c)
-        else:
-            n = args.num_requests[i if len(args.num_requests) > 1 else 0]
-        level_args = argparse.Namespace(**{**vars(args), "num_requests": n})
-        levels.append(run_level(client, level_args, c, seed=args.seed + i))
+    report = run_benchmark(args, client)
+    levels = report["levels"]
     print(f"{args.base_url}  model={args.model}  endpoint={args.endpoint}  input~{args.input_len} words  "
           f"output={args.output_len} tokens  stream={args.stream}  ignore_eos={args.ignore_eos}")
     print(format_table(levels))
     for lv in levels:
         for status, e in lv["errors_by_status"].items():
             print(f"c={lv['concurrency']}: {e['count']} x HTTP {status}: {e['example']}", file=sys.stderr)
-    report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "base_url": args.base_url,
-              "model": args.model, "endpoint": args.endpoint, "input_len_words": args.input_len,
-              "output_len": args.output_len, "stream": args.stream, "ignore_eos": args.ignore_eos,
-              "temperature": args.temperature, "command": " ".join(sys.argv),
-              "client_load_avg_1m": [load_before, os.getloadavg()[0] if load_before is not None else None],
-              "levels": levels}
     if args.output != "-":
         with open(args.output, "w") as f:
             json.dump(report, f, indent=2)

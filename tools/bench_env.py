@@ -1,0 +1,78 @@
+"""What every benchmark table records about the machine it ran on (standard library only).
+
+The build VMs change CPU between sessions (AVX-512 with BF16 and VNNI on some, AVX2 only on
+others), so each figure carries the CPU model, the SIMD flags that pick our kernels and the
+peer's, the core count and the load when it started.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from pathlib import Path
+
+# the flags that choose a kernel in llaisys or in ggml
+SIMD_FLAGS = ("avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+              "amx_bf16", "amx_int8")
+
+
+def _cpuinfo() -> dict:
+    info = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())  # the first processor's
+    except OSError:
+        pass
+    return info
+
+
+def cpu_model() -> str:
+    return _cpuinfo().get("model name") or platform.processor() or "unknown"
+
+
+def cpu_flags() -> list:
+    have = set(_cpuinfo().get("flags", "").split())
+    return [f for f in SIMD_FLAGS if f in have]
+
+
+def cpu_kind() -> str:
+    """avx512bf16 / avx512 / avx2 / generic: the tier a table belongs to."""
+    flags = set(cpu_flags())
+    if "avx512_bf16" in flags:
+        return "avx512bf16"
+    if "avx512f" in flags:
+        return "avx512"
+    return "avx2" if "avx2" in flags else "generic"
+
+
+def llaisys_isa() -> str | None:
+    """The SIMD path llaisys picks in this process (LLAISYS_ISA may force one)."""
+    try:
+        from llaisys.runtime import cpu_isa
+        return cpu_isa()
+    except (ImportError, OSError):  # a peer's interpreter has no llaisys
+        return None
+
+
+def gpu_model() -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def machine() -> dict:
+    return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu_model(), "cpu_kind": cpu_kind(),
+            "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "llaisys_isa": llaisys_isa(),
+            "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+
+
+def describe(m: dict) -> str:
+    """One line for the top of a printed table."""
+    return (f"{m['date_utc']} UTC, {m['cpu']} ({m['cores']} CPUs; {' '.join(m['cpu_flags'])}), "
+            f"llaisys ISA path {m['llaisys_isa']}, load {m['load_avg_1m']:.2f}")
