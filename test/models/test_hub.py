@@ -160,7 +160,7 @@ def test_a_conversion_that_fails_its_check_is_removed_and_the_gguf_kept(fake_mod
     assert not hub.model_dir("fake-model").exists() and hub.gguf_path("fake-model").is_file()
 
 
-@pytest.mark.parametrize("damage", ["no config", "bad header", "short data", "long data"])
+@pytest.mark.parametrize("damage", ["no config", "bad header", "list header", "short data", "long data"])
 def test_verify_converted(tmp_path, damage):
     header = json.dumps({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
     data = b"\0" * 8
@@ -171,6 +171,8 @@ def test_verify_converted(tmp_path, damage):
         (tmp_path / "config.json").unlink()
     elif damage == "bad header":
         (tmp_path / "model.safetensors").write_bytes((1 << 40).to_bytes(8, "little") + header + data)
+    elif damage == "list header":
+        (tmp_path / "model.safetensors").write_bytes((2).to_bytes(8, "little") + b"[]" + data)
     else:
         extra = data[:-1] if damage == "short data" else data + b"\0"
         (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + extra)

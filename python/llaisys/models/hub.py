@@ -254,7 +254,7 @@ def verify_converted(path: Path) -> None:
             header = json.loads(f.read(n))
         ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
         data = size - 8 - n
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as e:
+    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError) as e:
         raise ValueError(f"{path}: converted model is unreadable: {type(e).__name__}: {e}") from None
     if not ends or max(ends) != data:
         raise ValueError(f"{path}: model.safetensors holds {data} data bytes, its header {max(ends, default=0)}")
