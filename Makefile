@@ -66,7 +66,8 @@ install-test: $(STAMPS)/install-test
 	$(PYTHON) -m venv .venv
 
 # The package: build tools first (cmake and ninja from PyPI only where the system has none,
-# or a cmake older than 3.20; the C++ tests below use them too), then the native build, of which every tenth progress line shows.
+# or a cmake older than 3.20; the C++ tests below use them too), then the native build, of
+# which every tenth progress line shows (all of it in $(BUILD)/install.log).
 $(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
 	@mkdir -p $(STAMPS) $(BUILD)
 	@tools=""; \
@@ -76,7 +77,7 @@ $(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
 	 echo "llaisys: installing the build tools (scikit-build-core$${tools// /, }) into $$($(PY) -c 'import sys; print(sys.prefix)')"; \
 	 $(PIP) install -q -r requirements-build.txt $$tools
 	@command -v c++ > /dev/null || command -v g++ > /dev/null || command -v clang++ > /dev/null || { \
-		echo "llaisys: no C++ compiler found: libllaisys needs a C++17 compiler with OpenMP (GCC >= 9 or Clang >= 10;" \
+		echo "llaisys: no C++ compiler found: libllaisys needs a C++17 compiler with OpenMP (GCC >= 10 or Clang >= 11;" \
 		     "on Debian or Ubuntu: sudo apt-get install g++)" >&2; exit 1; }
 	@echo "llaisys: building libllaisys (C++17 + OpenMP: about $$(( (8 + $(NPROC) - 1) / $(NPROC) )) min on $(NPROC) cores" \
 	      "the first time, seconds after an edit) and installing the package; full log: $(BUILD)/install.log"
