@@ -181,3 +181,40 @@ def test_llm_threads_is_checked_before_the_load(restore_threads):
 
     with pytest.raises(ValueError, match="threads"):
         LLM("/nonexistent/model", threads=0)
+
+
+# How idle OpenMP threads wait: the package sets the passive policy around the library's load
+# when the environment does not choose (libgomp prints what it read with OMP_DISPLAY_ENV=verbose).
+WAIT_PROBE = r"""
+import os
+from llaisys import libllaisys
+print(repr(libllaisys.WAIT_APPLIED), [k for k in libllaisys.WAIT_VARS if k in os.environ])
+"""
+
+
+def _wait_probe(**env):
+    e = {k: None for k in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")}
+    e.update(env, OMP_DISPLAY_ENV="verbose")
+    code = WAIT_PROBE
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in {**os.environ, **e}.items() if v is not None})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip(), proc.stderr
+
+
+def test_passive_is_the_default_and_does_not_leak():
+    from llaisys.libllaisys import WAIT_DEFAULTS
+
+    out, displayed = _wait_probe()
+    assert out == f"{WAIT_DEFAULTS!r} []"  # applied, and gone from the environment after the load
+    if "GOMP_SPINCOUNT" in displayed:  # GNU OpenMP: passive means no spinning at all
+        assert "OMP_WAIT_POLICY = 'PASSIVE'" in displayed and "GOMP_SPINCOUNT = '0'" in displayed
+
+
+@pytest.mark.parametrize("var, value, shown", [("OMP_WAIT_POLICY", "active", "OMP_WAIT_POLICY = 'ACTIVE'"),
+                                               ("GOMP_SPINCOUNT", "12345", "GOMP_SPINCOUNT = '12345'")])
+def test_the_environment_choice_is_kept(var, value, shown):
+    out, displayed = _wait_probe(**{var: value})
+    assert out == f"{{}} ['{var}']"
+    if "GOMP_SPINCOUNT" in displayed:
+        assert shown in displayed

@@ -31,17 +31,47 @@ def _library_path() -> Path:
     return Path(__file__).with_name("libllaisys.so")
 
 
-def _load() -> ctypes.CDLL:
+# How OpenMP's idle threads wait, when the environment does not say: passive (sleep at once
+# instead of spinning). libgomp's default spins ~300k times (~3 ms) at every barrier and after
+# every parallel region; on a machine where anything else runs, the spinning threads take the
+# cores from the thread the team waits for, and a single-stream decode fell 3-10x (the table in
+# doc/architecture.md, "Threads", measured every choice). libgomp reads this once, as it loads,
+# so it is set around the load only and never reaches child processes; setting
+# OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME yourself keeps yours.
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
+WAIT_DEFAULTS = {"OMP_WAIT_POLICY": "passive"}  # standard OpenMP: libgomp and libomp both read it
+
+
+def _openmp_loaded() -> bool:
+    """Whether an OpenMP runtime is already mapped (then it has read its settings already)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return False
+    return "libgomp.so" in maps or "libomp.so" in maps or "libiomp5.so" in maps
+
+
+def _load() -> tuple[ctypes.CDLL, dict]:
     path = _library_path()
     if not path.exists():
         raise ImportError(
             f"libllaisys not found at {path}: install the package with `pip install .` "
             "(which builds it), or point LLAISYS_LIBRARY at a built libllaisys.so"
         )
-    return ctypes.CDLL(str(path))
+    added = {}
+    if not any(v in os.environ for v in WAIT_VARS) and not _openmp_loaded():
+        added = dict(WAIT_DEFAULTS)
+    os.environ.update(added)
+    try:
+        return ctypes.CDLL(str(path)), added
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
-LIB = _load()
+# WAIT_APPLIED: the wait settings this process's OpenMP got from here ({} when the environment
+# set its own or an OpenMP runtime was loaded before llaisys)
+LIB, WAIT_APPLIED = _load()
 declare_base(LIB)
 
 from . import kv_cache as _kv_cache  # noqa: E402
