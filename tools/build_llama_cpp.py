@@ -105,11 +105,10 @@ def install_python(p: dict) -> None:
 
 
 def describe(p: dict) -> dict:
-    commit = ""
-    head = p["vendor"] / ".git"
-    if not head.exists():  # the sdist carries no git metadata; llama.cpp stamps its build info
-        info = p["build"] / "common" / "build-info.cpp"
-        commit = info.read_text().split("LLAMA_COMMIT = \"", 1)[-1].split('"', 1)[0] if info.exists() else ""
+    # the sdist carries no usable git metadata; llama.cpp stamps its commit into the build info
+    info = p["build"] / "common" / "build-info.cpp"
+    text = info.read_text() if info.exists() else ""
+    commit = text.split('LLAMA_COMMIT = "', 1)[1].split('"', 1)[0] if 'LLAMA_COMMIT = "' in text else ""
     return {"llama_cpp_python": PIN, "llama_cpp_commit": commit, "cpu_kind": cpu_kind(),
             "server": str(p["server"]), "bench": str(p["bin"] / "llama-bench"),
             "python": str(p["python"]), "lib_path": str(p["bin"])}
