@@ -43,6 +43,19 @@ def _read_cpuinfo() -> str:
         return ""
 
 
+def _wait_policy() -> str:
+    """How the kernels' idle OpenMP threads wait, and who chose it."""
+    from llaisys import libllaisys
+
+    if libllaisys.WAIT_APPLIED:
+        chosen = " ".join(f"{k}={v}" for k, v in libllaisys.WAIT_APPLIED.items())
+        return f"idle threads sleep ({chosen}, set by llaisys as it loaded)"
+    mine = [f"{k}={os.environ[k]}" for k in libllaisys.WAIT_VARS if k in os.environ]
+    if mine:
+        return f"from the environment: {' '.join(mine)}"
+    return "the runtime's own wait policy (an OpenMP runtime was loaded before llaisys)"
+
+
 def info_lines() -> list:
     """The report, one string per line."""
     import llaisys
@@ -62,7 +75,10 @@ def info_lines() -> list:
         + (f"  (not: {' '.join(lack)})" if have and lack else ""),
         f"isa       {runtime.cpu_isa()}  "
         + (f"(forced by LLAISYS_ISA={forced})" if forced else "(the best this CPU has; LLAISYS_ISA forces a lower one)"),
-        f"threads   {runtime.num_threads()}  (llaisys serve/generate --threads N, LLM(threads=N))",
+        f"threads   {runtime.num_threads()}  "
+        + (f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; " if os.environ.get("OMP_NUM_THREADS") else "(")
+        + "llaisys serve/generate --threads N, LLM(threads=N))",
+        f"openmp    {_wait_policy()}",
         f"devices   cpu" + (f", nvidia x{nvidia}" if nvidia else
                             "  (nvidia: none; the library is built without CUDA or no GPU is visible)"),
     ]

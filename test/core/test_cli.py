@@ -90,7 +90,7 @@ def test_info(capsys, tmp_path, monkeypatch):
     assert fields["isa"].split()[1] == runtime.cpu_isa()
     assert fields["threads"].split()[1] == str(runtime.num_threads())
     assert fields["models"].split()[1] == str(tmp_path)
-    for key in ("python", "cpu", "simd", "devices"):
+    for key in ("python", "cpu", "simd", "devices", "openmp"):
         assert key in fields
     assert re.search(r"^  tiny-model +model +2\.5 kB$", out, re.M)
     assert re.search(r"^  tiny-model +gguf +1\.2 kB$", out, re.M)
@@ -106,6 +106,13 @@ def test_info_names_a_forced_isa_and_an_empty_cache(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert re.search(r"^isa +scalar +\(forced by LLAISYS_ISA=scalar\)$", out.stdout, re.M)
+    if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
+        assert re.search(r"^openmp +idle threads sleep \(OMP_WAIT_POLICY=passive, set by llaisys", out.stdout, re.M)
+    env.update(OMP_WAIT_POLICY="active", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "llaisys.cli", "info"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert re.search(r"^openmp +from the environment: OMP_WAIT_POLICY=active$", out.stdout, re.M), out.stdout
+    assert re.search(r"^threads +1 +\(OMP_NUM_THREADS=1; ", out.stdout, re.M), out.stdout
     assert "(empty: llaisys download NAME)" in out.stdout
 
 
