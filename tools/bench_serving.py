@@ -107,7 +107,7 @@ class Client:
             if resp.status != 200:
                 res.error = _error_message(resp.read())
             elif stream:
-                _read_stream(resp, res)
+                _read_stream(resp, res, body.get("max_tokens"))
             else:
                 _read_whole(resp, res)
         except (OSError, http.client.HTTPException, ValueError) as e:
@@ -161,11 +161,15 @@ def sse_events(resp, fail=_value_error):
     raise fail("no_done", "the stream ended without data: [DONE]")
 
 
-def _read_stream(resp, res: RequestResult) -> None:
-    """Server-sent events until [DONE]: time the content chunks, take the usage."""
-    last, chunks = None, 0
+def _read_stream(resp, res: RequestResult, max_tokens: Optional[int] = None) -> None:
+    """Server-sent events until [DONE]: time the content chunks, take the usage. A server that
+    reports no usage (llama-cpp-python's) made exactly max_tokens tokens when it finished for
+    "length"; else the content chunks are the count (a chunk may hold more than one token)."""
+    last, chunks, finish = None, 0, None
     for event in sse_events(resp):
         now = time.perf_counter()
+        for c in event.get("choices") or []:
+            finish = c.get("finish_reason") or finish
         if any(_content(c) for c in event.get("choices") or []):
             chunks += 1
             if last is None:
@@ -177,7 +181,7 @@ def _read_stream(resp, res: RequestResult) -> None:
             res.prompt_tokens = event["usage"].get("prompt_tokens")
             res.output_tokens = event["usage"].get("completion_tokens") or 0
     if not res.output_tokens:
-        res.output_tokens = chunks
+        res.output_tokens = max_tokens if finish == "length" and max_tokens else chunks
 
 
 def _read_whole(resp, res: RequestResult) -> None:

@@ -44,6 +44,25 @@ def test_tool_imports_nothing_but_the_standard_library():
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+def test_a_stream_without_usage_counts_max_tokens_only_when_cut_for_length():
+    """llama-cpp-python's server streams no usage: a "length" finish means exactly max_tokens
+    tokens; any other finish falls back to the content chunks."""
+    import io
+
+    tool = load_tool()
+
+    def stream(finish):
+        events = [{"choices": [{"text": t, "finish_reason": None}]} for t in (" a", "", " b")]
+        events.append({"choices": [{"text": "", "finish_reason": finish}]})
+        raw = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        res = tool.RequestResult(start=0.0)
+        tool._read_stream(io.BytesIO(raw.encode()), res, max_tokens=5)
+        return res.output_tokens
+
+    assert stream("length") == 5
+    assert stream("stop") == 2
+
+
 def test_bad_arguments_are_refused():
     for argv in (["--concurrency", "0"], ["--num-requests", "1", "2"], ["--request-rate", "-1"]):
         r = subprocess.run([sys.executable, str(TOOL), *argv], capture_output=True, text=True, timeout=60)
