@@ -9,6 +9,9 @@ SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 BUILD ?= build
 PYTHON ?= python3
+# extra arguments of `python -m venv`, e.g. --system-site-packages to reuse what the base
+# Python already has (installs still go into the venv)
+VENV_ARGS ?=
 
 ifneq ($(filter command line environment,$(origin PY)),)
 STAMPS = $(BUILD)/stamps/$(STAMP_ID)
@@ -63,7 +66,7 @@ install-test: $(STAMPS)/install-test
 			     "and run make there; or name another interpreter: make PYTHON=/path/to/python3 ..." >&2; exit 1; }; \
 	fi
 	@echo "llaisys: creating the virtual environment .venv (from $$($(PYTHON) -c 'import sys; print(sys.executable)'))"
-	$(PYTHON) -m venv .venv
+	$(PYTHON) -m venv $(VENV_ARGS) .venv
 
 # The package: build tools first (cmake and ninja from PyPI only where the system has none,
 # or a cmake older than 3.20; the C++ tests below use them too), then the native build, of
