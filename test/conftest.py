@@ -30,7 +30,8 @@ def qwen05_dir():
         pytest.skip("LLAISYS_SKIP_REAL_MODEL=1")
     from llaisys.models import hub
 
-    return hub.resolve_model(QWEN05)
+    # the GGUF stays: qwen05_gguf's tests read it, and fetching it again costs a download
+    return hub.download(QWEN05, progress=False, keep_gguf=True)
 
 
 @pytest.fixture(scope="session")
