@@ -392,6 +392,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
     ap.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS,
                     help="run only these (e.g. --workloads decode for more repeats of one figure)")
+    ap.add_argument("--batches", type=int, nargs="+", default=None,
+                    help=f"batch sizes of the batch workload (default: {' '.join(map(str, BATCHES))} on the CPU)")
     ap.add_argument("--out", default="bench_compare.json")
     ap.add_argument("--device", default="cpu", choices=["cpu", "nvidia"],
                     help="nvidia: llaisys and transformers on the GPU (llama.cpp backends are left out)")
@@ -405,6 +407,10 @@ def main() -> None:
             print(f"--device nvidia: leaving out {', '.join(dropped)} (this llama.cpp build runs on the CPU)")
     spec = workload_spec(args.quick, args.device)
     spec["workloads"] = sorted(set(args.workloads))
+    if args.batches:
+        if min(args.batches) < 1:
+            ap.error("--batches must be >= 1")
+        spec["batches"] = sorted(set(args.batches))
     if "batch" not in args.workloads:
         spec["batches"] = []
     report = {"machine": bench_env.machine(), "device": args.device,
