@@ -27,7 +27,8 @@ Like for like (the headline columns), and what differs in the labelled ones:
                         cache like llaisys; batch-B runs with per-sequence KV cells and with one
                         unified buffer, and reports the better of the two (which: `batch-B kv`)
   llama.cpp-bf16-kvf16  the same with llama.cpp's default f16 KV cache
-  llama.cpp-f16         f16 GGUF (our values rounded), f32 KV
+  llama.cpp-f16         f16 GGUF (our values rounded to f16: on AVX2 llama.cpp's faster path,
+                        as ggml has F16C but no bf16 arithmetic there), f32 KV; -kvf16 with f16 KV
   hf-bf16 / hf-f32      transformers, torch==2.13.0, with its KV cache (its default, the model dtype)
 
 With --device nvidia the same workloads run on the GPU (llaisys and transformers on cuda:0; the
@@ -58,7 +59,7 @@ import build_llama_cpp  # noqa: E402
 BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp-bf16", "llama.cpp-bf16-kvf16", "hf-bf16")
-OPTIONAL_BACKENDS = ("llama.cpp-f16", "hf-f32")
+OPTIONAL_BACKENDS = ("llama.cpp-f16", "llama.cpp-f16-kvf16", "hf-f32")
 WORKLOADS = ("prefill", "decode", "batch", "offline")
 
 

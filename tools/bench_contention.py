@@ -17,7 +17,8 @@ after --busy-limit seconds, so none outlives the tool.
   --variant adds llaisys workers started with more environment (OpenMP settings, e.g.
   `--variant passive:OMP_WAIT_POLICY=passive`), to compare wait policies side by side.
 - llama.cpp: its own llama-bench (-p 0 -n TOKENS -t THREADS -r 1, tg tok/s) on a GGUF of the
-  same bf16 weights, built by tools/build_llama_cpp.py (not started here: it must exist).
+  same bf16 weights (llama.cpp-f16: rounded to f16, ggml's faster path on AVX2), built by
+  tools/build_llama_cpp.py (not started here: it must exist).
 
 Prints a table (backend x condition, median tok/s and busy/idle ratio) and writes JSON with the
 CPU model and flags, settings and every sample.
@@ -88,25 +89,15 @@ class LlaisysWorker:
 
 
 # ---- llama.cpp ---------------------------------------------------------------------------------
-def gguf_for(model_dir: Path) -> Path:
-    """The bf16 GGUF of the model directory (the same values llaisys runs), written beside it once
-    (the file tools/bench_compare.py writes too)."""
-    out = model_dir.parent / f"{model_dir.name}-bf16.gguf"
-    if not out.exists() or out.stat().st_mtime < (model_dir / "config.json").stat().st_mtime:
-        from llaisys.models.gguf_export import export_gguf
-
-        print(f"writing {out}", flush=True)
-        export_gguf(str(model_dir), out, dtype=None)
-    return out
-
-
 class LlamaBench:
-    name = "llama.cpp"
+    """llama-bench on the GGUF of `dtype` (bf16: our values; f16: ggml's fast path on AVX2)."""
 
-    def __init__(self, gguf: Path, threads: int, tokens: int):
+    def __init__(self, model_dir: Path, dtype: str, threads: int, tokens: int):
         sys.path.insert(0, str(Path(__file__).parent))
         import build_llama_cpp
 
+        self.name = "llama.cpp" if dtype == "bf16" else f"llama.cpp-{dtype}"
+        gguf = build_llama_cpp.gguf_for(model_dir, dtype)
         p = build_llama_cpp.paths()
         self.exe = p["bin"] / "llama-bench"
         if not self.exe.exists():
@@ -175,7 +166,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="threads of both backends (default: llaisys' default, the physical cores)")
-    ap.add_argument("--backends", default="llaisys,llama.cpp")
+    ap.add_argument("--backends", default="llaisys,llama.cpp,llama.cpp-f16",
+                    help="comma-separated: llaisys, llama.cpp (bf16 GGUF), llama.cpp-f16 (f16 GGUF)")
     ap.add_argument("--variant", action="append", type=parse_variant, default=[],
                     help="an extra llaisys worker with this environment, e.g. passive:OMP_WAIT_POLICY=passive")
     ap.add_argument("--json", default="bench_contention.json")
@@ -191,8 +183,8 @@ def main() -> None:
         for name in filter(None, args.backends.split(",")):
             if name == "llaisys":
                 backends.append(LlaisysWorker("llaisys", str(model_dir), threads, args.tokens, {}))
-            elif name == "llama.cpp":
-                backends.append(LlamaBench(gguf_for(model_dir), threads, args.tokens))
+            elif name in ("llama.cpp", "llama.cpp-f16"):
+                backends.append(LlamaBench(model_dir, "f16" if name.endswith("f16") else "bf16", threads, args.tokens))
             else:
                 raise SystemExit(f"unknown backend {name!r}")
         for name, env in args.variant:

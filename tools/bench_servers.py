@@ -56,16 +56,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def gguf_for(model_dir: Path) -> Path:
-    """The bf16 GGUF of the llaisys model directory (bench_compare writes the same file)."""
-    from llaisys.models.gguf_export import export_gguf
-
-    out = model_dir.parent / f"{model_dir.name}-bf16.gguf"
-    if not out.exists() or out.stat().st_mtime < (model_dir / "config.json").stat().st_mtime:
-        export_gguf(model_dir, out)
-    return out
-
-
 def eos_ids(model_dir: Path) -> list:
     ids = []
     for name in ("generation_config.json", "config.json"):
@@ -89,7 +79,7 @@ def command(server: str, model_dir: Path, port: int, args) -> tuple:
                 "--max-num-seqs", str(slots), "--log-level", "warning"], env
     peer = build_llama_cpp.ensure()
     env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
-    gguf = str(gguf_for(model_dir))
+    gguf = str(build_llama_cpp.gguf_for(model_dir))
     if server == "llama-cpp-python":
         return [peer["python"], "-m", "llama_cpp.server", "--model", gguf, *host, "--n_threads", str(args.threads),
                 "--n_threads_batch", str(args.threads), "--n_ctx", str(args.input_len * 2 + args.output_len + CTX_SLACK),

@@ -114,6 +114,19 @@ def describe(p: dict) -> dict:
             "python": str(p["python"]), "lib_path": str(p["bin"])}
 
 
+def gguf_for(model_dir, dtype: str = "bf16") -> Path:
+    """The llaisys model directory as a GGUF for llama.cpp, written beside it once: bf16 holds
+    exactly the values llaisys computes with; f16 rounds them (ggml's fast path on AVX2)."""
+    from llaisys.models.gguf_export import export_gguf  # the driver's interpreter has llaisys
+
+    model_dir = Path(model_dir)
+    out = model_dir.parent / f"{model_dir.name}-{dtype}.gguf"
+    if not out.exists() or out.stat().st_mtime < (model_dir / "config.json").stat().st_mtime:
+        print(f"writing {out}", flush=True)
+        export_gguf(model_dir, out, dtype=None if dtype == "bf16" else dtype)
+    return out
+
+
 def ensure() -> dict:
     """Build what is missing and return the peer's paths (see describe)."""
     p = paths()
