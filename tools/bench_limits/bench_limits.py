@@ -117,7 +117,8 @@ def figures_from(doc) -> list:
         pre = [r["prefill"] for r in runs if "prefill" in r]
         dec = [r["decode"] for r in runs if "decode" in r]
         isa = next((r.get("meta", {}).get("isa") or r.get("isa") for r in runs
-                    if r.get("meta", {}).get("isa") or r.get("isa")), (doc.get("machine") or {}).get("llaisys_isa"))
+                    if r.get("meta", {}).get("isa") or r.get("isa")),
+                   (doc.get("machine") or {}).get("llaisys_isa") or doc.get("isa"))
         if pre or dec:
             rows.append({"model": name, "prefill_tok_s": statistics.median(pre) if pre else None,
                          "decode_tok_s": statistics.median(dec) if dec else None, "threads": doc.get("threads"),
