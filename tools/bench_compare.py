@@ -337,16 +337,6 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
 
 
 # ---- the driver ------------------------------------------------------------------------------
-def gguf_for(model_dir: str, dtype: str) -> str:
-    """Our model directory as a GGUF in `dtype` (bf16: exactly our values), written once."""
-    from llaisys.models.gguf_export import export_gguf
-
-    out = Path(model_dir).parent / f"{Path(model_dir).name}-{dtype}.gguf"
-    if not out.exists() or out.stat().st_mtime < (Path(model_dir) / "config.json").stat().st_mtime:
-        export_gguf(model_dir, out, dtype=None if dtype == "bf16" else dtype)
-    return str(out)
-
-
 def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if backend == "llaisys":  # like for like: every logit computed, small pages as the peers get
@@ -354,7 +344,7 @@ def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     if backend.startswith("llama.cpp"):
         peer = build_llama_cpp.ensure()
         env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
-        exe, target = peer["python"], gguf_for(model_dir, backend.split("-")[1])
+        exe, target = peer["python"], str(build_llama_cpp.gguf_for(model_dir, backend.split("-")[1]))
     else:
         exe, target = sys.executable, model_dir
     cmd = [exe, __file__, "--worker", backend, target, json.dumps(spec), str(threads)]
