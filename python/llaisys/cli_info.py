@@ -49,7 +49,7 @@ def _wait_policy() -> str:
 
     if libllaisys.WAIT_APPLIED:
         chosen = " ".join(f"{k}={v}" for k, v in libllaisys.WAIT_APPLIED.items())
-        return f"idle threads sleep ({chosen}, set by llaisys as it loaded)"
+        return f"idle threads spin briefly, then sleep ({chosen}, set by llaisys as it loaded)"
     mine = [f"{k}={os.environ[k]}" for k in libllaisys.WAIT_VARS if k in os.environ]
     if mine:
         return f"from the environment: {' '.join(mine)}"
