@@ -52,6 +52,22 @@ typedef enum {
     LLAISYS_DTYPE_I8 = 7,
     LLAISYS_DTYPE_F64 = 8,
     LLAISYS_DTYPE_BOOL = 9,
+    /* Block-quantized weights, laid out byte for byte as GGUF stores them: a row of k
+     * elements is k / block_size blocks (llaisysDataTypeBlockSize) of block_bytes bytes
+     * (llaisysDataTypeBlockBytes). Each value is 100 + the format's GGML type id, so a GGUF
+     * tensor's type maps by addition. */
+    /* 32 elements in 18 bytes: an f16 scale and 4-bit values */
+    LLAISYS_DTYPE_Q4_0 = 102,
+    /* 32 elements in 22 bytes: an f16 scale and 5-bit values */
+    LLAISYS_DTYPE_Q5_0 = 106,
+    /* 32 elements in 34 bytes: an f16 scale and 8-bit values */
+    LLAISYS_DTYPE_Q8_0 = 108,
+    /* 256 elements in 144 bytes: f16 scale and min, 8 sub-blocks with 6-bit scales and mins */
+    LLAISYS_DTYPE_Q4_K = 112,
+    /* 256 elements in 176 bytes: as Q4_K with a fifth bit per value */
+    LLAISYS_DTYPE_Q5_K = 113,
+    /* 256 elements in 210 bytes: an f16 scale, 16 sub-blocks with 8-bit scales, 6-bit values */
+    LLAISYS_DTYPE_Q6_K = 114,
 } llaisysDataType_t;
 
 /* Result of every function that acts. 0 ok, >0 recoverable, <0 error. */
@@ -85,8 +101,17 @@ LLAISYS_API llaisysStatus_t llaisysGetLastStatus(void);
 /* Clear the calling thread's last error message and status. */
 LLAISYS_API void llaisysClearLastError(void);
 
-/* Size in bytes of one element of `dtype`, or 0 for an invalid value. */
+/* Size in bytes of one element of `dtype`, or 0 for an invalid value or a block-quantized
+ * dtype (whose elements have no whole size: see the two functions below). */
 LLAISYS_API size_t llaisysDataTypeSize(llaisysDataType_t dtype);
+
+/* Elements per block: 32 or 256 for a block-quantized dtype, 1 for any other valid dtype,
+ * 0 for an invalid value. */
+LLAISYS_API size_t llaisysDataTypeBlockSize(llaisysDataType_t dtype);
+
+/* Bytes per block: the block's size for a block-quantized dtype, the element size for any
+ * other valid dtype, 0 for an invalid value. */
+LLAISYS_API size_t llaisysDataTypeBlockBytes(llaisysDataType_t dtype);
 
 /* Static name of a dtype ("f32", "bf16", ...); "invalid" for unknown values. */
 LLAISYS_API const char *llaisysDataTypeName(llaisysDataType_t dtype);

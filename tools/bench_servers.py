@@ -83,7 +83,10 @@ def command(server: str, model_dir: Path, port: int, args) -> tuple:
     if server == "llama-cpp-python":
         return [peer["python"], "-m", "llama_cpp.server", "--model", gguf, *host, "--n_threads", str(args.threads),
                 "--n_threads_batch", str(args.threads), "--n_ctx", str(args.input_len * 2 + args.output_len + CTX_SLACK),
-                "--type_k", "0", "--type_v", "0"], env  # 0: GGML_TYPE_F32
+                "--type_k", "0", "--type_v", "0",  # 0: GGML_TYPE_F32
+                # its default (True) ends the running stream with [DONE] whenever another request
+                # arrives, which cut every stream to a few tokens at concurrency > 1; False queues them
+                "--interrupt_requests", "False"], env
     kv = "f16" if server.endswith("-kvf16") else "f32"
     argv = [peer["server"], "-m", gguf, *host, "-t", str(args.threads), "-tb", str(args.threads),
             "--parallel", str(slots), "--cont-batching", "-c", str(ctx), "-ctk", kv, "-ctv", kv, "--no-webui"]

@@ -32,6 +32,8 @@ _BY_NAME = {
     "i8": DataType.I8, "int8": DataType.I8,
     "f64": DataType.F64, "float64": DataType.F64,
     "bool": DataType.BOOL,
+    "q4_0": DataType.Q4_0, "q5_0": DataType.Q5_0, "q8_0": DataType.Q8_0,
+    "q4_k": DataType.Q4_K, "q5_k": DataType.Q5_K, "q6_k": DataType.Q6_K,
 }
 
 

@@ -27,15 +27,30 @@ void llaisysClearLastError(void) {
     llaisys::capi::last_status = LLAISYS_STATUS_OK;
 }
 
-size_t llaisysDataTypeSize(llaisysDataType_t dtype) {
-    int v = llaisys::capi::enum_bits(dtype);  // any int may arrive here: no enum-typed load
-    return v >= 0 && v <= LLAISYS_DTYPE_BOOL ? llaisys::dtype_size(llaisysDataType_t(v)) : 0;
+namespace {
+// A dtype from any int that may arrive from C (no enum-typed load): INVALID outside the enum.
+llaisysDataType_t dtype_from_c(llaisysDataType_t dtype) {
+    const int v = llaisys::capi::enum_bits(dtype);
+    if (v < 0 || v > LLAISYS_DTYPE_Q6_K) return LLAISYS_DTYPE_INVALID;
+    return llaisysDataType_t(v);
+}
+}  // namespace
+
+size_t llaisysDataTypeSize(llaisysDataType_t dtype) { return llaisys::dtype_size(dtype_from_c(dtype)); }
+
+size_t llaisysDataTypeBlockSize(llaisysDataType_t dtype) {
+    const llaisysDataType_t dt = dtype_from_c(dtype);
+    if (llaisys::is_quant_dtype(dt)) return llaisys::quant_block_size(dt);
+    return llaisys::dtype_size(dt) ? 1 : 0;
 }
 
-const char *llaisysDataTypeName(llaisysDataType_t dtype) {
-    int v = llaisys::capi::enum_bits(dtype);
-    return v >= 0 && v <= LLAISYS_DTYPE_BOOL ? llaisys::dtype_name(llaisysDataType_t(v)) : "invalid";
+size_t llaisysDataTypeBlockBytes(llaisysDataType_t dtype) {
+    const llaisysDataType_t dt = dtype_from_c(dtype);
+    if (llaisys::is_quant_dtype(dt)) return llaisys::quant_block_bytes(dt);
+    return llaisys::dtype_size(dt);
 }
+
+const char *llaisysDataTypeName(llaisysDataType_t dtype) { return llaisys::dtype_name(dtype_from_c(dtype)); }
 
 const char *llaisysVersion(void) { return LLAISYS_VERSION_STRING; }
 

@@ -111,9 +111,43 @@ inline const char *dtype_name(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_I8: return "i8";
     case LLAISYS_DTYPE_F64: return "f64";
     case LLAISYS_DTYPE_BOOL: return "bool";
+    case LLAISYS_DTYPE_Q4_0: return "q4_0";
+    case LLAISYS_DTYPE_Q5_0: return "q5_0";
+    case LLAISYS_DTYPE_Q8_0: return "q8_0";
+    case LLAISYS_DTYPE_Q4_K: return "q4_k";
+    case LLAISYS_DTYPE_Q5_K: return "q5_k";
+    case LLAISYS_DTYPE_Q6_K: return "q6_k";
     default: return "invalid";
     }
 }
+
+// Block-quantized dtypes (GGUF layouts, src/quant/blocks.hpp): elements per block and bytes
+// per block; 0 and 0 for every other dtype.
+inline size_t quant_block_size(llaisysDataType_t dt) {
+    switch (dt) {
+    case LLAISYS_DTYPE_Q4_0:
+    case LLAISYS_DTYPE_Q5_0:
+    case LLAISYS_DTYPE_Q8_0: return 32;
+    case LLAISYS_DTYPE_Q4_K:
+    case LLAISYS_DTYPE_Q5_K:
+    case LLAISYS_DTYPE_Q6_K: return 256;
+    default: return 0;
+    }
+}
+
+inline size_t quant_block_bytes(llaisysDataType_t dt) {
+    switch (dt) {
+    case LLAISYS_DTYPE_Q4_0: return 18;
+    case LLAISYS_DTYPE_Q5_0: return 22;
+    case LLAISYS_DTYPE_Q8_0: return 34;
+    case LLAISYS_DTYPE_Q4_K: return 144;
+    case LLAISYS_DTYPE_Q5_K: return 176;
+    case LLAISYS_DTYPE_Q6_K: return 210;
+    default: return 0;
+    }
+}
+
+inline bool is_quant_dtype(llaisysDataType_t dt) { return quant_block_size(dt) != 0; }
 
 inline bool is_float_dtype(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_F32 || dt == LLAISYS_DTYPE_F16 || dt == LLAISYS_DTYPE_BF16;

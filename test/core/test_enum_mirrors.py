@@ -74,13 +74,37 @@ def test_max_dims_mirror():
 def test_dtype_table_matches_the_library(dtype):
     name = LIB.llaisysDataTypeName(int(dtype)).decode()
     assert as_dtype(name) == dtype, f"C name {name!r} does not map back to {dtype!r}"
+    block = LIB.llaisysDataTypeBlockSize(int(dtype))
+    if int(dtype) >= 100:  # block-quantized: no element size; GGML's block geometry
+        assert LIB.llaisysDataTypeSize(int(dtype)) == 0
+        assert (block, LIB.llaisysDataTypeBlockBytes(int(dtype))) == QUANT_BLOCKS[name]
+        return
+    assert block == 1
     assert LIB.llaisysDataTypeSize(int(dtype)) == storage_numpy_dtype(dtype).itemsize
+    assert LIB.llaisysDataTypeBlockBytes(int(dtype)) == storage_numpy_dtype(dtype).itemsize
     assert f"dtype={name}" in repr(llaisys.Tensor((1,), dtype))
 
 
+# name -> (elements, bytes) per block, as ggml defines them
+QUANT_BLOCKS = {"q4_0": (32, 18), "q5_0": (32, 22), "q8_0": (32, 34),
+                "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+
+
+def test_quant_dtype_values_are_ggml_type_ids_plus_100():
+    gguf = pytest.importorskip("gguf")
+    for name in QUANT_BLOCKS:
+        ggml = gguf.GGMLQuantizationType[name.upper()]
+        assert int(as_dtype(name)) == 100 + int(ggml)
+        assert gguf.GGML_QUANT_SIZES[ggml] == (LIB.llaisysDataTypeBlockSize(100 + int(ggml)),
+                                               LIB.llaisysDataTypeBlockBytes(100 + int(ggml)))
+
+
 def test_invalid_dtype():
-    assert LIB.llaisysDataTypeSize(int(DataType.INVALID)) == 0
-    assert LIB.llaisysDataTypeName(int(DataType.INVALID)) == b"invalid"
+    for bad in (int(DataType.INVALID), 10, 101, 115, -1, 1 << 20):
+        assert LIB.llaisysDataTypeSize(bad) == 0
+        assert LIB.llaisysDataTypeBlockSize(bad) == 0
+        assert LIB.llaisysDataTypeBlockBytes(bad) == 0
+        assert LIB.llaisysDataTypeName(bad) == b"invalid"
 
 
 def test_input_statuses_are_value_errors():

@@ -22,6 +22,13 @@ class DataType(IntEnum):
     I8 = 7
     F64 = 8
     BOOL = 9
+    # block-quantized (GGUF layouts): 100 + the GGML type id
+    Q4_0 = 102
+    Q5_0 = 106
+    Q8_0 = 108
+    Q4_K = 112
+    Q5_K = 113
+    Q6_K = 114
 
 
 class Status(IntEnum):
@@ -100,6 +107,10 @@ def declare_base(lib: ctypes.CDLL) -> None:
     lib.llaisysClearLastError.restype = None
     lib.llaisysDataTypeSize.argtypes = [ctypes.c_int]
     lib.llaisysDataTypeSize.restype = ctypes.c_size_t
+    lib.llaisysDataTypeBlockSize.argtypes = [ctypes.c_int]
+    lib.llaisysDataTypeBlockSize.restype = ctypes.c_size_t
+    lib.llaisysDataTypeBlockBytes.argtypes = [ctypes.c_int]
+    lib.llaisysDataTypeBlockBytes.restype = ctypes.c_size_t
     lib.llaisysDataTypeName.argtypes = [ctypes.c_int]
     lib.llaisysDataTypeName.restype = ctypes.c_char_p
     lib.llaisysVersion.argtypes = []

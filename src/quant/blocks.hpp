@@ -1,0 +1,92 @@
+// The GGUF block-quantized formats, byte for byte as llama.cpp's ggml defines them (and
+// gguf-py's gguf.quants reads them). A row of k elements is k / kBlock consecutive blocks.
+// Dequantized value of element i of a block (q: its stored integer, d/dmin: f16 scales):
+//   Q4_0: (q - 8) * d                      q 4 bits: i < 16 low nibble of qs[i], else high nibble of qs[i - 16]
+//   Q5_0: (q - 16) * d                     as Q4_0, plus bit 4 from qh (bit i of the little-endian u32)
+//   Q8_0: q * d                            q int8
+//   Q4_K: d * sc[j] * q - dmin * m[j]      8 sub-blocks j of 32; sc, m 6-bit, packed in scales[12]
+//   Q5_K: as Q4_K with a fifth bit from qh
+//   Q6_K: d * scales[j] * (q - 32)         16 sub-blocks j of 16; q 6 bits from ql (4) and qh (2)
+// Q8_K is not a storage format here: it is the activation side of the K-quant dot products
+// (x quantized per 256 elements with an f32 scale and the sums of each 16).
+#pragma once
+
+#include "../utils/types.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::quant {
+
+constexpr size_t kBlock32 = 32;    // elements per block: Q4_0, Q5_0, Q8_0
+constexpr size_t kBlockK = 256;    // elements per super-block: Q4_K, Q5_K, Q6_K, Q8_K
+constexpr size_t kScalesK = 12;    // bytes of packed 6-bit scales and mins in Q4_K, Q5_K
+
+struct BlockQ4_0 {
+    fp16_t d;
+    uint8_t qs[kBlock32 / 2];
+};
+struct BlockQ5_0 {
+    fp16_t d;
+    uint8_t qh[4];
+    uint8_t qs[kBlock32 / 2];
+};
+struct BlockQ8_0 {
+    fp16_t d;
+    int8_t qs[kBlock32];
+};
+struct BlockQ4_K {
+    fp16_t d;
+    fp16_t dmin;
+    uint8_t scales[kScalesK];
+    uint8_t qs[kBlockK / 2];
+};
+struct BlockQ5_K {
+    fp16_t d;
+    fp16_t dmin;
+    uint8_t scales[kScalesK];
+    uint8_t qh[kBlockK / 8];
+    uint8_t qs[kBlockK / 2];
+};
+struct BlockQ6_K {
+    uint8_t ql[kBlockK / 2];
+    uint8_t qh[kBlockK / 4];
+    int8_t scales[kBlockK / 16];
+    fp16_t d;
+};
+struct BlockQ8_K {
+    float d;
+    int8_t qs[kBlockK];
+    int16_t bsums[kBlockK / 16];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+template <class B>
+constexpr llaisysDataType_t dtype_of();
+template <> constexpr llaisysDataType_t dtype_of<BlockQ4_0>() { return LLAISYS_DTYPE_Q4_0; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ5_0>() { return LLAISYS_DTYPE_Q5_0; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ8_0>() { return LLAISYS_DTYPE_Q8_0; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ4_K>() { return LLAISYS_DTYPE_Q4_K; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ5_K>() { return LLAISYS_DTYPE_Q5_K; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ6_K>() { return LLAISYS_DTYPE_Q6_K; }
+
+// Call f(B{}) with B the block type of a block-quantized dtype.
+template <class F>
+void dispatch_quant(llaisysDataType_t dt, F &&f) {
+    switch (dt) {
+    case LLAISYS_DTYPE_Q4_0: f(BlockQ4_0{}); return;
+    case LLAISYS_DTYPE_Q5_0: f(BlockQ5_0{}); return;
+    case LLAISYS_DTYPE_Q8_0: f(BlockQ8_0{}); return;
+    case LLAISYS_DTYPE_Q4_K: f(BlockQ4_K{}); return;
+    case LLAISYS_DTYPE_Q5_K: f(BlockQ5_K{}); return;
+    case LLAISYS_DTYPE_Q6_K: f(BlockQ6_K{}); return;
+    default:
+        fail(LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
+             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k are)");
+    }
+}
+
+}  // namespace llaisys::quant
