@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace llaisys::quant {
 
@@ -72,6 +73,13 @@ template <> constexpr llaisysDataType_t dtype_of<BlockQ8_0>() { return LLAISYS_D
 template <> constexpr llaisysDataType_t dtype_of<BlockQ4_K>() { return LLAISYS_DTYPE_Q4_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_K>() { return LLAISYS_DTYPE_Q5_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ6_K>() { return LLAISYS_DTYPE_Q6_K; }
+
+// Elements per block of block type B.
+template <class B>
+constexpr size_t block_elems() {
+    return std::is_same_v<B, BlockQ4_0> || std::is_same_v<B, BlockQ5_0> || std::is_same_v<B, BlockQ8_0> ? kBlock32
+                                                                                                          : kBlockK;
+}
 
 // Call f(B{}) with B the block type of a block-quantized dtype.
 template <class F>

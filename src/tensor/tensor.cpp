@@ -2,6 +2,7 @@
 
 #include "../core/allocator.hpp"
 #include "../device/runtime_api.hpp"
+#include "../quant/dequant.hpp"
 #include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 #include "../utils/types.hpp"
@@ -113,6 +114,16 @@ void strided_copy_host(std::byte *dst, const std::vector<ptrdiff_t> &dst_strides
     }
 }
 
+// A quantized shape: at least one dim, the last a multiple of the block size.
+void check_quant_shape(const std::vector<size_t> &shape, llaisysDataType_t dtype) {
+    if (!is_quant_dtype(dtype)) return;
+    const size_t bs = quant_block_size(dtype);
+    LLAISYS_CHECK(!shape.empty(), LLAISYS_STATUS_SHAPE_MISMATCH, "a ", dtype_name(dtype),
+                  " tensor needs at least one dim (its rows of blocks)");
+    LLAISYS_CHECK(shape.back() % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "last dim ", shape.back(), " of a ",
+                  dtype_name(dtype), " tensor ", join("[", shape), " is not a multiple of its block size ", bs);
+}
+
 }  // namespace
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<size_t> shape,
@@ -122,15 +133,34 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, std::vector<size
 
 tensor_t Tensor::create(const std::vector<size_t> &shape, llaisysDataType_t dtype, llaisysDeviceType_t device,
                         int device_id) {
-    size_t elsize = dtype_size(dtype);
+    const bool quant = is_quant_dtype(dtype);
+    size_t elsize = quant ? quant_block_bytes(dtype) : dtype_size(dtype);  // an upper bound per element
     LLAISYS_CHECK_ARG(elsize != 0, "invalid dtype ", int(dtype));
     check_shape(shape, elsize);
-    auto storage = std::make_shared<Storage>(device, device_id, product(shape) * elsize);
+    check_quant_shape(shape, dtype);
+    const size_t n = product(shape);
+    const size_t bytes = quant ? n / quant_block_size(dtype) * elsize : n * elsize;
+    auto storage = std::make_shared<Storage>(device, device_id, bytes);
     return tensor_t(new Tensor(std::move(storage), 0, shape, contiguous_strides(shape), dtype));
 }
 
 size_t Tensor::numel() const { return product(shape_); }
-size_t Tensor::element_size() const { return dtype_size(dtype_); }
+size_t Tensor::element_size() const {
+    LLAISYS_CHECK(!is_quantized(), LLAISYS_STATUS_UNSUPPORTED, "a ", dtype_name(dtype_),
+                  " tensor has no element size (its elements are packed in blocks): ", describe());
+    return dtype_size(dtype_);
+}
+
+bool Tensor::is_quantized() const { return is_quant_dtype(dtype_); }
+size_t Tensor::block_size() const { return is_quantized() ? quant_block_size(dtype_) : 1; }
+size_t Tensor::block_bytes() const { return is_quantized() ? quant_block_bytes(dtype_) : dtype_size(dtype_); }
+
+size_t Tensor::bytes_of(size_t elems) const {
+    // internal invariant: callers count whole blocks
+    LLAISYS_CHECK(elems % block_size() == 0, LLAISYS_STATUS_INTERNAL, "bytes_of(", elems, ") is not whole ",
+                  dtype_name(dtype_), " blocks");
+    return elems / block_size() * block_bytes();
+}
 
 bool Tensor::is_contiguous() const {
     if (numel() == 0) return true;  // nothing to lay out (torch and numpy agree)
@@ -147,9 +177,15 @@ tensor_t Tensor::make_view(size_t offset, std::vector<size_t> shape, std::vector
 }
 
 tensor_t Tensor::view(const std::vector<size_t> &shape) const {
-    check_shape(shape, element_size());
+    check_shape(shape, block_bytes());
     LLAISYS_CHECK(product(shape) == numel(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot view ", describe(), " as ",
                   join("[", shape), ": element counts differ");
+    if (is_quantized()) {
+        check_quant_shape(shape, dtype_);
+        LLAISYS_CHECK(is_contiguous(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot view ", describe(), " as ",
+                      join("[", shape), ": a quantized tensor must be contiguous to be viewed (use reshape)");
+        return make_view(offset_, shape, contiguous_strides(shape));
+    }
     auto strides = view_strides(shape_, strides_, shape);
     LLAISYS_CHECK(strides.has_value(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot view ", describe(), " as ",
                   join("[", shape), " without a copy (use reshape)");
@@ -169,6 +205,8 @@ tensor_t Tensor::permute(const std::vector<size_t> &order) const {
         shape[i] = shape_[order[i]];
         strides[i] = strides_[order[i]];
     }
+    LLAISYS_CHECK(!is_quantized() || order.back() == ndim() - 1, LLAISYS_STATUS_UNSUPPORTED, "permute ",
+                  join("[", order), " of ", describe(), ": a quantized tensor keeps its last dim (the blocks) last");
     return make_view(offset_, shape, strides);
 }
 
@@ -177,18 +215,22 @@ tensor_t Tensor::slice(size_t dim, size_t start, size_t end) const {
                   "-d tensor");
     LLAISYS_CHECK(start <= end && end <= shape_[dim], LLAISYS_STATUS_OUT_OF_RANGE, "slice [", start, ", ", end,
                   ") out of range for dim ", dim, " of size ", shape_[dim]);
+    LLAISYS_CHECK(!is_quantized() || dim + 1 < ndim() || (start == 0 && end == shape_[dim]),
+                  LLAISYS_STATUS_UNSUPPORTED, "slice [", start, ", ", end, ") of the last dim of ", describe(),
+                  ": a quantized tensor is sliced along whole rows only");
     std::vector<size_t> shape = shape_;
     shape[dim] = end - start;
     // A view without elements keeps the old offset: the new one may lie past the storage
     // (which is NULL for a zero-size tensor), and pointer arithmetic there is undefined.
-    size_t offset = product(shape) == 0 ? offset_ : offset_ + start * size_t(strides_[dim]) * element_size();
+    size_t offset = product(shape) == 0 ? offset_ : offset_ + bytes_of(start * size_t(strides_[dim]));
     return make_view(offset, shape, strides_);
 }
 
 tensor_t Tensor::reshape(const std::vector<size_t> &shape) const {
-    check_shape(shape, element_size());
+    check_shape(shape, block_bytes());
     LLAISYS_CHECK(product(shape) == numel(), LLAISYS_STATUS_SHAPE_MISMATCH, "cannot reshape ", describe(), " to ",
                   join("[", shape), ": element counts differ");
+    if (is_quantized()) return contiguous()->view(shape);
     if (auto strides = view_strides(shape_, strides_, shape)) return make_view(offset_, shape, *strides);
     return contiguous()->view(shape);
 }
@@ -214,7 +256,21 @@ void Tensor::copy_from(const Tensor &src) {
     }
     LLAISYS_CHECK(device() == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED,
                   "strided copies are only implemented on the CPU");
-    strided_copy_host(data(), strides_, src.data(), src.strides_, shape_, element_size());
+    if (!is_quantized()) {
+        strided_copy_host(data(), strides_, src.data(), src.strides_, shape_, element_size());
+        return;
+    }
+    // Quantized: copy whole rows (the last dim stays contiguous in every view of one), with
+    // the other dims' strides counted in rows.
+    const size_t k = shape_.back();
+    if (k == 0) return;
+    std::vector<size_t> rows_shape(shape_.begin(), shape_.end() - 1);
+    std::vector<ptrdiff_t> ds(rows_shape.size()), ss(rows_shape.size());
+    for (size_t d = 0; d < rows_shape.size(); d++) {
+        ds[d] = strides_[d] / ptrdiff_t(k);
+        ss[d] = src.strides_[d] / ptrdiff_t(k);
+    }
+    strided_copy_host(data(), ds, src.data(), ss, rows_shape, bytes_of(k));
 }
 
 void Tensor::load(const void *src, size_t size) {
@@ -248,6 +304,11 @@ void Tensor::debug(size_t max_elements) const {
     std::vector<std::byte> host(nbytes());
     read(host.data(), host.size());
     const std::byte *p = host.data();
+    std::vector<float> values;  // [numel] a quantized tensor's values, dequantized
+    if (is_quantized() && n > 0) {
+        values.resize(n);
+        quant::dequantize_rows(p, dtype_, values.data(), LLAISYS_DTYPE_F32, n / shape_.back(), shape_.back());
+    }
     for (size_t i = 0; i < shown; i++) {
         double v = 0;
         switch (dtype_) {
@@ -258,7 +319,9 @@ void Tensor::debug(size_t max_elements) const {
         case LLAISYS_DTYPE_I32: v = reinterpret_cast<const int32_t *>(p)[i]; break;
         case LLAISYS_DTYPE_I64: v = double(reinterpret_cast<const int64_t *>(p)[i]); break;
         case LLAISYS_DTYPE_I8: v = reinterpret_cast<const int8_t *>(p)[i]; break;
-        default: v = double(reinterpret_cast<const uint8_t *>(p)[i]); break;
+        case LLAISYS_DTYPE_U8:
+        case LLAISYS_DTYPE_BOOL: v = double(reinterpret_cast<const uint8_t *>(p)[i]); break;
+        default: v = values[i]; break;  // quantized
         }
         std::printf("%s%g", i ? " " : "", v);
     }

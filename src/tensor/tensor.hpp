@@ -36,7 +36,8 @@ using tensor_t = std::shared_ptr<Tensor>;
 
 class Tensor {
 public:
-    // A new contiguous, uninitialised tensor.
+    // A new contiguous, uninitialised tensor. A block-quantized dtype needs ndim >= 1 and the
+    // last dim a multiple of its block size (else SHAPE_MISMATCH).
     static tensor_t create(const std::vector<size_t> &shape, llaisysDataType_t dtype,
                            llaisysDeviceType_t device, int device_id = 0);
 
@@ -45,8 +46,18 @@ public:
     size_t ndim() const { return shape_.size(); }
     size_t numel() const;
     llaisysDataType_t dtype() const { return dtype_; }
+    // Bytes of one element; a block-quantized tensor has none (UNSUPPORTED): size its
+    // memory with nbytes() or bytes_of().
     size_t element_size() const;
-    size_t nbytes() const { return numel() * element_size(); }
+    // Block-quantized dtypes (GGUF layouts, src/quant/blocks.hpp) store the last dim as
+    // blocks: a row of k elements is k / block_size() blocks of block_bytes() bytes. Other
+    // dtypes: block_size() 1, block_bytes() the element size.
+    bool is_quantized() const;
+    size_t block_size() const;
+    size_t block_bytes() const;
+    // Bytes of `elems` consecutive elements (a multiple of block_size()).
+    size_t bytes_of(size_t elems) const;
+    size_t nbytes() const { return bytes_of(numel()); }
     llaisysDeviceType_t device() const { return storage_->device(); }
     int device_id() const { return storage_->device_id(); }
     bool is_contiguous() const;
@@ -54,7 +65,9 @@ public:
     template <class T>
     T *data_as() const { return reinterpret_cast<T *>(data()); }
 
-    // Views sharing storage.
+    // Views sharing storage. Views of a quantized tensor keep whole rows: view/reshape need
+    // it contiguous and a last dim that is a multiple of the block size, permute keeps the
+    // last dim last, slice cuts any dim but the last.
     tensor_t view(const std::vector<size_t> &shape) const;
     tensor_t permute(const std::vector<size_t> &order) const;
     tensor_t slice(size_t dim, size_t start, size_t end) const;

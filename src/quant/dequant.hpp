@@ -1,0 +1,51 @@
+// Dequantization of the GGUF block formats (blocks.hpp): scalar reference code, bit-identical
+// to gguf-py's gguf.quants.dequantize. Every value is computed in f32 with gguf-py's order of
+// operations (which decides the last bit):
+//   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
+//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
+//   Q6_K:       (d * scale) * float(q - 32)
+// NaN or Inf in an f16 scale propagates as in gguf-py. The per-block functions are the
+// building blocks for the quantized kernels (src/ops/linear); the row functions validate.
+#pragma once
+
+#include "blocks.hpp"
+
+#include <cstddef>
+
+namespace llaisys::quant {
+
+// One block into its kBlock32 or kBlockK values: out [block size] f32.
+void dequantize_block(const BlockQ4_0 &b, float *out);
+void dequantize_block(const BlockQ5_0 &b, float *out);
+void dequantize_block(const BlockQ8_0 &b, float *out);
+void dequantize_block(const BlockQ4_K &b, float *out);
+void dequantize_block(const BlockQ5_K &b, float *out);
+void dequantize_block(const BlockQ6_K &b, float *out);
+
+// Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the packed scales[12].
+inline void scale_min_k4(const uint8_t *scales, int j, uint8_t &sc, uint8_t &m) {
+    if (j < 4) {
+        sc = scales[j] & 63;
+        m = scales[j + 4] & 63;
+    } else {
+        sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
+        m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+    }
+}
+
+// Bytes of one row of k elements of quantized dtype dt; throws SHAPE_MISMATCH (naming k) when
+// k is not a multiple of the block size, UNSUPPORTED when dt is not block-quantized.
+size_t row_bytes(llaisysDataType_t dt, size_t k);
+
+// One row: blocks (row_bytes(dt, k) bytes) -> out [k] f32, or f16 / bf16 (each value
+// rounded once from its f32 value). k must be a multiple of the block size.
+void dequantize_row(const void *blocks, llaisysDataType_t dt, float *out, size_t k);
+void dequantize_row(const void *blocks, llaisysDataType_t dt, fp16_t *out, size_t k);
+void dequantize_row(const void *blocks, llaisysDataType_t dt, bf16_t *out, size_t k);
+
+// rows rows, parallel over rows (OpenMP): blocks [rows, row_bytes(dt, k)] bytes ->
+// out [rows, k] of float dtype odt (f32, f16 or bf16; else UNSUPPORTED).
+void dequantize_rows(const void *blocks, llaisysDataType_t dt, void *out, llaisysDataType_t odt, size_t rows,
+                     size_t k);
+
+}  // namespace llaisys::quant
