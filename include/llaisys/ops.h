@@ -18,8 +18,9 @@ LLAISYS_API llaisysStatus_t llaisysAdd(llaisysTensor_t out, llaisysTensor_t a, l
 LLAISYS_API llaisysStatus_t llaisysMul(llaisysTensor_t out, llaisysTensor_t a, llaisysTensor_t b);
 
 /* out[i, :] = weight[index[i], :], converted to out's dtype.
- * out [n, d], index [n] i64 (each in [0, vocab), else OUT_OF_RANGE), weight [vocab, d]
- * (any float dtype). */
+ * out [n, d] (a float dtype), index [n] i64 (each in [0, vocab), else OUT_OF_RANGE),
+ * weight [vocab, d] (any float dtype, or a block-quantized one: the looked-up rows are
+ * dequantized as llaisysDequantize does, then rounded once to out's dtype). */
 LLAISYS_API llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_t index,
                                              llaisysTensor_t weight);
 
@@ -163,6 +164,22 @@ LLAISYS_API llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, lla
  * the weight multiplies, as transformers' Qwen3RMSNorm. x [n, heads, d] of a float dtype,
  * weight [d] of any float dtype; eps > 0. */
 LLAISYS_API llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps);
+
+/* Block-quantized tensors (GGUF layouts; include/llaisys.h, LLAISYS_DTYPE_Q4_0 .. Q6_K).
+ * out [.., k] of f32, f16 or bf16 = the values of in [.., k] (a block-quantized dtype), same
+ * shape, both contiguous, CPU. The f32 values are bit-identical to gguf-py's
+ * gguf.quants.dequantize; f16 / bf16 are those values rounded once. NaN or Inf in a block's
+ * f16 scale propagates (as gguf-py). DTYPE_MISMATCH when in is not block-quantized or out not
+ * a float dtype; SHAPE_MISMATCH for differing shapes; UNSUPPORTED on other devices. */
+LLAISYS_API llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor_t in);
+
+/* out [.., k] (a block-quantized dtype) = in [.., k] (f32, f16 or bf16, widened exactly to
+ * f32) quantized row by row; same shape, both contiguous, CPU. Q4_0, Q5_0 and Q8_0 are
+ * bit-identical to gguf-py's gguf.quants.quantize; Q4_K, Q5_K and Q6_K follow llama.cpp's
+ * reference quantizers (quantize_row_q*_K_ref) operation for operation. in must be finite:
+ * a NaN or Inf is INVALID_ARGUMENT naming the element, and out is left unwritten. Other
+ * errors as llaisysDequantize. */
+LLAISYS_API llaisysStatus_t llaisysQuantize(llaisysTensor_t out, llaisysTensor_t in);
 
 LLAISYS_EXTERN_C_END
 

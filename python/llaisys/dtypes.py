@@ -46,8 +46,62 @@ def as_dtype(dtype: "DataType | str") -> DataType:
     raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_BY_NAME)}")
 
 
+# Block-quantized dtypes (GGUF layouts): elements per block and bytes per block, as
+# llaisysDataTypeBlockSize / llaisysDataTypeBlockBytes report them.
+_BLOCKS = {
+    DataType.Q4_0: (32, 18), DataType.Q5_0: (32, 22), DataType.Q8_0: (32, 34),
+    DataType.Q4_K: (256, 144), DataType.Q5_K: (256, 176), DataType.Q6_K: (256, 210),
+}
+
+
+def is_quantized(dtype: "DataType | str") -> bool:
+    """True for the block-quantized dtypes (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k)."""
+    return as_dtype(dtype) in _BLOCKS
+
+
+def block_size(dtype: "DataType | str") -> int:
+    """Elements per block: 32 or 256 for a quantized dtype, 1 for any other."""
+    return _BLOCKS.get(as_dtype(dtype), (1, 0))[0]
+
+
+def block_bytes(dtype: "DataType | str") -> int:
+    """Bytes per block of a quantized dtype (ValueError for any other)."""
+    dt = as_dtype(dtype)
+    if dt not in _BLOCKS:
+        raise ValueError(f"dtype {dt.name.lower()} is not block-quantized")
+    return _BLOCKS[dt][1]
+
+
+def quant_byte_shape(shape: "tuple[int, ...]", dtype: "DataType | str") -> "tuple[int, ...]":
+    """The uint8 shape holding a quantized tensor of element shape `shape`: the last dim
+    becomes its bytes (last / block_size * block_bytes). ValueError when shape has no dims or
+    its last dim is not a multiple of the block size."""
+    dt = as_dtype(dtype)
+    shape = tuple(int(d) for d in shape)
+    bs, bb = block_size(dt), block_bytes(dt)
+    if not shape or shape[-1] % bs:
+        raise ValueError(f"shape {shape}: the last dim of a {dt.name.lower()} tensor must be a multiple "
+                         f"of its block size {bs}")
+    return (*shape[:-1], shape[-1] // bs * bb)
+
+
+def quant_element_shape(byte_shape: "tuple[int, ...]", dtype: "DataType | str") -> "tuple[int, ...]":
+    """The element shape of quantized bytes of shape `byte_shape` (last dim: bytes per row).
+    ValueError when the bytes per row are not whole blocks."""
+    dt = as_dtype(dtype)
+    byte_shape = tuple(int(d) for d in byte_shape)
+    bs, bb = block_size(dt), block_bytes(dt)
+    if not byte_shape or byte_shape[-1] % bb:
+        raise ValueError(f"array of shape {byte_shape}: the bytes per row of a {dt.name.lower()} tensor "
+                         f"must be a multiple of its block bytes {bb}")
+    return (*byte_shape[:-1], byte_shape[-1] // bb * bs)
+
+
 def storage_numpy_dtype(dtype: DataType) -> np.dtype:
-    """The numpy dtype that holds this dtype's bytes (uint16 for bf16)."""
+    """The numpy dtype that holds this dtype's bytes (uint16 for bf16, uint8 for the
+    quantized dtypes, whose rows are bytes: see quant_byte_shape)."""
+    if dtype in _BLOCKS:
+        return np.dtype(np.uint8)
     if dtype not in _NUMPY:
         raise ValueError(f"dtype {dtype!r} has no numpy storage type")
     return _NUMPY[dtype]

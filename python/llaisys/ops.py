@@ -29,6 +29,20 @@ def embedding(out: Tensor, index: Tensor, weight: Tensor) -> Tensor:
     return out
 
 
+def dequantize(out: Tensor, inp: Tensor) -> Tensor:
+    """out [.., k] (f32, f16 or bf16) = the values of the quantized inp [.., k], bit-identical
+    to gguf-py's gguf.quants.dequantize (f16 / bf16: those values rounded once)."""
+    check(LIB.llaisysDequantize(out.handle, inp.handle))
+    return out
+
+
+def quantize(out: Tensor, inp: Tensor) -> Tensor:
+    """out [.., k] (a quantized dtype) = inp [.., k] (f32, f16 or bf16, finite) quantized as
+    gguf-py (q4_0, q5_0, q8_0) and llama.cpp's reference quantizers (q4_k, q5_k, q6_k) do."""
+    check(LIB.llaisysQuantize(out.handle, inp.handle))
+    return out
+
+
 def linear(out: Tensor, inp: Tensor, weight: Tensor, bias: Optional[Tensor] = None) -> Tensor:
     check(LIB.llaisysLinear(out.handle, inp.handle, weight.handle, bias.handle if bias is not None else None))
     return out

@@ -7,7 +7,8 @@ from typing import Sequence
 
 import numpy as np
 
-from .dtypes import as_dtype, bf16_bits_to_f32, f32_to_bf16_bits, from_numpy_dtype, storage_numpy_dtype
+from .dtypes import (as_dtype, bf16_bits_to_f32, f32_to_bf16_bits, from_numpy_dtype, is_quantized, quant_byte_shape,
+                     quant_element_shape, storage_numpy_dtype)
 from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
 from .libllaisys.tensor import MAX_DIMS, llaisysTensor_t
 from .owned import OwnedHandle
@@ -63,11 +64,21 @@ class Tensor(OwnedHandle):
     # -- numpy ------------------------------------------------------------------------
     @classmethod
     def from_numpy(cls, array: np.ndarray, dtype: "DataType | str | None" = None,
-                   device: DeviceType = DeviceType.CPU, device_id: int = 0) -> "Tensor":
+                   device: DeviceType = DeviceType.CPU, device_id: int = 0,
+                   shape: "Sequence[int] | None" = None) -> "Tensor":
         """Copy a numpy array into a new tensor. With dtype=bf16 a float array is rounded to
-        bf16 (a uint16 array is taken as bf16 bit patterns); f16 and f32 convert likewise."""
+        bf16 (a uint16 array is taken as bf16 bit patterns); f16 and f32 convert likewise.
+
+        A quantized dtype (q4_0 .. q6_k) takes the raw GGUF bytes: a uint8 array whose last dim
+        is the bytes of a row ([.., k / block_size * block_bytes]); the element shape is
+        `shape` when given (its byte count must match the array's), else read from the
+        array's. Values are quantized with ops.quantize, not here."""
         array = np.asarray(array)
         dt = as_dtype(dtype) if dtype is not None else from_numpy_dtype(array.dtype)
+        if is_quantized(dt):
+            return cls._from_quantized_bytes(array, dt, shape, device, device_id)
+        if shape is not None:
+            raise ValueError("shape is only for quantized dtypes (the array's own shape is used)")
         if dt == DataType.BF16:
             data = array if array.dtype == np.uint16 else f32_to_bf16_bits(array.astype(np.float32))
         else:
@@ -77,10 +88,30 @@ class Tensor(OwnedHandle):
         check(LIB.llaisysTensorLoad(t.handle, data.ctypes.data_as(ctypes.c_void_p), data.nbytes))
         return t
 
+    @classmethod
+    def _from_quantized_bytes(cls, array: np.ndarray, dt: DataType, shape, device, device_id) -> "Tensor":
+        name = dt.name.lower()
+        if array.dtype != np.uint8:
+            raise ValueError(f"array: a {name} tensor is built from its raw bytes (uint8), got {array.dtype} "
+                             "(quantize float values with llaisys.ops.quantize)")
+        if shape is None:
+            shape = quant_element_shape(array.shape, dt)
+        shape = tuple(int(d) for d in shape)
+        want = quant_byte_shape(shape, dt)
+        if array.size != int(np.prod(want)) or (array.ndim == len(want) and array.shape[-1] != want[-1]):
+            raise ValueError(f"array: {array.nbytes} bytes of shape {array.shape} do not hold a {name} tensor "
+                             f"of shape {shape}, which takes {int(np.prod(want))} bytes as {want}")
+        data = np.ascontiguousarray(array).reshape(want)
+        t = cls(shape, dt, device, device_id)
+        check(LIB.llaisysTensorLoad(t.handle, data.ctypes.data_as(ctypes.c_void_p), data.nbytes))
+        return t
+
     def numpy(self, raw: bool = False) -> np.ndarray:
         """A contiguous numpy copy. bf16 comes back as float32 (exact) unless raw=True, which
-        gives the uint16 bit patterns."""
-        out = np.empty(self.shape, dtype=storage_numpy_dtype(self.dtype))
+        gives the uint16 bit patterns. A quantized tensor comes back as its raw bytes: uint8
+        [.., k / block_size * block_bytes] (ops.dequantize gives its values)."""
+        shape = quant_byte_shape(self.shape, self.dtype) if is_quantized(self.dtype) else self.shape
+        out = np.empty(shape, dtype=storage_numpy_dtype(self.dtype))
         check(LIB.llaisysTensorRead(self.handle, out.ctypes.data_as(ctypes.c_void_p), out.nbytes))
         if self.dtype == DataType.BF16 and not raw:
             return bf16_bits_to_f32(out)
@@ -88,7 +119,7 @@ class Tensor(OwnedHandle):
 
     def load(self, array: np.ndarray) -> None:
         """Overwrite the contents from a numpy array of exactly this tensor's shape."""
-        src = Tensor.from_numpy(array, self.dtype)
+        src = Tensor.from_numpy(array, self.dtype, shape=self.shape if is_quantized(self.dtype) else None)
         with src:
             if src.shape != self.shape:
                 raise ValueError(f"cannot load an array of shape {src.shape} into a tensor of shape {self.shape}")

@@ -7,6 +7,7 @@
 #include "../ops/linear/op.hpp"
 #include "../ops/mul/op.hpp"
 #include "../ops/paged_attention/op.hpp"
+#include "../ops/quantize/op.hpp"
 #include "../ops/rms_norm/op.hpp"
 #include "../ops/rope/op.hpp"
 #include "../ops/rope/rope_freqs.hpp"
@@ -25,8 +26,9 @@ namespace {
 
 // What a packed-linear handle holds.
 struct PackedLinear {
-    std::unique_ptr<ops::cpu::PackedWeight> weight;
-    std::unique_ptr<ops::cpu::LogitScreen> screen;  // built by the first llaisysPackedLinearArgmax
+    std::unique_ptr<ops::cpu::PackedWeight> weight;  // a float weight's panels, or null
+    std::unique_ptr<ops::cpu::LogitScreen> screen;   // built by the first llaisysPackedLinearArgmax
+    std::unique_ptr<ops::cpu::QuantWeight> qweight;  // a block-quantized weight's rows, or null
 };
 
 }  // namespace
@@ -58,9 +60,13 @@ llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in, llaisysTe
 
 llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedLinear_t *out) {
     return capi::create_into(out, [&] {
-        auto packed = ops::pack_linear(*tensor_of(weight, "weight"));
+        const tensor_t w = tensor_of(weight, "weight");
+        if (w->is_quantized())
+            return capi::make_handle<llaisysPackedLinear_t>(
+                std::make_shared<PackedLinear>(PackedLinear{nullptr, nullptr, ops::pack_linear_quant(*w)}));
+        auto packed = ops::pack_linear(*w);
         return capi::make_handle<llaisysPackedLinear_t>(
-            std::make_shared<PackedLinear>(PackedLinear{std::move(packed), nullptr}));
+            std::make_shared<PackedLinear>(PackedLinear{std::move(packed), nullptr, nullptr}));
     });
 }
 
@@ -69,7 +75,8 @@ llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTe
     return guard([&] {
         const auto p = capi::live(packed, "packed");
         const tensor_t b = bias ? tensor_of(bias, "bias") : nullptr;
-        ops::linear_packed(*tensor_of(out, "out"), *tensor_of(in, "in"), *p->weight, b.get());
+        if (p->qweight) ops::linear_quant(*tensor_of(out, "out"), *tensor_of(in, "in"), *p->qweight, b.get());
+        else ops::linear_packed(*tensor_of(out, "out"), *tensor_of(in, "in"), *p->weight, b.get());
     });
 }
 
@@ -77,6 +84,11 @@ llaisysStatus_t llaisysPackedLinearArgmax(llaisysPackedLinear_t packed, llaisysT
                                           int *screened) {
     return guard([&] {
         const auto p = capi::live(packed, "packed");
+        if (p->qweight) {  // no screen for quantized weights: every output computed
+            ops::argmax_quant(ids, *tensor_of(in, "in"), *p->qweight);
+            if (screened) *screened = 0;
+            return;
+        }
         if (!p->screen) p->screen = std::make_unique<ops::cpu::LogitScreen>(*p->weight);
         bool all = ops::argmax_packed(ids, *tensor_of(in, "in"), *p->weight, *p->screen);
         if (screened) *screened = all ? 1 : 0;
@@ -196,6 +208,14 @@ llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, llaisysTensor_t
 
 llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps) {
     return guard([&] { ops::rms_norm_heads(*tensor_of(x, "x"), *tensor_of(weight, "weight"), eps); });
+}
+
+llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor_t in) {
+    return guard([&] { ops::dequantize(*tensor_of(out, "out"), *tensor_of(in, "in")); });
+}
+
+llaisysStatus_t llaisysQuantize(llaisysTensor_t out, llaisysTensor_t in) {
+    return guard([&] { ops::quantize(*tensor_of(out, "out"), *tensor_of(in, "in")); });
 }
 
 }  // extern "C"

@@ -35,6 +35,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysRopeTable": [T, T, T, T, f],
         "llaisysPagedAttentionWindow": [T, T, T, T, T, T, T, T, T, f, ctypes.c_int64, ctypes.c_int],
         "llaisysRmsNormHeads": [T, T, f],
+        "llaisysDequantize": [T, T],
+        "llaisysQuantize": [T, T],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)

@@ -1,0 +1,43 @@
+#include "op.hpp"
+
+#include "../check.hpp"
+#include "cpu/quantize_cpu.hpp"
+
+namespace llaisys::ops {
+
+namespace {
+
+inline void check_quant(const char *op, const char *name, const Tensor &t) {
+    LLAISYS_CHECK(t.is_quantized(), LLAISYS_STATUS_DTYPE_MISMATCH, op, ": ", name,
+                  " must be a block-quantized dtype (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k), got ", t.describe());
+}
+
+// The checks both directions share; returns (rows, k).
+std::pair<size_t, size_t> check_pair(const char *op, const Tensor &out, const Tensor &in) {
+    check_same_device(op, {&out, &in});
+    check_shape(op, "out", out, in.shape());
+    check_contiguous(op, {&out, &in});
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    const size_t k = in.shape().back();  // quantized tensors have at least one dim
+    return {k == 0 ? 0 : in.numel() / k, k};
+}
+
+}  // namespace
+
+void dequantize(Tensor &out, const Tensor &in) {
+    const char *op = "dequantize";
+    check_quant(op, "in", in);
+    check_float(op, out);
+    auto [rows, k] = check_pair(op, out, in);
+    cpu::dequantize(out.data(), out.dtype(), in.data(), in.dtype(), rows, k);
+}
+
+void quantize(Tensor &out, const Tensor &in) {
+    const char *op = "quantize";
+    check_quant(op, "out", out);
+    check_float(op, in);
+    auto [rows, k] = check_pair(op, out, in);
+    cpu::quantize(out.data(), out.dtype(), in.data(), in.dtype(), rows, k);
+}
+
+}  // namespace llaisys::ops
