@@ -36,6 +36,18 @@ Isa active_isa() {
     return isa;
 }
 
+bool cpu_has_avx512_vnni() {
+    static const bool vnni = [] {
+#if defined(__x86_64__) || defined(__i386__)
+        return active_isa() >= Isa::Avx512 && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("avx512vl");
+#else
+        return false;
+#endif
+    }();
+    return vnni;
+}
+
 const char *isa_name(Isa isa) {
     switch (isa) {
     case Isa::Avx512Bf16: return "avx512bf16";

@@ -12,5 +12,8 @@ enum class Isa { Scalar = 0, Avx2 = 1, Avx512 = 2, Avx512Bf16 = 3 };
 
 Isa active_isa();
 const char *isa_name(Isa isa);
+// Whether the quantized kernels may use AVX-512 VNNI (vpdpbusd, with AVX512VL): the CPU has it
+// and active_isa() is Avx512 or above (LLAISYS_ISA=avx2 turns it off with the rest of AVX-512).
+bool cpu_has_avx512_vnni();
 
 }  // namespace llaisys

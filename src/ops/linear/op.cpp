@@ -13,8 +13,56 @@
 #endif
 
 namespace llaisys::ops {
+namespace {
+
+// linear with a block-quantized weight: f32 activations run in place; f16 / bf16 ones are
+// widened to f32 and the result rounded back once.
+void linear_quantized(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *bias) {
+    const char *op = "linear";
+    check_same_device(op, {&out, &in, &weight});
+    check_same_dtype(op, {&out, &in});
+    check_float(op, out);
+    check_ndim(op, "in", in, 2);
+    check_ndim(op, "weight", weight, 2);
+    const size_t m = in.shape()[0], k = in.shape()[1], n = weight.shape()[0];
+    LLAISYS_CHECK(weight.shape()[1] == k, LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(), " and weight ",
+                  weight.describe(), " disagree on the inner dimension");
+    check_shape(op, "out", out, {m, n});
+    check_contiguous(op, {&out, &in, &weight});
+    if (bias) {
+        check_same_device(op, {&out, bias});
+        check_float(op, *bias);
+        check_shape(op, "bias", *bias, {n});
+        check_contiguous(op, {bias});
+    }
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, weight);
+    if (n == 0 || m == 0) return;
+    const cpu::QuantRows rows{0, n, weight.dtype(), weight.nbytes() / n, weight.data()};
+    const std::byte *b = bias ? bias->data() : nullptr;
+    const llaisysDataType_t bdt = bias ? bias->dtype() : LLAISYS_DTYPE_F32;
+    if (out.dtype() == LLAISYS_DTYPE_F32) {
+        cpu::linear_quant_rows(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), &rows,
+                               1, n, k, b, bdt, m);
+        return;
+    }
+    std::vector<float> x(m * k), y(m * n);  // [m, k] in widened, [m, n] f32 result
+    dispatch_float(in.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const T *src = reinterpret_cast<const T *>(in.data());
+        for (size_t i = 0; i < m * k; i++) x[i] = to_f32(src[i]);
+        cpu::linear_quant_rows(y.data(), x.data(), &rows, 1, n, k, b, bdt, m);
+        T *dst = reinterpret_cast<T *>(out.data());
+        for (size_t i = 0; i < m * n; i++) dst[i] = from_f32<T>(y[i]);
+    });
+}
+
+}  // namespace
 
 void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *bias) {
+    if (weight.is_quantized()) {
+        linear_quantized(out, in, weight, bias);
+        return;
+    }
     const char *op = "linear";
     check_same_device(op, {&out, &in, &weight});
     check_same_dtype(op, {&out, &in});
@@ -77,6 +125,59 @@ void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, co
     if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
     cpu::linear_packed(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
                        bias ? bias->data() : nullptr, m);
+}
+
+std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const Tensor &weight) {
+    const char *op = "packed linear";
+    LLAISYS_CHECK(weight.is_quantized(), LLAISYS_STATUS_DTYPE_MISMATCH, op, ": needs a block-quantized weight, got ",
+                  weight.describe());
+    check_ndim(op, "weight", weight, 2);
+    check_contiguous(op, {&weight});
+    if (weight.device() != LLAISYS_DEVICE_CPU) no_kernel(op, weight);
+    auto w = std::make_unique<cpu::QuantWeight>(weight.shape()[0], weight.shape()[1]);
+    w->set_rows(0, w->n(), weight.data(), weight.dtype());
+    return w;
+}
+
+void linear_quant(Tensor &out, const Tensor &in, const cpu::QuantWeight &w, const Tensor *bias) {
+    const char *op = "packed linear";
+    check_same_device(op, {&out, &in});
+    check_dtype(op, "out", out, LLAISYS_DTYPE_F32);
+    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
+    check_ndim(op, "in", in, 2);
+    const size_t m = in.shape()[0];
+    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
+                  " and the quantized weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
+    check_shape(op, "out", out, {m, w.n()});
+    check_contiguous(op, {&out, &in});
+    if (bias) {
+        check_same_device(op, {&out, bias});
+        check_float(op, *bias);
+        check_shape(op, "bias", *bias, {w.n()});
+        check_contiguous(op, {bias});
+    }
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    cpu::linear_quant(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
+                      bias ? bias->data() : nullptr, bias ? bias->dtype() : LLAISYS_DTYPE_F32, m);
+}
+
+void argmax_quant(int64_t *ids, const Tensor &in, const cpu::QuantWeight &w) {
+    const char *op = "packed linear argmax";
+    LLAISYS_CHECK_ARG(ids != nullptr, op, ": ids is NULL");
+    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
+    check_ndim(op, "in", in, 2);
+    check_contiguous(op, {&in});
+    if (in.device() != LLAISYS_DEVICE_CPU) no_kernel(op, in);
+    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
+                  " and the quantized weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
+    const size_t m = in.shape()[0], n = w.n(), k = w.k(), rows = cpu::LogitScreen::kMaxRows;
+    const float *x = reinterpret_cast<const float *>(in.data());
+    std::vector<float> logits(std::min(m, rows) * n);  // [rows, n]
+    for (size_t i0 = 0; i0 < m; i0 += rows) {
+        const size_t r = std::min(rows, m - i0);
+        cpu::linear_quant(logits.data(), x + i0 * k, w, nullptr, LLAISYS_DTYPE_F32, r);
+        for (size_t i = 0; i < r; i++) ids[i0 + i] = int64_t(cpu::simd::row_kernels().argmax(logits.data() + i * n, n));
+    }
 }
 
 bool argmax_packed(int64_t *ids, const Tensor &in, const cpu::PackedWeight &w, const cpu::LogitScreen &screen) {

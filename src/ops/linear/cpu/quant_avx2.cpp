@@ -1,0 +1,3 @@
+// AVX2 build of quant_dot.inc (maddubs + madd; compile flags set in CMakeLists.txt).
+#define LLAISYS_QUANT_NS quant_avx2
+#include "quant_dot.inc"

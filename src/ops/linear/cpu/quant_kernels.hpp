@@ -1,0 +1,47 @@
+// Integer dot products of block-quantized weight rows with quantized activations, one set per
+// instruction set (quant_scalar.cpp, quant_avx2.cpp, quant_avx512.cpp); quant_weight.cpp picks
+// one at run time and quantizes the activations they read.
+//
+// Activations are quantized once per call, per row of x, symmetrically to int8 with an f32
+// scale per block: d = max|x| / 127, q = round(x / d), so |x - q d| <= d / 2.
+//   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use s = d * sum(q) for their
+//   offsets (q - 8, q - 16);
+//   Q4_K, Q5_K, Q6_K weights read BlockQ8_K (256 values, blocks.hpp) and its bsums (sums of
+//   each 16) for their mins and offsets.
+// The weight's stored integers are multiplied with the activations' in exact integer
+// arithmetic (per sub-block), then scaled in f32.
+#pragma once
+
+#include "../../../quant/blocks.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::ops::cpu {
+
+struct BlockQ8_32 {
+    float d;          // scale: x ~= d * qs
+    float s;          // d * sum(qs)
+    int8_t qs[32];    // [32]
+};
+static_assert(sizeof(BlockQ8_32) == 40);
+
+// Whether weights of dtype dt read BlockQ8_K (K-quants) or BlockQ8_32 activations.
+constexpr bool reads_q8k(llaisysDataType_t dt) {
+    return dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q5_K || dt == LLAISYS_DTYPE_Q6_K;
+}
+
+// out[i * ldo + r] = W row r . x row i for r < rows, i < m: w [rows][row_bytes] GGUF blocks of
+// dtype dt (nb blocks a row); xq [m][xq_stride bytes] the quantized activations (nb blocks of
+// BlockQ8_32 or BlockQ8_K a row, as dt reads). Each weight block is decoded once per group of
+// up to 4 activation rows; all activation rows are walked for each weight row before the
+// next, so a caller that passes a few rows keeps them in L1 for the whole batch.
+#define LLAISYS_QUANT_DOT_ROWS_DECL                                                                          \
+    void dot_rows(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, size_t row_bytes,         \
+                  size_t rows, const std::byte *xq, size_t xq_stride, size_t m, size_t nb)
+namespace quant_scalar { LLAISYS_QUANT_DOT_ROWS_DECL; }
+namespace quant_avx2 { LLAISYS_QUANT_DOT_ROWS_DECL; }
+// AVX-512 VNNI (vpdpbusd on 256-bit vectors, AVX512VL): only where cpu_has_avx512_vnni().
+namespace quant_avx512 { LLAISYS_QUANT_DOT_ROWS_DECL; }
+
+}  // namespace llaisys::ops::cpu

@@ -1,0 +1,168 @@
+// QuantWeight (row ranges of GGUF blocks) and linear_quant: activations quantized once per call
+// (quant_kernels.hpp), then the integer dot products of the active ISA over chunks of weight
+// rows, OpenMP over the chunks.
+#include "quant_weight.hpp"
+
+#include "../../../quant/dequant.hpp"
+#include "../../../utils/checked.hpp"
+#include "../../../utils/cpu_isa.hpp"
+#include "../../../utils/error.hpp"
+#include "../../../utils/types.hpp"
+#include "quant_kernels.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+using quant::BlockQ8_K;
+
+// Weight rows per work item: a chunk of this many rows stays in L1 while every activation
+// row passes over it (16 rows of Q4_K at k = 1536 are 14 KiB).
+constexpr size_t kChunkRows = 16;
+
+// x [k] -> quantized blocks; the scale d = max|x| / 127 (NaN when the block holds a NaN or an
+// infinity, so that the outputs it feeds are NaN as in f32 arithmetic).
+template <size_t BS>
+float block_scale(const float *x) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (size_t i = 0; i < BS; i++) {
+        amax = std::max(amax, std::fabs(x[i]));
+        finite &= std::isfinite(x[i]);
+    }
+    return finite ? amax / 127.0f : NAN;
+}
+
+inline int8_t q8(float v) { return int8_t(std::clamp(std::lrintf(v), -127L, 127L)); }
+
+void quantize_row_q8_32(const float *x, BlockQ8_32 *out, size_t nb) {
+    for (size_t b = 0; b < nb; b++, x += 32) {
+        const float d = block_scale<32>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
+        int sum = 0;
+        for (size_t i = 0; i < 32; i++) sum += out[b].qs[i] = q8(x[i] * id);
+        out[b].d = d;
+        out[b].s = d * float(sum);
+    }
+}
+
+void quantize_row_q8_k(const float *x, BlockQ8_K *out, size_t nb) {
+    for (size_t b = 0; b < nb; b++, x += quant::kBlockK) {
+        const float d = block_scale<quant::kBlockK>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
+        for (size_t s = 0; s < quant::kBlockK / 16; s++) {
+            int sum = 0;
+            for (size_t i = 16 * s; i < 16 * s + 16; i++) sum += out[b].qs[i] = q8(x[i] * id);
+            out[b].bsums[s] = int16_t(sum);
+        }
+        out[b].d = d;
+    }
+}
+
+using DotRowsFn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, size_t, const std::byte *,
+                           size_t, size_t, size_t);
+
+DotRowsFn dot_rows_fn() {
+    if (cpu_has_avx512_vnni()) return quant_avx512::dot_rows;
+    if (active_isa() >= Isa::Avx2) return quant_avx2::dot_rows;
+    return quant_scalar::dot_rows;
+}
+
+}  // namespace
+
+QuantWeight::QuantWeight(size_t n, size_t k) : n_(n), k_(k) {
+    LLAISYS_CHECK_ARG(n > 0 && k > 0, "quant weight: shape [", n, ", ", k, "] is empty");
+}
+
+void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisysDataType_t dt) {
+    LLAISYS_CHECK(is_quant_dtype(dt), LLAISYS_STATUS_DTYPE_MISMATCH, "quant weight: dtype ", dtype_name(dt),
+                  " is not block-quantized (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k are)");
+    LLAISYS_CHECK(k_ % quant_block_size(dt) == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "quant weight: k = ", k_,
+                  " is not a multiple of the ", dtype_name(dt), " block size ", quant_block_size(dt));
+    LLAISYS_CHECK_ARG(row0 <= n_ && rows <= n_ - row0, "quant weight: rows [", row0, ", ", row0 + rows,
+                      ") outside [0, ", n_, ")");
+    if (rows == 0) return;
+    LLAISYS_CHECK_ARG(blocks != nullptr, "quant weight: blocks is NULL");
+    for (const Segment &s : segs_)
+        LLAISYS_CHECK_ARG(row0 + rows <= s.row0 || s.row0 + s.rows <= row0, "quant weight: rows [", row0, ", ",
+                          row0 + rows, ") overlap rows [", s.row0, ", ", s.row0 + s.rows, ") set before");
+    const size_t row_bytes = k_ / quant_block_size(dt) * quant_block_bytes(dt);
+    const size_t total = checked_mul(rows, row_bytes, "quant weight: bytes");
+    Segment seg{row0, rows, dt, row_bytes, {}};
+    seg.data.reset(static_cast<std::byte *>(host_alloc(checked_round_up(total, 64, "quant weight: bytes"))));
+    const auto *src = static_cast<const std::byte *>(blocks);
+    std::byte *dst = seg.data.get();
+    // copied in parallel: first touch places the pages with the threads that read them
+#pragma omp parallel for schedule(static) if (total > (size_t(1) << 20))
+    for (ptrdiff_t r = 0; r < ptrdiff_t(rows); r++) std::memcpy(dst + r * row_bytes, src + r * row_bytes, row_bytes);
+    auto at = std::lower_bound(segs_.begin(), segs_.end(), row0, [](const Segment &s, size_t r) { return s.row0 < r; });
+    const size_t idx = size_t(at - segs_.begin());
+    views_.insert(views_.begin() + ptrdiff_t(idx), QuantRows{row0, rows, dt, row_bytes, seg.data.get()});
+    segs_.insert(at, std::move(seg));
+    rows_set_ += rows;
+    bytes_ += total;
+}
+
+void QuantWeight::row_f32(size_t j, float *dst) const {
+    LLAISYS_CHECK(j < n_, LLAISYS_STATUS_OUT_OF_RANGE, "quant weight: row ", j, " outside [0, ", n_, ")");
+    for (const Segment &s : segs_)
+        if (j >= s.row0 && j < s.row0 + s.rows) {
+            quant::dequantize_row(s.data.get() + (j - s.row0) * s.row_bytes, s.dt, dst, k_);
+            return;
+        }
+    fail(LLAISYS_STATUS_INVALID_ARGUMENT, "quant weight: row ", j, " was never set");
+}
+
+void linear_quant(float *out, const float *x, const QuantWeight &w, const std::byte *bias, llaisysDataType_t bias_dt,
+                  size_t m) {
+    LLAISYS_CHECK_ARG(w.complete(), "quantized linear: the weight's rows are not all set");
+    linear_quant_rows(out, x, w.views().data(), w.views().size(), w.n(), w.k(), bias, bias_dt, m);
+}
+
+void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
+                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m) {
+    LLAISYS_CHECK(!bias || is_float_dtype(bias_dt), LLAISYS_STATUS_DTYPE_MISMATCH, "quantized linear: bias dtype ",
+                  dtype_name(bias_dt), " is not f32, f16 or bf16");
+    if (m == 0) return;
+    bool need32 = false, needk = false;
+    for (size_t i = 0; i < n_segs; i++) (reads_q8k(segs[i].dt) ? needk : need32) = true;
+
+    // [m][k / 32] and [m][k / 256] quantized activations, kept per thread across calls
+    thread_local std::vector<BlockQ8_32> xq32;
+    thread_local std::vector<BlockQ8_K> xqk;
+    const size_t nb32 = need32 ? k / 32 : 0, nbk = needk ? k / quant::kBlockK : 0;
+    if (xq32.size() < m * nb32) xq32.resize(m * nb32);
+    if (xqk.size() < m * nbk) xqk.resize(m * nbk);
+    BlockQ8_32 *q32 = xq32.data();
+    BlockQ8_K *qk = xqk.data();
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
+        if (need32) quantize_row_q8_32(x + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
+        if (needk) quantize_row_q8_k(x + size_t(i) * k, qk + size_t(i) * nbk, nbk);
+    }
+
+    size_t items = 0;  // chunks of kChunkRows rows of one segment
+    for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kChunkRows);
+    const DotRowsFn dot = dot_rows_fn();
+#pragma omp parallel for schedule(static)
+    for (ptrdiff_t t = 0; t < ptrdiff_t(items); t++) {
+        size_t c = size_t(t), si = 0;
+        while (c >= ceil_div(segs[si].rows, kChunkRows)) c -= ceil_div(segs[si++].rows, kChunkRows);
+        const auto &s = segs[si];
+        const size_t r0 = c * kChunkRows, rows = std::min(kChunkRows, s.rows - r0), j0 = s.row0 + r0;
+        const bool k_quant = reads_q8k(s.dt);
+        const auto *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
+        const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
+        dot(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
+        if (bias) {
+            dispatch_float(bias_dt, [&](auto tag) {
+                const auto *b = reinterpret_cast<const decltype(tag) *>(bias) + j0;  // [rows]
+                for (size_t i = 0; i < m; i++)
+                    for (size_t r = 0; r < rows; r++) out[i * n + j0 + r] += to_f32(b[r]);
+            });
+        }
+    }
+}
+
+}  // namespace llaisys::ops::cpu

@@ -1,0 +1,78 @@
+// A linear layer's weight kept in its GGUF block-quantized form (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K,
+// Q6_K), and the linear over it (linear_quant).
+//
+// Layout. W [n, k] (row j is output j) is held as row ranges ("segments") set one by one,
+// each in one quant dtype: a fused q|k|v weight may hold Q4_K rows beside Q6_K rows. A
+// segment's rows are stored as GGUF stores them, row-major, k / block blocks a row:
+//   storage [rows][k / block] blocks of the segment's dtype (64-byte aligned).
+// Decode reads every weight byte once per call, in order, and the kernels (quant_kernels.hpp)
+// decode each block once per group of activation rows, so the file's own layout is already the
+// stream the kernels want; it also keeps row_f32 a plain dequantize.
+#pragma once
+
+#include "../../../utils/host_alloc.hpp"
+#include "llaisys.h"
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+namespace llaisys::ops::cpu {
+
+// A row range of W in one quant dtype, borrowed: what the kernels read.
+struct QuantRows {
+    size_t row0, rows;       // rows [row0, row0 + rows) of W
+    llaisysDataType_t dt;    // their quant dtype
+    size_t row_bytes;        // k / block * block bytes
+    const std::byte *data;   // [rows][row_bytes] GGUF blocks
+};
+
+class QuantWeight {
+public:
+    // n output rows, k inputs (n, k > 0); set every row with set_rows before use.
+    QuantWeight(size_t n, size_t k);
+
+    // Rows [row0, row0 + rows) from GGUF row-major blocks [rows][k / block] of quant dtype dt.
+    // Ranges may not overlap. Throws (INVALID_ARGUMENT, SHAPE_MISMATCH, DTYPE_MISMATCH) on a
+    // dtype that is not block-quantized, k not a multiple of its block, a range outside [0, n),
+    // an overlap or a null pointer.
+    void set_rows(size_t row0, size_t rows, const void *blocks, llaisysDataType_t dt);
+    bool complete() const { return rows_set_ == n_; }
+    // dst [k] = W[j, :] dequantized (bit for bit as gguf-py): a tied lm_head's embedding lookup.
+    void row_f32(size_t j, float *dst) const;
+
+    size_t n() const { return n_; }
+    size_t k() const { return k_; }
+    size_t bytes() const { return bytes_; }  // bytes of quantized rows held
+
+    struct Free {
+        void operator()(std::byte *p) const { host_free(p); }
+    };
+    // One row range in one dtype.
+    struct Segment {
+        size_t row0, rows;
+        llaisysDataType_t dt;
+        size_t row_bytes;                      // k / block * block bytes
+        std::unique_ptr<std::byte[], Free> data;  // [rows][row_bytes]
+    };
+    const std::vector<Segment> &segments() const { return segs_; }  // ordered by row0
+    const std::vector<QuantRows> &views() const { return views_; }  // views_[i] borrows segs_[i]
+
+private:
+    size_t n_, k_, rows_set_ = 0, bytes_ = 0;
+    std::vector<Segment> segs_;
+    std::vector<QuantRows> views_;
+};
+
+// out [m, n] f32 = x [m, k] f32 @ W^T (+ bias [n] of float dtype bias_dt when bias is not
+// null). Activations are quantized to int8 per block (quant_kernels.hpp); the kernels of the
+// active ISA run (AVX-512 VNNI, AVX2 or scalar). Throws when W is not complete.
+void linear_quant(float *out, const float *x, const QuantWeight &w, const std::byte *bias,
+                  llaisysDataType_t bias_dt, size_t m);
+// The same over borrowed row ranges segs [n_segs] (ordered, together covering W [n, k]
+// exactly once; each row_bytes consistent with k): the generic linear op's path, which does
+// not copy the weight.
+void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
+                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m);
+
+}  // namespace llaisys::ops::cpu
