@@ -1,0 +1,212 @@
+"""Linear with block-quantized weights (src/ops/linear/cpu/quant_*): every format on every SIMD
+path this CPU can run (the path is chosen once per process, so each runs in a child under
+LLAISYS_ISA), against x @ dequantize(W)^T in float64 with gguf-py's dequantizer.
+
+The bound. The kernels quantize each activation block (32 values for Q4_0/Q5_0/Q8_0, 256 for
+the K-quants) to int8 with d = max|x| / 127, so each value moves by at most d / 2, and the rest
+is exact integer arithmetic scaled in f32. Hence per output
+    |got - ref| <= sum_blocks d_b / 2 * sum_{i in b} |W_i|  +  1e-4 |x| . |W|
+(the second term covers the f32 scaling and summation). The test reports the worst ratio of
+the error to this bound, which must stay below 1; typically it is 0.05 to 0.2.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import llaisys
+from llaisys import ops
+from cpu_features import cpu_flags, skip_unless_cpu_runs
+
+COMMON = r"""
+import numpy as np, gguf, llaisys
+from gguf import GGMLQuantizationType as Q
+from llaisys import ops
+FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q5_0": (Q.Q5_0, 32, 22), "q8_0": (Q.Q8_0, 32, 34),
+           "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210)}
+
+def rand_blocks(fmt, n, k, rng):
+    # random quants and packed scales, f16 scales of either sign around 0.01
+    qt, bs, bb = FORMATS[fmt]
+    b = rng.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
+    def f16(shape, sign):
+        v = rng.uniform(0.5, 1.5, shape) * 0.01 * (rng.choice([-1, 1], shape) if sign else 1)
+        return v.astype(np.float16).view(np.uint8).reshape(*shape[:2], 2)
+    if fmt == "q6_k":
+        b[:, :, 208:210] = f16((n, k // bs), True)
+    else:
+        b[:, :, 0:2] = f16((n, k // bs), True)
+    if fmt in ("q4_k", "q5_k"):
+        b[:, :, 2:4] = f16((n, k // bs), False)
+    return b.reshape(n, -1)
+
+def bound_ratio(got, x, W, bs):
+    xd, W = x.astype(np.float64), W.astype(np.float64)
+    ref = xd @ W.T
+    m, k = x.shape
+    d = np.abs(xd).reshape(m, k // bs, bs).max(-1) / 127          # [m, k / bs]
+    wsum = np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1)      # [n, k / bs]
+    bound = 0.5 * d @ wsum.T + 1e-4 * np.abs(xd) @ np.abs(W).T
+    return float((np.abs(got - ref) / bound).max()), ref
+
+def act_block(fmt):
+    return 256 if fmt.endswith("_k") else 32
+"""
+
+CHILD = COMMON + r"""
+import sys
+from llaisys import runtime
+print(runtime.cpu_isa())
+rng = np.random.default_rng(20)
+res = {}
+real_k = {"q4_0": 4864, "q5_0": 896, "q8_0": 4864, "q4_k": 8960, "q5_k": 1536, "q6_k": 8960}
+for fmt, (qt, bs, bb) in FORMATS.items():
+    worst = 0.0
+    for k in (256, real_k[fmt]):
+        n = 37  # odd: not a multiple of the 16-row work chunks
+        blocks = rand_blocks(fmt, n, k, rng)
+        W = gguf.quants.dequantize(blocks, qt)
+        w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+        for m in (1, 3, 16, 64, 300):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            out = llaisys.Tensor((m, n), "f32")
+            ops.linear(out, llaisys.Tensor.from_numpy(x), w)
+            r, _ = bound_ratio(out.numpy(), x, W, act_block(fmt))
+            worst = max(worst, r)
+    res[fmt] = worst
+print(json.dumps(res))
+""".replace("import sys", "import sys, json")
+
+
+def run_child(isa, code):
+    skip_unless_cpu_runs(isa)
+    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa),
+                           capture_output=True, text=True, timeout=900)
+    assert child.returncode == 0, child.stderr[-4000:]
+    lines = child.stdout.splitlines()
+    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
+    return json.loads(lines[-1])
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_every_format_within_the_activation_quantization_bound(isa):
+    if isa == "avx512" and "avx512_vnni" not in cpu_flags():
+        pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels cannot run here")
+    res = run_child(isa, CHILD)
+    assert set(res) == {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"}
+    for fmt, ratio in res.items():
+        assert ratio < 1.0, (fmt, ratio)
+
+
+# The in-process tests below run the default (best) path.
+exec(COMMON)
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+@pytest.mark.parametrize("act", ["f32", "f16", "bf16"])
+def test_bias_and_activation_dtypes(fmt, act):
+    import torch
+    rng = np.random.default_rng(3)
+    n, k, m = 19, 512, 5
+    blocks = rand_blocks(fmt, n, k, rng)
+    W = gguf.quants.dequantize(blocks, FORMATS[fmt][0]).astype(np.float64)
+    w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+    tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[act]
+    x = torch.randn(m, k).to(tdt)
+    bias = torch.randn(n).to(torch.bfloat16)
+    xt = llaisys.Tensor.from_numpy(x.float().numpy(), act)
+    out = llaisys.Tensor((m, n), act)
+    ops.linear(out, xt, w, llaisys.Tensor.from_numpy(bias.float().numpy(), "bf16"))
+    got = out.numpy().astype(np.float64)  # bf16 read back as f32
+    xd = x.double().numpy()
+    ref = xd @ W.T + bias.double().numpy()
+    d = np.abs(xd).reshape(m, -1, act_block(fmt)).max(-1) / 127
+    bound = 0.5 * d @ np.abs(W).reshape(n, -1, act_block(fmt)).sum(-1).T + 1e-4 * np.abs(xd) @ np.abs(W).T
+    out_ulp = {"f32": 1e-6, "f16": 1e-3, "bf16": 8e-3}[act] * np.abs(ref)  # the output's one rounding
+    assert (np.abs(got - ref) <= bound + out_ulp).all()
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_packed_handle_apply_and_argmax(fmt):
+    rng = np.random.default_rng(4)
+    n, k = 301, 256
+    blocks = rand_blocks(fmt, n, k, rng)
+    W = gguf.quants.dequantize(blocks, FORMATS[fmt][0])
+    w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+    bias = rng.standard_normal(n).astype(np.float32)
+    with ops.PackedLinear(w) as packed:
+        for m in (1, 16):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            xt = llaisys.Tensor.from_numpy(x)
+            out = llaisys.Tensor((m, n), "f32")
+            packed(out, xt, llaisys.Tensor.from_numpy(bias))
+            r, _ = bound_ratio(out.numpy() - bias, x, W, act_block(fmt))
+            assert r < 1.0
+            plain = llaisys.Tensor((m, n), "f32")
+            ops.linear(plain, xt, w)  # the same kernels over the tensor's own bytes
+            np.testing.assert_array_equal(plain.numpy() + bias, out.numpy())
+            ids, screened = packed.argmax(xt)
+            assert not screened  # quantized weights have no screen: every output computed
+            np.testing.assert_array_equal(ids, np.argmax(plain.numpy(), axis=1))
+
+
+GGUF_DIR = Path.home() / ".cache" / "llaisys" / "gguf"
+
+
+@pytest.mark.parametrize("file", ["qwen2.5-coder-0.5b-instruct.gguf", "qwen2.5-coder-1.5b-instruct.gguf"])
+def test_real_weights_from_the_cached_gguf(file):
+    path = GGUF_DIR / file
+    if not path.exists():
+        pytest.skip(f"{path} is not cached")
+    reader = gguf.GGUFReader(str(path))
+    names = {"q4_0": Q.Q4_0, "q5_0": Q.Q5_0, "q8_0": Q.Q8_0, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K}
+    seen = set()
+    rng = np.random.default_rng(5)
+    for t in reader.tensors:
+        fmt = next((f for f, q in names.items() if q == t.tensor_type), None)
+        if fmt is None or fmt in seen or len(t.shape) != 2:
+            continue
+        seen.add(fmt)
+        k, n = int(t.shape[0]), int(t.shape[1])
+        rows = min(n, 67)
+        blocks = np.asarray(t.data).reshape(n, -1)[:rows]
+        W = gguf.quants.dequantize(blocks, t.tensor_type)
+        w = llaisys.Tensor.from_numpy(np.ascontiguousarray(blocks), fmt, shape=(rows, k))
+        for m in (1, 7):
+            x = (rng.standard_normal((m, k)) * 0.5).astype(np.float32)
+            out = llaisys.Tensor((m, rows), "f32")
+            ops.linear(out, llaisys.Tensor.from_numpy(x), w)
+            r, _ = bound_ratio(out.numpy(), x, W, act_block(fmt))
+            assert r < 1.0, (t.name, fmt, r)
+    assert seen, "no quantized 2-d tensor in the file"
+
+
+def test_malformed_inputs_are_errors():
+    rng = np.random.default_rng(6)
+    blocks = rand_blocks("q4_k", 8, 512, rng)
+    w = llaisys.Tensor.from_numpy(blocks, "q4_k", shape=(8, 512))
+    x = llaisys.Tensor.from_numpy(rng.standard_normal((2, 512)).astype(np.float32))
+    with pytest.raises(ValueError, match="inner dimension"):
+        ops.linear(llaisys.Tensor((2, 8), "f32"), llaisys.Tensor.from_numpy(np.zeros((2, 256), np.float32)), w)
+    with pytest.raises(ValueError, match="out"):
+        ops.linear(llaisys.Tensor((2, 9), "f32"), x, w)
+    with pytest.raises(ValueError, match="dtypes differ"):
+        ops.linear(llaisys.Tensor((2, 8), "f16"), x, w)
+    with pytest.raises(ValueError, match="bias"):
+        ops.linear(llaisys.Tensor((2, 8), "f32"), x, w, llaisys.Tensor((9,), "f32"))
+    with pytest.raises(ValueError, match="f32, f16 or bf16"):
+        ops.linear(llaisys.Tensor((2, 8), "f32"), x, w, w)  # a quantized bias
+    with ops.PackedLinear(w) as packed:
+        with pytest.raises(ValueError, match="inner dimension"):
+            packed(llaisys.Tensor((2, 8), "f32"), llaisys.Tensor.from_numpy(np.zeros((2, 256), np.float32)))
+        with pytest.raises(ValueError, match="in must be f32"):
+            packed(llaisys.Tensor((2, 8), "f32"), llaisys.Tensor((2, 512), "bf16"))
+        with pytest.raises(ValueError, match="bias"):
+            packed(llaisys.Tensor((2, 8), "f32"), x, llaisys.Tensor((7,), "f32"))
+        with pytest.raises(ValueError, match="inner dimension"):
+            packed.argmax(llaisys.Tensor.from_numpy(np.zeros((1, 256), np.float32)))

@@ -1,0 +1,114 @@
+"""GFLOP/s and GB/s (weight bytes read per call) of the quantized linear kernels against the
+bf16 packed GEMM, on the linear shapes of Qwen2.5 1.5B (or 0.5B) at decode and prefill sizes.
+
+    python tools/bench_quant_linear.py [--model 1.5b|0.5b] [--m 1 16 128] [--formats q4_k q8_0 ...]
+                                       [--shapes qkv o gate_up down lm_head] [--out FILE]
+
+Each (shape, m) times the bf16 PackedLinear and one PackedLinear per format (random GGUF blocks
+with sane scales: the kernels' speed does not depend on the values), alternately, --repeats
+times each, every timed run >= --min-time s; figures are medians, every run is in the JSON. The
+CPU model, the SIMD flags and the llaisys ISA path are recorded (bench_env). GB/s counts the
+weight's bytes once per call, the traffic decode is bound by; at m = 128 GFLOP/s is the figure
+to read. The host may be shared: compare columns of one run rather than runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import llaisys
+from llaisys import ops
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import describe, machine  # noqa: E402
+from bench_timing import time_per_call  # noqa: E402
+
+MODELS = {  # name -> (k, n)
+    "0.5b": {"qkv": (896, 1152), "o": (896, 896), "gate_up": (896, 9728), "down": (4864, 896),
+             "lm_head": (896, 151936)},
+    "1.5b": {"qkv": (1536, 2048), "o": (1536, 1536), "gate_up": (1536, 17920), "down": (8960, 1536),
+             "lm_head": (1536, 151936)},
+}
+# format -> (block size, block bytes, byte offsets of its f16 scales)
+FORMATS = {"q4_0": (32, 18, (0,)), "q5_0": (32, 22, (0,)), "q8_0": (32, 34, (0,)),
+           "q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,))}
+
+
+def random_blocks(fmt: str, n: int, k: int, rng) -> np.ndarray:
+    """uint8 [n, k / block * block bytes]: random quants, f16 scales around 0.01."""
+    bs, bb, scale_at = FORMATS[fmt]
+    b = rng.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
+    for off in scale_at:
+        b[:, :, off:off + 2] = np.full((n, k // bs), 0.01, np.float16).view(np.uint8).reshape(n, k // bs, 2)
+    return b.reshape(n, -1)
+
+
+def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: int, min_time: float, rng) -> list:
+    x = llaisys.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
+    out = llaisys.Tensor((m, n), "f32")
+    kernels = {}  # label -> (PackedLinear, weight bytes)
+    wb = llaisys.Tensor.from_numpy(rng.standard_normal((n, k), dtype=np.float32) * 0.05, dtype="bf16")
+    kernels["bf16"] = (ops.PackedLinear(wb), n * k * 2)
+    wb.close()
+    for fmt in formats:
+        if k % FORMATS[fmt][0]:
+            continue  # k not a multiple of this format's block (the 0.5B's 896 for the K-quants)
+        blocks = random_blocks(fmt, n, k, rng)
+        w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+        kernels[fmt] = (ops.PackedLinear(w), blocks.nbytes)
+        w.close()
+    runs = {label: [] for label in kernels}
+    for _ in range(repeats):  # alternate, so a busy spell on the host hits every kernel
+        for label, (packed, _) in kernels.items():
+            runs[label].append(time_per_call(lambda: packed(out, x), min_time))
+    rows = []
+    for label, (packed, nbytes) in kernels.items():
+        s = float(np.median(runs[label]))
+        rows.append({"shape": name, "k": k, "n": n, "m": m, "weight": label, "weight_bytes": nbytes,
+                     "ms": round(s * 1e3, 4), "gflops": round(2.0 * m * n * k / s / 1e9, 2),
+                     "gbps": round(nbytes / s / 1e9, 2), "vs_bf16": None, "runs_s": [round(t, 6) for t in runs[label]]})
+        packed.close()
+    base = next(r for r in rows if r["weight"] == "bf16")["ms"]
+    for r in rows:
+        r["vs_bf16"] = round(base / r["ms"], 3)
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=sorted(MODELS), default="1.5b")
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 16, 128])
+    ap.add_argument("--formats", nargs="+", choices=sorted(FORMATS), default=["q4_k", "q6_k", "q8_0", "q5_0"])
+    ap.add_argument("--shapes", nargs="+", default=None, help="subset of qkv o gate_up down lm_head")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.3)
+    ap.add_argument("--out", default="bench_quant_linear.json")
+    args = ap.parse_args(argv)
+    shapes = MODELS[args.model]
+    names = args.shapes or list(shapes)
+    for s in names:
+        if s not in shapes:
+            ap.error(f"--shapes: unknown shape {s!r} (known: {' '.join(shapes)})")
+    env = machine()
+    print(describe(env))
+    print(f"{'shape':8} {'m':>4} {'weight':6} {'ms':>9} {'GFLOP/s':>8} {'GB/s':>6} {'vs bf16':>7}")
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in names:
+        k, n = shapes[name]
+        for m in args.m:
+            for r in bench_shape(name, k, n, m, args.formats, args.repeats, args.min_time, rng):
+                rows.append(r)
+                print(f"{name:8} {m:4} {r['weight']:6} {r['ms']:9.3f} {r['gflops']:8.1f} {r['gbps']:6.1f} "
+                      f"{r['vs_bf16']:7.2f}", flush=True)
+    Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
