@@ -10,6 +10,15 @@ from .cli_info import add_info_parser
 from .cli_models import add_convert_gguf_parser, add_download_parser, add_export_gguf_parser, add_models_parser
 
 THREADS_HELP = "threads for the CPU kernels (default: the physical cores)"
+QUANT_HELP = "which download of a known model to run: q4_k_m (its GGUF, as it is), q8_0 (a Q8_0 GGUF) or bf16 " \
+             "(the converted directory) (default: models.hub.DEFAULT_QUANT)"
+QUANTIZE_HELP = "quantize an HF directory's linear weights and embedding at load: q8_0, or q4_k (the Q4_K_M recipe)"
+
+
+def add_quant_arguments(p) -> None:
+    """--quant and --quantize, shared by generate and serve."""
+    p.add_argument("--quant", default=None, choices=["q4_k_m", "q8_0", "bf16"], help=QUANT_HELP)
+    p.add_argument("--quantize", default=None, choices=["q8_0", "q4_k"], help=QUANTIZE_HELP)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -48,7 +57,8 @@ def add_generate_parser(sub) -> None:
                        description="Generate a completion for a prompt, or a chat answer with --chat. The text "
                                    "goes to stdout; token counts, time to first token and tokens/s to stderr.")
     p.add_argument("prompt", help="the prompt text ('-' reads standard input)")
-    p.add_argument("--model", default=None, help="model directory or known name (default: the default model)")
+    p.add_argument("--model", default=None, help="model directory, .gguf file or known name "
+                                                  "(default: the default model)")
     p.add_argument("--chat", action="store_true", help="treat the prompt as a user message (chat template)")
     p.add_argument("--system", default=None, help="system prompt (with --chat)")
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
@@ -59,9 +69,14 @@ def add_generate_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=None, help="sampling seed, for a repeatable sample "
                                                           "(default: a random one)")
     p.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"],
-                   help="weight dtype (default: the checkpoint's)")
+                   help="float weight dtype (default: the checkpoint's; f32 beside a GGUF's quantized weights)")
+    add_quant_arguments(p)
     p.add_argument("--kv-layout", default="block", choices=["block", "slot"],
                    help="KV cache layout: paged blocks, or llama.cpp-style cells")
+    from .engine.config import DEFAULT_KV_DTYPE, KV_DTYPES
+
+    p.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=list(KV_DTYPES),
+                   help="K/V storage dtype (default: %(default)s, chosen by measurement: doc/benchmarks.md)")
     p.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     p.set_defaults(func=run_generate)
 
@@ -88,7 +103,8 @@ def run_generate(args) -> int:
         if args.chat:
             prompt = ([{"role": "system", "content": args.system}] if args.system else []) + [
                 {"role": "user", "content": text}]
-        with LLM(args.model, dtype=args.dtype, kv_layout=args.kv_layout, threads=args.threads) as llm:
+        with LLM(args.model, dtype=args.dtype, kv_layout=args.kv_layout, kv_dtype=args.kv_dtype, threads=args.threads, quant=args.quant,
+                 quantize=args.quantize) as llm:
             last, first = None, None
             start = time.perf_counter()
             for out in llm.stream(prompt, sp):

@@ -15,12 +15,16 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
 
     names = ", ".join(hub.REGISTRY)
     p = subparsers.add_parser(
-        "download", help="download a known model and convert it to a HuggingFace directory",
-        description=f"Download a known model into the cache ($LLAISYS_HOME or ~/.cache/llaisys). Known: {names}.")
+        "download", help="download a known model (its GGUF as it is, a Q8_0 GGUF, or a bf16 HuggingFace directory)",
+        description=f"Download a known model into the cache ($LLAISYS_HOME or ~/.cache/llaisys). Known: {names}. "
+                    f"--quant q4_k_m keeps the downloaded GGUF (Q4_K_M) and runs it as it is; bf16 converts it "
+                    f"to a HuggingFace directory; q8_0 writes a Q8_0 GGUF from that directory.")
     p.add_argument("name", nargs="?", default=hub.DEFAULT_MODEL, help=f"model name (default {hub.DEFAULT_MODEL})")
-    p.add_argument("--list", action="store_true", help="list the known models and whether each is cached")
+    p.add_argument("--quant", default=hub.DEFAULT_QUANT, choices=list(hub.QUANTS), help="the format to produce")
+    p.add_argument("--list", action="store_true", help="list the known models and which formats are cached")
     p.add_argument("--keep-gguf", action="store_true",
-                   help="keep the downloaded GGUF beside the converted model (default: removed once converted)")
+                   help="with --quant bf16/q8_0: keep a GGUF this download fetched beside the converted model "
+                        "(default: removed once converted; a GGUF already in the cache always stays)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_download)
     return p
@@ -68,11 +72,12 @@ def run_download(args) -> int:
 
     if args.list:
         for name, spec in hub.REGISTRY.items():
-            state = "cached" if hub.is_downloaded(name) else "not downloaded"
-            print(f"{name:32} {state:15} {spec.description}")
+            cached = [q for q in hub.QUANTS if hub.is_downloaded(name, q)]
+            state = "cached: " + ",".join(cached) if cached else "not downloaded"
+            print(f"{name:32} {state:28} {spec.description}")
         return 0
     try:
-        path = hub.download(args.name, progress=not args.quiet, keep_gguf=args.keep_gguf)
+        path = hub.download(args.name, progress=not args.quiet, keep_gguf=args.keep_gguf, quant=args.quant)
     except ValueError as e:
         print(f"llaisys download: error: {e}", file=sys.stderr)
         return 2
@@ -83,7 +88,7 @@ def run_download(args) -> int:
     return 0
 
 
-_NOTES = {"gguf": "a GGUF download kept beside its converted model: a second copy",
+_NOTES = {"gguf": "a GGUF, run as it is (llaisys serve --model PATH)",
           "export": "a GGUF written from the model (tools/bench_compare.py, llaisys export-gguf)",
           "partial": "an unfinished download or conversion"}
 
@@ -98,18 +103,16 @@ def run_models_ls(args) -> int:
     models = {e.name for e in found if e.kind == "model"}
     width = max(len(e.name) for e in found)
     for e in found:
-        print(f"{e.name:{width}}  {e.kind:7} {hub_cache.human(e.size):>9}  {e.path}")
+        print(f"{e.name:{width}}  {e.kind:7} {e.quant or '-':7} {hub_cache.human(e.size):>9}  {e.path}")
         if e.kind == "model":
             print(f"{'':{width}}  files: {', '.join(e.files)}")
-        elif e.kind == "gguf" and e.name not in models:
-            print(f"{'':{width}}  a downloaded GGUF, not converted (llaisys download {e.name} converts it)")
         else:
             print(f"{'':{width}}  {_NOTES[e.kind]}")
     total = sum(e.size for e in found)
     print(f"total {hub_cache.human(total)} in {hub.cache_root()}")
     extra = sorted({e.name for e in found if e.kind in ("gguf", "export") and e.name in models})
     if extra:
-        print(f"second copies: llaisys models rm NAME --gguf frees them ({', '.join(extra)})")
+        print(f"more than one format of: {', '.join(extra)} (llaisys models rm NAME --gguf frees the GGUF files)")
     return 0
 
 

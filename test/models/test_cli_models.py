@@ -77,13 +77,30 @@ def test_models_ls(cache, capsys):
     rows = [line.split() for line in lines if not line.startswith(" ")]
     assert [r[:2] for r in rows[:5]] == [["alpha-1b", "model"], ["alpha-1b", "gguf"], ["alpha-1b", "export"],
                                          ["beta", "gguf"], ["gamma", "partial"]]
-    assert rows[0][2:] == ["3.0", "kB", str(cache / "models" / "alpha-1b")]
-    assert rows[1][2:] == ["1.5", "kB", str(cache / "gguf" / "alpha-1b.gguf")]
+    assert rows[0][2:] == ["bf16", "3.0", "kB", str(cache / "models" / "alpha-1b")]
+    assert rows[1][2:] == ["-", "1.5", "kB", str(cache / "gguf" / "alpha-1b.gguf")]  # format unknown: not registered
+    assert rows[2][2] == "f16"  # from the export's file name
     text = "\n".join(lines)
     assert "files: config.json, model.safetensors" in text
-    assert "second copy" in text and "not converted (llaisys download beta converts it)" in text
+    assert "a GGUF, run as it is (llaisys serve --model PATH)" in text
     assert f"total 5.6 kB in {cache}" in text
-    assert "second copies: llaisys models rm NAME --gguf frees them (alpha-1b)" in text
+    assert "more than one format of: alpha-1b (llaisys models rm NAME --gguf frees the GGUF files)" in text
+
+
+def test_models_ls_shows_the_formats_of_a_registered_model(tmp_path, monkeypatch, capsys):
+    from llaisys.models import hub
+
+    root = tmp_path / "home"
+    monkeypatch.setenv("LLAISYS_HOME", str(root))
+    name = hub.DEFAULT_MODEL
+    (root / "gguf").mkdir(parents=True)
+    (root / "gguf" / f"{name}.gguf").write_bytes(b"g" * 100)
+    (root / "gguf" / f"{name}-q8_0.gguf").write_bytes(b"q" * 200)
+    (root / "gguf" / f".{name}-q8_0.gguf.tmp-123").write_bytes(b"t" * 10)  # an export under way
+    args = _models_parser().parse_args(["models", "ls"])
+    assert args.func(args) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(name)]
+    assert sorted(r[1:3] for r in rows) == [["gguf", "q4_k_m"], ["gguf", "q8_0"], ["partial", "-"]]
 
 
 def test_models_ls_empty(tmp_path, monkeypatch, capsys):

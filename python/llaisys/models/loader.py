@@ -5,6 +5,10 @@ in `model.safetensors.index.json`. The architecture registry (`models/arch/`) pa
 config and says which tensors the family holds; every expected tensor is checked against the
 config (name, shape, float dtype) before anything is sized; unknown tensors are an error. Pickle checkpoints
 (`*.bin`, `*.pt`, `*.pth`) are refused: loading them can run arbitrary code.
+
+A LoadedModel may also hold block-quantized matrices (`QuantTensor`: GGUF's raw blocks, from
+gguf_model.load_gguf or quantized at load by models/quantize.py); only the linear weights and
+the embedding (QUANTIZABLE_KINDS) may be quantized, everything else is a float tensor.
 """
 
 import os
@@ -12,6 +16,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
+
+import numpy as np
 
 from . import bf16
 from .arch import weight_slots
@@ -23,6 +29,45 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _LOADABLE_DTYPES = ("bf16", "f16", "f32")
+# quant dtype tag -> (elements per block, bytes per block), as GGUF (and llaisysDataTypeBlockSize/Bytes) define them
+QUANT_BLOCKS = {"q4_0": (32, 18), "q5_0": (32, 22), "q8_0": (32, 34),
+                "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+# weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights and the embedding
+QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN"))
+
+
+def quant_row_bytes(dtype: str, k: int) -> int:
+    """Bytes of one row of k elements in quant dtype `dtype` (k a multiple of its block size)."""
+    block, block_bytes = QUANT_BLOCKS[dtype]
+    assert k % block == 0  # invariant: callers check the shape first
+    return k // block * block_bytes
+
+
+@dataclass
+class QuantTensor:
+    """A block-quantized matrix as GGUF stores it: each row is k / block consecutive blocks."""
+
+    name: str  # HF tensor name, e.g. "model.layers.0.mlp.up_proj.weight"
+    dtype: str  # one of QUANT_BLOCKS: "q8_0", "q4_k", ...
+    shape: tuple  # element shape (rows, k); k a multiple of the block size
+    data: np.ndarray  # uint8 [rows, k / block * block bytes], often a read-only memory map
+
+    def __post_init__(self):
+        self.shape = tuple(int(d) for d in self.shape)
+        if self.dtype not in QUANT_BLOCKS:
+            raise ValueError(f"tensor {self.name!r}: unknown quant dtype {self.dtype!r}")
+        block = QUANT_BLOCKS[self.dtype][0]
+        if len(self.shape) != 2 or self.shape[1] % block:
+            raise ValueError(f"tensor {self.name!r}: a {self.dtype} tensor needs 2 dims, the last a multiple of "
+                             f"{block}; got {self.shape}")
+        want = (self.shape[0], quant_row_bytes(self.dtype, self.shape[1]))
+        if self.data.dtype != np.uint8 or tuple(self.data.shape) != want:
+            raise ValueError(f"tensor {self.name!r}: {self.dtype} {self.shape} needs uint8 data {want}, "
+                             f"got {self.data.dtype} {tuple(self.data.shape)}")
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
 
 
 @dataclass
@@ -30,10 +75,10 @@ class LoadedModel:
     """A validated checkpoint, all tensors in one dtype."""
 
     config: ModelParams  # parsed config.json
-    tensors: dict = field(default_factory=dict)  # HF name -> RawTensor (memory-mapped unless converted);
-    # no "lm_head.weight" when config.tie_word_embeddings (use "model.embed_tokens.weight")
-    dtype: str = "bf16"  # dtype tag of every tensor: "bf16", "f16" or "f32"
-    path: Optional[Path] = None  # the model directory
+    tensors: dict = field(default_factory=dict)  # HF name -> RawTensor (memory-mapped unless converted),
+    # or QuantTensor for quantized matrices; no "lm_head.weight" when config.tie_word_embeddings
+    dtype: str = "bf16"  # the model's float dtype, of every RawTensor: "bf16", "f16" or "f32"
+    path: Optional[Path] = None  # the model directory, or the GGUF file
 
 
 def expected_shapes(config: ModelParams) -> dict:
@@ -93,7 +138,9 @@ def validate_tensors(config: ModelParams, tensors: dict, source: str, config_sou
     """Raise ModelFileError unless `tensors` is exactly a checkpoint for `config`.
 
     `tensors` maps name -> anything with `.shape` and `.dtype` (RawTensor, or TensorSpec before data exists).
-    `config_source` names where the config came from (default `source`), for errors about its fields.
+    A quant dtype (QUANT_BLOCKS) is accepted for the matrices of QUANTIZABLE_KINDS when its block size
+    divides the row. `config_source` names where the config came from (default `source`), for errors
+    about its fields.
     """
     check_config_against_tensors(config, tensors, config_source or source)
     want = expected_shapes(config)
@@ -108,11 +155,21 @@ def validate_tensors(config: ModelParams, tensors: dict, source: str, config_sou
         raise ModelFileError(source, unknown[0],
                              f"unexpected tensors for a {config.architecture} model: "
                              f"{', '.join(map(repr, unknown[:5]))}{more}")
+    slots = weight_slots(config)
     for name, t in tensors.items():
         shape = want.get(name, optional.get(name))
         if tuple(t.shape) != shape:
             raise ModelFileError(source, name, f"tensor {name!r} has shape {tuple(t.shape)}, config needs {shape}")
-        if t.dtype not in _LOADABLE_DTYPES:
+        if t.dtype in QUANT_BLOCKS:
+            kind = slots[name].kind if name in slots else "LM_HEAD"
+            block = QUANT_BLOCKS[t.dtype][0]
+            if kind not in QUANTIZABLE_KINDS or len(shape) != 2:
+                raise ModelFileError(source, name, f"tensor {name!r} is {t.dtype}: only the linear weights and the "
+                                                   f"embedding may be quantized (norms and biases are float)")
+            if shape[1] % block:
+                raise ModelFileError(source, name, f"tensor {name!r} has rows of {shape[1]} elements, not a "
+                                                   f"multiple of the {t.dtype} block size {block}")
+        elif t.dtype not in _LOADABLE_DTYPES:
             raise ModelFileError(source, name, f"tensor {name!r} has dtype {t.dtype}; need one of {_LOADABLE_DTYPES}")
 
 
@@ -163,21 +220,29 @@ def _read_all(path: Path) -> dict:
     return {}  # unreachable: _refuse_pickles always raises
 
 
-def _convert(t: RawTensor, dtype: str) -> RawTensor:
-    if t.dtype == dtype:
+def _convert(t, dtype: str):
+    """A float tensor in `dtype` (quantized ones stay as they are)."""
+    if t.dtype == dtype or t.dtype in QUANT_BLOCKS:
         return t
     return RawTensor(t.name, dtype, t.shape, bf16.convert(t.data, t.dtype, dtype))
 
 
-def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> LoadedModel:
+def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None,
+               quantize: Optional[str] = None) -> LoadedModel:
     """Load a model directory of any registered architecture.
 
     dtype: "bf16", "f16", "f32" converts every tensor at load (round to nearest even,
     as torch casts); None keeps the checkpoint dtype, and if the checkpoint mixes
     dtypes, converts everything to the embedding's dtype.
+    quantize: "q8_0" or "q4_k" quantizes the linear weights and the embedding at load
+    (models/quantize.py, through the library's quantize op); None keeps them float.
     """
     if dtype is not None and dtype not in _LOADABLE_DTYPES:
         raise ValueError(f"dtype must be one of {_LOADABLE_DTYPES} or None, got {dtype!r}")
+    if quantize is not None:
+        from .quantize import check_scheme
+
+        check_scheme(quantize)  # a ValueError naming quantize before anything is read
     path = Path(path)
     if not path.is_dir():
         raise ModelFileError(path, None, "model directory does not exist")
@@ -187,5 +252,9 @@ def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> Lo
     if config.tie_word_embeddings:
         tensors.pop("lm_head.weight", None)  # tied: HF ignores a stored lm_head and uses the embedding
     target = dtype or tensors["model.embed_tokens.weight"].dtype
+    if quantize is not None:
+        from .quantize import quantize_tensors
+
+        tensors = quantize_tensors(config, tensors, quantize)
     tensors = {name: _convert(t, target) for name, t in tensors.items()}
     return LoadedModel(config=config, tensors=tensors, dtype=target, path=path)

@@ -32,8 +32,15 @@ def add_serve_parser(sub) -> None:
     e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"], help="where the model runs")
     e.add_argument("--threads", type=int, default=None, help="threads for the CPU kernels (default: the physical cores)")
     e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
+    from ..cli import add_quant_arguments
+
+    add_quant_arguments(e)
     e.add_argument("--kv-layout", default="block", choices=["block", "slot"],
                    help="KV cache layout: paged blocks (prefix caching), or llama.cpp-style cells")
+    from ..engine.config import DEFAULT_KV_DTYPE, KV_DTYPES
+
+    e.add_argument("--kv-dtype", default=DEFAULT_KV_DTYPE, choices=list(KV_DTYPES),
+                   help="K/V storage dtype (default: %(default)s, chosen by measurement: doc/benchmarks.md)")
     e.add_argument("--kv-cache-memory", default="1GiB", help="KV cache budget per model, e.g. 512MiB, 2GB")
     e.add_argument("--gpu-memory-utilization", type=float, default=None,
                    help="with --device nvidia: size the KV cache so the process uses this fraction of the GPU's "
@@ -89,7 +96,9 @@ def build_state(args):
         from .. import runtime
 
         runtime.set_num_threads(args.threads)
-    engine_kwargs = dict(device=args.device, dtype=args.dtype, kv_layout=args.kv_layout,
+    engine_kwargs = dict(device=args.device, dtype=args.dtype, quant=args.quant, quantize=args.quantize,
+                         kv_layout=args.kv_layout,
+                         kv_dtype=args.kv_dtype,
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                          seed=args.seed)

@@ -1,0 +1,188 @@
+"""Run a GGUF file as it is: config, tokenizer, chat template and weights from the one file.
+
+`load_gguf(path)` is what `LLM("model.gguf")` and `llaisys serve model.gguf` call. Nothing is
+converted or written: the hyperparameters come from the `<arch>.*` metadata (as gguf_convert
+reads them), the tokenizer and chat template from `tokenizer.*` (gguf_tokenizer), and every
+tensor is handed to the model in its stored type:
+
+    Q4_0 Q5_0 Q8_0 Q4_K Q5_K Q6_K   linear weights and the embedding: a QuantTensor holding the
+                                    raw GGUF blocks (memory-mapped; the core copies them)
+    F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
+    a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
+                                    something the core's kernels take
+    anything else (Q4_1, Q2_K, IQ*) refused, naming the tensor (`llaisys convert-gguf` reads more)
+
+The model's float dtype (norms, biases, any float matrix, activations) is by default f32 for a
+quantized file: GGUF stores norms and biases in f32, so they keep their exact values (as in
+llama.cpp), and the quantized kernels take f32 activations, so nothing is rounded to bf16 before
+it is quantized per block. A file of float matrices keeps their dtype (an exported bf16 GGUF runs
+as bf16). The whole file is validated (gguf_check: counts, byte sizes, types, alignment; then
+shapes against the config) before any tensor is read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Union
+
+import gguf
+import numpy as np
+
+from . import bf16
+from .chat_template import ChatTemplate
+from .files import ModelFileError
+from .gguf_check import GGUFFile, TensorInfo, read_gguf
+from .gguf_convert import _gguf_keys, _read_config, hf_tensor_name
+from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
+from .loader import QUANT_BLOCKS, QUANTIZABLE_KINDS, LoadedModel, QuantTensor, validate_tensors
+from .safetensors_io import RawTensor, TensorSpec
+from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolve_special, _SPECIAL_KEYS, _special_text
+
+_Q = gguf.GGMLQuantizationType
+QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k"}
+FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
+_FLOAT_DTYPES = ("bf16", "f16", "f32")
+
+
+@dataclass
+class GGUFModel:
+    """A GGUF file ready for Model(): the loaded weights and the tokenizer built from its metadata."""
+
+    loaded: LoadedModel  # config, tensors (QuantTensor / RawTensor), float dtype, path = the .gguf file
+    tokenizer: Tokenizer  # from tokenizer.ggml.* and tokenizer.chat_template
+    file: GGUFFile  # the parsed metadata and tensor table
+
+
+def is_gguf(path: Union[str, os.PathLike]) -> bool:
+    """True for an existing regular file named *.gguf (what the engine runs directly)."""
+    p = Path(path)
+    return p.suffix.lower() == ".gguf" and p.is_file()
+
+
+def type_name(type_id: int) -> str:
+    try:
+        return _Q(type_id).name
+    except ValueError:
+        return f"type id {type_id}"
+
+
+def _plan(f: GGUFFile, source: str) -> dict:
+    """HF name -> (TensorInfo, dtype tag as stored) for every tensor, names and types checked."""
+    plan, seen = {}, {}
+    for info in f.tensors:
+        name = hf_tensor_name(info.name, source)
+        if name in seen:
+            raise ModelFileError(source, info.name, f"GGUF tensors {seen[name]!r} and {info.name!r} both map to {name!r}")
+        seen[name] = info.name
+        tag = QUANT_TAGS.get(info.type_id) or FLOAT_TAGS.get(info.type_id)
+        if tag is None:
+            raise ModelFileError(source, info.name, f"GGUF tensor {info.name!r} has type {type_name(info.type_id)}, "
+                                                    f"which llaisys cannot run directly (it runs "
+                                                    f"{', '.join(t.name for t in (*QUANT_TAGS, *FLOAT_TAGS))}); "
+                                                    f"`llaisys convert-gguf` converts it to bf16")
+        plan[name] = (info, tag)
+    return plan
+
+
+def _config_and_check(f: GGUFFile, plan: dict, source: str):
+    """The ModelParams from the metadata, with every tensor's shape and type checked against it."""
+    embed = plan.get("model.embed_tokens.weight")
+    if embed is None:
+        raise ModelFileError(source, "token_embd.weight", "GGUF file has no token_embd.weight tensor")
+    if len(embed[0].shape) != 2:
+        raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed[0].shape}, need 2-D")
+    config = _read_config(f, source, vocab_size=embed[0].shape[0], tied="lm_head.weight" not in plan)
+    specs = {}
+    for name, (info, tag) in plan.items():
+        # a quantized 1-D tensor is dequantized to float; checked as the float it becomes
+        stored = tag if (tag in FLOAT_TAGS.values() or len(info.shape) == 2) else "f32"
+        specs[name] = TensorSpec(name, stored, info.shape)
+    try:
+        validate_tensors(config, specs, source)
+    except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
+        gguf_names = {hf: info.name for hf, (info, _) in plan.items()}
+        key = _gguf_keys(config.arch).get(e.field) or gguf_names.get(e.field, e.field)
+        raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
+    return config
+
+
+def _float_dtype(plan: dict, dtype: Optional[str]) -> str:
+    """The model's float dtype: `dtype`, else the float matrices' own (one dtype), else f32."""
+    if dtype is not None:
+        if dtype not in _FLOAT_DTYPES:
+            raise ValueError(f"dtype must be one of {_FLOAT_DTYPES} or None, got {dtype!r}")
+        return dtype
+    matrix_tags = {tag for info, tag in plan.values() if len(info.shape) == 2 and tag in _FLOAT_DTYPES}
+    return matrix_tags.pop() if len(matrix_tags) == 1 else "f32"
+
+
+def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, source: str):
+    """One tensor, in its stored type (quantized matrices) or the float dtype (everything else)."""
+    raw = f.tensor_bytes(info)  # uint8 [n_bytes], memory-mapped
+    shape = info.shape
+    if tag in QUANT_BLOCKS and len(shape) == 2:
+        return QuantTensor(name, tag, shape, raw.reshape(shape[0], -1))
+    if tag in QUANT_BLOCKS:  # e.g. a Q8_0 norm: dequantize (gguf-py), tiny
+        try:
+            values = gguf.quants.dequantize(raw, _Q(info.type_id)).reshape(shape).astype(np.float32)
+        except Exception as e:  # noqa: BLE001 - gguf.quants on crafted bytes
+            raise ModelFileError(source, info.name, f"cannot dequantize {info.name!r}: {e}") from None
+        tag, data = "f32", values
+    else:
+        storage = {"f32": np.float32, "f16": np.float16, "bf16": np.uint16}[tag]
+        data = raw.view(storage).reshape(shape)
+    if tag != dtype:
+        data = bf16.convert(data, tag, dtype)
+    return RawTensor(name, dtype, shape, data)
+
+
+def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenizer:
+    """A Tokenizer from what gguf_tokenizer built: the same one Tokenizer.from_dir reads back
+    from a converted directory (its tokenizer.json, tokenizer_config.json, generation_config.json
+    and config.json)."""
+    src = Path(source)
+    backend, tok_config, gen_config = files.tokenizer, files.tokenizer_config, files.generation_config
+    model_config = config.to_hf_dict()
+    vocab = _checked_vocab(backend, model_config.get("vocab_size"), src, src)
+    special_map = {k: t for k in _SPECIAL_KEYS if (t := _special_text(tok_config, k, src)) is not None}
+    gen_ids = {k: _config_ids(gen_config, k, src, vocab) for k in _ID_KEYS}
+    model_ids = {k: _config_ids(model_config, k, src, vocab) for k in _ID_KEYS}
+    special = _resolve_special(backend, special_map, gen_ids, model_ids)
+    template = tok_config.get("chat_template")
+    chat = ChatTemplate(template, f"{source} (tokenizer.chat_template)") if template is not None else None
+    return Tokenizer(backend, special_map, special, chat)
+
+
+def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGUFModel:
+    """Read, validate and map a GGUF file (Qwen2 or Qwen3) for the model; see the module docstring.
+
+    dtype: the float dtype ("bf16", "f16", "f32") of everything that is not a quantized matrix;
+    None: f32 for a quantized file, the matrices' own dtype for a float one.
+    """
+    path = Path(path)
+    source = str(path)
+    if dtype is not None and dtype not in _FLOAT_DTYPES:
+        raise ValueError(f"dtype must be one of {_FLOAT_DTYPES} or None, got {dtype!r}")
+    f = read_gguf(path)  # bounded walk: counts, sizes and types checked against the file
+    plan = _plan(f, source)
+    config = _config_and_check(f, plan, source)
+    files = build_tokenizer_files(f, config, source)
+    tokenizer = tokenizer_from_files(files, config, source)
+    dtype = _float_dtype(plan, dtype)
+    tensors = {name: _tensor(f, name, info, tag, dtype, source) for name, (info, tag) in plan.items()}
+    return GGUFModel(LoadedModel(config=config, tensors=tensors, dtype=dtype, path=path), tokenizer, f)
+
+
+def quant_summary(loaded: LoadedModel) -> dict:
+    """dtype tag -> (tensor count, bytes) over the model's tensors: what the file runs as."""
+    out: dict = {}
+    for t in loaded.tensors.values():
+        n, b = out.get(t.dtype, (0, 0))
+        out[t.dtype] = (n + 1, b + int(t.data.nbytes))
+    return out
+
+
+__all__ = ["GGUFModel", "QUANT_TAGS", "QUANTIZABLE_KINDS", "is_gguf", "load_gguf", "quant_summary",
+           "tokenizer_from_files"]
