@@ -167,3 +167,41 @@ def test_the_uncrafted_gguf_converts(tmp_path):
     path.write_bytes(build(lambda kvs, tensors, opts: (kvs, tensors)))
     out = convert_gguf(path, tmp_path / "out")
     assert (out / "model.safetensors").is_file() and (out / "tokenizer.json").is_file()
+
+
+# ------------------------------------------------ the same files run directly (gguf_model.load_gguf)
+
+DOWN = "blk.0.ffn_down.weight"  # [16, 32]: the one matrix of the tiny file whose rows fit blocks of 32
+Q8_DOWN = b"\0" * (16 * 34)  # 16 rows of one Q8_0 block
+DIRECT_CASES = [  # (id, change, field named in the error): what only running a GGUF as it is meets
+    ("matrix_q4_1", tensor(DOWN, type=3, data=b"\0" * (16 * 20)), DOWN),  # a format llaisys does not run
+    ("matrix_iq4_nl", tensor(DOWN, type=20, data=b"\0" * (16 * 18)), DOWN),
+    ("matrix_q4_k_rows_of_32", tensor(DOWN, type=12, data=Q8_DOWN), DOWN),  # 32 is not a multiple of 256
+    ("q8_0_bytes_short", tensor(DOWN, type=8, data=b"\0" * 100), None),  # the next tensor's data overlaps it
+    ("q8_0_wrong_rows", tensor(DOWN, type=8, dims=[32, 8], data=b"\0" * (8 * 34)), DOWN),
+    ("q8_0_three_dims", tensor(DOWN, type=8, dims=[32, 4, 4], data=Q8_DOWN), DOWN),
+    ("q8_0_dims_2e40", tensor(DOWN, type=8, dims=[32, 2**40], data=Q8_DOWN), DOWN),
+]
+
+
+@pytest.mark.parametrize("change,field", [c[1:] for c in CASES + DIRECT_CASES],
+                         ids=[c[0] for c in CASES + DIRECT_CASES])
+def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
+    from llaisys.models.gguf_model import load_gguf
+
+    path = tmp_path / "model.gguf"
+    path.write_bytes(build(change))
+    outcome = run_isolated(lambda: load_gguf(path))
+    expect_refused(outcome, field, "model.gguf")
+
+
+def test_a_quantized_matrix_runs_as_its_bytes(tmp_path):
+    from llaisys.models.gguf_model import load_gguf
+    from llaisys.models.loader import QuantTensor
+
+    blocks = bytes(range(34)) * 16
+    path = tmp_path / "model.gguf"
+    path.write_bytes(build(tensor(DOWN, type=8, data=blocks)))
+    t = load_gguf(path).loaded.tensors["model.layers.0.mlp.down_proj.weight"]
+    assert isinstance(t, QuantTensor) and t.dtype == "q8_0" and t.shape == (16, 32)
+    assert t.data.tobytes() == blocks
