@@ -40,6 +40,14 @@ typedef struct LlaisysPackedLinear *llaisysPackedLinear_t;
  * packed copy, so `weight` may be destroyed afterwards. On error *out is NULL. */
 LLAISYS_API llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedLinear_t *out);
 
+/* A packed weight from row blocks stacked in order: parts [n_parts] are block-quantized
+ * tensors [n_i, k] (Q4_0 .. Q6_K, contiguous, CPU) with one k, making the weight
+ * [sum n_i, k]; their dtypes may differ (a fused q|k|v weight whose v rows are Q6_K beside
+ * Q4_K q and k rows). The parts are copied and borrowed for the call only; *out as for
+ * llaisysPackedLinearCreate. */
+LLAISYS_API llaisysStatus_t llaisysPackedLinearCreateStacked(const llaisysTensor_t *parts, size_t n_parts,
+                                                             llaisysPackedLinear_t *out);
+
 /* out = in @ weight^T + bias with the packed weight. out [m, n] and in [m, k] are f32 on the
  * CPU; bias [n] (or NULL) has the weight's dtype. All handles are borrowed for the call. */
 LLAISYS_API llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out,

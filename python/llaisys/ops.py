@@ -10,6 +10,7 @@ import numpy as np
 from .libllaisys import LIB, check
 from .libllaisys.model import RopeScaling
 from .libllaisys.ops import llaisysPackedLinear_t
+from .libllaisys.tensor import llaisysTensor_t as T
 from .tensor import Tensor
 from .owned import OwnedHandle
 
@@ -54,6 +55,10 @@ class PackedLinear(OwnedHandle):
     ``packed(out, inp, bias)`` computes out [m, n] = inp [m, k] @ weight^T + bias, with out and
     inp f32 and bias (optional) of the weight's dtype. The object holds its own packed copy,
     so ``weight`` may be freed; close() (or the end of a ``with`` block) frees it.
+
+    A block-quantized weight (q4_0 .. q6_k) is kept in its GGUF blocks and run by the quantized
+    kernels (activations quantized to int8 per block); its bias may be of any float dtype and
+    ``argmax`` computes every output (no screen).
     """
 
     _DESTROY = "llaisysPackedLinearDestroy"
@@ -64,6 +69,22 @@ class PackedLinear(OwnedHandle):
         check(LIB.llaisysPackedLinearCreate(weight.handle, ctypes.byref(handle)))
         self._handle = handle.value
         self.n, self.k = weight.shape
+
+    @classmethod
+    def stacked(cls, parts: "list[Tensor]") -> "PackedLinear":
+        """One packed weight from block-quantized parts [n_i, k] stacked in order (one k; the
+        dtypes may differ, e.g. Q4_K q and k rows beside Q6_K v rows): [sum n_i, k]."""
+        parts = list(parts)
+        if not parts:
+            raise ValueError("parts: no weight parts")
+        arr = (T * len(parts))(*[p.handle for p in parts])
+        self = cls.__new__(cls)
+        self._handle = None
+        handle = llaisysPackedLinear_t()
+        check(LIB.llaisysPackedLinearCreateStacked(arr, len(parts), ctypes.byref(handle)))
+        self._handle = handle.value
+        self.n, self.k = sum(p.shape[0] for p in parts), parts[0].shape[1]
+        return self
 
     @property
     def handle(self) -> int:

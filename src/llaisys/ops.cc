@@ -70,6 +70,21 @@ llaisysStatus_t llaisysPackedLinearCreate(llaisysTensor_t weight, llaisysPackedL
     });
 }
 
+llaisysStatus_t llaisysPackedLinearCreateStacked(const llaisysTensor_t *parts, size_t n_parts,
+                                                 llaisysPackedLinear_t *out) {
+    return capi::create_into(out, [&] {
+        LLAISYS_CHECK_ARG(parts != nullptr && n_parts > 0, "packed linear: parts is NULL or empty");
+        std::vector<tensor_t> held;  // [n_parts] kept alive while packing
+        std::vector<const Tensor *> ptrs;
+        for (size_t i = 0; i < n_parts; i++) {
+            held.push_back(tensor_of(parts[i], "parts[i]"));
+            ptrs.push_back(held.back().get());
+        }
+        return capi::make_handle<llaisysPackedLinear_t>(
+            std::make_shared<PackedLinear>(PackedLinear{nullptr, nullptr, ops::pack_linear_quant(ptrs)}));
+    });
+}
+
 llaisysStatus_t llaisysPackedLinearApply(llaisysPackedLinear_t packed, llaisysTensor_t out, llaisysTensor_t in,
                                          llaisysTensor_t bias) {
     return guard([&] {

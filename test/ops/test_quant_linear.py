@@ -210,3 +210,50 @@ def test_malformed_inputs_are_errors():
             packed(llaisys.Tensor((2, 8), "f32"), x, llaisys.Tensor((7,), "f32"))
         with pytest.raises(ValueError, match="inner dimension"):
             packed.argmax(llaisys.Tensor.from_numpy(np.zeros((1, 256), np.float32)))
+
+
+def test_stacked_parts_of_mixed_dtypes():
+    # a fused q|k|v: q4_k rows, q6_k rows, q4_k rows again (ranges of 37, 16 and 5 rows: chunk edges)
+    rng = np.random.default_rng(7)
+    k = 512
+    parts = [("q4_k", 37), ("q6_k", 16), ("q4_k", 5)]
+    blocks = [rand_blocks(f, n, k, rng) for f, n in parts]
+    W = np.concatenate([gguf.quants.dequantize(b, FORMATS[f][0]) for b, (f, _) in zip(blocks, parts)])
+    tensors = [llaisys.Tensor.from_numpy(b, f, shape=(n, k)) for b, (f, n) in zip(blocks, parts)]
+    with ops.PackedLinear.stacked(tensors) as packed:
+        assert (packed.n, packed.k) == (58, k)
+        for m in (1, 6):
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            xt = llaisys.Tensor.from_numpy(x)
+            out = llaisys.Tensor((m, 58), "f32")
+            packed(out, xt)
+            r, _ = bound_ratio(out.numpy(), x, W, 256)
+            assert r < 1.0
+            row0 = 0
+            for t, (f, n) in zip(tensors, parts):  # each range as its own weight: bit for bit
+                part = llaisys.Tensor((m, n), "f32")
+                ops.linear(part, xt, t)
+                np.testing.assert_array_equal(part.numpy(), out.numpy()[:, row0:row0 + n])
+                row0 += n
+    # 32-blocks beside K-quants: both activation forms in one call
+    b0, b1 = rand_blocks("q8_0", 9, k, rng), rand_blocks("q5_k", 7, k, rng)
+    W = np.concatenate([gguf.quants.dequantize(b0, Q.Q8_0), gguf.quants.dequantize(b1, Q.Q5_K)])
+    with ops.PackedLinear.stacked([llaisys.Tensor.from_numpy(b0, "q8_0", shape=(9, k)),
+                                   llaisys.Tensor.from_numpy(b1, "q5_k", shape=(7, k))]) as packed:
+        x = rng.standard_normal((3, k)).astype(np.float32)
+        out = llaisys.Tensor((3, 16), "f32")
+        packed(out, llaisys.Tensor.from_numpy(x))
+        ref = x.astype(np.float64) @ W.T.astype(np.float64)
+        assert np.abs(out.numpy() - ref).max() < 0.05 * np.abs(ref).max()
+
+
+def test_stacked_parts_are_checked():
+    rng = np.random.default_rng(8)
+    a = llaisys.Tensor.from_numpy(rand_blocks("q4_k", 4, 512, rng), "q4_k", shape=(4, 512))
+    b = llaisys.Tensor.from_numpy(rand_blocks("q4_k", 4, 256, rng), "q4_k", shape=(4, 256))
+    with pytest.raises(ValueError, match="another k"):
+        ops.PackedLinear.stacked([a, b])
+    with pytest.raises(ValueError, match="block-quantized"):
+        ops.PackedLinear.stacked([a, llaisys.Tensor((4, 512), "f32")])
+    with pytest.raises(ValueError, match="no weight parts"):
+        ops.PackedLinear.stacked([])

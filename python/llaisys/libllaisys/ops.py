@@ -17,6 +17,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysEmbedding": [T, T, T],
         "llaisysLinear": [T, T, T, T],
         "llaisysPackedLinearCreate": [T, ctypes.POINTER(llaisysPackedLinear_t)],
+        "llaisysPackedLinearCreateStacked": [ctypes.POINTER(T), ctypes.c_size_t,
+                                             ctypes.POINTER(llaisysPackedLinear_t)],
         "llaisysPackedLinearApply": [llaisysPackedLinear_t, T, T, T],
         "llaisysPackedLinearArgmax": [llaisysPackedLinear_t, T, ctypes.POINTER(ctypes.c_int64),
                                       ctypes.POINTER(ctypes.c_int)],

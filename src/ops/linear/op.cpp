@@ -127,15 +127,30 @@ void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, co
                        bias ? bias->data() : nullptr, m);
 }
 
-std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const Tensor &weight) {
+std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const Tensor &weight) { return pack_linear_quant({&weight}); }
+
+std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const std::vector<const Tensor *> &parts) {
     const char *op = "packed linear";
-    LLAISYS_CHECK(weight.is_quantized(), LLAISYS_STATUS_DTYPE_MISMATCH, op, ": needs a block-quantized weight, got ",
-                  weight.describe());
-    check_ndim(op, "weight", weight, 2);
-    check_contiguous(op, {&weight});
-    if (weight.device() != LLAISYS_DEVICE_CPU) no_kernel(op, weight);
-    auto w = std::make_unique<cpu::QuantWeight>(weight.shape()[0], weight.shape()[1]);
-    w->set_rows(0, w->n(), weight.data(), weight.dtype());
+    LLAISYS_CHECK_ARG(!parts.empty(), op, ": no weight parts");
+    size_t n = 0, k = 0;
+    for (size_t i = 0; i < parts.size(); i++) {
+        const Tensor &p = *parts[i];
+        LLAISYS_CHECK(p.is_quantized(), LLAISYS_STATUS_DTYPE_MISMATCH, op, ": part ", i,
+                      " must be a block-quantized weight, got ", p.describe());
+        check_ndim(op, "weight", p, 2);
+        check_contiguous(op, {&p});
+        if (p.device() != LLAISYS_DEVICE_CPU) no_kernel(op, p);
+        if (i == 0) k = p.shape()[1];
+        LLAISYS_CHECK(p.shape()[1] == k, LLAISYS_STATUS_SHAPE_MISMATCH, op, ": part ", i, " ", p.describe(),
+                      " has another k than part 0 (", k, ")");
+        n += p.shape()[0];
+    }
+    auto w = std::make_unique<cpu::QuantWeight>(n, k);
+    size_t row0 = 0;
+    for (const Tensor *p : parts) {
+        w->set_rows(row0, p->shape()[0], p->data(), p->dtype());
+        row0 += p->shape()[0];
+    }
     return w;
 }
 

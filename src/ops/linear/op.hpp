@@ -6,6 +6,7 @@
 #include "cpu/quant_weight.hpp"
 
 #include <memory>
+#include <vector>
 
 namespace llaisys::ops {
 
@@ -16,6 +17,8 @@ void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *b
 
 // A copy of a block-quantized weight [n, k] (contiguous, CPU) for linear_quant.
 std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const Tensor &weight);
+// The same from parts [n_i, k] stacked in order (one k; quant dtypes may differ).
+std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const std::vector<const Tensor *> &parts);
 // out [m, n] = in [m, k] @ W^T + bias [n] (or null, any float dtype); out and in f32 on the CPU.
 void linear_quant(Tensor &out, const Tensor &in, const cpu::QuantWeight &w, const Tensor *bias);
 // ids[i] = the first index of the largest value of in[i] @ W^T (NaNs as argmax_packed), every
