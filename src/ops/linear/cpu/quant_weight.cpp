@@ -24,25 +24,38 @@ using quant::BlockQ8_K;
 constexpr size_t kChunkRows = 16;
 
 // x [k] -> quantized blocks; the scale d = max|x| / 127 (NaN when the block holds a NaN or an
-// infinity, so that the outputs it feeds are NaN as in f32 arithmetic).
+// infinity, so that the outputs it feeds are NaN as in f32 arithmetic). Plain loops the
+// compiler vectorizes: decode quantizes a whole row per linear, once per layer.
 template <size_t BS>
 float block_scale(const float *x) {
-    float amax = 0.0f;
-    bool finite = true;
+    float amax = 0.0f, z = 0.0f;  // z: 0, or NaN if some x is not finite
+#pragma omp simd reduction(max : amax) reduction(+ : z)
     for (size_t i = 0; i < BS; i++) {
         amax = std::max(amax, std::fabs(x[i]));
-        finite &= std::isfinite(x[i]);
+        z += x[i] * 0.0f;
     }
-    return finite ? amax / 127.0f : NAN;
+    return z == 0.0f ? amax / 127.0f : NAN;
 }
 
-inline int8_t q8(float v) { return int8_t(std::clamp(std::lrintf(v), -127L, 127L)); }
+// round(v) to nearest even for |v| <= 127.5 (adding 1.5 * 2^23 leaves the integer in the low
+// mantissa bits; no libm call, so the loops vectorize), as int8.
+inline int8_t q8(float v) {
+    const float r = v + 12582912.0f;
+    int32_t i;
+    std::memcpy(&i, &r, 4);
+    return int8_t(std::clamp(i - 0x4B400000, -127, 127));
+}
 
 void quantize_row_q8_32(const float *x, BlockQ8_32 *out, size_t nb) {
     for (size_t b = 0; b < nb; b++, x += 32) {
         const float d = block_scale<32>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
         int sum = 0;
-        for (size_t i = 0; i < 32; i++) sum += out[b].qs[i] = q8(x[i] * id);
+#pragma omp simd reduction(+ : sum)
+        for (size_t i = 0; i < 32; i++) {
+            const int8_t q = q8(x[i] * id);
+            out[b].qs[i] = q;
+            sum += q;
+        }
         out[b].d = d;
         out[b].s = d * float(sum);
     }
@@ -53,7 +66,12 @@ void quantize_row_q8_k(const float *x, BlockQ8_K *out, size_t nb) {
         const float d = block_scale<quant::kBlockK>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
         for (size_t s = 0; s < quant::kBlockK / 16; s++) {
             int sum = 0;
-            for (size_t i = 16 * s; i < 16 * s + 16; i++) sum += out[b].qs[i] = q8(x[i] * id);
+#pragma omp simd reduction(+ : sum)
+            for (size_t i = 16 * s; i < 16 * s + 16; i++) {
+                const int8_t q = q8(x[i] * id);
+                out[b].qs[i] = q;
+                sum += q;
+            }
             out[b].bsums[s] = int16_t(sum);
         }
         out[b].d = d;
