@@ -5,6 +5,7 @@
 #include "../core/threads.hpp"
 #include "../tensor/tensor.hpp"
 #include "../utils/error.hpp"
+#include "../utils/types.hpp"
 #include "handles.hpp"
 #include "llaisys.h"
 #include "llaisys/kv_cache.h"
@@ -99,7 +100,13 @@ E enum_in_range(const E &e, E lo, E hi, const char *what) {
 }
 
 // Every enum argument of the C ABI goes through one of these first: `x = enum_arg(x);`.
+// dtypes: the plain ones (INVALID..BOOL) and the block-quantized ones (100 + a GGML type id,
+// a sparse range); a function that cannot take a quantized dtype refuses it by its own check.
 inline llaisysDataType_t enum_arg(const llaisysDataType_t &x) {
+    const int v = enum_bits(x);
+    if (v > int(LLAISYS_DTYPE_BOOL) && v <= int(LLAISYS_DTYPE_Q6_K) && is_quant_dtype(llaisysDataType_t(v))) {
+        return llaisysDataType_t(v);
+    }
     return enum_in_range(x, LLAISYS_DTYPE_INVALID, LLAISYS_DTYPE_BOOL, "dtype");
 }
 inline llaisysDeviceType_t enum_arg(const llaisysDeviceType_t &x) {

@@ -2,6 +2,8 @@
 #include "weights.hpp"
 
 #include "../../device/runtime_api.hpp"
+#include "../../quant/dequant.hpp"
+#include "../../utils/checked.hpp"
 #include "../../utils/error.hpp"
 #include "../../utils/types.hpp"
 
@@ -44,23 +46,27 @@ bool per_layer(int kind) { return kind >= LLAISYS_WEIGHT_ATTN_NORM; }
 }  // namespace
 
 WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device_id)
-    : arch_(arch_name(c.p.arch)), tied_(c.p.tie_word_embeddings != 0), n_layers_(c.p.n_layers) {
+    : arch_(arch_name(c.p.arch)), tied_(c.p.tie_word_embeddings != 0), n_layers_(c.p.n_layers), device_(device),
+      dtype_(c.p.dtype) {
     const llaisysModelParams_t &p = c.p;
     const size_t H = p.hidden_size, I = p.intermediate_size, V = p.vocab_size, hd = p.head_dim;
     const size_t nq = c.q_dim, nkv = c.kv_dim;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, p.dtype, device, device_id); };
     auto make_linear = [&](size_t n, size_t k) {
-        LinearWeight lw;
-        if (device == LLAISYS_DEVICE_CPU) {
-            lw.packed = std::make_unique<ops::cpu::PackedWeight>(n, k, p.dtype);
-        } else {
+        LinearWeight lw;  // CPU: packed or quantized storage is made by the first weight set into it
+        lw.n = n;
+        lw.k = k;
+        if (device != LLAISYS_DEVICE_CPU) {
             lw.dense = make({n, k});
+        } else {  // whichever it will be, its size must fit: rows padded to whole panels, k to pairs
+            checked_mul(checked_round_up(n, 32, "linear weight rows (padded to 32-row panels)"),
+                        checked_round_up(k, 2, "linear weight width"), "packed linear weight elements");
         }
         return lw;
     };
-    auto lin = [&](llaisysWeightKind_t kind, int32_t layer, std::string name, const LinearWeight &dst, size_t row0,
+    auto lin = [&](llaisysWeightKind_t kind, int32_t layer, std::string name, LinearWeight &dst, size_t row0,
                    std::vector<size_t> shape) {
-        add(kind, layer, std::move(name), dst.dense, dst.packed.get(), row0, std::move(shape));
+        add(kind, layer, std::move(name), dst.dense, &dst, row0, std::move(shape));
     };
 
     w_.final_norm = make({H});
@@ -71,6 +77,7 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
     } else {
         w_.embed = make({V, H});
         add(LLAISYS_WEIGHT_EMBED, -1, "model.embed_tokens.weight", w_.embed, nullptr, 0, {V, H});
+        slots_.back().embed = true;
         lin(LLAISYS_WEIGHT_LM_HEAD, -1, "lm_head.weight", w_.lm_head, 0, {V, H});
     }
 
@@ -109,11 +116,11 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
     }
 }
 
-void WeightStore::add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst,
-                      ops::cpu::PackedWeight *packed, size_t row0, std::vector<size_t> shape) {
+void WeightStore::add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst, LinearWeight *lin,
+                      size_t row0, std::vector<size_t> shape) {
     by_name_[name] = slots_.size();
     by_kind_[{int(kind), layer}] = slots_.size();
-    slots_.push_back(Slot{std::move(name), std::move(dst), packed, row0, std::move(shape), false});
+    slots_.push_back(Slot{std::move(name), std::move(dst), lin, row0, std::move(shape), false, false});
 }
 
 WeightStore::Slot &WeightStore::find(const char *name, llaisysWeightKind_t kind, int32_t layer) {
@@ -148,22 +155,70 @@ void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer,
     Slot &s = find(name, kind, layer);
     LLAISYS_CHECK(shape == s.shape, LLAISYS_STATUS_SHAPE_MISMATCH, "weight '", s.name,
                   "' has the wrong shape for this model");
-    LLAISYS_CHECK(is_float_dtype(dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name,
-                  "' must be f32, f16 or bf16, got ", dtype_name(dtype));
+    const bool quant = is_quant_dtype(dtype);
+    LLAISYS_CHECK(is_float_dtype(dtype) || quant, LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name,
+                  "' must be f32, f16, bf16 or block-quantized (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k), got ",
+                  dtype_name(dtype));
     LLAISYS_CHECK_ARG(data != nullptr, "weight '", s.name, "' data is NULL");
-    if (s.packed) {
-        s.packed->set_rows(s.row0, shape[0], data, dtype);
-        if (s.packed == w_.lm_head.packed.get()) {  // the lm_head is one tensor: it is whole now
-            const char *env = std::getenv("LLAISYS_GREEDY_SCREEN");
-            w_.screen.reset();
-            if (!(env && std::strcmp(env, "0") == 0)) w_.screen = std::make_unique<ops::cpu::LogitScreen>(*s.packed);
-        }
+    if (quant) {
+        const size_t block = quant_block_size(dtype);
+        LLAISYS_CHECK(shape.size() == 2 && shape[1] % block == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "weight '", s.name,
+                      "' is ", dtype_name(dtype), ", whose rows are blocks of ", block,
+                      " elements: it must be 2-D with a row length divisible by ", block);
+    }
+    if (quant && device_ == LLAISYS_DEVICE_CPU && (s.lin || s.embed)) {
+        if (s.lin) set_linear(s, data, dtype);
+        else set_embed_quant(s, data, dtype);
+    } else if (quant) {  // no quantized storage here: dequantize to f32 on the host, then as a float weight
+        std::vector<float> rows(shape[0] * shape[1]);  // [rows, k]
+        quant::dequantize_rows(data, dtype, rows.data(), LLAISYS_DTYPE_F32, shape[0], shape[1]);
+        convert_rows(*s.dst, s.row0, rows.data(), LLAISYS_DTYPE_F32, rows.size());
+    } else if (s.lin && device_ == LLAISYS_DEVICE_CPU) {
+        set_linear(s, data, dtype);
     } else {
         size_t n = 1;
         for (size_t d : shape) n *= d;
         convert_rows(*s.dst, s.row0, data, dtype, n);
     }
     s.set = true;
+}
+
+// CPU linear weights: the first weight set into a fused linear decides its storage (packed in
+// the model dtype, or quantized); the other slots of that linear must agree.
+void WeightStore::set_linear(Slot &s, const void *data, llaisysDataType_t dtype) {
+    LinearWeight &lw = *s.lin;
+    const bool quant = is_quant_dtype(dtype);
+    if (!lw.packed && !lw.quant) {
+        if (quant) lw.quant = std::make_unique<ops::cpu::QuantWeight>(lw.n, lw.k);
+        else lw.packed = std::make_unique<ops::cpu::PackedWeight>(lw.n, lw.k, dtype_);
+    }
+    LLAISYS_CHECK(quant == bool(lw.quant), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name, "' is ",
+                  dtype_name(dtype), " but the weights it is fused with (q/k/v, or gate/up) were set ",
+                  lw.quant ? "block-quantized" : "as floats", ": a fused linear is stored one way, so give them "
+                  "all float or all block-quantized types (quantized types may differ between them)");
+    if (quant) {
+        lw.quant->set_rows(s.row0, s.shape[0], data, dtype);
+    } else {
+        lw.packed->set_rows(s.row0, s.shape[0], data, dtype);
+    }
+    if (&lw == &w_.lm_head) {  // the lm_head is one tensor: it is whole now
+        const char *env = std::getenv("LLAISYS_GREEDY_SCREEN");
+        w_.screen.reset();
+        // the screen reads an int8 copy of a packed float lm_head; a quantized one is read as is
+        if (lw.packed && !(env && std::strcmp(env, "0") == 0)) {
+            w_.screen = std::make_unique<ops::cpu::LogitScreen>(*lw.packed);
+        }
+    }
+}
+
+// The untied embedding given block-quantized on the CPU: kept quantized (rows dequantized as
+// looked up), replacing the float table.
+void WeightStore::set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype) {
+    auto q = std::make_unique<ops::cpu::QuantWeight>(s.shape[0], s.shape[1]);
+    q->set_rows(0, s.shape[0], data, dtype);
+    w_.embed_q = std::move(q);
+    w_.embed.reset();
+    s.dst.reset();
 }
 
 std::vector<std::string> WeightStore::missing() const {
@@ -179,9 +234,11 @@ size_t WeightStore::bytes() const {
     auto tensor = [&](const tensor_t &t) { total += t ? t->nbytes() : 0; };
     auto linear = [&](const LinearWeight &lw) {
         total += lw.packed ? lw.packed->bytes() : 0;
+        total += lw.quant ? lw.quant->bytes() : 0;
         tensor(lw.dense);
     };
     tensor(w_.embed);
+    total += w_.embed_q ? w_.embed_q->bytes() : 0;
     tensor(w_.final_norm);
     linear(w_.lm_head);
     for (const LayerWeights &L : w_.layers) {

@@ -6,6 +6,7 @@
 
 #include "../../ops/linear/cpu/logit_screen.hpp"
 #include "../../ops/linear/cpu/packed.hpp"
+#include "../../ops/linear/cpu/quant_weight.hpp"
 #include "../../tensor/tensor.hpp"
 #include "params.hpp"
 
@@ -17,12 +18,17 @@
 
 namespace llaisys::models {
 
-// A linear layer's weight W [n, k], in the model dtype, stored once in the form its device's
-// GEMM streams: on the CPU packed at load into panels (ops/linear/cpu/packed.hpp, host
-// memory; the HF-layout copy is never kept), on a GPU as the HF layout in device memory
-// (cuBLAS reads it as is). Exactly one of the two is set.
+// A linear layer's weight W [n, k], stored once in the form its device's GEMM streams. On the
+// CPU, float weights are packed at load into panels in the model dtype
+// (ops/linear/cpu/packed.hpp) and block-quantized ones (GGUF Q4_K, Q8_0, ...) are kept
+// quantized in the quantized kernels' layout (ops/linear/cpu/quant_weight.hpp); which one is
+// decided by the first weight set into it, and the HF-layout copy is never kept. On a GPU, W is
+// the HF layout in device memory in the model dtype (cuBLAS reads it as is; quantized weights
+// are dequantized on the way in). Exactly one of the three is set once loaded.
 struct LinearWeight {
-    std::unique_ptr<ops::cpu::PackedWeight> packed;  // CPU
+    size_t n = 0, k = 0;
+    std::unique_ptr<ops::cpu::PackedWeight> packed;  // CPU, float weights
+    std::unique_ptr<ops::cpu::QuantWeight> quant;    // CPU, block-quantized weights
     tensor_t dense;                                  // NVIDIA: [n, k]
 };
 
@@ -39,7 +45,9 @@ struct LayerWeights {
 };
 
 struct Weights {
-    tensor_t embed;        // [V, H]; null when tied: the lookup then reads rows of lm_head
+    tensor_t embed;        // [V, H]; null when tied (the lookup then reads rows of lm_head) or quantized
+    // CPU: a block-quantized embedding [V, H] (GGUF token_embd), rows dequantized as looked up
+    std::unique_ptr<ops::cpu::QuantWeight> embed_q;
     tensor_t final_norm;   // [H]
     LinearWeight lm_head;  // [V, H]; holds the embedding too when tied (stored once)
     // CPU: an int8 copy of lm_head that finds greedy rows' tokens exactly while reading half
@@ -63,22 +71,28 @@ public:
     size_t bytes() const;                      // weights as stored (packed panels, screen included)
 
 private:
-    // Where one weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `packed` when set.
+    // Where one weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `lin` when set.
     struct Slot {
         std::string name;           // HF name
         tensor_t dst;
-        ops::cpu::PackedWeight *packed = nullptr;  // owned by w_
+        LinearWeight *lin = nullptr;  // owned by w_
         size_t row0 = 0;
         std::vector<size_t> shape;  // the HF shape
         bool set = false;
+        bool embed = false;         // the untied embedding (may be stored quantized)
     };
-    void add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst, ops::cpu::PackedWeight *packed,
-             size_t row0, std::vector<size_t> shape);
+    void add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst, LinearWeight *lin, size_t row0,
+             std::vector<size_t> shape);
     Slot &find(const char *name, llaisysWeightKind_t kind, int32_t layer);
+    void set_linear(Slot &s, const void *data, llaisysDataType_t dtype);
+    void set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype);
+
 
     const char *arch_;
     bool tied_;
     size_t n_layers_;
+    llaisysDeviceType_t device_;
+    llaisysDataType_t dtype_;  // the model dtype: float weights are stored in it
     Weights w_;
     std::vector<Slot> slots_;                          // in creation order
     std::map<std::string, size_t> by_name_;            // HF name -> slot

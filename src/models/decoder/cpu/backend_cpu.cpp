@@ -1,5 +1,6 @@
 // The decoder's primitives on the CPU, over ops::cpu::* (OpenMP inside each op). Linear
-// weights are packed panels; greedy rows without logprobs go through the lm_head screen.
+// weights are packed panels or block-quantized (GGUF) weights; greedy rows without logprobs go
+// through the lm_head screen when the lm_head is packed.
 #include "../backend.hpp"
 
 #include "../../../ops/elementwise/cpu/elementwise_cpu.hpp"
@@ -48,8 +49,14 @@ public:
         const size_t H = c_.p.hidden_size;
         if (w_.embed) {
             ops::cpu::embedding(bytes(x), kF32, b_->token_ids, w_.embed->data(), c_.p.dtype, n, c_.p.vocab_size, H);
-        } else {  // tied: the embedding is stored once, as the packed lm_head (ids checked)
-            for (size_t t = 0; t < n; t++) w_.lm_head.packed->row_f32(size_t(b_->token_ids[t]), x + t * H);
+            return;
+        }
+        // quantized, or tied (stored once, as the lm_head): rows dequantized / widened (ids checked)
+        for (size_t t = 0; t < n; t++) {
+            const size_t id = size_t(b_->token_ids[t]);
+            if (w_.embed_q) w_.embed_q->row_f32(id, x + t * H);
+            else if (w_.lm_head.quant) w_.lm_head.quant->row_f32(id, x + t * H);
+            else w_.lm_head.packed->row_f32(id, x + t * H);
         }
     }
 
@@ -63,7 +70,11 @@ public:
     }
 
     void linear(float *out, const float *in, const LinearWeight &w, const Tensor *bias, size_t m) override {
-        ops::cpu::linear_packed(out, in, *w.packed, bias ? bias->data() : nullptr, m);
+        if (w.quant) {
+            ops::cpu::linear_quant(out, in, *w.quant, bias ? bias->data() : nullptr, c_.p.dtype, m);
+        } else {
+            ops::cpu::linear_packed(out, in, *w.packed, bias ? bias->data() : nullptr, m);
+        }
     }
 
     void rms_norm_heads(float *x, const Tensor &w, size_t n, size_t heads, size_t stride) override {
@@ -121,7 +132,7 @@ public:
             w_.screen->argmax(so.token_ids, xs, ns, logits)) {
             return;
         }
-        ops::cpu::linear_packed(logits, xs, *w_.lm_head.packed, nullptr, ns);  // [n_sample, V]
+        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         if (out.logits) std::memcpy(out.logits, logits, ns * V * sizeof(float));
         if (params) sampling::sample(logits, ns, V, params, so);
     }
