@@ -157,7 +157,8 @@ def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -
 
     n_win, n = wins.shape
     first, end = scored_rows(n)
-    kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": L.GGML_TYPE_BF16}[kv_dtype]
+    # ggml's type ids (the bindings name no GGML_TYPE_BF16; ggml.h: GGML_TYPE_BF16 = 30)
+    kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30)}[kv_dtype]
     llm = Llama(model_path=gguf, n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads, n_threads_batch=threads,
                 logits_all=True, type_k=kv, type_v=kv, verbose=False)
     nll = np.zeros((n_win, end - first))
@@ -269,7 +270,7 @@ def main(argv=None) -> None:
         raise PerplexityError("model: give at least one --model or --gguf")
     if args.threads is not None:
         runtime.set_num_threads(args.threads)
-    threads = runtime.get_num_threads()
+    threads = runtime.num_threads()
     text = stdlib_text()
     tok_src = args.tokenizer or (models[0] if models else hub.DEFAULT_MODEL)
     tokenizer = load_tokenizer(tok_src)

@@ -30,7 +30,8 @@ def tiny(qwen05_dir, tmp_path_factory):
     from tiny_checkpoint import make_tiny_checkpoint
 
     path = make_tiny_checkpoint(tmp_path_factory.mktemp("tiny_pool"), qwen05_dir)
-    w = Worker(WorkerConfig(model=str(path), kv_cache_memory=8 << 20))
+    # f32 KV: the vectors are checked against transformers' within 2e-5
+    w = Worker(WorkerConfig(model=str(path), kv_dtype="f32", kv_cache_memory=8 << 20))
     yield w, path
     w.close()
 

@@ -121,7 +121,9 @@ def test_greedy_matches_generate_batched_alone_layouts_prefix_cache(ckpt):
     longest_window = max(ModelParams.from_json_file(path / "config.json").layer_window)
 
     def llm(layout, prefix):
-        return LLM(str(path), kv_layout=layout, enable_prefix_caching=prefix, block_size=4,
+        # f32 KV: this checks the forward itself, token for token (the default KV dtype is
+        # test/engine/test_kv_dtype.py's)
+        return LLM(str(path), kv_layout=layout, kv_dtype="f32", enable_prefix_caching=prefix, block_size=4,
                    kv_cache_memory=4 << 20, max_num_seqs=4)
 
     with llm("block", True) as engine:

@@ -68,7 +68,8 @@ def reference(qwen05_dir):
     return refs
 
 
-# Generates every chat greedily with the engine, one at a time and all together, on both KV
+# Generates every chat greedily with the engine (f32 KV: the forward itself; the default KV
+# dtype is test/engine/test_kv_dtype.py's), one at a time and all together, on both KV
 # layouts; prints {"isa": ..., "<layout>/<mode>": [[token ids] per chat]} as JSON.
 CHILD = r"""
 import json, sys
@@ -77,7 +78,7 @@ model_dir, chats, new_tokens = sys.argv[1], json.loads(sys.stdin.read()), int(sy
 greedy = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
 res = {"isa": runtime.cpu_isa()}
 for layout in ("block", "slot"):
-    with LLM(model_dir, kv_layout=layout, kv_cache_memory=256 << 20) as llm:
+    with LLM(model_dir, kv_layout=layout, kv_dtype="f32", kv_cache_memory=256 << 20) as llm:
         outs = llm.generate(chats, greedy)
         assert all(o.outputs[0].finish_reason == "length" for o in outs)
         res[f"{layout}/batched"] = [o.outputs[0].token_ids for o in outs]

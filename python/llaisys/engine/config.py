@@ -10,6 +10,22 @@ KV_MAX_SEQS = 256
 
 KV_LAYOUTS = ("block", "slot")
 
+# K/V storage dtypes the attention kernels read natively (CPU and CUDA, both layouts).
+KV_DTYPES = ("f32", "f16", "bf16")
+# Chosen by measurement (tools/bench_kv_dtype.py, tools/perplexity.py; doc/benchmarks.md "KV
+# cache dtype"): f16 halves the KV bytes of f32 and moved no greedy token on the parity prompts,
+# with logits closer to f32's than bf16's (10 mantissa bits against 7); llama.cpp's default too.
+DEFAULT_KV_DTYPE = "f16"
+
+
+def check_kv_dtype(value) -> str:
+    """The KV dtype's name, or a ValueError naming kv_dtype."""
+    name = getattr(value, "name", value)
+    name = str(name).lower() if isinstance(name, str) else name
+    if name not in KV_DTYPES:
+        raise ValueError(f"kv_dtype must be one of {KV_DTYPES}, got {value!r}")
+    return name
+
 
 def _check_int(name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
