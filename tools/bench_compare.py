@@ -3,6 +3,7 @@
     python tools/bench_compare.py [--models NAME ...] [--backends llaisys llama.cpp-bf16 ...]
                                   [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
                                   [--device cpu|nvidia] [--workloads prefill decode batch offline]
+                                  [--quant q4_k_m|q8_0]
 
 Workloads (greedy, random token ids from a fixed seed, the same for every backend; every
 backend gets the same warm-up: each timed run follows an untimed one of the same shape):
@@ -30,6 +31,11 @@ Like for like (the headline columns), and what differs in the labelled ones:
   llama.cpp-f16         f16 GGUF (our values rounded to f16: on AVX2 llama.cpp's faster path,
                         as ggml has F16C but no bf16 arithmetic there), f32 KV; -kvf16 with f16 KV
   hf-bf16 / hf-f32      transformers, torch==2.13.0, with its KV cache (its default, the model dtype)
+
+--quant q4_k_m|q8_0 runs llaisys (llaisys, llaisys-default) and llama.cpp (llama.cpp with f32 KV,
+llama.cpp-kvf16) on one GGUF file per model as it is (`hub.resolve_model(name, quant=...)`): the
+same bytes, no conversion. "decode weight GB/s" is decode tok/s times the bytes of every weight
+but an untied embedding, counted from what was loaded (for --quant, the file's tensors).
 
 With --device nvidia the same workloads run on the GPU (llaisys and transformers on cuda:0; the
 llama.cpp build is CPU-only and is left out), batch-B goes up to 256 sequences, and the llaisys
@@ -59,6 +65,7 @@ import build_llama_cpp  # noqa: E402
 BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp-bf16", "llama.cpp-bf16-kvf16", "hf-bf16")
+QUANT_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp", "llama.cpp-kvf16")  # --quant: one GGUF for all
 OPTIONAL_BACKENDS = ("llama.cpp-f16", "llama.cpp-f16-kvf16", "hf-f32")
 WORKLOADS = ("prefill", "decode", "batch", "offline")
 
@@ -97,8 +104,15 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
     from llaisys.runtime import cpu_isa
 
     device = spec.get("device", "cpu")
-    loaded = load_model(model_dir)
-    weight_bytes = sum(t.data.nbytes for t in loaded.tensors.values())  # read once per decode step
+    if model_dir.endswith(".gguf"):  # --quant: the GGUF file as it is
+        from llaisys.models.gguf_model import load_gguf
+
+        loaded = load_gguf(model_dir).loaded
+    else:
+        loaded = load_model(model_dir)
+    # bytes a decode step streams: every weight but an untied embedding (only a row of it is read)
+    weight_bytes = sum(t.data.nbytes for name, t in loaded.tensors.items()
+                       if loaded.config.tie_word_embeddings or name != "model.embed_tokens.weight")
     model = Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
     res = {"meta": {"isa": cpu_isa(), "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
@@ -126,9 +140,10 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
             for i in range(spec["decode"]):
                 nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
             res["decode"] = spec["decode"] / (time.perf_counter() - t)
+    if "decode" in res:
+        res["decode weight GB/s"] = res["decode"] * weight_bytes / 1e9
     if device == "nvidia" and "decode" in res:
         res["d2d copy GB/s"] = gpu_copy_bandwidth()
-        res["decode weight GB/s"] = res["decode"] * weight_bytes / 1e9
     for b in spec["batches"]:
         lp, steps = spec["batch_prompt"], spec["batch_steps"]
         with model.create_kv_cache("slot", n_slots=b * (lp + steps) + 64) as cache:
@@ -146,7 +161,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
         return res
 
     reqs = offline_requests(spec["offline"], vocab)
-    with LLM(model_dir, device=device, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
+    with LLM(str(model_dir), device=device, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in reqs]
         t = time.perf_counter()
         outs = llm.generate([ids for ids, _ in reqs], params)
@@ -344,7 +359,8 @@ def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     if backend.startswith("llama.cpp"):
         peer = build_llama_cpp.ensure()
         env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
-        exe, target = peer["python"], str(build_llama_cpp.gguf_for(model_dir, backend.split("-")[1]))
+        exe = peer["python"]
+        target = model_dir if spec.get("quant") else str(build_llama_cpp.gguf_for(model_dir, backend.split("-")[1]))
     else:
         exe, target = sys.executable, model_dir
     cmd = [exe, __file__, "--worker", backend, target, json.dumps(spec), str(threads)]
@@ -376,8 +392,12 @@ def flatten(res: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
-    ap.add_argument("--backends", nargs="+", default=list(ALL_BACKENDS),
-                    choices=ALL_BACKENDS + OPTIONAL_BACKENDS)
+    ap.add_argument("--backends", nargs="+", default=None,
+                    choices=sorted(set(ALL_BACKENDS + OPTIONAL_BACKENDS + QUANT_BACKENDS)),
+                    help=f"default: {' '.join(ALL_BACKENDS)}; with --quant: {' '.join(QUANT_BACKENDS)}")
+    ap.add_argument("--quant", choices=["q4_k_m", "q8_0"], default=None,
+                    help="run every backend on this GGUF file of each model as it is (llaisys and llama.cpp "
+                         "read the same file; transformers has no quantized path and is left out)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
@@ -390,6 +410,12 @@ def main() -> None:
                     help="nvidia: llaisys and transformers on the GPU (llama.cpp backends are left out)")
     args = ap.parse_args()
     from llaisys.models import hub
+
+    allowed = QUANT_BACKENDS if args.quant else ALL_BACKENDS + OPTIONAL_BACKENDS
+    args.backends = args.backends or list(QUANT_BACKENDS if args.quant else ALL_BACKENDS)
+    if set(args.backends) - set(allowed):
+        ap.error(f"--backends {' '.join(sorted(set(args.backends) - set(allowed)))}: "
+                 f"{'with' if args.quant else 'without'} --quant the choices are {' '.join(allowed)}")
 
     if args.device == "nvidia":
         dropped = [b for b in args.backends if b.startswith("llama.cpp")]
@@ -404,12 +430,13 @@ def main() -> None:
         spec["batches"] = sorted(set(args.batches))
     if "batch" not in args.workloads:
         spec["batches"] = []
+    spec["quant"] = args.quant
     report = {"machine": bench_env.machine(), "device": args.device,
               "gpu": bench_env.gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
     print(bench_env.describe(report["machine"]), flush=True)
     for name in args.models:
-        model_dir = hub.resolve_model(name)
+        model_dir = str(hub.resolve_model(name, quant=args.quant) if args.quant else hub.resolve_model(name))
         samples = {b: [] for b in args.backends}
         for r in range(args.repeats):
             for b in args.backends:  # alternate: A B C, A B C, ...
