@@ -13,10 +13,12 @@ namespace {
 
 // Q4_0 / Q5_0: d = (the value of largest magnitude, its first occurrence) / -half, q =
 // trunc(x / d + half + 0.5) clamped to [0, 2 * half - 1]. An all-zero block gets d = 0 and
-// every q = half (gguf-py's np.where(d == 0, 0, 1 / d)).
+// every q = half (gguf-py's np.where(d == 0, 0, 1 / d)). The search starts at x[0], as
+// gguf-py's argmax does: a block of signed zeros starting with -0 gets d = +0 (llama.cpp,
+// starting from max = +0, stores -0 there; the only case where the two differ).
 float signed_max_scale(const float *x, float half, float &id) {
-    float amax = 0.0f, max = 0.0f;
-    for (size_t i = 0; i < kBlock32; i++) {
+    float amax = std::fabs(x[0]), max = x[0];
+    for (size_t i = 1; i < kBlock32; i++) {
         if (std::fabs(x[i]) > amax) {
             amax = std::fabs(x[i]);
             max = x[i];
