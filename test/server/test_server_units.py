@@ -163,5 +163,8 @@ def test_model_arguments():
                                                                                                      "qwen-dir")
     spec = parse_model_arg("/m/x=fast")
     assert (spec.source, spec.served_name) == ("/m/x", "fast")
+    assert parse_model_arg("/m/qwen2.5-coder-0.5b-instruct.gguf").served_name == "qwen2.5-coder-0.5b-instruct"
+    assert parse_model_arg("/m/Model.Q4_K_M.GGUF").served_name == "Model.Q4_K_M"
+    assert parse_model_arg("/m/a.gguf=chat").served_name == "chat"
     with pytest.raises(ValueError):
         parse_model_arg("/m/x=")

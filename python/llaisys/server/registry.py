@@ -23,16 +23,19 @@ log = logging.getLogger(__name__)
 class ModelSpec:
     """One model to serve."""
 
-    source: str  # a model directory or a known model name
+    source: str  # a model directory, a .gguf file or a known model name
     served_name: str  # the name clients put in `model`
 
 
 def parse_model_arg(arg: str) -> ModelSpec:
-    """`NAME_OR_DIR[=SERVED_NAME]`; without a served name, the directory's base name (or the name)."""
+    """`NAME_OR_PATH[=SERVED_NAME]`; without a served name, the directory's base name, the GGUF
+    file's name without `.gguf`, or the name."""
     source, sep, served = arg.partition("=")
     if not source or (sep and not served):
-        raise ValueError(f"--model takes NAME_OR_DIR or NAME_OR_DIR=SERVED_NAME, got {arg!r}")
-    return ModelSpec(source, served if sep else Path(source.rstrip("/")).name or source)
+        raise ValueError(f"--model takes NAME_OR_PATH or NAME_OR_PATH=SERVED_NAME, got {arg!r}")
+    base = Path(source.rstrip("/"))
+    default = base.stem if base.suffix.lower() == ".gguf" else base.name
+    return ModelSpec(source, served if sep else default or source)
 
 
 @dataclass
