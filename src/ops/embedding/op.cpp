@@ -14,12 +14,14 @@ void embedding(Tensor &out, const Tensor &index, const Tensor &weight) {
     const char *op = "embedding";
     check_same_device(op, {&out, &index, &weight});
     check_float(op, out);
-    check_float(op, weight);  // rows are converted to out's dtype
+    if (!weight.is_quantized()) check_float(op, weight);  // rows are converted (or dequantized) to out's dtype
     check_dtype(op, "index", index, LLAISYS_DTYPE_I64);
     check_ndim(op, "index", index, 1);
     check_ndim(op, "weight", weight, 2);
     check_shape(op, "out", out, {index.shape()[0], weight.shape()[1]});
     check_contiguous(op, {&out, &index, &weight});
+    LLAISYS_CHECK(!weight.is_quantized() || out.device() == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED, op,
+                  ": a quantized table is looked up on the CPU only, got ", weight.describe());
     if (out.device() == LLAISYS_DEVICE_NVIDIA) {
 #ifdef LLAISYS_ENABLE_NVIDIA
         const size_t n = index.shape()[0], vocab = weight.shape()[0];

@@ -1,5 +1,6 @@
 #include "embedding_cpu.hpp"
 
+#include "../../../quant/dequant.hpp"
 #include "../../../utils/types.hpp"
 
 #include <cstring>
@@ -11,6 +12,18 @@ void embedding(std::byte *out, llaisysDataType_t odt, const int64_t *index, cons
     for (size_t i = 0; i < n; i++) {
         LLAISYS_CHECK(index[i] >= 0 && uint64_t(index[i]) < vocab, LLAISYS_STATUS_OUT_OF_RANGE,
                       "embedding: index[", i, "] = ", index[i], " is outside the vocabulary [0, ", vocab, ")");
+    }
+    if (is_quant_dtype(wdt)) {  // quantized table: dequantize the looked-up rows
+        const size_t rb = quant::row_bytes(wdt, d);
+        dispatch_float(odt, [&](auto otag) {
+            using TO = decltype(otag);
+            auto *o = reinterpret_cast<TO *>(out);
+#pragma omp parallel for schedule(static) if (n * d > (1 << 15))
+            for (ptrdiff_t i = 0; i < ptrdiff_t(n); i++) {
+                quant::dequantize_row(weight + size_t(index[i]) * rb, wdt, o + size_t(i) * d, d);
+            }
+        });
+        return;
     }
     if (odt == wdt) {  // same dtype: whole-row copies
         size_t row = d * dtype_size(odt);
