@@ -16,7 +16,12 @@ typedef struct LlaisysTensor *llaisysTensor_t;
 /* A new contiguous tensor of `shape[ndim]` (ndim <= LLAISYS_TENSOR_MAX_DIMS; ndim 0 is a
  * scalar, and `shape` may then be NULL), uninitialised, in *out. On error *out is NULL and
  * the status says why (INVALID_ARGUMENT for a NULL `out`, a bad dtype, device or shape;
- * OUT_OF_MEMORY). The caller owns the handle (llaisysTensorDestroy). */
+ * OUT_OF_MEMORY). The caller owns the handle (llaisysTensorDestroy).
+ * A block-quantized dtype (LLAISYS_DTYPE_Q4_0 .. Q6_K) needs ndim >= 1 and the last dim a
+ * multiple of its block size (else SHAPE_MISMATCH); its storage is the GGUF blocks, rows of
+ * last / block_size * block_bytes bytes, and its views keep whole rows: slices along any dim
+ * but the last, permutes that keep the last dim last, views of a contiguous tensor to a last
+ * dim that is a multiple of the block size (doc/c_api.md, "Quantized tensors"). */
 LLAISYS_API llaisysStatus_t llaisysTensorCreate2(const size_t *shape, size_t ndim,
                                                  llaisysDataType_t dtype,
                                                  llaisysDeviceType_t device, int device_id,
@@ -38,12 +43,14 @@ LLAISYS_API llaisysTensor_t llaisysTensorCreate(const size_t *shape, size_t ndim
 LLAISYS_API llaisysStatus_t llaisysTensorDestroy(llaisysTensor_t tensor);
 
 /* Copy `size` bytes of host memory into a contiguous tensor; `size` must equal its
- * numel * element size. */
+ * numel * element size (a quantized tensor: rows * k / block_size * block_bytes, its raw
+ * blocks), else SHAPE_MISMATCH. */
 LLAISYS_API llaisysStatus_t llaisysTensorLoad(llaisysTensor_t tensor, const void *src,
                                               size_t size);
 
 /* Copy the tensor's elements, in row-major order, to host memory `dst` of `capacity`
- * bytes (any strides). LLAISYS_STATUS_BUFFER_TOO_SMALL if capacity < numel * elsize. */
+ * bytes (any strides; a quantized tensor's raw blocks, row by row).
+ * LLAISYS_STATUS_BUFFER_TOO_SMALL if capacity < its byte size (as for llaisysTensorLoad). */
 LLAISYS_API llaisysStatus_t llaisysTensorRead(llaisysTensor_t tensor, void *dst,
                                               size_t capacity);
 
