@@ -145,6 +145,7 @@ def run_llaisys(model_path: str, wins: np.ndarray, kv_dtypes, kv_layout: str, th
             nll, top = llaisys_scores(worker.model, wins, kv, kv_layout)
             runs.append({"backend": "llaisys", "model": str(worker.path), "kv_dtype": kv, "kv_layout": kv_layout,
                          "seconds": time.perf_counter() - t, "nll": nll, "top": top})
+            print(f"llaisys {Path(str(worker.path)).name} KV {kv}: ppl {summarize(nll)['ppl']:.4f}", flush=True)
     finally:
         worker.close()
     return runs
@@ -288,6 +289,7 @@ def main(argv=None) -> None:
         runs += run_llaisys(path, wins, args.kv_dtype, args.kv_layout, args.threads)
     for gguf in args.gguf:
         runs.append(run_llama_cpp(gguf, wins, threads, args.llama_kv_dtype))
+        print(f"llama.cpp {Path(gguf).name}: ppl {summarize(runs[-1]['nll'])['ppl']:.4f}", flush=True)
     rows = report(runs)
     print_table(rows)
     result = {"tool": "perplexity", "machine": m, "threads": threads, "text": info, "tokenizer": str(tok_src),
