@@ -19,6 +19,12 @@ from quant_cases import (FORMATS, GGUF_QUANTIZES, MODELS, as_rows, dequantize, d
 from cpu_features import run_on_isa
 
 
+def model_gguf(model: str, request) -> Path:
+    """The cached GGUF of `model`: the 0.5B through the session fixture (which downloads it
+    where it is missing, as in a fresh CI run), the 1.5B only where already cached."""
+    return request.getfixturevalue("qwen05_gguf") if model == "0.5b" else gguf_file(model)
+
+
 def bits(a: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
 
@@ -65,8 +71,8 @@ def test_dequantize_to_16_bit_rounds_once(fmt, out_dtype):
 @pytest.mark.slow  # reads the cached GGUF files (gguf.GGUFReader: ~30 s each, once)
 @pytest.mark.parametrize("model", list(MODELS))
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_dequantize_real_tensors(model, fmt):
-    path = gguf_file(model)
+def test_dequantize_real_tensors(model, fmt, request):
+    path = model_gguf(model, request)
     if not path.is_file():
         pytest.skip(f"{path} is not cached (llaisys download {MODELS[model]} keeps it)")
     found = real_rows(path, fmt)
@@ -155,11 +161,11 @@ def test_quantize_matches_llama_cpp(fmt):
 
 @pytest.mark.slow  # reads the cached GGUF files (gguf.GGUFReader: ~30 s each, once)
 @pytest.mark.parametrize("model, fmt", sorted(LLAMA_CPP_REQUANT))
-def test_requantize_real_rows_as_llama_cpp(model, fmt):
+def test_requantize_real_rows_as_llama_cpp(model, fmt, request):
     """quantize(dequantize(real block)) gives llama.cpp's bytes, and so reproduces the stored
     block wherever llama.cpp's quantizer does (every block for Q8_0 and Q5_0; the files' K-quant
     blocks were made with an importance matrix, so some come out otherwise)."""
-    path = gguf_file(model)
+    path = model_gguf(model, request)
     if not path.is_file():
         pytest.skip(f"{path} is not cached")
     name, raw, shape = real_rows(path, fmt)
@@ -206,8 +212,8 @@ def test_round_trip_error_random(fmt):
 
 @pytest.mark.slow  # reads the cached GGUF files (gguf.GGUFReader: ~30 s each, once)
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_round_trip_error_real_weights(fmt):
-    path = gguf_file("0.5b")
+def test_round_trip_error_real_weights(fmt, request):
+    path = model_gguf("0.5b", request)
     if not path.is_file():
         pytest.skip(f"{path} is not cached")
     found = real_rows(path, "q8_0")  # the nearest to the original weights in that file
