@@ -61,7 +61,12 @@ CHATS = [
 
 @pytest.fixture(scope="module")
 def worker(qwen05_dir):
-    w = Worker(WorkerConfig(model=str(qwen05_dir), kv_cache_memory=64 << 20))
+    # f32 KV: these tests hold batching, prefix-cache hits and preemption to the same tokens as
+    # one request alone. With a 16-bit cache they need not: a step of another shape moves a K/V
+    # value by ~1e-7 (f32 logits of a 70-token prompt computed in 4 chunks differ from one step
+    # by 2.5e-5), and where that crosses an f16 rounding boundary it becomes one f16 ulp (the
+    # same logits differ by 2.8e-3 with f16 KV), enough to tip a seeded sample at temperature 1.5.
+    w = Worker(WorkerConfig(model=str(qwen05_dir), kv_dtype="f32", kv_cache_memory=64 << 20))
     yield w
     w.close()
 
