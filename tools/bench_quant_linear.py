@@ -3,13 +3,19 @@ bf16 packed GEMM, on the linear shapes of Qwen2.5 1.5B (or 0.5B) at decode and p
 
     python tools/bench_quant_linear.py [--model 1.5b|0.5b] [--m 1 16 128] [--formats q4_k q8_0 ...]
                                        [--shapes qkv o gate_up down lm_head] [--out FILE]
+    python tools/bench_quant_linear.py --crossover --shapes o --m 2 4 8 16 32 [--formats ...]
 
 Each (shape, m) times the bf16 PackedLinear and one PackedLinear per format (random GGUF blocks
 with sane scales: the kernels' speed does not depend on the values), alternately, --repeats
 times each, every timed run >= --min-time s; figures are medians, every run is in the JSON. The
 CPU model, the SIMD flags and the llaisys ISA path are recorded (bench_env). GB/s counts the
 weight's bytes once per call, the traffic decode is bound by; at m = 128 GFLOP/s is the figure
-to read. The host may be shared: compare columns of one run rather than runs."""
+to read. The host may be shared: compare columns of one run rather than runs.
+
+--crossover times, per format, the int8 dot-product path against the float (dequantize + f32
+GEMM) path at each m, in child processes alternating between the two (LLAISYS_QUANT_F32_ROWS),
+and reports the smallest m from which the float path stays faster: the figures behind
+quant_f32_min_rows in src/ops/linear/cpu/quant_gemm.cpp."""
 
 from __future__ import annotations
 
@@ -78,6 +84,56 @@ def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: 
     return rows
 
 
+CHILD = """
+import json, sys, numpy as np, llaisys
+from llaisys import ops
+sys.path.insert(0, {tools!r})
+from bench_quant_linear import random_blocks
+from bench_timing import time_per_call
+k, n, fmt, ms, min_time = {k}, {n}, {fmt!r}, {ms!r}, {min_time}
+rng = np.random.default_rng(0)
+w = llaisys.Tensor.from_numpy(random_blocks(fmt, n, k, rng), fmt, shape=(n, k))
+res = {{}}
+with ops.PackedLinear(w) as packed:
+    for m in ms:
+        x = llaisys.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
+        out = llaisys.Tensor((m, n), "f32")
+        res[m] = time_per_call(lambda: packed(out, x), min_time)
+print(json.dumps(res))
+"""
+
+
+def crossover(shape: str, k: int, n: int, formats: list[str], ms: list[int], repeats: int, min_time: float) -> list:
+    """Per format, seconds per call of the int8 path and the float path at each m (children
+    under LLAISYS_QUANT_F32_ROWS, which the library reads once per process), alternately;
+    returns rows with both medians and the smallest m from which the float path stays faster."""
+    import os
+    import subprocess
+    out = []
+    for fmt in formats:
+        if k % FORMATS[fmt][0]:
+            continue
+        runs = {"int8": [], "f32": []}
+        for _ in range(repeats):
+            for path, rows in (("int8", str(2**40)), ("f32", "0")):
+                code = CHILD.format(tools=str(Path(__file__).resolve().parent), k=k, n=n, fmt=fmt, ms=ms,
+                                    min_time=min_time)
+                child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                       env=dict(os.environ, LLAISYS_QUANT_F32_ROWS=rows))
+                runs[path].append(json.loads(child.stdout.splitlines()[-1]))
+        med = {p: {m: float(np.median([r[str(m)] for r in runs[p]])) for m in ms} for p in runs}
+        faster = [m for m in ms if med["f32"][m] < med["int8"][m]]
+        cross = next((m for m in ms if all(x in faster for x in ms if x >= m)), None)
+        for m in ms:
+            out.append({"shape": shape, "k": k, "n": n, "weight": fmt, "m": m, "int8_ms": round(med["int8"][m] * 1e3, 4),
+                        "f32_ms": round(med["f32"][m] * 1e3, 4),
+                        "f32_speedup": round(med["int8"][m] / med["f32"][m], 3), "crossover_m": cross})
+            print(f"{shape:8} {fmt:5} m {m:4}  int8 {med['int8'][m] * 1e3:9.3f} ms  f32 {med['f32'][m] * 1e3:9.3f} ms"
+                  f"  f32 speedup {med['int8'][m] / med['f32'][m]:5.2f}", flush=True)
+        print(f"{shape:8} {fmt:5} crossover m = {cross}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="1.5b")
@@ -87,6 +143,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--out", default="bench_quant_linear.json")
+    ap.add_argument("--crossover", action="store_true",
+                    help="time the int8 and the float path of each format at each --m (children) instead")
     args = ap.parse_args(argv)
     shapes = MODELS[args.model]
     names = args.shapes or list(shapes)
@@ -95,6 +153,12 @@ def main(argv=None) -> int:
             ap.error(f"--shapes: unknown shape {s!r} (known: {' '.join(shapes)})")
     env = machine()
     print(describe(env))
+    if args.crossover:
+        rows = [r for name in names for r in crossover(name, *shapes[name], args.formats, args.m, args.repeats,
+                                                        args.min_time)]
+        Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "crossover": rows}, indent=1))
+        print(f"wrote {args.out}")
+        return 0
     print(f"{'shape':8} {'m':>4} {'weight':6} {'ms':>9} {'GFLOP/s':>8} {'GB/s':>6} {'vs bf16':>7}")
     rng = np.random.default_rng(0)
     rows = []

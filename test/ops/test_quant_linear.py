@@ -54,6 +54,13 @@ def bound_ratio(got, x, W, bs):
     bound = 0.5 * d @ wsum.T + 1e-4 * np.abs(xd) @ np.abs(W).T
     return float((np.abs(got - ref) / bound).max()), ref
 
+def int8_bound(x, W, bs):
+    # [m, n] the activation-quantization bound of each output (the module docstring)
+    xd, W = x.astype(np.float64), W.astype(np.float64)
+    m, k = x.shape
+    d = np.abs(xd).reshape(m, k // bs, bs).max(-1) / 127
+    return 0.5 * d @ np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1).T + 1e-4 * np.abs(xd) @ np.abs(W).T
+
 def act_block(fmt):
     return 256 if fmt.endswith("_k") else 32
 """
@@ -101,6 +108,57 @@ def test_every_format_within_the_activation_quantization_bound(isa):
     assert set(res) == {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)
+
+
+# The float path (quant_gemm.cpp: W dequantized to f32 and run through the packed GEMM's
+# register tiles) rounds nothing but f32 sums: forced at every m (LLAISYS_QUANT_F32_ROWS=0),
+# and taken by default at m = 64 and 300 (past every format's crossover), each output is within
+# 1e-5 |x| . |W| of the float64 product, far inside the int8 bound; below the crossover (m = 2)
+# the default is the int8 path, whose error is larger. Tail panels (m = 5, 17, 40), a last
+# k-block of 128 (k = 896) and row groups cut by n = 53 included.
+F32_CHILD = COMMON + r"""
+import sys, json
+from llaisys import runtime
+print(runtime.cpu_isa())
+rng = np.random.default_rng(21)
+ms = [int(a) for a in sys.argv[1:]]
+res = {}
+for fmt, (qt, bs, bb) in FORMATS.items():
+    for k in ((256, 896) if bs == 32 else (256, 768)):
+        n = 53
+        blocks = rand_blocks(fmt, n, k, rng)
+        W = gguf.quants.dequantize(blocks, qt).astype(np.float64)
+        w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+        for m in ms:
+            x = rng.standard_normal((m, k)).astype(np.float32)
+            out = llaisys.Tensor((m, n), "f32")
+            bias = rng.standard_normal(n).astype(np.float32)
+            ops.linear(out, llaisys.Tensor.from_numpy(x), w, llaisys.Tensor.from_numpy(bias))
+            err = np.abs(out.numpy() - bias - x.astype(np.float64) @ W.T) / (np.abs(x.astype(np.float64)) @ np.abs(W).T)
+            res[f"{fmt} k{k} m{m}"] = float(err.max())
+print(json.dumps(res))
+"""
+
+
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+def test_float_path_is_f32_exact(isa):
+    skip_unless_cpu_runs(isa)
+    forced = subprocess.run([sys.executable, "-c", F32_CHILD, "1", "5", "17", "40"], capture_output=True, text=True,
+                            timeout=900, env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_QUANT_F32_ROWS="0"))
+    assert forced.returncode == 0, forced.stderr[-4000:]
+    assert forced.stdout.splitlines()[0] == isa
+    for case, err in json.loads(forced.stdout.splitlines()[-1]).items():
+        assert err < 1e-5, (case, err)
+    env = {k: v for k, v in os.environ.items() if k != "LLAISYS_QUANT_F32_ROWS"}
+    dflt = subprocess.run([sys.executable, "-c", F32_CHILD, "2", "64", "300"], capture_output=True, text=True,
+                          timeout=900, env=dict(env, LLAISYS_ISA=isa))
+    assert dflt.returncode == 0, dflt.stderr[-4000:]
+    res = json.loads(dflt.stdout.splitlines()[-1])
+    for case, err in res.items():
+        if case.endswith(("m64", "m300")):
+            assert err < 1e-5, (case, err)  # the float path
+        else:
+            assert err > 1e-5, (case, err)  # the int8 path: activations rounded to 8 bits
 
 
 # The in-process tests below run the default (best) path.
@@ -152,7 +210,12 @@ def test_packed_handle_apply_and_argmax(fmt):
             np.testing.assert_array_equal(plain.numpy() + bias, out.numpy())
             ids, screened = packed.argmax(xt)
             assert not screened  # quantized weights have no screen: every output computed
-            np.testing.assert_array_equal(ids, np.argmax(plain.numpy(), axis=1))
+            if m < 8:  # argmax runs the rows through the same kernels as the plain call
+                np.testing.assert_array_equal(ids, np.argmax(plain.numpy(), axis=1))
+            else:  # argmax takes 8 rows a call (the int8 path), plain all 16 (the float path):
+                # the chosen logit is the maximum to within the int8 path's error bound
+                got = plain.numpy()[np.arange(m), ids]
+                assert (got >= plain.numpy().max(1) - 2 * int8_bound(x, W, act_block(fmt)).max(1)).all()
 
 
 GGUF_DIR = Path.home() / ".cache" / "llaisys" / "gguf"

@@ -28,6 +28,11 @@ void linear_packed_f32(float *out, const float *x, const void *panels, const voi
 // (int8, 4 rows each, stored as described at kScreenGroup), dots [m][4 (b1 - b0)] = those rows
 // . u [m][kpad] (int16); kpad a multiple of 64.
 void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t b0, size_t b1);
+// c [rows][NR] (+= when accumulate) a [rows][lda] (its first kc columns) @ blk [kc][NR], all f32,
+// NR this ISA's kPackedNr*: the packed kernel's register tiles over any A. The quantized linear's
+// float path (quant_gemm.cpp) passes dequantized weight rows as a and a panel of its packed
+// activations as blk.
+void panel_block_f32(float *c, const float *a, size_t lda, size_t rows, const float *blk, size_t kc, bool accumulate);
 }
 namespace avx512 {
 void linear_f32(float *out, const float *x, const void *w, const void *bias, int wdt, size_t m, size_t n, size_t k);
@@ -35,6 +40,7 @@ void linear_f32(float *out, const float *x, const void *w, const void *bias, int
 void linear_packed_f32(float *out, const float *x, const void *panels, const void *bias, int wdt, size_t m,
                        size_t n, size_t k, const uint32_t *sel = nullptr, size_t n_sel = 0);
 void screen_dots(int32_t *dots, const int16_t *u, const int8_t *w, size_t m, size_t kpad, size_t b0, size_t b1);
+void panel_block_f32(float *c, const float *a, size_t lda, size_t rows, const float *blk, size_t kc, bool accumulate);
 }
 namespace avx512bf16 {
 // out [m, n] = bf16(x) [m, k] @ W^T + bias [n] (bf16, or null); W bf16 in pair panels

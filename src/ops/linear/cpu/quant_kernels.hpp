@@ -39,9 +39,21 @@ constexpr bool reads_q8k(llaisysDataType_t dt) {
 #define LLAISYS_QUANT_DOT_ROWS_DECL                                                                          \
     void dot_rows(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, size_t row_bytes,         \
                   size_t rows, const std::byte *xq, size_t xq_stride, size_t m, size_t nb)
-namespace quant_scalar { LLAISYS_QUANT_DOT_ROWS_DECL; }
-namespace quant_avx2 { LLAISYS_QUANT_DOT_ROWS_DECL; }
+// dst [rows][ldd]: columns [0, nbk * block) of row r = blocks [b0, b0 + nbk) of weight row r of
+// w [rows][row_bytes] (dtype dt), dequantized to f32: the float path's panel (quant_gemm.cpp).
+#define LLAISYS_QUANT_DEQUANT_ROWS_DECL                                                                      \
+    void dequant_rows(llaisysDataType_t dt, float *dst, size_t ldd, const std::byte *w, size_t row_bytes,     \
+                      size_t rows, size_t b0, size_t nbk)
+namespace quant_scalar {
+LLAISYS_QUANT_DOT_ROWS_DECL;
+LLAISYS_QUANT_DEQUANT_ROWS_DECL;
+}
+namespace quant_avx2 {
+LLAISYS_QUANT_DOT_ROWS_DECL;
+LLAISYS_QUANT_DEQUANT_ROWS_DECL;
+}
 // AVX-512 VNNI (vpdpbusd on 256-bit vectors, AVX512VL): only where cpu_has_avx512_vnni().
+// (the float path dequantizes with quant_avx2's dequant_rows under AVX-512 too: 256-bit code)
 namespace quant_avx512 { LLAISYS_QUANT_DOT_ROWS_DECL; }
 
 }  // namespace llaisys::ops::cpu

@@ -118,4 +118,16 @@ void dot_rows(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, 
     });
 }
 
+void dequant_rows(llaisysDataType_t dt, float *dst, size_t ldd, const std::byte *w, size_t row_bytes, size_t rows,
+                  size_t b0, size_t nbk) {
+    dispatch_quant(dt, [&](auto tag) {
+        using B = decltype(tag);
+        constexpr size_t bs = block_elems<B>();
+        for (size_t r = 0; r < rows; r++) {
+            const B *blk = reinterpret_cast<const B *>(w + r * row_bytes) + b0;  // [nbk]
+            for (size_t b = 0; b < nbk; b++) dequantize_block(blk[b], dst + r * ldd + b * bs);
+        }
+    });
+}
+
 }  // namespace llaisys::ops::cpu::quant_scalar

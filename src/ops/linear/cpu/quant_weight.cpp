@@ -8,6 +8,7 @@
 #include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/error.hpp"
 #include "../../../utils/types.hpp"
+#include "quant_gemm.hpp"
 #include "quant_kernels.hpp"
 
 #include <algorithm>
@@ -143,6 +144,12 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     LLAISYS_CHECK(!bias || is_float_dtype(bias_dt), LLAISYS_STATUS_DTYPE_MISMATCH, "quantized linear: bias dtype ",
                   dtype_name(bias_dt), " is not f32, f16 or bf16");
     if (m == 0) return;
+    size_t f32_from = 0;  // the float path wins from this many rows on, for every segment's dtype
+    for (size_t i = 0; i < n_segs; i++) f32_from = std::max(f32_from, quant_f32_min_rows(segs[i].dt));
+    if (m >= f32_from) {
+        linear_quant_f32(out, x, segs, n_segs, n, k, bias, bias_dt, m);
+        return;
+    }
     bool need32 = false, needk = false;
     for (size_t i = 0; i < n_segs; i++) (reads_q8k(segs[i].dt) ? needk : need32) = true;
 
