@@ -22,14 +22,6 @@ std::vector<size_t> dims(const size_t *values, size_t n, const char *what) {
     return std::vector<size_t>(values, values + n);
 }
 
-// A tensor's dtype: a plain one (capi::enum_arg's range) or a block-quantized one (100 + its
-// GGML type id, which enum_arg's contiguous range does not reach); INVALID_ARGUMENT else.
-llaisysDataType_t tensor_dtype_arg(const llaisysDataType_t &dtype) {
-    const int v = capi::enum_bits(dtype);
-    if (is_quant_dtype(llaisysDataType_t(v >= 0 && v <= LLAISYS_DTYPE_Q6_K ? v : 0))) return llaisysDataType_t(v);
-    return capi::enum_arg(dtype);
-}
-
 }  // namespace
 
 extern "C" {
@@ -37,7 +29,7 @@ extern "C" {
 llaisysStatus_t llaisysTensorCreate2(const size_t *shape, size_t ndim, llaisysDataType_t dtype,
                                      llaisysDeviceType_t device, int device_id, llaisysTensor_t *out) {
     return capi::create_into(out, [&] {
-        dtype = tensor_dtype_arg(dtype);
+        dtype = capi::enum_arg(dtype);
         device = capi::enum_arg(device);
         return new_handle(Tensor::create(dims(shape, ndim, "shape"), dtype, device, device_id));
     });
