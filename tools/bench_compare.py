@@ -21,7 +21,8 @@ Like for like (the headline columns), and what differs in the labelled ones:
                         (LLAISYS_GREEDY_SCREEN=0) and buffers stay in small pages
                         (LLAISYS_HUGE_PAGES=0); f32 KV cache
   llaisys-default       llaisys as users get it: the greedy lm_head screen (the same tokens,
-                        fewer lm_head bytes read per step) and huge-page advice
+                        fewer lm_head bytes read per step), huge-page advice and the default KV
+                        dtype (f16, as llama.cpp's default: compare with llama.cpp-*-kvf16)
   llama.cpp-bf16        llama.cpp (tools/build_llama_cpp.py: the llama.cpp vendored in
                         llama-cpp-python, built for this CPU) on a bf16 GGUF written by
                         `llaisys export-gguf` from our directory (exactly our values), f32 KV
@@ -95,7 +96,7 @@ def prompt(n: int, vocab: int, seed: int) -> list:
 
 
 # ---- llaisys worker ------------------------------------------------------------------------
-def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
+def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32") -> dict:
     import numpy as np
 
     from llaisys import LLM, DeviceType, SamplingParams
@@ -115,7 +116,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
                        if loaded.config.tie_word_embeddings or name != "model.embed_tokens.weight")
     model = Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
-    res = {"meta": {"isa": cpu_isa(), "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
+    res = {"meta": {"isa": cpu_isa(), "kv_dtype": kv_dtype, "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
                     "huge_pages": os.environ.get("LLAISYS_HUGE_PAGES", "1") != "0"}}
 
     def step(cache, toks, pos, starts, seqs, rows):
@@ -127,12 +128,12 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
 
     p = prompt(spec["prefill"], vocab, 1)
     for _ in range(2 if "prefill" in spec["workloads"] else 0):  # time the second call; the first grows
-        with model.create_kv_cache("slot", n_slots=4096) as cache:  # the step buffers (as transformers' warm-up)
+        with model.create_kv_cache("slot", n_slots=4096, dtype=kv_dtype) as cache:  # the step buffers (as transformers' warm-up)
             t = time.perf_counter()
             step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
             res["prefill"] = len(p) / (time.perf_counter() - t)
     if "decode" in spec["workloads"]:
-        with model.create_kv_cache("slot", n_slots=4096) as cache:
+        with model.create_kv_cache("slot", n_slots=4096, dtype=kv_dtype) as cache:
             p = prompt(spec["decode_prompt"], vocab, 2)
             out = step(cache, p, np.arange(len(p)), [0, len(p)], [0], [len(p) - 1])
             nxt, n = int(out.token_ids[0]), len(p)
@@ -146,7 +147,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
         res["d2d copy GB/s"] = gpu_copy_bandwidth()
     for b in spec["batches"]:
         lp, steps = spec["batch_prompt"], spec["batch_steps"]
-        with model.create_kv_cache("slot", n_slots=b * (lp + steps) + 64) as cache:
+        with model.create_kv_cache("slot", n_slots=b * (lp + steps) + 64, dtype=kv_dtype) as cache:
             toks = sum((prompt(lp, vocab, 100 + s) for s in range(b)), [])
             pos = np.tile(np.arange(lp), b)
             starts = np.arange(b + 1) * lp
@@ -161,7 +162,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int) -> dict:
         return res
 
     reqs = offline_requests(spec["offline"], vocab)
-    with LLM(str(model_dir), device=device, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
+    with LLM(str(model_dir), device=device, kv_dtype=kv_dtype, max_num_seqs=32, max_num_batched_tokens=512, kv_cache_memory="2GiB") as llm:
         params = [SamplingParams(max_tokens=n, ignore_eos=True) for _, n in reqs]
         t = time.perf_counter()
         outs = llm.generate([ids for ids, _ in reqs], params)
@@ -373,7 +374,9 @@ def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
 def worker_main(backend: str, target: str, spec_json: str, threads: str) -> None:
     spec, threads = json.loads(spec_json), int(threads)
     if backend.startswith("llaisys"):
-        res = run_llaisys(target, spec, threads)
+        from llaisys.engine.config import DEFAULT_KV_DTYPE
+
+        res = run_llaisys(target, spec, threads, kv_dtype="f32" if backend == "llaisys" else DEFAULT_KV_DTYPE)
     elif backend.startswith("llama.cpp"):
         res = run_llama_cpp(target, spec, threads, kv_dtype="f16" if backend.endswith("-kvf16") else "f32")
     else:
