@@ -22,9 +22,10 @@ def add_serve_parser(sub) -> None:
     p = sub.add_parser("serve", help="run the OpenAI-compatible server and the web page",
                        description="Serve models over an OpenAI-compatible HTTP API (and the chat page at /). "
                                    "With no model, the default model is downloaded (first run) and served.")
-    p.add_argument("models", nargs="*", metavar="MODEL", help="model directory or known name (served under its "
-                                                              "base name); NAME_OR_DIR=SERVED_NAME renames it")
-    p.add_argument("--model", action="append", default=[], metavar="NAME_OR_DIR[=SERVED_NAME]",
+    p.add_argument("models", nargs="*", metavar="MODEL",
+                   help="model directory, .gguf file or known name (served under its base name, a GGUF without "
+                        ".gguf); NAME_OR_PATH=SERVED_NAME renames it")
+    p.add_argument("--model", action="append", default=[], metavar="NAME_OR_PATH[=SERVED_NAME]",
                    help="a model to serve (repeatable; the first is the default for requests without 'model')")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (0.0.0.0 exposes the server)")
     p.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port, printed)")
