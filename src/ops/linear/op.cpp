@@ -56,6 +56,28 @@ void linear_quantized(Tensor &out, const Tensor &in, const Tensor &weight, const
     });
 }
 
+// Applying a held weight [n, k] (packed or quantized): out [m, n] and in [m, k] f32, contiguous,
+// on the CPU, bias [n] on out's device (its dtype is the caller's rule). Returns m.
+size_t check_apply(const char *op, const char *kind, const Tensor &out, const Tensor &in, size_t n, size_t k,
+                   const Tensor *bias) {
+    check_same_device(op, {&out, &in});
+    check_dtype(op, "out", out, LLAISYS_DTYPE_F32);
+    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
+    check_ndim(op, "in", in, 2);
+    const size_t m = in.shape()[0];
+    LLAISYS_CHECK(in.shape()[1] == k, LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(), " and the ", kind,
+                  " weight [", n, ", ", k, "] disagree on the inner dimension");
+    check_shape(op, "out", out, {m, n});
+    check_contiguous(op, {&out, &in});
+    if (bias) {
+        check_same_device(op, {&out, bias});
+        check_shape(op, "bias", *bias, {n});
+        check_contiguous(op, {bias});
+    }
+    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    return m;
+}
+
 }  // namespace
 
 void linear(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *bias) {
@@ -107,22 +129,8 @@ std::unique_ptr<cpu::PackedWeight> pack_linear(const Tensor &weight) {
 
 void linear_packed(Tensor &out, const Tensor &in, const cpu::PackedWeight &w, const Tensor *bias) {
     const char *op = "packed linear";
-    check_same_device(op, {&out, &in});
-    check_dtype(op, "out", out, LLAISYS_DTYPE_F32);
-    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
-    check_ndim(op, "in", in, 2);
-    const size_t m = in.shape()[0];
-    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
-                  " and the packed weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
-    check_shape(op, "out", out, {m, w.n()});
-    check_contiguous(op, {&out, &in});
-    if (bias) {
-        check_same_device(op, {&out, bias});
-        check_dtype(op, "bias", *bias, w.dtype());
-        check_shape(op, "bias", *bias, {w.n()});
-        check_contiguous(op, {bias});
-    }
-    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    const size_t m = check_apply(op, "packed", out, in, w.n(), w.k(), bias);
+    if (bias) check_dtype(op, "bias", *bias, w.dtype());
     cpu::linear_packed(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
                        bias ? bias->data() : nullptr, m);
 }
@@ -156,22 +164,8 @@ std::unique_ptr<cpu::QuantWeight> pack_linear_quant(const std::vector<const Tens
 
 void linear_quant(Tensor &out, const Tensor &in, const cpu::QuantWeight &w, const Tensor *bias) {
     const char *op = "packed linear";
-    check_same_device(op, {&out, &in});
-    check_dtype(op, "out", out, LLAISYS_DTYPE_F32);
-    check_dtype(op, "in", in, LLAISYS_DTYPE_F32);
-    check_ndim(op, "in", in, 2);
-    const size_t m = in.shape()[0];
-    LLAISYS_CHECK(in.shape()[1] == w.k(), LLAISYS_STATUS_SHAPE_MISMATCH, op, ": in ", in.describe(),
-                  " and the quantized weight [", w.n(), ", ", w.k(), "] disagree on the inner dimension");
-    check_shape(op, "out", out, {m, w.n()});
-    check_contiguous(op, {&out, &in});
-    if (bias) {
-        check_same_device(op, {&out, bias});
-        check_float(op, *bias);
-        check_shape(op, "bias", *bias, {w.n()});
-        check_contiguous(op, {bias});
-    }
-    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, out);
+    const size_t m = check_apply(op, "quantized", out, in, w.n(), w.k(), bias);
+    if (bias) check_float(op, *bias);
     cpu::linear_quant(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), w,
                       bias ? bias->data() : nullptr, bias ? bias->dtype() : LLAISYS_DTYPE_F32, m);
 }
