@@ -38,17 +38,9 @@ from perplexity import stdlib_text  # noqa: E402
 
 BLOCK = 16
 PREFILL_TOKENS = 2048  # most tokens of one prefill step
-CHATS = [
-    [{"role": "user", "content": "Write a Python function that returns the nth Fibonacci number."}],
-    [{"role": "system", "content": "You are a terse assistant. Answer in one sentence."},
-     {"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "user", "content": "用中文解释一下什么是递归。"}],
-    [{"role": "user", "content": "Fix the bug:\n```js\nfunction add(a, b) { return a - b }\n```"},
-     {"role": "assistant", "content": "The function subtracts instead of adding."},
-     {"role": "user", "content": "Show the corrected code and a test 🙂"}],
-    [{"role": "user", "content": "List three sorting algorithms with their time complexity."}],
-]
-NEW_TOKENS = 64
+# the parity prompts themselves (that module imports torch and pytest: test references, installed by make test)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
+from parity.test_qwen05_greedy import CHATS, NEW_TOKENS  # noqa: E402
 
 
 # ---- accuracy -------------------------------------------------------------------------------
