@@ -178,7 +178,7 @@ def test_llm_embed_is_the_same_request_kind(tiny, texts):
     _, emb = texts
     eng, spy = make_engine(worker, "block")
     want = vectors(run(eng, emb=emb))
-    with LLM(str(path), kv_cache_memory=8 << 20, max_num_batched_tokens=32, max_num_seqs=8) as llm:
+    with LLM(str(path), kv_dtype="f32", kv_cache_memory=8 << 20, max_num_batched_tokens=32, max_num_seqs=8) as llm:
         outs = llm.embed(EMB_TEXTS)
         raw = llm.embed(EMB_TEXTS[0], PoolingParams(normalize=False))[0].outputs.data
     assert [o.finish_reason for o in outs] == ["stop"] * 4

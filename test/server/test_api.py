@@ -199,10 +199,12 @@ def test_embeddings_float_and_base64(client, server):
     assert [d.index for d in r.data] == [0, 1, 2] and len({len(v) for v in vecs}) == 1 and len(vecs[0]) >= 64
     for v in vecs:
         assert sum(x * x for x in v) == pytest.approx(1.0, abs=1e-4)  # L2-normalised
-    assert vecs[0] == pytest.approx(vecs[2], abs=1e-6)  # the same text, the same vector
+    # the same text, the same vector: up to one f16 step of a K/V value (the default f16 KV cache
+    # rounds values that a step of another shape computed ~1e-7 apart to neighbouring f16s)
+    assert vecs[0] == pytest.approx(vecs[2], abs=1e-4)
     assert sum(a * b for a, b in zip(vecs[0], vecs[1])) < 0.99
     plain = post(server, "/v1/embeddings", {"model": MODEL_NAME, "input": texts[1], "encoding_format": "float"}).json()
-    assert plain["data"][0]["embedding"] == pytest.approx(vecs[1], abs=1e-6)
+    assert plain["data"][0]["embedding"] == pytest.approx(vecs[1], abs=1e-4)
     n = post(server, "/tokenize", {"prompt": texts[1]}).json()["count"]
     assert plain["usage"] == {"prompt_tokens": n, "total_tokens": n}
     for body, param in (({"input": []}, "input"), ({"input": [""]}, "input"), ({"input": [[1, -1]]}, "input"),
