@@ -22,7 +22,7 @@ gguf = pytest.importorskip("gguf")
 from llaisys.models.config import ModelParams  # noqa: E402
 from llaisys.models.model import Model  # noqa: E402
 
-from .test_tiny_qwen2 import PROMPTS, Runner, hf_logits  # noqa: E402
+from .test_tiny_qwen2 import PROMPTS, Runner, hf_logits, logits_with_rounded_inputs  # noqa: E402
 
 HIDDEN, INTER, VOCAB = 256, 512, 512  # row lengths divisible by the K-quants' 256
 NOISE_FACTOR = 1.5  # llaisys lands within ~1.0x of it (the kernels round exactly so)
@@ -119,13 +119,7 @@ class Reference:
         return hf_logits(self.hf, ids)
 
     def atol(self, ids) -> float:
-        hooks = [m.register_forward_pre_hook(lambda _m, args: (rounded_inputs(args[0], self.block),))
-                 for m in self.hf.modules() if isinstance(m, torch.nn.Linear)]
-        try:
-            rounded = hf_logits(self.hf, ids)
-        finally:
-            for h in hooks:
-                h.remove()
+        rounded = logits_with_rounded_inputs(self.hf, ids, lambda x: rounded_inputs(x, self.block))
         return max(MIN_ATOL, NOISE_FACTOR * float(np.abs(rounded - hf_logits(self.hf, ids)).max()))
 
 

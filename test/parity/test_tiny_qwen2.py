@@ -45,14 +45,20 @@ class Reference:
     def atol(self, ids) -> float:
         if not self.rounds:
             return ATOL
-        hooks = [mod.register_forward_pre_hook(lambda _mod, args: (args[0].bfloat16().float(),))
-                 for mod in self.hf.modules() if isinstance(mod, torch.nn.Linear)]
-        try:
-            rounded = hf_logits(self.hf, ids)
-        finally:
-            for h in hooks:
-                h.remove()
+        rounded = logits_with_rounded_inputs(self.hf, ids, lambda x: x.bfloat16().float())
         return max(ATOL, BF16_NOISE_FACTOR * float(np.abs(rounded - hf_logits(self.hf, ids)).max()))
+
+
+def logits_with_rounded_inputs(hf, ids, rounding):
+    """transformers' logits with every nn.Linear's input passed through `rounding` first: the
+    reference side of a kernel that rounds its activations before the product."""
+    hooks = [mod.register_forward_pre_hook(lambda _mod, args: (rounding(args[0]),))
+             for mod in hf.modules() if isinstance(mod, torch.nn.Linear)]
+    try:
+        return hf_logits(hf, ids)
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 class Runner:
