@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .libllaisys import DataType
+from .libllaisys import LIB, DataType
 
 _NUMPY = {
     DataType.F32: np.dtype(np.float32),
@@ -46,12 +46,10 @@ def as_dtype(dtype: "DataType | str") -> DataType:
     raise ValueError(f"unknown dtype {dtype!r}; expected one of {sorted(_BY_NAME)}")
 
 
-# Block-quantized dtypes (GGUF layouts): elements per block and bytes per block, as
-# llaisysDataTypeBlockSize / llaisysDataTypeBlockBytes report them.
-_BLOCKS = {
-    DataType.Q4_0: (32, 18), DataType.Q5_0: (32, 22), DataType.Q8_0: (32, 34),
-    DataType.Q4_K: (256, 144), DataType.Q5_K: (256, 176), DataType.Q6_K: (256, 210),
-}
+# Block-quantized dtypes (GGUF layouts) -> (elements per block, bytes per block), read from the
+# library (llaisysDataTypeBlockSize / BlockBytes) so the geometry is written down once.
+_BLOCKS = {dt: (int(LIB.llaisysDataTypeBlockSize(int(dt))), int(LIB.llaisysDataTypeBlockBytes(int(dt))))
+           for dt in DataType if LIB.llaisysDataTypeBlockSize(int(dt)) > 1}
 
 
 def is_quantized(dtype: "DataType | str") -> bool:

@@ -19,6 +19,8 @@ from typing import Optional, Union
 
 import numpy as np
 
+from ..dtypes import block_bytes, block_size, is_quantized
+from ..libllaisys import DataType
 from . import bf16
 from .arch import weight_slots
 from .config import ModelParams
@@ -29,9 +31,8 @@ SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _LOADABLE_DTYPES = ("bf16", "f16", "f32")
-# quant dtype tag -> (elements per block, bytes per block), as GGUF (and llaisysDataTypeBlockSize/Bytes) define them
-QUANT_BLOCKS = {"q4_0": (32, 18), "q5_0": (32, 22), "q8_0": (32, 34),
-                "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
+# quant dtype tag -> (elements per block, bytes per block), as the library defines them (GGUF's)
+QUANT_BLOCKS = {dt.name.lower(): (block_size(dt), block_bytes(dt)) for dt in DataType if is_quantized(dt)}
 # weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights and the embedding
 QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN"))
 
