@@ -19,7 +19,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ..dtypes import block_bytes, block_size, is_quantized
+from ..dtypes import block_bytes, block_size, is_quantized, quant_byte_shape
 from ..libllaisys import DataType
 from . import bf16
 from .arch import weight_slots
@@ -35,13 +35,6 @@ _LOADABLE_DTYPES = ("bf16", "f16", "f32")
 QUANT_BLOCKS = {dt.name.lower(): (block_size(dt), block_bytes(dt)) for dt in DataType if is_quantized(dt)}
 # weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights and the embedding
 QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN"))
-
-
-def quant_row_bytes(dtype: str, k: int) -> int:
-    """Bytes of one row of k elements in quant dtype `dtype` (k a multiple of its block size)."""
-    block, block_bytes = QUANT_BLOCKS[dtype]
-    assert k % block == 0  # invariant: callers check the shape first
-    return k // block * block_bytes
 
 
 @dataclass
@@ -61,7 +54,7 @@ class QuantTensor:
         if len(self.shape) != 2 or self.shape[1] % block:
             raise ValueError(f"tensor {self.name!r}: a {self.dtype} tensor needs 2 dims, the last a multiple of "
                              f"{block}; got {self.shape}")
-        want = (self.shape[0], quant_row_bytes(self.dtype, self.shape[1]))
+        want = quant_byte_shape(self.shape, self.dtype)
         if self.data.dtype != np.uint8 or tuple(self.data.shape) != want:
             raise ValueError(f"tensor {self.name!r}: {self.dtype} {self.shape} needs uint8 data {want}, "
                              f"got {self.data.dtype} {tuple(self.data.shape)}")
