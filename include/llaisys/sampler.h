@@ -1,6 +1,7 @@
 /* Sampling: turn one row of logits into a token, per-row parameters, in C++.
  *
  * The order is fixed (doc/sampling.md):
+ *   0. allowed mask          logits of ids the row's allowed_mask leaves out become -inf
  *   1. logit bias            logits[id] += bias
  *   2. repetition penalty    for ids in prompt+output: l > 0 ? l / rp : l * rp
  *   3. presence / frequency  for ids in output: l -= presence + frequency * count
@@ -15,7 +16,16 @@
  * The RNG is counter based: the draw for a row depends only on (seed, step), so a request's
  * samples are reproducible whatever else shares its batch.
  * Log-probabilities are those of the model's distribution (log_softmax of the raw logits,
- * before steps 1-8), as vLLM reports them by default.
+ * before steps 0-8), as vLLM reports them by default: with an allowed_mask the sampled id's
+ * logprob and the top-N are still the unmasked model's (top-N may list disallowed ids).
+ *
+ * Allowed mask (structured output): bit (id % 32) of allowed_mask[id / 32] allows token id.
+ * Step 0 sets every other logit to -inf, so greedy picks the first largest allowed logit and a
+ * draw only ever returns allowed ids; a NaN logit of a disallowed id is masked like any other.
+ * A row whose allowed logits are all -inf after steps 0-3 returns its first allowed id. Bits
+ * at or past vocab in the last word are ignored. A mask that allows no id below vocab, or
+ * whose mask_words is not (vocab + 31) / 32, is INVALID_ARGUMENT for the call (naming the
+ * field): a defined token cannot be drawn from an empty set.
  *
  * NaN (one rule with llaisysArgmax, torch.argmax and numpy.argmax; doc/architecture.md,
  * "NaN in argmax"): a NaN logit counts as larger than every number, +inf included, and among
@@ -56,9 +66,12 @@ typedef struct {
     const int64_t *bias_ids;  /* [n_bias] token ids to bias; borrowed for the call */
     const float *bias_values; /* [n_bias] */
     size_t n_bias;
+    const uint32_t *allowed_mask; /* [mask_words] allowed ids, one bit each (above); NULL: all
+                                   * allowed. Borrowed for the call */
+    size_t mask_words;            /* (vocab + 31) / 32 with a mask; 0 without */
 } llaisysSamplingParams_t;
 
-/* Greedy defaults: temperature 0, all filters off, no penalties, no logprobs. */
+/* Greedy defaults: temperature 0, all filters off, no penalties, no logprobs, no mask. */
 LLAISYS_API llaisysSamplingParams_t llaisysSamplingDefaultParams(void);
 
 /* Where sampling results go; all arrays are caller-owned. */
@@ -72,7 +85,7 @@ typedef struct {
 
 /* Sample one token per row of `logits` [n_rows, vocab] (f32, host memory) with
  * params[n_rows]. INVALID_ARGUMENT for out-of-range parameters or token ids (>= vocab),
- * BUFFER_TOO_SMALL if a row asks for more logprobs than top_capacity. */
+ * a bad allowed_mask (above), BUFFER_TOO_SMALL if a row asks for more logprobs than top_capacity. */
 LLAISYS_API llaisysStatus_t llaisysSample(const float *logits, size_t n_rows, size_t vocab,
                                           const llaisysSamplingParams_t *params,
                                           llaisysSampleOutput_t *out);

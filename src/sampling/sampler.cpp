@@ -37,6 +37,19 @@ float log_sum_exp(const float *logits, size_t vocab) {
     return mx + float(std::log(ops::cpu::simd::row_kernels().sum_exp(logits, vocab, mx)));
 }
 
+// Step 0: every id the mask leaves out gets -inf (whole words at a time; bits past vocab unused).
+void apply_mask(std::vector<float> &w, const uint32_t *mask, size_t vocab) {
+    const float ninf = -std::numeric_limits<float>::infinity();
+    for (size_t word = 0; word * 32 < vocab; word++) {
+        const uint32_t bits = mask[word];
+        if (bits == 0xffffffffu) continue;
+        const size_t end = std::min(vocab, word * 32 + 32);
+        for (size_t id = word * 32; id < end; id++) {
+            if (!((bits >> (id - word * 32)) & 1u)) w[id] = ninf;
+        }
+    }
+}
+
 void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, Penalties &pen) {
     for (size_t i = 0; i < p.n_bias; i++) w[size_t(p.bias_ids[i])] += p.bias_values[i];
     penalties(p, pen);
@@ -156,10 +169,20 @@ double uniform(uint64_t seed, uint64_t step) {
     return double(x >> 11) * (1.0 / 9007199254740992.0);  // 53 random bits
 }
 
+size_t first_allowed(const llaisysSamplingParams_t &p, size_t vocab) {
+    if (p.allowed_mask == nullptr) return 0;
+    for (size_t word = 0; word * 32 < vocab; word++) {
+        uint32_t bits = p.allowed_mask[word];
+        if (word * 32 + 32 > vocab) bits &= (1u << (vocab - word * 32)) - 1u;  // bits past vocab
+        if (bits) return word * 32 + size_t(__builtin_ctz(bits));
+    }
+    return vocab;
+}
+
 bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const llaisysSamplingParams_t &p = params[i];
-        if (p.temperature != 0.0f || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+        if (p.temperature != 0.0f || p.allowed_mask || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
             p.frequency_penalty != 0.0f || p.n_logprobs)
             return false;
     }
@@ -196,6 +219,13 @@ void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_cap
     check_ids(p.output_tokens, p.n_output, "output_tokens");
     check_ids(p.bias_ids, p.n_bias, "bias_ids");
     LLAISYS_CHECK_ARG(p.n_bias == 0 || p.bias_values != nullptr, "bias_values is NULL");
+    if (p.allowed_mask == nullptr) {
+        LLAISYS_CHECK_ARG(p.mask_words == 0, "allowed_mask is NULL with mask_words = ", p.mask_words);
+    } else {
+        LLAISYS_CHECK_ARG(p.mask_words == (vocab + 31) / 32, "mask_words must be (vocab + 31) / 32 = ",
+                          (vocab + 31) / 32, " for vocab ", vocab, ", got ", p.mask_words);
+        LLAISYS_CHECK_ARG(first_allowed(p, vocab) < vocab, "allowed_mask allows no token id in [0, ", vocab, ")");
+    }
     for (size_t i = 0; i < p.n_bias; i++) {
         LLAISYS_CHECK_ARG(std::isfinite(p.bias_values[i]), "bias_values[", i, "] is not finite");
     }
@@ -217,10 +247,15 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             const llaisysSamplingParams_t &p = params[r];
             const float *row = logits + size_t(r) * vocab;
             s.w.assign(row, row + vocab);
+            if (p.allowed_mask) apply_mask(s.w, p.allowed_mask, vocab);  // step 0
             apply_penalties(s.w, p, s.pen);
             // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one,
             // and then that first NaN is the token whatever the temperature.
-            const int64_t top = int64_t(first_argmax(s.w.data(), vocab));
+            int64_t top = int64_t(first_argmax(s.w.data(), vocab));
+            // every allowed logit is -inf: the argmax (index 0) may be masked; take the first allowed
+            if (p.allowed_mask && s.w[size_t(top)] == -std::numeric_limits<float>::infinity()) {
+                top = int64_t(first_allowed(p, vocab));
+            }
             // The same for a row whose largest value is +inf or which is all -inf: softmax has no
             // value there (inf - inf), so the draw is the argmax too (first +inf; index 0).
             const bool nan_row = std::isnan(s.w[size_t(top)]);

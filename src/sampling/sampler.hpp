@@ -12,12 +12,20 @@ namespace llaisys::sampling {
 // in the penalty/bias lists is outside [0, vocab).
 void check_params(const llaisysSamplingParams_t &p, size_t vocab, size_t top_capacity);
 
+// Step 0 (include/llaisys/sampler.h, "Allowed mask"): whether id is allowed by p's mask
+// (always when there is none), and the first allowed id (0 without a mask). check_params has
+// made sure a mask has the right size and allows some id below vocab.
+inline bool allowed(const llaisysSamplingParams_t &p, size_t id) {
+    return p.allowed_mask == nullptr || ((p.allowed_mask[id / 32] >> (id % 32)) & 1u) != 0;
+}
+size_t first_allowed(const llaisysSamplingParams_t &p, size_t vocab);
+
 // Throws INVALID_ARGUMENT when `out` cannot take n_rows results: token_ids NULL, or a
 // top_capacity without both top arrays.
 void check_output(const llaisysSampleOutput_t &out, size_t n_rows);
 
-// Whether each of the n rows stops at step 4 on the raw logits: greedy, with no bias, no
-// penalties and no top logprobs, so its token is the first index of the largest raw logit
+// Whether each of the n rows stops at step 4 on the raw logits: greedy, with no mask, no
+// bias, no penalties and no top logprobs, so its token is the first index of the largest raw logit
 // (what the model's lm_head screen finds without computing every logit).
 bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n);
 

@@ -33,6 +33,23 @@ PARAMS = [
                         output_tokens=[6, 6, 12], logit_bias={7: 2.0, 13: -2.0}, n_logprobs=8)),
 ]
 
+# Step 0, the allowed mask: every allowed_every-th id from allowed_from (kept apart from PARAMS:
+# a mask also masks NaN logits, which the NaN tests' expectations do not allow for)
+MASK_PARAMS = [
+    ("mask_greedy", dict(allowed_from=1, allowed_every=3, n_logprobs=3)),
+    ("mask_sampled", dict(temperature=1.0, allowed_from=0, allowed_every=7)),
+    ("mask_k_p", dict(temperature=1.2, top_k=8, top_p=0.9, allowed_from=2, allowed_every=2,
+                      logit_bias={4: 5.0, 5: 5.0})),
+    ("mask_one", dict(temperature=0.7, allowed_from=5, allowed_every=10 ** 9)),
+]
+
+
+def allowed_mask(vocab: int, start: int, every: int) -> np.ndarray:
+    """[(vocab + 31) // 32] uint32 allowing ids start, start + every, ... below vocab."""
+    bits = np.zeros((vocab + 31) // 32 * 32, np.uint8)
+    bits[np.arange(start % vocab, vocab, every)] = 1
+    return np.packbits(bits, bitorder="little").view(np.uint32).copy()
+
 
 def rows_for(fields: dict, n: int, vocab: int, seed0: int = 0) -> list[RowSampling]:
     """n rows with these fields, different seeds and steps; token ids wrapped into the vocab."""
@@ -42,6 +59,8 @@ def rows_for(fields: dict, n: int, vocab: int, seed0: int = 0) -> list[RowSampli
             f[key] = np.array(f[key], np.int64) % vocab
     if "logit_bias" in f:
         f["logit_bias"] = {k % vocab: v for k, v in f["logit_bias"].items()}
+    if "allowed_from" in f:
+        f["allowed_mask"] = allowed_mask(vocab, f.pop("allowed_from"), f.pop("allowed_every"))
     return [RowSampling(seed=seed0 + i * 7919, step=i % 5, **f) for i in range(n)]
 
 

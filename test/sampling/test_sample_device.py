@@ -9,7 +9,7 @@ import llaisys
 from llaisys import DeviceType, LlaisysError
 from llaisys.models.qwen2 import RowSampling
 from llaisys.sampler import sample, sample_on_device
-from sampling_cases import PARAMS, assert_same, logits_for, rows_for
+from sampling_cases import MASK_PARAMS, PARAMS, assert_same, logits_for, rows_for
 
 M64 = (1 << 64) - 1
 
@@ -27,7 +27,7 @@ def uniform(seed: int, step: int) -> float:
     return (x >> 11) * (1.0 / 9007199254740992.0)
 
 
-@pytest.mark.parametrize("name,fields", PARAMS, ids=[p[0] for p in PARAMS])
+@pytest.mark.parametrize("name,fields", PARAMS + MASK_PARAMS, ids=[p[0] for p in PARAMS + MASK_PARAMS])
 @pytest.mark.parametrize("kind", ["normal", "ties"])
 def test_cpu_device_entry_equals_llaisys_sample(name, fields, kind):
     vocab = 300

@@ -14,7 +14,7 @@ import llaisys
 from llaisys import DeviceType
 from llaisys.models.qwen2 import RowSampling
 from llaisys.sampler import sample, sample_on_device
-from sampling_cases import PARAMS, assert_same, logits_for, rows_for
+from sampling_cases import MASK_PARAMS, PARAMS, assert_same, logits_for, rows_for
 
 NV = DeviceType.NVIDIA
 pytestmark = [
@@ -31,7 +31,7 @@ def cpu(logits, rows, top_capacity=8):
     return sample(logits, rows, top_capacity=top_capacity)
 
 
-@pytest.mark.parametrize("name,fields", PARAMS, ids=[p[0] for p in PARAMS])
+@pytest.mark.parametrize("name,fields", PARAMS + MASK_PARAMS, ids=[p[0] for p in PARAMS + MASK_PARAMS])
 @pytest.mark.parametrize("kind", ["normal", "ties", "flat"])
 @pytest.mark.parametrize("vocab", [50, 3000, 5000])
 def test_gpu_equals_cpu(name, fields, kind, vocab):

@@ -18,6 +18,7 @@ from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
+from .structured import StructuredBackend
 from .step_input import StepInput, build_step_input, select_rows, unpack_result
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,8 @@ class LLMEngine:
         self.eos_token_ids = eos
         self.clock = clock
         self.processor = OutputProcessor(_tolerant_decode(tokenizer, self.vocab_size))
+        # matchers of structured-output requests (llguidance, built on first use)
+        self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
         self.scheduler = Scheduler(config, self.processor, clock)
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
@@ -157,6 +160,9 @@ class LLMEngine:
             leader = seqs[0] if i and self.config.enable_prefix_caching else None
             seqs.append(Request(sid, request_id, i, ids, sp, seed=(base_seed + i) % 2 ** 64, max_tokens=max_tokens,
                                 eos_token_ids=self.eos_token_ids, times=RequestTimes(arrival), leader=leader))
+        if sp.structured is not None:  # one matcher per sequence (ValueError if it cannot be made)
+            for req in seqs:
+                req.structured = self.structured.matcher(sp.structured)
         self.processor.add_group(request_id, prompt, seqs)
         for req in seqs:
             self.scheduler.add_request(req)

@@ -24,7 +24,8 @@ def row_sampling(req: Request) -> RowSampling:
         n_logprobs=sp.logprobs or 0,
         prompt_tokens=np.asarray(req.prompt_token_ids, np.int64) if penalties else None,
         output_tokens=np.asarray(req.output_token_ids, np.int64) if penalties else None,
-        logit_bias=req.logit_bias_now() or None)
+        logit_bias=req.logit_bias_now() or None,
+        allowed_mask=req.structured.mask() if req.structured is not None else None)
 
 
 # The draw of a pooling row in a step that also samples generation rows: plain greedy (the

@@ -7,6 +7,9 @@ never leaks), and decides when the sequence ends:
     eos (unless ignore_eos) or a stop token id  -> FINISHED_STOPPED (the token's text is left
     a stop string                               -> FINISHED_STOPPED  out unless
                                                    include_stop_str_in_output)
+    a structured-output grammar complete, with  -> FINISHED_STOPPED
+    nothing allowed after it but eos
+    a token the grammar refuses                 -> FINISHED_ERROR (the sampler's mask prevents it)
     max_tokens (resolved within max_model_len)  -> FINISHED_LENGTH
 Nothing but the length stops a sequence before it has min_tokens tokens (stop tokens count
 only after min_tokens others).
@@ -23,6 +26,7 @@ from typing import Callable, Optional
 from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
 from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
+from .structured import StructuredOutputError
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +82,12 @@ class OutputProcessor:
         if req.times.first_token is None:
             req.times.first_token = now
         req.times.last_token = now
+        if req.structured is not None:
+            try:
+                req.structured.advance(token_id)
+            except StructuredOutputError as e:
+                req.error = str(e)
+                return RequestStatus.FINISHED_ERROR
         sp, st = req.sampling_params, self._texts[req.request_id]
         # as in vLLM: a stop token counts only after min_tokens other tokens (the sampler bans
         # it until then, see Request.logit_bias_now); stop strings once min_tokens are out
@@ -100,6 +110,9 @@ class OutputProcessor:
                 assert st.sent_chars <= len(st.text), "stop string leaked"
                 req.stop_reason = s
                 return RequestStatus.FINISHED_STOPPED
+        if req.structured is not None and can_stop and req.structured.done:
+            st.text += st.detok.flush()  # the grammar is complete: only eos could follow
+            return RequestStatus.FINISHED_STOPPED
         if req.num_output_tokens >= req.max_tokens:
             st.text += st.detok.flush()
             return RequestStatus.FINISHED_LENGTH

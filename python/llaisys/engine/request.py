@@ -112,6 +112,9 @@ class Request:
     hidden_sum: Optional[np.ndarray] = None  # [hidden] f64 sum of the hidden states of the computed
     #                                          prompt tokens (pooling; reset by preemption)
     embedding: Optional[np.ndarray] = None  # [hidden] f32 the pooled vector once the prompt is computed
+    # structured output: the grammar's engine.structured.Matcher, at the position after the
+    # output so far (advanced by the OutputProcessor); None: unconstrained
+    structured: Optional[object] = None
 
     def __post_init__(self) -> None:
         self.all_token_ids = list(self.prompt_token_ids)

@@ -91,6 +91,8 @@ class SamplingParams:
     logprobs: Optional[int] = None  # None: none; N in 0..20: the sampled token's logprob + top N
     logit_bias: Optional[dict] = None  # token id -> bias in [-100, 100] added to its logit
     skip_special_tokens: bool = True  # leave special tokens out of the text
+    # structured output: a StructuredSpec (engine/structured.py) the text must match; None: free
+    structured: Optional[object] = None
 
     def __post_init__(self) -> None:
         self._check_counts()
@@ -98,6 +100,7 @@ class SamplingParams:
         self._check_stops()
         self._check_flags()
         self._check_extras()
+        self._check_structured()
 
     def _check_counts(self) -> None:
         if not _is_int(self.n) or not 1 <= self.n <= MAX_N:
@@ -202,6 +205,15 @@ class SamplingParams:
                                                         f"for token {key}")
             clean[key] = float(v)
         self.logit_bias = clean
+
+    def _check_structured(self) -> None:
+        if self.structured is None:
+            return
+        from .structured import StructuredOutputError, grammar_of  # llguidance only when used
+        try:
+            grammar_of(self.structured)
+        except StructuredOutputError as e:
+            raise SamplingParamsError("structured", str(e)) from None
 
     @property
     def greedy(self) -> bool:

@@ -6,6 +6,7 @@ import ctypes
 
 _i64p = ctypes.POINTER(ctypes.c_int64)
 _f32p = ctypes.POINTER(ctypes.c_float)
+_u32p = ctypes.POINTER(ctypes.c_uint32)
 
 
 class SamplingParams(ctypes.Structure):
@@ -29,6 +30,8 @@ class SamplingParams(ctypes.Structure):
         ("bias_ids", _i64p),
         ("bias_values", _f32p),
         ("n_bias", ctypes.c_size_t),
+        ("allowed_mask", _u32p),  # [mask_words] bit id % 32 of word id // 32 allows id; NULL: all
+        ("mask_words", ctypes.c_size_t),
     ]
 
 

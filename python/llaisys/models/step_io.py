@@ -30,6 +30,9 @@ class RowSampling:
     prompt_tokens: Optional[np.ndarray] = None  # int64, for the repetition penalty
     output_tokens: Optional[np.ndarray] = None  # int64, for all penalties
     logit_bias: Optional[dict] = None  # token id -> bias
+    # [(vocab + 31) // 32] uint32: bit id % 32 of word id // 32 allows token id (structured
+    # output); None: every id allowed. Logprobs stay the unmasked model's (doc/sampling.md).
+    allowed_mask: Optional[np.ndarray] = None
 
 
 @dataclass
@@ -70,6 +73,13 @@ def fill_sampling(c: CSamplingParams, r: RowSampling, keep: list) -> None:
         c.bias_ids = ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
         c.bias_values = vals.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
         c.n_bias = len(ids)
+    if r.allowed_mask is not None:
+        mask = np.ascontiguousarray(r.allowed_mask, dtype=np.uint32)
+        if mask.ndim != 1:
+            raise ValueError(f"allowed_mask must be a flat uint32 array, got shape {mask.shape}")
+        keep.append(mask)
+        c.allowed_mask = mask.ctypes.data_as(ctypes.POINTER(ctypes.c_uint32))
+        c.mask_words = len(mask)
 
 
 def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, slot_mapping, block_tables,

@@ -23,6 +23,9 @@ struct RowDesc {
     uint32_t repeated[2];  // ids the repetition penalty applies to (sorted, unique)
     uint32_t counted[2];   // output ids (sorted, unique), their presence/frequency subtrahend
     uint32_t touched[2];   // ids steps 1-3 change (sorted, unique); their raw logits land here
+    uint32_t has_mask;     // step 0 applies: the row has an allowed mask
+    uint32_t first_allowed;  // its first allowed id (the token when every allowed logit is -inf)
+    uint64_t mask_off;     // word offset of its mask in KernelArgs::masks ([vocab / 32 rounded up] words)
 };
 
 struct KernelArgs {
@@ -39,6 +42,7 @@ struct KernelArgs {
     int64_t *top_ids;       // [n_rows, n_top_max]
     float *top_logprobs;    // [n_rows, n_top_max]
     uint32_t n_top_max;
+    const uint32_t *masks;  // [rows with a mask, (vocab + 31) / 32] allowed-id bits; NULL if none
 };
 
 // log_softmax's normaliser of the raw row, as the CPU's log_sum_exp: float max, exp of the
@@ -66,6 +70,14 @@ __device__ void top_logprobs(const float *w, uint32_t n, float lse, uint32_t n_t
     for (uint32_t i = threadIdx.x; i < n_top; i += kThreads) {
         out_ids[i] = ids[i];
         out_lps[i] = __fsub_rn(float_of(keys[i]), lse);  // float_of(key_of(x)) == x but for -0
+    }
+    __syncthreads();
+}
+
+// Step 0 on w in place: ids the mask leaves out become -inf.
+__device__ void apply_mask(float *w, uint32_t n, const uint32_t *mask) {
+    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
+        if (!((mask[i / 32] >> (i % 32)) & 1u)) w[i] = -INFINITY;
     }
     __syncthreads();
 }
@@ -225,10 +237,13 @@ __global__ void __launch_bounds__(kThreads) sample_rows(KernelArgs a) {
     for (uint32_t j = d.touched[0] + threadIdx.x; j < d.touched[1]; j += kThreads) a.list_vals[j] = w[a.list_ids[j]];
     __syncthreads();
 
+    if (d.has_mask) apply_mask(w, n, a.masks + d.mask_off);  // step 0 (the raw values are taken)
     apply_penalties(w, d, a.list_ids, a.list_vals);  // steps 1-3
     // Step 4, and the NaN rule for every row (include/llaisys/sampler.h): the argmax is a NaN
     // iff the row has one, and then that first NaN is the token whatever the temperature.
-    const uint32_t top = block_argmax(w, n, sh);
+    uint32_t top = block_argmax(w, n, sh);
+    // every allowed logit is -inf: index 0 may be masked, the CPU takes the first allowed id
+    if (d.has_mask && w[top] == -INFINITY) top = d.first_allowed;
     const bool nan_row = isnan(w[top]);  // block-uniform: w is no longer written
     // +inf as the largest value, or a row all -inf: no softmax exists (inf - inf), the draw is the argmax too
     const bool no_softmax = !isfinite(w[top]);

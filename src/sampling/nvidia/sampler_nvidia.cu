@@ -56,6 +56,7 @@ struct Plan {
     std::vector<RowDesc> rows;   // [n_rows]
     std::vector<int32_t> ids;    // [n_list] ids of all rows' lists
     std::vector<float> vals;     // [n_list] bias values / subtrahends / room for raw logits
+    std::vector<uint32_t> masks; // [rows with a mask, words] their allowed masks, packed
     uint32_t n_top_max = 0;      // largest n_top of a row
     bool needs_scratch = false;  // some row selects candidates (top-k, top-p, top-N)
 };
@@ -117,6 +118,13 @@ Plan make_plan(const llaisysSamplingParams_t *params, size_t n_rows, size_t voca
             touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
         }
         append(plan, d.touched, touched.data(), nullptr, touched.size());
+        // step 0: the mask's words, packed (check_params checked its size and that it allows an id)
+        if (p.allowed_mask) {
+            d.has_mask = 1;
+            d.first_allowed = uint32_t(first_allowed(p, vocab));
+            d.mask_off = plan.masks.size();
+            plan.masks.insert(plan.masks.end(), p.allowed_mask, p.allowed_mask + p.mask_words);
+        }
 
         plan.n_top_max = std::max(plan.n_top_max, d.n_top);
         plan.needs_scratch = plan.needs_scratch || d.n_top > 0 || (!d.greedy && (d.k < vocab || d.top_p < 1.0f));
@@ -128,13 +136,14 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
 // Byte offsets of one buffer laid out the same on the host (pinned) and the device.
 struct Layout {
-    size_t rows, ids, vals, in_end;                 // input: copied host -> device
+    size_t rows, ids, vals, masks, in_end;          // input: copied host -> device
     size_t token, top_ids, logprob, top_lps, end;   // output: copied device -> host
-    Layout(size_t n_rows, size_t n_list, size_t n_top_max) {
+    Layout(size_t n_rows, size_t n_list, size_t n_mask_words, size_t n_top_max) {
         rows = 0;
         ids = align16(rows + n_rows * sizeof(RowDesc));
         vals = align16(ids + n_list * sizeof(int32_t));
-        in_end = align16(vals + n_list * sizeof(float));
+        masks = align16(vals + n_list * sizeof(float));
+        in_end = align16(masks + n_mask_words * sizeof(uint32_t));
         token = in_end;
         top_ids = align16(token + n_rows * sizeof(int64_t));
         logprob = align16(top_ids + n_rows * n_top_max * sizeof(int64_t));
@@ -169,7 +178,7 @@ void sample(float *logits, size_t n_rows, size_t vocab, const llaisysSamplingPar
     device::nvidia::DeviceGuard guard(device_id);
 
     const Plan plan = make_plan(params, n_rows, vocab, out);
-    const Layout L(n_rows, plan.ids.size(), plan.n_top_max);
+    const Layout L(n_rows, plan.ids.size(), plan.masks.size(), plan.n_top_max);
     const size_t per_launch = plan.needs_scratch ? std::clamp<size_t>(kScratchBudget / (vocab * 8), 1, n_rows) : n_rows;
     const size_t scratch_each = per_launch * vocab * sizeof(uint32_t);
 
@@ -181,6 +190,7 @@ void sample(float *logits, size_t n_rows, size_t vocab, const llaisysSamplingPar
     std::memcpy(host.get() + L.rows, plan.rows.data(), n_rows * sizeof(RowDesc));
     std::memcpy(host.get() + L.ids, plan.ids.data(), plan.ids.size() * sizeof(int32_t));
     std::memcpy(host.get() + L.vals, plan.vals.data(), plan.vals.size() * sizeof(float));
+    std::memcpy(host.get() + L.masks, plan.masks.data(), plan.masks.size() * sizeof(uint32_t));
     LLAISYS_CUDA_CHECK(cudaMemcpyAsync(dev.get(), host.get(), L.in_end, cudaMemcpyHostToDevice, stream));
 
     KernelArgs a{};
@@ -196,6 +206,7 @@ void sample(float *logits, size_t n_rows, size_t vocab, const llaisysSamplingPar
     a.top_ids = reinterpret_cast<int64_t *>(dev.get() + L.top_ids);
     a.top_logprobs = reinterpret_cast<float *>(dev.get() + L.top_lps);
     a.n_top_max = plan.n_top_max;
+    a.masks = plan.masks.empty() ? nullptr : reinterpret_cast<const uint32_t *>(dev.get() + L.masks);
     for (size_t r0 = 0; r0 < n_rows; r0 += per_launch) {
         a.row0 = uint32_t(r0);
         const unsigned blocks = unsigned(std::min(per_launch, n_rows - r0));
