@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingParamsError
+from ..engine.structured import StructuredOutputError
+from ..engine.structured_format import response_format_spec
 from .errors import bad_request, missing
 from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, request_schemas, validate
 
@@ -82,10 +84,6 @@ def _refuse_unsupported(body: dict) -> None:
     for name, why in _UNSUPPORTED.items():
         if body.get(name) is not None:
             raise bad_request(why, param=name, code="unsupported_parameter")
-    rf = get_field(body, "response_format")
-    if rf is not None and rf.get("type", "text") != "text":
-        raise bad_request("only response_format {'type': 'text'} is supported", param="response_format",
-                          code="unsupported_parameter")
 
 
 _PASSED_ON = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
@@ -108,6 +106,12 @@ def _sampling_fields(body: dict, limits: Limits) -> dict:
     stop = get_field(body, "stop")
     if stop is not None:
         kw["stop"] = [stop] if isinstance(stop, str) else stop
+    try:  # structured output: json_object / json_schema / regex / grammar, compiled (cached) here
+        structured = response_format_spec(get_field(body, "response_format"))
+    except StructuredOutputError as e:
+        raise bad_request(str(e), param=e.param) from None
+    if structured is not None:
+        kw["structured"] = structured
     check_sampling(dict(kw, max_tokens=None))
     return kw
 

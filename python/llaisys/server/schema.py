@@ -27,6 +27,7 @@ import re
 from typing import Optional
 
 from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
+from ..engine.structured_format import RESPONSE_FORMAT_SCHEMA
 from .errors import APIError
 
 MAX_PROMPTS = 64  # most prompts in one /v1/completions request
@@ -311,8 +312,7 @@ SAMPLING = {  # the fields SamplingParams takes, with OpenAI's ranges
     "model": _str("served model name (default: the first)", maxLength=MAX_NAME_LEN),
     "stream": BOOL,
     "stream_options": _obj({"include_usage": _nullable(BOOL)}, desc="only with stream: true"),
-    "response_format": _obj({"type": {"type": "string", "enum": ["text"], "x-code": "unsupported_parameter"}},
-                            desc="only {'type': 'text'}"),
+    "response_format": RESPONSE_FORMAT_SCHEMA,
 }
 
 
