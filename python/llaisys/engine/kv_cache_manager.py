@@ -85,6 +85,7 @@ class KVCacheManager:
         self.stats = PrefixCacheStats()
         self._free_seq_ids = deque(range(max_seq_ids))  # SLOT: seq ids not held, oldest-freed first
         self.released_seq_ids: list = []  # SLOT: freed since the scheduler last drained them
+        self.trims: list = []  # SLOT: (seq id, position) whose cells from position on must go (truncate)
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -240,6 +241,31 @@ class KVCacheManager:
             self._free_seq_ids.append(req.slot_seq_id)
             self.released_seq_ids.append(req.slot_seq_id)
             req.slot_seq_id = None
+
+    def truncate(self, req: Request, num_tokens: int) -> None:
+        """Keep only the blocks that hold the first ``num_tokens`` tokens of the request and
+        release the rest (speculative decoding: the blocks of rejected draft positions).
+        Blocks past the request's computed full blocks were never hashed, so no rejected
+        token enters the prefix cache. In the SLOT layout the cells past ``num_tokens`` are
+        queued for the runner to remove (``take_trims``) before the seq is computed again."""
+        table = self.tables.get(req.request_id)
+        if table is None:
+            return
+        keep = self.blocks_for(num_tokens)
+        assert keep >= self._num_hashed.get(req.request_id, 0), "truncating a block in the prefix cache"
+        for bid in reversed(table[keep:]):
+            blk = self.blocks[bid]
+            blk.ref_cnt -= 1
+            if blk.ref_cnt == 0:
+                self.free_queue[bid] = None
+        del table[keep:]
+        if self.layout == "slot" and req.slot_seq_id is not None:
+            self.trims.append((req.slot_seq_id, num_tokens))
+
+    def take_trims(self) -> list:
+        """SLOT: (seq id, first position to drop) queued by truncate since the last call."""
+        out, self.trims = self.trims, []
+        return out
 
     def take_released_seq_ids(self) -> list:
         """SLOT: seq ids freed since the last call (the runner clears them before the next step)."""

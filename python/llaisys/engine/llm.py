@@ -12,6 +12,7 @@ from .outputs import RequestOutput
 from .pooling_params import PoolingParams
 from .prompts import normalize_prompts
 from .sampling_params import SamplingParams
+from .spec import make_spec_decoder, parse_speculative
 from .worker import DEFAULT_KV_CACHE_MEMORY, Worker, WorkerConfig
 
 
@@ -31,11 +32,16 @@ class LLM:
                  max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
                  seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None,
-                 threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None):
+                 threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None,
+                 speculative=None, num_speculative_tokens: Optional[int] = None):
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
         # None keeps the current count, by default the physical cores.
         # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
         # "q4_k" quantizes an HF directory's matrices at load (WorkerConfig)
+        # speculative: "ngram", "draft:MODEL" or a spec.SpeculativeConfig (doc/engine.md, "Speculative
+        # decoding"); num_speculative_tokens: the most draft tokens per row and step (1..16)
+        spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
+        self.spec = None
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
                                           quant=quant, quantize=quantize,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
@@ -50,8 +56,13 @@ class LLM:
                                        num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
                                        kv_layout=self.worker.kv_layout, seed=seed)
-            self.engine = LLMEngine(self.config, self.worker.make_runner(self.config), self.worker.tokenizer)
+            runner = self.worker.make_runner(self.config)
+            if spec_cfg is not None:
+                self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)
+            self.engine = LLMEngine(self.config, runner, self.worker.tokenizer, speculative=self.spec)
         except Exception:
+            if self.spec is not None:
+                self.spec.close()
             self.worker.close()
             raise
         self._ids = itertools.count()
@@ -137,6 +148,9 @@ class LLM:
                 self._drain({rid})
 
     def close(self) -> None:
+        if self.spec is not None:
+            self.spec.close()
+            self.spec = None
         self.worker.close()
 
     def __enter__(self) -> "LLM":

@@ -104,8 +104,11 @@ def _check_prompt(prompt_token_ids, vocab_size: Optional[int]) -> list:
 
 class LLMEngine:
     def __init__(self, config: EngineConfig, runner: ModelRunner, tokenizer,
-                 eos_token_ids: Optional[Iterable[int]] = None, clock: Callable[[], float] = time.monotonic):
+                 eos_token_ids: Optional[Iterable[int]] = None, clock: Callable[[], float] = time.monotonic,
+                 speculative=None):
         self.config = config
+        # spec.SpecDecoder (speculative decoding: drafts verified in the step), or None
+        self.spec = speculative
         self.runner = runner  # computes steps (see executor.ModelRunner)
         self.tokenizer = tokenizer  # decode(ids, skip_special_tokens=...) and eos ids
         # the logits width: every token id a request carries must be below it (the runner's
@@ -202,6 +205,9 @@ class LLMEngine:
     def _admit(self, prompt_token_ids, sp: SamplingParams) -> tuple:
         ids = _check_prompt(prompt_token_ids, None if self._prompt_vocab == float("inf") else self._prompt_vocab)
         self._check_token_params(sp)
+        if sp.speculative and self.spec is None:
+            raise SamplingParamsError("speculative", "speculative decoding was asked for but this engine runs "
+                                                     "without it (start it with speculative='ngram' or 'draft:MODEL')")
         return ids, check_fits(self.config, len(ids), sp.max_tokens)
 
     def _check_token_params(self, sp: SamplingParams) -> None:
@@ -239,17 +245,29 @@ class LLMEngine:
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list:
         """Schedule, compute one batch, append the sampled tokens; the RequestOutputs that changed."""
+        if self.spec is not None:
+            self.spec.prepare(self.scheduler.running)
         out = self.scheduler.schedule()
+        if self.spec is not None:
+            for rid in list(out.finished_req_ids) + out.preempted_req_ids:
+                self.spec.drop(rid)
         batch = build_step_input(out, self.scheduler.kv)
         sampled, logprobs, pooled = self._execute(out, batch)
+        if self.spec is not None and out.spec_token_ids:
+            self.spec.account(out, sampled)
         touched = self.scheduler.update_from_output(out, sampled, logprobs, pooled)
-        return self._outputs(out, touched, len(sampled))
+        return self._outputs(out, touched, sum(len(t) for t in sampled.values()))
 
     def _execute(self, out: SchedulerOutput, batch: StepInput) -> tuple:
         if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
             return {}, {}, {}
+        verify = None if self.spec is None else self.spec.verify
         try:
-            return unpack_result(batch, self.runner.execute(batch))
+            t0 = time.perf_counter()
+            result = self.runner.execute(batch)
+            if self.spec is not None:
+                self.spec.observe_step(batch.n_tokens, time.perf_counter() - t0)
+            return unpack_result(batch, result, verify)
         except Exception as e:
             if batch.n_seqs == 0:  # only frees: no request to blame
                 log.exception("engine step (frees only) failed")
@@ -282,7 +300,8 @@ class LLMEngine:
             state["calls_left"] -= 1
             sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
             try:
-                s, lp, pl = unpack_result(sub, self.runner.execute(sub))
+                s, lp, pl = unpack_result(sub, self.runner.execute(sub),
+                                          None if self.spec is None else self.spec.verify)
             except Exception as e:
                 return e
             state["succeeded"] = True

@@ -13,18 +13,22 @@ from .request import Request
 from .step_input import StepInput, StepResult
 
 
-def row_sampling(req: Request) -> RowSampling:
-    """The core's sampling parameters for the next draw of `req`."""
+def row_sampling(req: Request, offset: int = 0, drafts=()) -> RowSampling:
+    """The core's sampling parameters for the next draw of `req`, or (speculative decoding)
+    for the draw ``offset`` positions later, after the drafts ``drafts[:offset]``: exactly what
+    a plain step would use there (step, penalties over the output with the drafts, min_tokens).
+    Constrained requests never speculate, so their mask is always the next draw's."""
     sp = req.sampling_params
     penalties = sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
+    output = req.output_token_ids if not offset else list(req.output_token_ids) + list(drafts[:offset])
     return RowSampling(
         temperature=sp.temperature, top_k=max(sp.top_k, 0), top_p=sp.top_p, min_p=sp.min_p,
         repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
-        frequency_penalty=sp.frequency_penalty, seed=req.seed, step=req.num_output_tokens,
+        frequency_penalty=sp.frequency_penalty, seed=req.seed, step=req.num_output_tokens + offset,
         n_logprobs=sp.logprobs or 0,
         prompt_tokens=np.asarray(req.prompt_token_ids, np.int64) if penalties else None,
-        output_tokens=np.asarray(req.output_token_ids, np.int64) if penalties else None,
-        logit_bias=req.logit_bias_now() or None,
+        output_tokens=np.asarray(output, np.int64) if penalties else None,
+        logit_bias=req.logit_bias_now(offset) or None,
         allowed_mask=req.structured.mask() if req.structured is not None else None)
 
 
@@ -41,6 +45,8 @@ def _head(a: Optional[np.ndarray], n: int) -> Optional[np.ndarray]:
 class CoreModelRunner:
     """Owns nothing but references: the Worker owns the model and the cache."""
 
+    supports_speculation = True  # sample rows may list every token of a row (speculative verification)
+
     def __init__(self, model: Model, cache: KVCache):
         self.model = model
         self.cache = cache
@@ -55,6 +61,8 @@ class CoreModelRunner:
         if batch.kv_layout == "slot":
             for seq in batch.free_seq_ids:
                 self.cache.seq_rm(int(seq))
+            for seq, p0 in batch.trims:  # rejected draft positions (speculative decoding)
+                self.cache.seq_rm(int(seq), int(p0), -1)
             if batch.rewind:  # a failed attempt may have placed these rows' cells already
                 starts = batch.positions[batch.query_start[:-1]]
                 for seq, p0 in zip(batch.seq_ids.tolist(), starts.tolist()):
@@ -62,7 +70,7 @@ class CoreModelRunner:
         if batch.n_tokens == 0:
             return empty_result()
         n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
-        rows = [row_sampling(r) for r in batch.sample_requests]
+        rows = [row_sampling(r, o, r.spec_token_ids) for r, o in zip(batch.sample_requests, batch.offsets)]
         # One call for both kinds: the core's sample rows are the generation rows' last tokens,
         # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
         # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
@@ -76,11 +84,12 @@ class CoreModelRunner:
         res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
                               query_start=batch.query_start, sample_rows=core_rows, sampling=sampling,
                               top_capacity=top, want_logprobs=wants_logprobs, want_hidden=len(hidden_rows) > 0,
-                              **layout)
+                              want_logits=batch.want_logits, **layout)
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
         if sampling is None:
             return StepResult(sampled_token_ids=np.zeros(0, np.int64), hidden=res.hidden)
         return StepResult(sampled_token_ids=res.token_ids[:n_sample], logprobs=_head(res.logprobs, n_sample),
                           top_token_ids=_head(res.top_ids, n_sample), top_logprobs=_head(res.top_logprobs, n_sample),
-                          hidden=None if res.hidden is None else res.hidden[n_sample:])
+                          hidden=None if res.hidden is None else res.hidden[n_sample:],
+                          logits=_head(res.logits, n_sample))

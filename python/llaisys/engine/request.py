@@ -112,6 +112,10 @@ class Request:
     hidden_sum: Optional[np.ndarray] = None  # [hidden] f64 sum of the hidden states of the computed
     #                                          prompt tokens (pooling; reset by preemption)
     embedding: Optional[np.ndarray] = None  # [hidden] f32 the pooled vector once the prompt is computed
+    # speculative decoding (engine/spec): the drafts proposed for the coming step, verified after it
+    spec_token_ids: list = field(default_factory=list)  # [k] draft ids ([] : no speculation this step)
+    spec_probs: Optional[np.ndarray] = None  # [k, vocab] f32 the draft distributions (None: point masses)
+    spec_state: Optional[object] = None  # spec.decoder.SpecRequestState: its recent acceptance
     # structured output: the grammar's engine.structured.Matcher, at the position after the
     # output so far (advanced by the OutputProcessor); None: unconstrained
     structured: Optional[object] = None
@@ -156,11 +160,12 @@ class Request:
         if self.logprobs is not None:
             self.logprobs.append(logprobs if logprobs is not None else {})
 
-    def logit_bias_now(self) -> dict:
-        """The logit bias for the next draw: the user's, plus MIN_TOKENS_BIAS on the eos and
-        stop ids while fewer than min_tokens tokens are out (the runner passes it to the sampler)."""
+    def logit_bias_now(self, ahead: int = 0) -> dict:
+        """The logit bias for the next draw (``ahead`` draws later: speculative positions): the
+        user's, plus MIN_TOKENS_BIAS on the eos and stop ids while fewer than min_tokens tokens
+        are out (the runner passes it to the sampler)."""
         sp = self.sampling_params
-        if self.num_output_tokens >= sp.min_tokens:
+        if self.num_output_tokens + ahead >= sp.min_tokens:
             return sp.logit_bias
         bias = dict(sp.logit_bias)
         banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))

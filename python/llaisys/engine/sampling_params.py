@@ -93,6 +93,9 @@ class SamplingParams:
     skip_special_tokens: bool = True  # leave special tokens out of the text
     # structured output: a StructuredSpec (engine/structured.py) the text must match; None: free
     structured: Optional[object] = None
+    # speculative decoding of this request: None follows the engine, False opts out, True
+    # requires it (LLMEngine refuses the request when the engine has none)
+    speculative: Optional[bool] = None
 
     def __post_init__(self) -> None:
         self._check_counts()
@@ -174,6 +177,8 @@ class SamplingParams:
         for name in ("ignore_eos", "include_stop_str_in_output", "skip_special_tokens"):
             if not isinstance(getattr(self, name), bool):
                 raise SamplingParamsError(name, f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.speculative is not None and not isinstance(self.speculative, bool):
+            raise SamplingParamsError("speculative", f"speculative must be a bool or None, got {self.speculative!r}")
 
     def _check_extras(self) -> None:
         if self.seed is not None and (not _is_int(self.seed) or not 0 <= self.seed < SEED_LIMIT):

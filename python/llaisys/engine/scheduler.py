@@ -47,6 +47,9 @@ class SchedulerOutput:
     finished_req_ids: set = field(default_factory=set)  # finished/aborted since the last schedule(): drop their state
     free_seq_ids: list = field(default_factory=list)  # SLOT: seq ids freed since the last schedule(); seq_rm them first
     total_num_scheduled_tokens: int = 0  # sum of num_scheduled_tokens
+    spec_token_ids: dict = field(default_factory=dict)  # req_id -> drafts verified this step (their
+    #   tokens are the last len(drafts) of num_scheduled_tokens; the row samples each of them too)
+    trims: list = field(default_factory=list)  # SLOT: (seq id, position) cells to drop first (rejected drafts)
 
 
 def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optional[int]) -> int:
@@ -118,6 +121,7 @@ class Scheduler:
         if not out.preempted_req_ids:  # out of blocks: admit nothing new this step
             self._schedule_waiting(out, budget)
         out.free_seq_ids = self.kv.take_released_seq_ids()
+        out.trims = self.kv.take_trims()
         return out
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
@@ -126,11 +130,14 @@ class Scheduler:
             n = min(n, self.config.long_prefill_token_threshold)
         return min(n, budget)
 
-    def _add_row(self, out: SchedulerOutput, req: Request, n: int) -> None:
+    def _add_row(self, out: SchedulerOutput, req: Request, n: int, drafts: Optional[list] = None) -> None:
         rid = req.request_id
         out.scheduled.append(req)
         out.num_scheduled_tokens[rid] = n
         out.num_computed_tokens[rid] = req.num_computed_tokens
+        if drafts:
+            out.spec_token_ids[rid] = drafts
+            n -= len(drafts)
         if req.is_pooling:
             out.pooling_req_ids.add(rid)
         elif req.num_computed_tokens + n == req.num_tokens:
@@ -144,8 +151,16 @@ class Scheduler:
         while i < len(self.running):
             req = self.running[i]
             # keep one token for each running request after this one (budget >= len(running) - i holds)
-            n = self._chunk(req, req.num_computed_tokens, budget - (len(self.running) - i - 1))
+            reserve = len(self.running) - i - 1
+            n = self._chunk(req, req.num_computed_tokens, budget - reserve)
             assert n >= 1, "a running request must get a token (max_num_batched_tokens >= max_num_seqs)"
+            k = self._drafts_fitting(req, n, budget - reserve)
+            if k and self.kv.allocate_slots(req, n + k):  # never preempts: drafts only use free room
+                self._add_row(out, req, n + k, req.spec_token_ids[:k])
+                budget -= n + k
+                i += 1
+                continue
+            req.spec_token_ids, req.spec_probs = [], None
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -155,6 +170,18 @@ class Scheduler:
             budget -= n
             i += 1
         return budget
+
+    def _drafts_fitting(self, req: Request, n: int, budget: int) -> int:
+        """How many of the request's drafts (speculative decoding) this step can verify: none
+        unless its chunk reaches its last known token, at most what the budget leaves."""
+        if not req.spec_token_ids or req.num_computed_tokens + n != req.num_tokens:
+            return 0
+        k = min(len(req.spec_token_ids), budget - n)
+        if k < len(req.spec_token_ids):
+            req.spec_token_ids = req.spec_token_ids[:max(k, 0)]
+            if req.spec_probs is not None:
+                req.spec_probs = req.spec_probs[:max(k, 0)]
+        return max(k, 0)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         held_back = []  # siblings waiting for their leader's prompt blocks
@@ -192,6 +219,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.kv.free(req)
+        req.spec_token_ids, req.spec_probs = [], None
         req.set_status(RequestStatus.PREEMPTED)
         req.num_computed_tokens = 0
         req.hidden_sum = None  # pooling: its rows are computed (and summed) again
@@ -227,6 +255,8 @@ class Scheduler:
                  pooled: Optional[dict], now: float) -> bool:
         """Apply the step to one request; True if it got tokens or finished."""
         rid = req.request_id
+        if rid in out.spec_token_ids:
+            return self._advance_spec(req, out, sampled, logprobs, now)
         req.num_computed_tokens += out.num_scheduled_tokens[rid]
         self.kv.cache_blocks(req)
         if req.is_pooling:
@@ -241,6 +271,31 @@ class Scheduler:
                 self.finish(req, status)
                 break
         return True
+
+    def _advance_spec(self, req: Request, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict],
+                      now: float) -> bool:
+        """Apply a verified row: its emitted tokens (accepted drafts + one) are appended; the
+        KV of the last known token and the accepted drafts counts as computed, the blocks of
+        rejected positions are released (SLOT: their cells are queued for removal), and only
+        then are full blocks entered into the prefix cache, so no rejected token is hashed."""
+        rid = req.request_id
+        tokens = sampled.get(rid) or []
+        k = len(out.spec_token_ids[rid])
+        base = req.num_computed_tokens + out.num_scheduled_tokens[rid] - k  # the last known token computed
+        lps = (logprobs or {}).get(rid) or [None] * len(tokens)
+        req.spec_token_ids, req.spec_probs = [], None
+        for j, (tok, lp) in enumerate(zip(tokens, lps)):
+            status = self.processor.append_token(req, int(tok), lp, now)
+            if status is not None:  # the K/V of positions < base + j is that of the request's tokens
+                req.num_computed_tokens = min(base + j, req.num_tokens)
+                self.kv.cache_blocks(req)
+                self.finish(req, status)
+                return True
+        # positions base .. base + accepted - 1 hold the accepted drafts; the last emitted token is new
+        req.num_computed_tokens = base + max(len(tokens) - 1, 0)
+        self.kv.truncate(req, req.num_computed_tokens)
+        self.kv.cache_blocks(req)
+        return bool(tokens)
 
     def _pool(self, req: Request, chunk_sum) -> bool:
         """Add a pooling request's chunk (``chunk_sum`` [hidden] f64); finish it with its vector

@@ -8,7 +8,7 @@ Shapes follow include/llaisys/models/model.h (llaisysBatch_t).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
@@ -46,6 +46,19 @@ class StepInput:
     # written again. SLOT: drop each row's cells from its first position here on
     # (seq_rm(seq, positions[query_start[s]], -1)) before computing.
     rewind: bool = False
+    # speculative decoding: a speculating row samples its last known token and every draft
+    sample_offsets: Optional[np.ndarray] = None  # [n_sample] int32 draws ahead of the request's next
+    #   one (0 for every plain row; 0..k for the k + 1 sample rows of a row verifying k drafts)
+    spec: dict = field(default_factory=dict)  # req_id -> Request whose drafts (spec_token_ids,
+    #   spec_probs) this step verifies
+    trims: list = field(default_factory=list)  # SLOT: (seq id, position) drop the seq's cells from
+    #   position on before computing (rejected drafts of the previous step)
+    want_logits: bool = False  # the runner returns the sample rows' raw logits (a sampled draft's p)
+
+    @property
+    def offsets(self) -> list:
+        """[n_sample] sample_offsets as a list (all 0 without speculation)."""
+        return [0] * self.n_sample if self.sample_offsets is None else self.sample_offsets.tolist()
 
     @property
     def n_tokens(self) -> int:
@@ -80,6 +93,7 @@ class StepResult:
     top_logprobs: Optional[np.ndarray] = None  # [n_sample, k] float32 their logprobs, or None
     hidden: Optional[np.ndarray] = None  # [n_hidden, hidden] float32 final normed hidden states of
     #                                      batch.hidden_rows (None when the batch has no pooling row)
+    logits: Optional[np.ndarray] = None  # [n_sample, vocab] float32 raw logits when batch.want_logits
 
 
 def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
@@ -94,15 +108,30 @@ def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
     seq_of_token = np.repeat(np.arange(n_seqs, dtype=np.int32), q_lens)
     # position of flat token t in row s: starts[s] + (t - query_start[s])
     positions = np.arange(n_tokens, dtype=np.int64) + np.repeat(starts - query_start[:-1], q_lens)
-    chunks = [r.all_token_ids[s:s + n] for r, s, n in zip(reqs, starts.tolist(), q_lens.tolist())]
+    spec = out.spec_token_ids  # req_id -> drafts appended to the row's known tokens
+    chunks = [r.all_token_ids[s:s + n] if r.request_id not in spec else r.all_token_ids[s:] + spec[r.request_id]
+              for r, s, n in zip(reqs, starts.tolist(), q_lens.tolist())]
     token_ids = np.fromiter((t for c in chunks for t in c), np.int64, n_tokens)
     is_sampled = np.fromiter((r.request_id in out.sample_req_ids for r in reqs), bool, n_seqs)
+    sample_rows = (query_start[1:][is_sampled] - 1).astype(np.int32)
+    sample_requests = [r for r, s in zip(reqs, is_sampled.tolist()) if s]
+    sample_offsets = None
+    if spec:  # a row verifying k drafts samples its last k + 1 tokens
+        n_draws = np.fromiter((len(spec.get(r.request_id, ())) + 1 for r in sample_requests), np.int64,
+                              len(sample_requests))
+        ends = np.repeat(sample_rows.astype(np.int64) + 1, n_draws)
+        first = np.repeat(np.cumsum(n_draws) - n_draws, n_draws)
+        sample_offsets = (np.arange(int(n_draws.sum())) - first).astype(np.int32)  # [n_sample] 0..k per row
+        sample_rows = (ends - n_draws.repeat(n_draws) + sample_offsets).astype(np.int32)
+        sample_requests = [r for r, m in zip(sample_requests, n_draws.tolist()) for _ in range(m)]
     batch = StepInput(
         token_ids=token_ids, positions=positions, seq_of_token=seq_of_token, query_start=query_start,
         context_lens=(starts + q_lens).astype(np.int32),
-        sample_rows=(query_start[1:][is_sampled] - 1).astype(np.int32),
+        sample_rows=sample_rows, sample_offsets=sample_offsets,
+        spec={rid: r for r in reqs for rid in (r.request_id,) if rid in spec},
+        trims=list(out.trims), want_logits=any(r.spec_probs is not None for r in reqs if r.request_id in spec),
         req_ids=[r.request_id for r in reqs],
-        sample_requests=[r for r, s in zip(reqs, is_sampled.tolist()) if s],
+        sample_requests=sample_requests,
         pooling=np.fromiter((r.request_id in out.pooling_req_ids for r in reqs), bool, n_seqs),
         kv_layout=kv.layout, block_size=kv.block_size,
         free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
@@ -135,6 +164,7 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
     query_start = np.zeros(len(rows) + 1, np.int32)
     np.cumsum(q_lens, out=query_start[1:])
     sample_keep = tok_keep[batch.sample_rows]
+    kept_ids = {batch.req_ids[i] for i in rows.tolist()}
     sub = StepInput(
         token_ids=batch.token_ids[tok_keep], positions=batch.positions[tok_keep],
         seq_of_token=np.repeat(np.arange(len(rows), dtype=np.int32), q_lens), query_start=query_start,
@@ -143,7 +173,10 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
         sample_requests=[r for r, k in zip(batch.sample_requests, sample_keep.tolist()) if k],
         pooling=batch.pooling[rows], kv_layout=batch.kv_layout, block_size=batch.block_size,
         free_seq_ids=batch.free_seq_ids if keep_frees else np.zeros(0, np.int32),
-        finished_req_ids=set(batch.finished_req_ids) if keep_frees else set(), rewind=True)
+        finished_req_ids=set(batch.finished_req_ids) if keep_frees else set(), rewind=True,
+        sample_offsets=None if batch.sample_offsets is None else batch.sample_offsets[sample_keep],
+        spec={rid: r for rid, r in batch.spec.items() if rid in kept_ids},
+        trims=batch.trims if keep_frees else [], want_logits=batch.want_logits)
     if batch.kv_layout == "slot":
         sub.seq_ids = batch.seq_ids[rows]
     else:
@@ -152,27 +185,51 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
     return sub
 
 
-def unpack_result(batch: StepInput, result: StepResult) -> tuple:
+def unpack_result(batch: StepInput, result: StepResult, verify: Optional[Callable] = None) -> tuple:
     """(sampled, logprobs, pooled): req_id -> [token ids], req_id -> [{id: logprob}] (only for
     requests that asked for logprobs) and pooling req_id -> [hidden] f64 sum of the hidden
-    states of its tokens in this step."""
+    states of its tokens in this step.
+
+    A speculating row (``batch.spec``) has k + 1 sample rows; ``verify(req, ids [k + 1],
+    logits [k + 1, vocab] or None)`` gives the tokens it emits (spec/verify.py), each with the
+    logprobs of its position."""
     ids = np.asarray(result.sampled_token_ids).reshape(-1)
     if ids.shape[0] != batch.n_sample:
         raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
     pooled = _pooled_sums(batch, result.hidden)
     sampled, logprobs = {}, {}
-    for i, req in enumerate(batch.sample_requests):
-        sampled[req.request_id] = [int(ids[i])]
-        want = req.sampling_params.logprobs
-        if want is None:
-            continue
-        entry = {}
-        if result.top_token_ids is not None and result.top_logprobs is not None and want:
-            entry = dict(zip(result.top_token_ids[i, :want].tolist(), result.top_logprobs[i, :want].tolist()))
-        if result.logprobs is not None:
-            entry[int(ids[i])] = float(result.logprobs[i])
-        logprobs[req.request_id] = [entry]
+    i, reqs = 0, batch.sample_requests
+    while i < len(reqs):
+        req = reqs[i]
+        rid = req.request_id
+        n = len(req.spec_token_ids) + 1 if rid in batch.spec else 1  # this row's sample rows
+        if n == 1:
+            tokens = [int(ids[i])]
+        else:
+            if verify is None:
+                raise RuntimeError("a speculating row needs a verifier")
+            tokens = verify(req, ids[i:i + n], None if result.logits is None else result.logits[i:i + n])
+        sampled[rid] = tokens
+        if req.sampling_params.logprobs is not None:
+            logprobs[rid] = [_logprob_entry(req.sampling_params.logprobs, result, i + j, t, ids)
+                             for j, t in enumerate(tokens)]
+        i += n
     return sampled, logprobs, pooled
+
+
+def _logprob_entry(want: int, result: StepResult, row: int, token: int, ids: np.ndarray) -> dict:
+    """{id: logprob} of sample row ``row``: its top ``want`` and the emitted ``token`` (which a
+    sampled draft may make differ from the row's own draw: then from the row's raw logits)."""
+    entry = {}
+    if result.top_token_ids is not None and result.top_logprobs is not None and want:
+        entry = dict(zip(result.top_token_ids[row, :want].tolist(), result.top_logprobs[row, :want].tolist()))
+    if token == int(ids[row]) and result.logprobs is not None:
+        entry[token] = float(result.logprobs[row])
+    elif result.logits is not None:
+        lg = result.logits[row].astype(np.float64)  # [vocab]
+        mx = lg.max()
+        entry[token] = float(lg[token] - mx - np.log(np.exp(lg - mx).sum()))
+    return entry
 
 
 def _pooled_sums(batch: StepInput, hidden: Optional[np.ndarray]) -> dict:

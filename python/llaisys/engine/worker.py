@@ -73,6 +73,7 @@ class Worker:
     """Loads the model once and sizes the KV pool from the memory budget."""
 
     def __init__(self, cfg: WorkerConfig):
+        self.config = cfg  # what was asked for (a draft model is loaded alike)
         u = cfg.gpu_memory_utilization
         if u is not None:  # checked before the load
             if as_device(cfg.device) != DeviceType.NVIDIA:

@@ -82,9 +82,10 @@ from . import ops as _ops  # noqa: E402
 from . import qwen2 as _qwen2  # noqa: E402
 from . import runtime as _runtime  # noqa: E402
 from . import sampler as _sampler  # noqa: E402
+from . import speculative as _speculative  # noqa: E402
 from . import tensor as _tensor  # noqa: E402
 
-for _module in (_runtime, _tensor, _ops, _sampler, _kv_cache, _qwen2, _model):
+for _module in (_runtime, _tensor, _ops, _sampler, _speculative, _kv_cache, _qwen2, _model):
     _module.declare(LIB)
 
 

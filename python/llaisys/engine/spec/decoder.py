@@ -1,0 +1,193 @@
+"""SpecDecoder: picks which rows speculate and how far (adaptive k, the off-switch), asks the
+proposer for drafts, and keeps the acceptance statistics.
+
+Each step, before scheduling, every running request in the decode state (all known tokens but
+the last are in the KV) that may speculate gets a draft budget k_r from the cost model
+(cost.py): the j-th draft token of row r is expected to add alpha_r^j tokens (alpha_r: the
+row's recent per-token acceptance, an exponential average), and costs b seconds of target step
+(plus the draft model's per-token cost). Draft tokens are granted in decreasing order of
+expected gain while gain / cost beats the step's tokens per second without them; when none
+does (a large batch whose step time grows with its tokens), nobody speculates that step: the
+off-switch. A row that did not speculate drifts back towards the prior, so it is tried again.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from ..model_runner import row_sampling
+from .config import SpeculativeConfig
+from .cost import LinearCost
+from .verify import verify_row
+
+EMA = 0.7  # weight of the past in a row's acceptance average
+PRIOR_WEIGHT = 2.0  # pseudo-tokens of the prior
+ALPHA_MAX = 0.98  # the expected-gain formula needs alpha < 1
+DRIFT = 0.05  # how far a row's average moves back to the prior per step it does not speculate
+
+
+@dataclass
+class SpecRequestState:
+    """A request's recent acceptance (per-token, exponentially averaged)."""
+
+    accepted: float  # weighted accepted draft tokens
+    judged: float  # weighted accepted + rejected draft tokens (tokens never judged are not counted)
+
+    @property
+    def alpha(self) -> float:
+        return min(self.accepted / self.judged, ALPHA_MAX) if self.judged > 0 else 0.0
+
+
+@dataclass
+class SpecStats:
+    """Speculative-decoding counters since start-up."""
+
+    num_spec_steps: int = 0  # steps in which at least one row verified drafts
+    num_off_steps: int = 0  # steps with rows able to speculate where the cost model granted none
+    num_drafts: int = 0  # row verifications (a row verifying k >= 1 drafts in a step)
+    num_draft_tokens: int = 0  # draft tokens verified
+    num_accepted_tokens: int = 0  # draft tokens kept
+    draft_seconds: float = 0.0  # time spent proposing
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.num_accepted_tokens / self.num_draft_tokens if self.num_draft_tokens else 0.0
+
+    @property
+    def mean_accepted_length(self) -> float:
+        """Tokens emitted per verification: 1 + accepted drafts per verification."""
+        return 1.0 + self.num_accepted_tokens / self.num_drafts if self.num_drafts else 0.0
+
+
+class SpecDecoder:
+    def __init__(self, config: SpeculativeConfig, proposer, max_model_len: int):
+        self.config = config
+        self.proposer = proposer  # proposer.Proposer
+        self.max_model_len = max_model_len
+        self.prior = 0.6 if config.method == "draft" else 0.5  # acceptance assumed for a new row
+        self.step_cost = LinearCost()  # the target's step time by tokens
+        self.stats = SpecStats()
+
+    # ---- eligibility ---------------------------------------------------------------------
+    def max_draft(self, req) -> int:
+        """The most drafts the request may verify now (0: it does not speculate)."""
+        sp = req.sampling_params
+        if req.is_pooling or getattr(sp, "speculative", None) is False or _constrained(req):
+            return 0
+        if req.num_computed_tokens != req.num_tokens - 1:  # not decoding (prefill left, or resumed)
+            return 0
+        room = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
+        return max(0, min(self.config.num_speculative_tokens, room))
+
+    # ---- before the schedule -------------------------------------------------------------
+    def prepare(self, running: list) -> None:
+        """Set ``spec_token_ids`` / ``spec_probs`` of the running requests for this step."""
+        for req in running:
+            req.spec_token_ids, req.spec_probs = [], None
+        cands = [(r, m) for r in running for m in (self.max_draft(r),) if m > 0]
+        if not cands:
+            return
+        ks = self._grant(cands, len(running)) if self.config.adaptive else [m for _, m in cands]
+        chosen = [(r, k) for (r, _), k in zip(cands, ks) if k > 0]
+        for (r, _), k in zip(cands, ks):
+            st = self._state(r)
+            if k == 0:  # not tried this step: drift back to the prior
+                st.accepted += DRIFT * (self.prior * st.judged - st.accepted)
+        if not chosen:
+            self.stats.num_off_steps += 1
+            return
+        t0 = time.perf_counter()
+        drafts = self.proposer.propose([r for r, _ in chosen], [k for _, k in chosen])
+        self.stats.draft_seconds += time.perf_counter() - t0
+        for (r, k), d in zip(chosen, drafts):
+            r.spec_token_ids = list(d.token_ids[:k])
+            r.spec_probs = None if d.probs is None else d.probs[:len(r.spec_token_ids)]
+
+    def _state(self, req) -> SpecRequestState:
+        if req.spec_state is None:
+            req.spec_state = SpecRequestState(self.prior * PRIOR_WEIGHT, PRIOR_WEIGHT)
+        return req.spec_state
+
+    def _grant(self, cands: list, n_rows: int) -> list:
+        """Draft tokens per candidate row from the cost model (module docstring)."""
+        a, b = self.step_cost.coefficients()
+        per_token = b + self._draft_cost(len(cands))
+        tokens, seconds = float(n_rows), a + b * n_rows
+        heap = []  # (-gain, row index, j): the j-th draft of row i adds alpha_i^j expected tokens
+        alphas = [self._state(r).alpha for r, _ in cands]
+        for i, al in enumerate(alphas):
+            if al > 0:
+                heap.append((-al, i, 1))
+        heapq.heapify(heap)
+        ks = [0] * len(cands)
+        while heap:
+            g, i, j = heapq.heappop(heap)
+            gain = -g
+            if per_token > 0 and gain / per_token <= tokens / seconds:
+                break
+            ks[i] = j
+            tokens += gain
+            seconds += per_token
+            if j < cands[i][1]:
+                heapq.heappush(heap, (-(gain * alphas[i]), i, j + 1))
+        return ks
+
+    def _draft_cost(self, n_rows: int) -> float:
+        """Seconds per draft token of the proposer (0 for the n-gram lookup; the draft model's
+        per-round cost spread over the rows, plus its per-token cost)."""
+        cost: Optional[LinearCost] = getattr(self.proposer, "cost", None)
+        if cost is None or (self.step_cost.measured and not cost.measured):
+            return 0.0
+        ad, bd = cost.coefficients()
+        return bd + ad / max(1, n_rows)
+
+    # ---- after the step ------------------------------------------------------------------
+    def observe_step(self, n_tokens: int, seconds: float) -> None:
+        self.step_cost.observe(n_tokens, seconds)
+
+    def on_verified(self, req, num_drafts: int, num_emitted: int) -> None:
+        """Account one row's verification: num_drafts proposed, num_emitted tokens appended
+        (accepted + 1, or fewer when a stop cut the row)."""
+        accepted = max(0, min(num_drafts, num_emitted - 1))
+        st = self._state(req)
+        rejected = 1 if accepted < num_drafts else 0
+        st.accepted = EMA * st.accepted + accepted
+        st.judged = EMA * st.judged + accepted + rejected
+        s = self.stats
+        s.num_drafts += 1
+        s.num_draft_tokens += num_drafts
+        s.num_accepted_tokens += accepted
+
+    def verify(self, req, target_ids, logits) -> list:
+        """The tokens the request's row emits (verify.verify_row). target_ids: [k + 1];
+        logits: [k + 1, vocab] or None."""
+        drafts, q = req.spec_token_ids, req.spec_probs
+        rows = [row_sampling(req, o, drafts) for o in range(len(drafts))] if q is not None else []
+        return verify_row(drafts, q, target_ids, logits, rows, req.seed, req.num_output_tokens)
+
+    def account(self, out, sampled: dict) -> None:
+        """Statistics and acceptance averages of the rows this step verified."""
+        by_id = {r.request_id: r for r in out.scheduled}
+        any_row = False
+        for rid, drafts in out.spec_token_ids.items():
+            tokens = sampled.get(rid)
+            if tokens:
+                self.on_verified(by_id[rid], len(drafts), len(tokens))
+                any_row = True
+        self.stats.num_spec_steps += any_row
+
+    def drop(self, request_id: str) -> None:
+        self.proposer.drop(request_id)
+
+    def close(self) -> None:
+        self.proposer.close()
+
+
+def _constrained(req) -> bool:
+    """Whether a structured-output constraint steers the request (such rows do not speculate:
+    the drafts would need the constraint's state at every position)."""
+    sp = req.sampling_params
+    return getattr(sp, "structured", None) is not None or getattr(req, "structured", None) is not None
