@@ -22,6 +22,7 @@ from .limits import Admission, ServerLimits
 from .metrics import ServerMetrics
 from .protocol import Limits
 from .registry import Registry
+from .responses_api import bp as responses_bp
 from .routes import bp
 from .sessions import SessionStore
 
@@ -134,6 +135,7 @@ class ServerState:
     sessions: SessionStore = field(default_factory=SessionStore)
     cancels: CancelRegistry = field(default_factory=CancelRegistry)
     draining: bool = False  # shutting down: /health and new requests answer 503
+    reasoning_parser: str = "auto"  # --reasoning-parser: auto | deepseek_r1 | qwen3 | none
 
     def __post_init__(self):
         self.admission = Admission(self.limits)
@@ -205,6 +207,7 @@ def create_app(st: ServerState) -> Flask:
     app.json.ensure_ascii = False
     app.json.sort_keys = False
     app.register_blueprint(bp)
+    app.register_blueprint(responses_bp)
     _add_hooks(app, st)
     _add_routes(app, st)
     return app
@@ -285,12 +288,21 @@ def _add_routes(app: Flask, st: ServerState) -> None:
         return jsonify(build_openapi(st.request_limits, has_keys=bool(st.api_keys), has_web=web_dir() is not None,
                                      version=__version__))
 
+    def model_card(m) -> dict:
+        return {"id": m.name, "object": "model", "created": m.created, "owned_by": "llaisys",
+                "root": m.spec.source, "max_model_len": m.max_model_len}
+
     @app.get("/v1/models")
     def models():
-        data = [{"id": m.name, "object": "model", "created": m.created, "owned_by": "llaisys",
-                 "root": m.spec.source, "max_model_len": m.max_model_len}
-                for m in st.registry.models.values()]
-        return jsonify({"object": "list", "data": data})
+        return jsonify({"object": "list", "data": [model_card(m) for m in st.registry.models.values()]})
+
+    @app.get("/v1/models/<path:model_id>")
+    def model(model_id: str):
+        m = st.registry.models.get(model_id)
+        if m is None:  # OpenAI's answer for an unknown id
+            raise APIError(404, f"The model '{escape_controls(model_id)[:256]}' does not exist",
+                           param="model", code="model_not_found", type="invalid_request_error")
+        return jsonify(model_card(m))
 
     @app.get("/metrics")
     def metrics():

@@ -82,7 +82,7 @@ class Generation:
         self.deadline = deadline  # time.monotonic() after which the request is aborted
         self.client_gone = client_gone
         self.cancels = cancels
-        self.abort_cause: Optional[str] = None  # "cancel" | "timeout" | "disconnect" | "closed" once aborted
+        self.abort_cause: Optional[str] = None  # "cancel" | "stop" | "timeout" | "disconnect" | "closed" once aborted
         self.finals: dict = {}  # prompt index -> final RequestOutput
         self.first_token_at: Optional[float] = None  # monotonic time of the first output token
         self.itl: list = []  # seconds between consecutive outputs that brought tokens
@@ -186,7 +186,7 @@ class Generation:
         if errors:
             return APIError(500, f"generation failed: {errors[0]}", code="engine_error")
         aborted = any(c.finish_reason == "abort" for o in self.finals.values() for c in o.outputs)
-        if not aborted or self.abort_cause == "cancel":
+        if not aborted or self.abort_cause in ("cancel", "stop"):  # "stop": the server ended every choice
             return None
         if self.abort_cause == "timeout":
             return APIError(504, "the request ran past the server's request timeout and was aborted",

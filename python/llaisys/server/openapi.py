@@ -57,6 +57,10 @@ ROUTES = [
     Route("GET", "/openapi.json", "openapi", "this description (no API key needed)",
           ok_types={"application/json": {"type": "object"}}, errors=(), open=True),
     Route("GET", "/v1/models", "models", "the served models", "ModelList"),
+    Route("GET", "/v1/models/{model_id}", "model", "one served model (404 model_not_found for another id)", "Model",
+          errors=_AUTH + (404,), path_params=("model_id",)),
+    Route("POST", "/v1/responses", "responses.create_response", "a response (OpenAI's Responses API, the subset "
+          "that maps onto chat)", "Response", body="ResponseRequest", errors=_GEN, stream="ResponseStreamEvent"),
     Route("GET", "/metrics", "metrics", "Prometheus metrics",
           ok_types={"text/plain": {"type": "string"}}),
     Route("POST", "/v1/chat/completions", "openai.chat_completions", "chat completion", "ChatCompletion",
@@ -100,7 +104,7 @@ def _operation(r: Route, has_keys: bool) -> dict:
             continue
         responses[str(status)] = {"description": ERROR_STATUSES[status],
                                   "content": {"application/json": {"schema": _ref("Error")}}}
-    op = {"operationId": r.endpoint.replace("openai.", ""), "summary": r.summary, "responses": responses}
+    op = {"operationId": r.endpoint.split(".")[-1], "summary": r.summary, "responses": responses}
     params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1,
                                                                       "maxLength": 256}} for p in r.path_params]
     params += [{"name": q, "in": "query", "required": False, "schema": s} for q, s in r.query.items()]

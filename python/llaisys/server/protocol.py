@@ -18,13 +18,14 @@ from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingP
 from ..engine.structured import StructuredOutputError
 from ..engine.structured_format import response_format_spec
 from .errors import bad_request, missing
+from .tool_calls import ToolConfig, check_tools
 from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, request_schemas, validate
 
 _UNSUPPORTED = {  # field -> why it is refused
     "chat_template": "client-supplied chat templates are not accepted; the model's own template is used",
     "chat_template_kwargs": "client-supplied chat template arguments are not accepted",
-    "tools": "tool calling is not supported",
-    "functions": "function calling is not supported",
+    "functions": "the deprecated `functions` field is not supported; use `tools`",
+    "function_call": "the deprecated `function_call` field is not supported; use `tool_choice`",
     "suffix": "suffix (fill-in-the-middle) is not supported",
 }
 
@@ -72,6 +73,7 @@ class ChatRequest(GenerationRequest):
     messages: list = field(default_factory=list)  # validated chat messages, content as plain text
     session_id: Optional[str] = None  # server-side conversation to continue
     add_generation_prompt: bool = True
+    tools: Optional[ToolConfig] = None  # tools, tool_choice, parallel_tool_calls; None without tools
 
 
 @dataclass
@@ -163,7 +165,9 @@ def parse_messages(raw, name: str = "messages") -> list:
 
     if raw is None:
         raise missing(name)
-    raw = [dict(m, content=_message_text(m.get("content"))) for m in raw]
+    raw = [dict(m, content=_message_text(m.get("content")),
+                **({"role": "system"} if m.get("role") == "developer" else {})) for m in raw]  # OpenAI's
+    # developer role is the system prompt of its newer models; chat templates know only system
     try:
         validate_messages(raw)
     except ValueError as e:
@@ -185,6 +189,8 @@ def parse_chat(body: dict, limits: Limits) -> ChatRequest:
     req.session_id = session
     req.messages = parse_messages(body.get("messages"))
     req.add_generation_prompt = get_field(body, "add_generation_prompt", True)
+    req.tools = check_tools(get_field(body, "tools"), get_field(body, "tool_choice"),
+                            get_field(body, "parallel_tool_calls"))
     return req
 
 
@@ -223,8 +229,10 @@ def parse_embeddings(body: dict, limits: Limits) -> list:
 
 
 def resolve_max_tokens(requested: Optional[int], n_prompt: int, n_ctx: int, cap: Optional[int],
-                       param: str = "prompt") -> Optional[int]:
-    """The max_tokens to run with, or a 400 when the prompt leaves no room (with both numbers)."""
+                       param: str = "prompt", default: Optional[int] = None) -> Optional[int]:
+    """The max_tokens to run with, or a 400 when the prompt leaves no room (with both numbers).
+    Unset, it is `default` (the route's, e.g. 16 on /v1/completions) within the room and the
+    cap, else up to the context (or the cap)."""
     room = n_ctx - n_prompt
     if room < 1 or (requested is not None and requested > room):
         what = f"prompt ({n_prompt} tokens)" + (f" + max_tokens ({requested})" if requested is not None else "")
@@ -232,4 +240,6 @@ def resolve_max_tokens(requested: Optional[int], n_prompt: int, n_ctx: int, cap:
                           code="context_length_exceeded", n_prompt_tokens=n_prompt, n_ctx=n_ctx)
     if requested is not None:
         return requested
+    if default is not None:
+        return min(default, room, cap or default)
     return None if cap is None else min(cap, room)

@@ -19,6 +19,7 @@ from flask import Response, g, jsonify
 
 from .errors import APIError
 from .limits import ClientGone
+from .chat_output import ChatSetup, delta_bodies
 from .responses import TokenText, chat_logprobs, completion_logprobs, envelope, sum_usage
 
 log = logging.getLogger("llaisys.server")
@@ -33,7 +34,7 @@ def sse(obj) -> bytes:
 class Run:
     """Answers one chat ("chat") or completion ("text") request from its Generation."""
 
-    def __init__(self, state, served, req, gen, ticket, kind: str, prompt_texts: list, session=None):
+    def __init__(self, state, served, req, gen, ticket, kind: str, prompt_texts: list, session=None, chat=None):
         self.state = state  # the app's ServerState
         self.served = served  # registry.ServedModel
         self.req = req  # protocol.ChatRequest / CompletionRequest
@@ -42,6 +43,8 @@ class Run:
         self.kind = kind
         self.prompt_texts = prompt_texts  # echo text per prompt ("" unless echo)
         self.session = session  # (session id, owner) of a session turn, or None
+        self.chat = chat if chat is not None else (ChatSetup() if kind == "chat" else None)  # chat_output.ChatSetup
+        self.outputs: dict = {}  # chat: choice index -> ChoiceOutput
         self.created = int(time.time())
         self.n = req.sampling.get("n", 1)
         self.text_of = TokenText(served.engine.tokenizer)
@@ -66,10 +69,7 @@ class Run:
         finals = [self.gen.finals[i] for i in sorted(self.gen.finals)]
         usage = sum_usage([o.usage for o in finals]) if finals else None
         if self.session is not None:
-            reply = None
-            if status == 200 and finals and finals[0].outputs[0].finish_reason in ("stop", "length"):
-                reply = {"role": "assistant", "content": finals[0].outputs[0].text}
-            self.state.sessions.end_turn(*self.session, reply)
+            self.state.sessions.end_turn(*self.session, self.reply(status))
         if usage is not None:
             self.state.admission.charge(self.gen.owner, usage.total_tokens)
         ttft = None if self.gen.first_token_at is None else self.gen.first_token_at - self.log_fields["t0"]
@@ -82,6 +82,17 @@ class Run:
                      cached_tokens=usage.cached_tokens)
         f["finish"] = ",".join(sorted({c.finish_reason or "none" for o in finals for c in o.outputs})) or None
         self.state.log_request(f)
+
+    def reply(self, status: int) -> Optional[dict]:
+        """The assistant message a session keeps (None: the turn failed or was aborted)."""
+        co = self.outputs.get(0)
+        if status != 200 or co is None or co.finish_reason(self._reported_reason(co.engine_output)) not in \
+                ("stop", "length", "tool_calls"):
+            return None
+        msg = {k: v for k, v in co.message().items() if k != "reasoning_content"}
+        if msg["content"] is None and not msg.get("tool_calls"):
+            msg["content"] = ""
+        return msg
 
     def _choice_index(self, prompt_index: int, c) -> int:
         return prompt_index * self.n + c.index
@@ -103,11 +114,37 @@ class Run:
             return "abort"
         return None
 
+    def _absorb(self, prompt_index: int, out) -> list:
+        """Chat: feed one engine output to its choices; [(choice index, engine choice, ChoiceDelta,
+        finish_reason or None)] for the choices still open. Once every choice has ended here (a
+        stop string in the answer, the one call parallel_tool_calls=false allows), the engine
+        request is aborted: nothing more of it will be read."""
+        got = []
+        for c in out.outputs:
+            idx = self._choice_index(prompt_index, c)
+            if idx in self.done:
+                continue
+            co = self.outputs.get(idx)
+            if co is None:
+                co = self.outputs[idx] = self.chat.new_output()
+            final = c.finish_reason is not None
+            d = co.feed(c.delta_text, final=final)
+            co.engine_output = c
+            reason = co.finish_reason(self._reported_reason(c)) if (final or co.stopped) else None
+            if final or co.stopped:
+                self.done.add(idx)
+            got.append((idx, c, d, reason))
+        n_choices = len(self.prompt_texts) * self.n
+        if len(self.done) == n_choices and any(co.stopped for co in self.outputs.values()) and not self.gen.finished:
+            self.gen.abort("stop")
+        return got
+
     # ---- JSON ------------------------------------------------------------------------------
     def _json(self) -> Response:
         try:
-            for _ in self.gen.events():
-                pass
+            for i, out in self.gen.events():
+                if self.kind == "chat":
+                    self._absorb(i, out)
         except ClientGone:
             self.finish(499)
             raise
@@ -123,9 +160,11 @@ class Run:
             for c in self.gen.finals[i].outputs:
                 reason = self._reported_reason(c)
                 if self.kind == "chat":
-                    choices.append({"index": self._choice_index(i, c),
-                                    "message": {"role": "assistant", "content": c.text},
-                                    "logprobs": self._logprobs(c, c.token_ids), "finish_reason": reason})
+                    idx = self._choice_index(i, c)
+                    co = self.outputs[idx]
+                    choices.append({"index": idx, "message": co.message(),
+                                    "logprobs": self._logprobs(c, c.token_ids),
+                                    "finish_reason": co.finish_reason(reason)})
                 else:
                     echo = self.prompt_texts[i]
                     choices.append({"index": self._choice_index(i, c), "text": echo + c.text,
@@ -155,7 +194,21 @@ class Run:
                 self.texts[idx] = "" if self.kind == "chat" else self.prompt_texts[i]
                 yield self._chunk([choice])
 
+    def _chat_chunks(self, prompt_index: int, out) -> Iterator[bytes]:
+        for idx, c, d, reason in self._absorb(prompt_index, out):
+            lp = self._logprobs(c, c.delta_token_ids)
+            bodies = delta_bodies(d)
+            if not bodies and (lp or reason):
+                bodies = [{}]
+            for k, delta in enumerate(bodies):
+                last = k == len(bodies) - 1
+                yield self._chunk([{"index": idx, "delta": delta, "logprobs": lp if k == 0 else None,
+                                    "finish_reason": reason if last else None}])
+
     def _output_chunks(self, prompt_index: int, out) -> Iterator[bytes]:
+        if self.kind == "chat":
+            yield from self._chat_chunks(prompt_index, out)
+            return
         for c in out.outputs:
             idx = self._choice_index(prompt_index, c)
             if idx in self.done:
@@ -166,11 +219,7 @@ class Run:
             if not (c.delta_text or lp or reason):
                 continue
             self.texts[idx] = sent + c.delta_text
-            if self.kind == "chat":
-                choice = {"index": idx, "delta": {"content": c.delta_text} if c.delta_text else {}, "logprobs": lp,
-                          "finish_reason": reason}
-            else:
-                choice = {"index": idx, "text": c.delta_text, "logprobs": lp, "finish_reason": reason}
+            choice = {"index": idx, "text": c.delta_text, "logprobs": lp, "finish_reason": reason}
             if reason is not None:
                 self.done.add(idx)
             yield self._chunk([choice])

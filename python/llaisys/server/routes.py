@@ -20,10 +20,14 @@ from .errors import APIError, bad_request, not_found, unavailable
 from .generation import Generation, client_gone_check
 from .protocol import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                        parse_messages, resolve_max_tokens)
+from .chat_output import ChatSetup
+from .reasoning import opened_in_prompt, resolve_parser
 from .respond import Run
+from .tool_calls import template_messages, with_tool_constraint
 from .sessions import SessionBusy, SessionStoreFull
 
 bp = Blueprint("openai", __name__)
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default max_tokens on /v1/completions (chat has none)
 
 
 def state():
@@ -43,11 +47,43 @@ def _start(served, owner: str) -> tuple:
     return st.admission.acquire(owner, deadline, gone), deadline, gone
 
 
-def _sampling(req, n_prompt: int, served, param: str):
+def _sampling(req, n_prompt: int, served, param: str, default=None, **override):
     st = state()
     max_tokens = resolve_max_tokens(req.max_tokens, n_prompt, served.max_model_len, st.request_limits.max_tokens_cap,
-                                    param)
-    return check_sampling(dict(req.sampling, max_tokens=max_tokens, logprobs=req.logprobs))
+                                    param, default)
+    return check_sampling(dict(req.sampling, max_tokens=max_tokens, logprobs=req.logprobs, **override))
+
+
+def output_overrides(req, setup) -> dict:
+    """SamplingParams fields a chat request runs with other than it asked: stop strings are
+    matched by the server on the answer when the reasoning is split off, and `<tool_call>`
+    must reach the text (Qwen2.5's tokenizer marks it special) when tool calls are parsed."""
+    kw = {}
+    if setup.stops:
+        kw["stop"] = None
+    if setup.tools is not None and setup.tools.parse and "skip_special_tokens" not in req.sampling:
+        kw["skip_special_tokens"] = False
+    return kw
+
+
+def chat_prompt(req, served, messages: list) -> tuple:
+    """(prompt text, ChatSetup) of a chat request: the messages rendered by the model's own
+    template (with the request's tools unless tool_choice is none), and how its output is
+    read (the served reasoning parser, whether the prompt opened <think>, tools, and the stop
+    strings matched on the answer when the reasoning is split off)."""
+    tok = served.engine.tokenizer
+    tools = req.tools
+    try:
+        text = tok.apply_chat_template(template_messages(messages), add_generation_prompt=req.add_generation_prompt,
+                                       tools=tools.tools if tools is not None and tools.choice != "none" else None)
+    except ValueError as e:
+        raise bad_request(str(e), param="messages") from None
+    parser = resolve_parser(state().reasoning_parser, tok.chat_template)
+    setup = ChatSetup(parser, parser is not None and opened_in_prompt(text), tools)
+    if parser is not None:
+        setup.stops = list(req.sampling.get("stop") or [])
+        setup.include_stop = bool(req.sampling.get("include_stop_str_in_output"))
+    return text, setup
 
 
 def _begin_session(session_id: str, owner: str, messages: list) -> list:
@@ -77,13 +113,10 @@ def chat_completions():
         if req.session_id is not None:
             messages = _begin_session(req.session_id, owner, messages)
             session = (req.session_id, owner)
-        tok = served.engine.tokenizer
-        try:
-            text = tok.apply_chat_template(messages, add_generation_prompt=req.add_generation_prompt)
-        except ValueError as e:
-            raise bad_request(str(e), param="messages") from None
-        ids = tok.encode(text)
-        sp = _sampling(req, len(ids), served, "messages")
+        text, setup = chat_prompt(req, served, messages)
+        ids = served.engine.tokenizer.encode(text)
+        sp = _sampling(req, len(ids), served, "messages", **output_overrides(req, setup))
+        sp = with_tool_constraint(sp, req.tools)
         gen = Generation(served.engine, new_id("chatcmpl"), owner, deadline, gone, st.cancels)
         g.log_fields["id"] = gen.response_id
         gen.start([(ids, text)], [sp])
@@ -92,7 +125,7 @@ def chat_completions():
         if session is not None:
             st.sessions.end_turn(*session, None)
         raise
-    return Run(st, served, req, gen, ticket, "chat", [""], session).respond()
+    return Run(st, served, req, gen, ticket, "chat", [""], session, setup).respond()
 
 
 def _completion_prompts(req, tokenizer) -> list:
@@ -118,7 +151,7 @@ def completions():
     try:
         tok = served.engine.tokenizer
         prompts = _completion_prompts(req, tok)
-        params = [_sampling(req, len(ids), served, "prompt") for ids, _ in prompts]
+        params = [_sampling(req, len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS) for ids, _ in prompts]
         echo = [""] * len(prompts)
         if req.echo:
             try:

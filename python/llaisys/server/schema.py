@@ -26,8 +26,6 @@ import math
 import re
 from typing import Optional
 
-from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
-from ..engine.structured_format import RESPONSE_FORMAT_SCHEMA
 from .errors import APIError
 
 MAX_PROMPTS = 64  # most prompts in one /v1/completions request
@@ -277,114 +275,11 @@ def _body(props: dict, required=(), desc: str = "") -> dict:
     return _obj({k: (v if k in required else _nullable(v)) for k, v in props.items()}, required, desc)
 
 
-CONTENT_PART = _obj({"type": {"type": "string", "const": "text"}, "text": _str()}, ("type", "text"),
-                    "a text part (this server takes text only)")
-MESSAGE = _obj({
-    "role": {"type": "string", "enum": list(ROLES)},
-    "content": {"anyOf": [_str(), {"type": "array", "items": CONTENT_PART, "maxItems": 1024}, {"type": "null"}],
-                "description": "text, or an array of text parts (null only on an assistant turn with tool_calls)"},
-    "name": _str(maxLength=MAX_NAME_LEN),
-    "tool_calls": {"type": ["array", "null"], "maxItems": 128},
-    "tool_call_id": _str(maxLength=MAX_NAME_LEN),
-}, ("role",))
-MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1, "maxItems": MAX_MESSAGES, "x-code": "invalid_value",
-            "description": "the conversation, oldest first"}
-
-SAMPLING = {  # the fields SamplingParams takes, with OpenAI's ranges
-    "temperature": _num(0, 2, desc="0 is greedy; default 1"),
-    "top_p": _num(F32_TINY, 1, desc="(0, 1]; below 1e-30 it is refused (0 in the core's float32)"),
-    "min_p": _num(0, 1),
-    "top_k": _int(-1, MAX_INT, desc="-1 or 0: off"),
-    "presence_penalty": _num(-2, 2),
-    "frequency_penalty": _num(-2, 2),
-    "repetition_penalty": _num(F32_TINY, 2, desc="1 is off; (0, 2], below 1e-30 refused (0 in float32)"),
-    "seed": _int(0, MAX_SEED),
-    "ignore_eos": BOOL,
-    "include_stop_str_in_output": BOOL,
-    "skip_special_tokens": BOOL,
-    "stop_token_ids": {"type": "array", "items": TOKEN_ID, "maxItems": 256,
-                       "description": "ids that end generation (within the model's vocabulary)"},
-    "logit_bias": {"type": "object", "maxProperties": MAX_LOGIT_BIAS_ENTRIES,
-                   "propertyNames": {"type": "string", "pattern": r"^(0|[1-9][0-9]{0,9})$"},
-                   "additionalProperties": _num(-MAX_LOGIT_BIAS, MAX_LOGIT_BIAS),
-                   "description": "token id (decimal string, within the model's vocabulary) -> bias in [-100, 100]"},
-    "user": _str("the end user (part of the caller's identity for per-user limits)", maxLength=MAX_NAME_LEN),
-    "model": _str("served model name (default: the first)", maxLength=MAX_NAME_LEN),
-    "stream": BOOL,
-    "stream_options": _obj({"include_usage": _nullable(BOOL)}, desc="only with stream: true"),
-    "response_format": RESPONSE_FORMAT_SCHEMA,
-}
-
-
-def _generation_fields(limits) -> dict:
-    cap = limits.max_tokens_cap or MAX_INT
-    return dict(SAMPLING, **{
-        "n": _int(1, limits.max_n, "completions per prompt"),
-        "best_of": _int(1, limits.max_n, "must equal n"),
-        "max_tokens": _int(1, cap),
-        "min_tokens": _int(0, cap),
-        "stop": {"anyOf": [_str(minLength=1), {"type": "array", "items": _str(minLength=1),
-                                                "maxItems": min(limits.max_stop, MAX_STOP_STRINGS)}],
-                 "x-message": "'{where}' must be a string or an array of strings, got {got}"},
-    })
-
-
-@functools.lru_cache(maxsize=32)
-def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -> dict:
-    from .protocol import Limits
-
-    limits = Limits(max_n=max_n, max_tokens_cap=max_tokens_cap, max_stop=max_stop)
-    gen = _generation_fields(limits)
-    prompt_item = {"anyOf": [_str(minLength=1, **{"x-code": "empty_prompt"}),
-                             TOKEN_ID,
-                             {"type": "array", "items": TOKEN_ID, "minItems": 1, "x-code": "empty_prompt"}]}
-    prompt = {"anyOf": [_str(minLength=1, **{"x-code": "empty_prompt"}),
-                        {"type": "array", "items": prompt_item, "minItems": 1}],
-              "x-message": "'{where}' must be a non-empty string, an array of strings, an array of token ids or an "
-                           "array of token-id arrays, got {got}",
-              "description": f"a string, an array of token ids, or an array of at most {MAX_PROMPTS} prompts "
-                             "(strings or token-id arrays; not mixed with bare ids)"}
-    chat = _body(dict(gen, **{
-        "messages": MESSAGES,
-        "max_completion_tokens": gen["max_tokens"],
-        "logprobs": BOOL,
-        "top_logprobs": _int(0, MAX_LOGPROBS, "needs logprobs: true"),
-        "session_id": _str("continue a server-side conversation: send only the new turn's messages",
-                           minLength=1, maxLength=MAX_ID_LEN),
-        "add_generation_prompt": BOOL,
-    }), ("messages",), "POST /v1/chat/completions")
-    completion = _body(dict(gen, **{
-        "prompt": prompt,
-        "logprobs": _int(0, MAX_LOGPROBS, "top logprobs per token"),
-        "echo": BOOL,
-    }), ("prompt",), "POST /v1/completions")
-    embeddings = _body({
-        "model": SAMPLING["model"],
-        "input": dict(prompt, description=f"a string, an array of token ids, or an array of at most "
-                                          f"{MAX_EMBEDDING_INPUTS} inputs (strings or token-id arrays)",
-                      **{"x-message": "'{where}' must be a non-empty string, an array of strings, an array of token "
-                                      "ids or an array of token-id arrays, got {got}"}),
-        "encoding_format": {"type": "string", "enum": ["float", "base64"]},
-        "dimensions": _int(1, MAX_INT, "must be the model's hidden size"),
-        "user": SAMPLING["user"],
-    }, ("input",), "POST /v1/embeddings")
-    tokenize = _body({
-        "model": SAMPLING["model"],
-        "prompt": _str("text to tokenize (give prompt or messages)"),
-        "messages": dict(MESSAGES, description="a chat to render with the model's template and tokenize"),
-        "add_special_tokens": BOOL,
-        "add_generation_prompt": BOOL,
-    }, (), "POST /tokenize")
-    detokenize = _body({"model": SAMPLING["model"], "tokens": dict(TOKEN_IDS, maxItems=1 << 20)}, ("tokens",),
-                       "POST /detokenize")
-    user_only = _body({"user": SAMPLING["user"]}, (), "optional body: the owner's `user`")
-    return {"ChatCompletionRequest": chat, "CompletionRequest": completion, "EmbeddingRequest": embeddings,
-            "TokenizeRequest": tokenize, "DetokenizeRequest": detokenize, "UserBody": user_only}
-
-
 def request_schemas(limits) -> dict:
-    """Request body schemas by name, for a server with these per-request `limits`."""
-    return _request_schemas(limits.max_n, limits.max_tokens_cap, limits.max_stop)
+    """Request body schemas by name (request_schemas.py builds them)."""
+    from .request_schemas import request_schemas as build
+
+    return build(limits)
 
 
 # ---- responses ---------------------------------------------------------------------------------
@@ -398,7 +293,20 @@ def _strict(props: dict, required=None, **kw) -> dict:
 
 
 NULL_STR = {"type": ["string", "null"]}
-FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "abort", None]}
+FINISH = {"type": ["string", "null"], "enum": ["stop", "length", "tool_calls", "abort", None]}
+TOOL_CALL = _strict({"id": _str(), "type": {"type": "string", "const": "function"},
+                     "function": _strict({"name": _str(), "arguments": _str("the arguments as JSON text")})})
+TOOL_CALL_DELTA = {"type": "object", "required": ["index"], "additionalProperties": False, "properties": {
+    "index": _int(0), "id": _str(), "type": {"type": "string", "const": "function"},
+    "function": {"type": "object", "additionalProperties": False, "properties": {"name": _str(), "arguments": _str()}}},
+    "description": "a call's first chunk has index, id, type and function.name (arguments ''); later ones index "
+                   "and function.arguments pieces"}
+MESSAGE_OUT = _strict({"role": {"type": "string", "const": "assistant"},
+                       "content": {"type": ["string", "null"],
+                                   "description": "null when the answer is only tool calls or was cut in the reasoning"},
+                       "reasoning_content": {"type": ["string", "null"],
+                                             "description": "only from a reasoning model (--reasoning-parser)"},
+                       "tool_calls": {"type": "array", "items": TOOL_CALL}}, ["role", "content"])
 USAGE = _strict({"prompt_tokens": _int(0), "completion_tokens": _int(0), "total_tokens": _int(0),
                  "prompt_tokens_details": _strict({"cached_tokens": _int(0)})})
 TOP_LOGPROB = _strict({"token": _str(), "logprob": {"type": "number"},
@@ -429,14 +337,36 @@ ERROR = _strict({"error": {"type": "object", "required": ["message", "type", "pa
     "n_prompt_tokens": _int(0), "n_ctx": _int(0), "state": _str()}}},
     description="every error: OpenAI's shape (n_prompt_tokens and n_ctx only with context_length_exceeded)")
 
+MODEL_CARD = _strict({"id": _str(), "object": {"type": "string", "const": "model"}, "created": _int(0),
+                      "owned_by": _str(), "root": _str(), "max_model_len": {"type": ["integer", "null"], "minimum": 1}})
+OUTPUT_ITEM = {"type": "object", "required": ["type", "id"], "properties": {
+    "type": {"type": "string", "enum": ["reasoning", "message", "function_call"]}, "id": _str(),
+    "status": {"type": "string", "enum": ["in_progress", "completed", "incomplete"]},
+    "role": {"type": "string", "const": "assistant"}, "content": {"type": "array", "items": {"type": "object"}},
+    "summary": {"type": "array"}, "call_id": _str(), "name": _str(), "arguments": _str()},
+    "description": "reasoning (content: reasoning_text parts), message (content: one output_text part), or "
+                   "function_call (call_id, name, arguments)"}
+RESPONSE = _strict({
+    "id": _str(), "object": {"type": "string", "const": "response"}, "created_at": _int(0),
+    "status": {"type": "string", "enum": ["in_progress", "completed", "incomplete"]}, "error": {"type": "null"},
+    "incomplete_details": {"anyOf": [_strict({"reason": {"type": "string", "const": "max_output_tokens"}}),
+                                     {"type": "null"}]},
+    "model": _str(), "output": {"type": "array", "items": OUTPUT_ITEM},
+    "usage": {"anyOf": [_strict({"input_tokens": _int(0), "input_tokens_details": _strict({"cached_tokens": _int(0)}),
+                                 "output_tokens": _int(0), "output_tokens_details": _strict({"reasoning_tokens": _int(0)}),
+                                 "total_tokens": _int(0)}), {"type": "null"}]},
+    "previous_response_id": NULL_STR, "instructions": NULL_STR}, description="a response of /v1/responses")
+
 RESPONSE_SCHEMAS = {
     "Error": ERROR,
     "Usage": USAGE,
     "ChatCompletion": _envelope("chat.completion", _strict({
-        "index": _int(0), "message": _strict({"role": {"type": "string", "const": "assistant"}, "content": _str()}),
+        "index": _int(0), "message": MESSAGE_OUT,
         "logprobs": _logprobs_of("chat"), "finish_reason": FINISH}), True),
     "ChatCompletionChunk": _envelope("chat.completion.chunk", _strict({
-        "index": _int(0), "delta": _obj({"role": {"type": "string", "const": "assistant"}, "content": _str()},
+        "index": _int(0), "delta": _obj({"role": {"type": "string", "const": "assistant"}, "content": _str(),
+                                         "reasoning_content": _str(),
+                                         "tool_calls": {"type": "array", "items": TOOL_CALL_DELTA}},
                                         additionalProperties=False),
         "logprobs": _logprobs_of("chat"), "finish_reason": FINISH}), False),
     "TextCompletion": _envelope("text_completion", _strict({
@@ -452,9 +382,17 @@ RESPONSE_SCHEMAS = {
     "TokenizeResponse": _strict({"tokens": {"type": "array", "items": _int(0)}, "count": _int(0),
                                  "max_model_len": _int(1)}),
     "DetokenizeResponse": _strict({"prompt": _str()}),
-    "ModelList": _strict({"object": {"type": "string", "const": "list"}, "data": {"type": "array", "items": _strict({
-        "id": _str(), "object": {"type": "string", "const": "model"}, "created": _int(0),
-        "owned_by": _str(), "root": _str(), "max_model_len": _int(1)})}}),
+    "ModelList": _strict({"object": {"type": "string", "const": "list"}, "data": {"type": "array", "items": MODEL_CARD}}),
+    "Model": MODEL_CARD,
+    "Response": RESPONSE,
+    "ResponseStreamEvent": _strict({"type": _str("response.created, response.in_progress, "
+                                                 "response.output_item.added / .done, response.content_part.added / "
+                                                 ".done, response.reasoning_text.delta / .done, "
+                                                 "response.output_text.delta / .done, "
+                                                 "response.function_call_arguments.delta / .done, "
+                                                 "response.completed, response.incomplete, error"),
+                                    "sequence_number": _int(0)},
+                                   description="sent as `event: <type>` and `data: <JSON>`; no [DONE] line"),
     "Health": _strict({"status": {"type": "string", "const": "ok"}, "models": {"type": "array", "items": _str()}}),
     "Session": _strict({"id": _str(), "object": {"type": "string", "const": "session"},
                         "messages": {"type": "array", "items": {"type": "object"}}}),

@@ -15,6 +15,8 @@ import sys
 import threading
 import time
 
+from .reasoning import PARSERS as REASONING_PARSERS
+
 log = logging.getLogger("llaisys.server")
 
 
@@ -73,8 +75,14 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-sessions", type=int, default=1024, help="server-side sessions kept")
     s.add_argument("--session-ttl", type=float, default=3600.0, help="seconds an idle session is kept")
     s.add_argument("--drain-timeout", type=float, default=30.0, help="seconds in-flight requests get on shutdown")
+    s.add_argument("--reasoning-parser", default="auto", choices=list(REASONING_PARSERS),
+                   help="split <think> reasoning into reasoning_content: auto (by the chat template), deepseek_r1, "
+                        "qwen3, none")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="least severe log messages shown on stderr")
+    from ..ray.cli import add_ray_arguments  # imports no ray
+
+    add_ray_arguments(p)
     p.set_defaults(func=run_serve)
 
 
@@ -121,7 +129,8 @@ def build_state(args):
     return ServerState(Registry(specs, engine_kwargs), limits=limits,
                        request_limits=Limits(max_n=args.max_n, max_tokens_cap=args.max_tokens_cap),
                        api_keys=tuple(keys), cors_origins=tuple(args.cors_origin),
-                       sessions=SessionStore(args.max_sessions, args.session_ttl))
+                       sessions=SessionStore(args.max_sessions, args.session_ttl),
+                       reasoning_parser=args.reasoning_parser)
 
 
 class _Shutdown:
@@ -158,6 +167,10 @@ class _Shutdown:
 
 
 def run_serve(args) -> int:
+    if getattr(args, "ray", False):  # the same server on Ray Serve replicas (llaisys.ray)
+        from ..ray.cli import run_serve_ray
+
+        return run_serve_ray(args)
     from werkzeug.serving import make_server
 
     from .app import create_app
