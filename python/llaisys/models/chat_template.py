@@ -248,6 +248,9 @@ class ChatTemplate:
         finally:
             BUDGET.reset(token)
 
+    def __reduce__(self):  # pickled as its source and compiled again where it lands (Ray ships tokenizers)
+        return (ChatTemplate, (self.source, self.origin, self.limits))
+
     def render(self, **variables) -> str:
         """The rendered text, or ChatTemplateError (the template failed or went over a limit)."""
         budget = Budget(self.limits)

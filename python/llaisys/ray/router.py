@@ -1,0 +1,177 @@
+"""Prefix- and session-aware routing of engine requests over the replicas of a model.
+
+``PrefixAwareRouter`` is a ``ray.serve.request_router.RequestRouter``; it runs inside the
+process that holds the handle (the ingress). For each request, in order:
+
+1. **session**: a request of a session (``route["session"]``) goes to the replica that
+   served the session's last turn;
+2. **prefix**: else to the replica holding the longest run of the prompt's leading blocks,
+   matched by the engine's own chained block hashes (``route["hashes"]``, the first bytes of
+   the SHA-256 the KV cache manager keys its prefix cache by). What a replica holds is its
+   ``record_routing_stats`` report (polled by Serve) plus the blocks this router sent it
+   since (the report lags by up to one period);
+3. either choice is dropped when that replica has ``imbalance`` more requests in flight
+   than the least-loaded candidate ("overloaded": the cache hit is not worth the queue);
+4. **least_tokens**: otherwise the replica with the fewest outstanding tokens (prompt +
+   max_tokens of the requests this router has in flight there).
+
+The chosen replica is the first rank, the others follow by outstanding tokens, so a replica
+that refuses (at max_ongoing_requests) passes the request on. Every decision is counted in
+``routing_log.ROUTING`` (read by the ingress's /metrics). No FIFOMixin: a decision is made for one
+request and fulfils that request (RequestRouter matches by request id), never another. ``ObservedPow2Router`` is Ray's default
+power-of-two router unchanged, counting its decisions the same way (the baseline).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Optional
+
+from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequestRouter
+from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
+
+MAX_SESSIONS = 100_000  # session -> replica entries kept (least recently used dropped)
+MAX_RECENT_BLOCKS = 100_000  # per replica: block hashes routed there and not yet in a report
+
+
+def routing_log():
+    """This process's RoutingLog. Imported at call time: Serve pickles this module by value
+    into each handle's process, so a module-level object here would be a copy per router."""
+    from llaisys.ray.routing_log import ROUTING
+
+    return ROUTING
+
+
+def replica_label(r: RunningReplica) -> str:
+    return (r.routing_stats or {}).get("replica") or r.replica_id.unique_id
+
+
+def _route(pending: Optional[PendingRequest]) -> dict:
+    if pending is None:
+        return {}
+    route = pending.kwargs.get("route")
+    return route if isinstance(route, dict) else {}
+
+
+class PrefixAwareRouter(RequestRouter):
+    """See the module docstring. request_router_kwargs: ``imbalance`` (requests in flight
+    beyond the least-loaded replica's that void an affinity, default 8)."""
+
+    def initialize_state(self, imbalance: int = 8, **kwargs):
+        self.imbalance = int(imbalance)
+        self._sessions: OrderedDict = OrderedDict()  # session -> ReplicaID of its last turn
+        self._recent: dict = {}  # ReplicaID -> OrderedDict(hash prefix -> None), routed there lately
+        self._inflight: dict = {}  # internal request id -> (ReplicaID, tokens)
+        self._load: dict = {}  # ReplicaID -> [requests, tokens] in flight from this router
+        self._decided: dict = {}  # internal request id -> (reason, route) chosen by choose_replicas
+        routing_log().routers.append(self)
+
+    # ---- the decision --------------------------------------------------------------------
+    def _held(self, r: RunningReplica, hashes: list) -> int:
+        """How many leading blocks of the prompt the replica holds (reported or routed there)."""
+        cached = (r.routing_stats or {}).get("cached") or ()
+        recent = self._recent.get(r.replica_id, {})
+        n = 0
+        for h in hashes:
+            if h not in cached and h not in recent:
+                break
+            n += 1
+        return n
+
+    def _requests(self, r: RunningReplica) -> int:
+        return self._load.get(r.replica_id, (0, 0))[0]
+
+    def _tokens(self, r: RunningReplica) -> int:
+        return self._load.get(r.replica_id, (0, 0))[1]
+
+    def decide(self, candidates: list, route: dict) -> tuple:
+        """(reason, chosen replica, matched blocks) for a request with this `route`."""
+        min_q = min(self._requests(r) for r in candidates)
+        least = min(candidates, key=lambda r: (self._tokens(r), self._requests(r)))
+        session = route.get("session")
+        if session is not None:
+            rid = self._sessions.get(session)
+            r = next((c for c in candidates if c.replica_id == rid), None)
+            if r is not None:
+                if self._requests(r) - min_q <= self.imbalance:
+                    return "session", r, self._held(r, route.get("hashes") or [])
+                return "overloaded", least, self._held(least, route.get("hashes") or [])
+        hashes = route.get("hashes") or []
+        if hashes:
+            held = {c.replica_id: self._held(c, hashes) for c in candidates}
+            best = max(candidates, key=lambda c: (held[c.replica_id], -self._tokens(c)))
+            if held[best.replica_id] > 0:
+                if self._requests(best) - min_q <= self.imbalance:
+                    return "prefix", best, held[best.replica_id]
+                return "overloaded", least, held[least.replica_id]
+        return "least_tokens", least, 0
+
+    async def choose_replicas(self, candidate_replicas: list, pending_request: Optional[PendingRequest] = None
+                              ) -> list:
+        if not candidate_replicas:
+            return []
+        route = _route(pending_request)
+        reason, chosen, matched = self.decide(candidate_replicas, route)
+        if pending_request is not None:
+            self._decided[pending_request.metadata.internal_request_id] = (reason, route, matched)
+        rest = sorted((c for c in candidate_replicas if c is not chosen), key=lambda c: self._tokens(c))
+        return [[chosen]] + ([rest] if rest else [])
+
+    # ---- bookkeeping ---------------------------------------------------------------------
+    def on_request_routed(self, pending_request: PendingRequest, replica_id, result) -> None:
+        rid = pending_request.metadata.internal_request_id
+        reason, route, matched = self._decided.pop(rid, ("least_tokens", _route(pending_request), 0))
+        replica = self.curr_replicas.get(replica_id)
+        label = replica_label(replica) if replica is not None else replica_id.unique_id
+        routing_log().record("prefix_aware", reason, label, matched)
+        session = route.get("session")
+        if session is not None:
+            self._sessions[session] = replica_id
+            self._sessions.move_to_end(session)
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        recent = self._recent.setdefault(replica_id, OrderedDict())
+        for h in route.get("hashes") or []:
+            recent[h] = None
+            recent.move_to_end(h)
+        while len(recent) > MAX_RECENT_BLOCKS:
+            recent.popitem(last=False)
+        tokens = int(route.get("tokens") or 1)
+        self._inflight[rid] = (replica_id, tokens)
+        load = self._load.setdefault(replica_id, [0, 0])
+        load[0] += 1
+        load[1] += tokens
+
+    def on_request_completed(self, replica_id, internal_request_id: str) -> None:
+        self._decided.pop(internal_request_id, None)
+        entry = self._inflight.pop(internal_request_id, None)
+        if entry is not None and entry[0] in self._load:
+            load = self._load[entry[0]]
+            load[0] -= 1
+            load[1] -= entry[1]
+
+    def on_replica_actor_died(self, replica_id) -> None:
+        super().on_replica_actor_died(replica_id)
+        self._recent.pop(replica_id, None)
+        self._load.pop(replica_id, None)
+        for s in [s for s, r in self._sessions.items() if r == replica_id]:
+            del self._sessions[s]
+
+    def update_replicas(self, replicas: list) -> None:
+        super().update_replicas(replicas)
+        live = {r.replica_id for r in replicas}
+        for rid in [rid for rid in self._recent if rid not in live]:
+            self._recent.pop(rid, None)
+            self._load.pop(rid, None)
+
+
+class ObservedPow2Router(PowerOfTwoChoicesRequestRouter):
+    """Ray's default router, unchanged, whose decisions are counted like ours (the baseline
+    of the prefix-hit comparison, and its replicas' reports still reach /metrics)."""
+
+    def initialize_state(self, **kwargs):
+        routing_log().routers.append(self)
+
+    def on_request_routed(self, pending_request: PendingRequest, replica_id, result) -> None:
+        replica = self.curr_replicas.get(replica_id)
+        routing_log().record("pow2", "pow2", replica_label(replica) if replica is not None else replica_id.unique_id, 0)

@@ -1,0 +1,117 @@
+"""A local Ray cluster on 127.0.0.1 serving a tiny real checkpoint with 2 LLMReplica replicas
+behind the llaisys ingress (module scope; shut down in the finalizer).
+
+The tests that need it skip only when Ray Serve (or the openai client) is not installed.
+Ray reserves almost nothing (the machine's cores are shared): each replica asks for a
+quarter CPU and runs one kernel thread.
+"""
+
+import json
+import os
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+API_KEY = "ray-test-key"
+MODEL = "tiny"
+READY_TIMEOUT_S = 300  # Ray start + two replicas loading on a busy 2-core machine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    """The running application: its base URL, and helpers for raw HTTP."""
+
+    def __init__(self, port: int):
+        self.port = port
+        self.base = f"http://127.0.0.1:{port}"
+
+    def get(self, path: str, key: str = API_KEY, timeout: float = 30) -> tuple:
+        req = urllib.request.Request(self.base + path, headers={"Authorization": f"Bearer {key}"} if key else {})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def post(self, path: str, body: dict, key: str = API_KEY, timeout: float = 120) -> tuple:
+        req = urllib.request.Request(self.base + path, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def metrics(self) -> dict:
+        """Prometheus samples: 'name{labels}' -> value."""
+        status, body = self.get("/metrics")
+        assert status == 200, body
+        out = {}
+        for line in body.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                out[name] = float(value)
+        return out
+
+    def routed(self) -> dict:
+        """replica label -> requests routed to it so far."""
+        prefix = 'llaisys:ray_requests_routed_total{replica="'
+        return {k[len(prefix):-2]: v for k, v in self.metrics().items() if k.startswith(prefix)}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(qwen05_dir, tmp_path_factory):
+    from tiny_checkpoint import make_tiny_checkpoint
+
+    return make_tiny_checkpoint(tmp_path_factory.mktemp("ray_tiny"), qwen05_dir, tie=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(tiny_model, request):
+    ray = pytest.importorskip("ray")
+    serve = pytest.importorskip("ray.serve")
+    pytest.importorskip("openai")
+    from llaisys.ray.app import RayOptions, build_app
+    from llaisys.ray.ingress import IngressSettings
+    from llaisys.server.limits import ServerLimits
+    from llaisys.server.registry import ModelSpec
+
+    port = free_port()
+    # the workers inherit this environment: they import the tree under test and its library
+    ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
+             configure_logging=False)
+    request.addfinalizer(ray.shutdown)
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    request.addfinalizer(serve.shutdown)
+    settings = IngressSettings(specs=[ModelSpec(str(tiny_model), MODEL)], api_keys=(API_KEY,),
+                               limits=ServerLimits(request_timeout_s=120.0))
+    engine = dict(kv_cache_memory="32MiB", max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512,
+                  kv_dtype="f32")
+    opts = RayOptions(replicas=2, replica_cpus=0.25, threads=1, stats_period_s=0.5, drain_timeout=20.0)
+    serve.run(build_app(settings, engine, opts), name="llaisys", route_prefix="/", blocking=False)
+    c = Cluster(port)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            status, body = c.get("/health", key=None, timeout=5)
+        except OSError:
+            status, body = 0, b""
+        if status == 200:
+            break
+        assert b'"failed"' not in body, body[:2000]  # the ingress could not load: say why at once
+        assert time.monotonic() < deadline, f"the Ray application did not become ready: {status} {body[:300]}"
+        time.sleep(1.0)
+    # both replicas have reported to the router (routing and metrics read the reports)
+    while len([k for k in c.metrics() if k.startswith("llaisys:replica_num_requests_running")]) < 2:
+        assert time.monotonic() < deadline, "the replicas' routing reports never arrived"
+        time.sleep(0.5)
+    return c
