@@ -171,6 +171,8 @@ class Matcher:
         if not self._fresh:
             self._ll.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
             self._check()
+            if not self._mask.any():  # the sampler refuses an empty mask: say why here
+                raise StructuredOutputError("structured", "structured output: the grammar allows no next token")
             self._fresh = True
         return self._mask
 
