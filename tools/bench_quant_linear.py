@@ -4,6 +4,7 @@ bf16 packed GEMM, on the linear shapes of Qwen2.5 1.5B (or 0.5B) at decode and p
     python tools/bench_quant_linear.py [--model 1.5b|0.5b] [--m 1 16 128] [--formats q4_k q8_0 ...]
                                        [--shapes qkv o gate_up down lm_head] [--out FILE]
     python tools/bench_quant_linear.py --crossover --shapes o --m 2 4 8 16 32 [--formats ...]
+    OMP_NUM_THREADS=1 python tools/bench_quant_linear.py --clock cpu ...   # G MAC/s per core
 
 Each (shape, m) times the bf16 PackedLinear and one PackedLinear per format (random GGUF blocks
 with sane scales: the kernels' speed does not depend on the values), alternately, --repeats
@@ -11,6 +12,10 @@ times each, every timed run >= --min-time s; figures are medians, every run is i
 CPU model, the SIMD flags and the llaisys ISA path are recorded (bench_env). GB/s counts the
 weight's bytes once per call, the traffic decode is bound by; at m = 128 GFLOP/s is the figure
 to read. The host may be shared: compare columns of one run rather than runs.
+
+--clock cpu times each call by the process's CPU time instead of the wall clock: with
+OMP_NUM_THREADS=1 that is the kernels' cost per core, which a busy shared host disturbs far
+less than wall time (it still shares caches); the GMAC/s column is then per core.
 
 --crossover times, per format, the int8 dot-product path against the float (dequantize + f32
 GEMM) path at each m, in child processes alternating between the two (LLAISYS_QUANT_F32_ROWS),
@@ -21,7 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +60,20 @@ def random_blocks(fmt: str, n: int, k: int, rng) -> np.ndarray:
     return b.reshape(n, -1)
 
 
-def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: int, min_time: float, rng) -> list:
+def cpu_time_per_call(fn, min_time: float) -> float:
+    """CPU seconds of this process per call of fn, over as many calls as fill min_time of it."""
+    fn()
+    calls, t0 = 0, time.process_time()
+    while True:
+        fn()
+        calls += 1
+        used = time.process_time() - t0
+        if used >= min_time:
+            return used / calls
+
+
+def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: int, min_time: float, rng,
+                timer=time_per_call) -> list:
     x = llaisys.Tensor.from_numpy(rng.standard_normal((m, k), dtype=np.float32))
     out = llaisys.Tensor((m, n), "f32")
     kernels = {}  # label -> (PackedLinear, weight bytes)
@@ -70,12 +90,12 @@ def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: 
     runs = {label: [] for label in kernels}
     for _ in range(repeats):  # alternate, so a busy spell on the host hits every kernel
         for label, (packed, _) in kernels.items():
-            runs[label].append(time_per_call(lambda: packed(out, x), min_time))
+            runs[label].append(timer(lambda: packed(out, x), min_time))
     rows = []
     for label, (packed, nbytes) in kernels.items():
         s = float(np.median(runs[label]))
         rows.append({"shape": name, "k": k, "n": n, "m": m, "weight": label, "weight_bytes": nbytes,
-                     "ms": round(s * 1e3, 4), "gflops": round(2.0 * m * n * k / s / 1e9, 2),
+                     "ms": round(s * 1e3, 4), "gmacs": round(m * n * k / s / 1e9, 2), "gflops": round(2.0 * m * n * k / s / 1e9, 2),
                      "gbps": round(nbytes / s / 1e9, 2), "vs_bf16": None, "runs_s": [round(t, 6) for t in runs[label]]})
         packed.close()
     base = next(r for r in rows if r["weight"] == "bf16")["ms"]
@@ -107,7 +127,6 @@ def crossover(shape: str, k: int, n: int, formats: list[str], ms: list[int], rep
     """Per format, seconds per call of the int8 path and the float path at each m (children
     under LLAISYS_QUANT_F32_ROWS, which the library reads once per process), alternately;
     returns rows with both medians and the smallest m from which the float path stays faster."""
-    import os
     import subprocess
     out = []
     for fmt in formats:
@@ -143,6 +162,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--out", default="bench_quant_linear.json")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: time by process CPU time (with OMP_NUM_THREADS=1: the cost per core)")
     ap.add_argument("--crossover", action="store_true",
                     help="time the int8 and the float path of each format at each --m (children) instead")
     args = ap.parse_args(argv)
@@ -159,17 +180,20 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "crossover": rows}, indent=1))
         print(f"wrote {args.out}")
         return 0
-    print(f"{'shape':8} {'m':>4} {'weight':6} {'ms':>9} {'GFLOP/s':>8} {'GB/s':>6} {'vs bf16':>7}")
+    timer = cpu_time_per_call if args.clock == "cpu" else time_per_call
+    print(f"clock: {args.clock}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
+    print(f"{'shape':8} {'m':>4} {'weight':6} {'ms':>9} {'GMAC/s':>7} {'GB/s':>6} {'vs bf16':>7}")
     rng = np.random.default_rng(0)
     rows = []
     for name in names:
         k, n = shapes[name]
         for m in args.m:
-            for r in bench_shape(name, k, n, m, args.formats, args.repeats, args.min_time, rng):
+            for r in bench_shape(name, k, n, m, args.formats, args.repeats, args.min_time, rng, timer):
                 rows.append(r)
-                print(f"{name:8} {m:4} {r['weight']:6} {r['ms']:9.3f} {r['gflops']:8.1f} {r['gbps']:6.1f} "
+                print(f"{name:8} {m:4} {r['weight']:6} {r['ms']:9.3f} {r['gmacs']:7.2f} {r['gbps']:6.1f} "
                       f"{r['vs_bf16']:7.2f}", flush=True)
-    Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "rows": rows}, indent=1))
+    Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "clock": args.clock,
+                                          "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "rows": rows}, indent=1))
     print(f"wrote {args.out}")
     return 0
 

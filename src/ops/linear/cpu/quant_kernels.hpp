@@ -4,8 +4,8 @@
 //
 // Activations are quantized once per call, per row of x, symmetrically to int8 with an f32
 // scale per block: d = max|x| / 127, q = round(x / d), so |x - q d| <= d / 2.
-//   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use s = d * sum(q) for their
-//   offsets (q - 8, q - 16);
+//   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use sum(q) for their offsets
+//   (q - 8, q - 16), subtracted from the integer dot product before it is scaled;
 //   Q4_K, Q5_K, Q6_K weights read BlockQ8_K (256 values, blocks.hpp) and its bsums (sums of
 //   each 16) for their mins and offsets.
 // The weight's stored integers are multiplied with the activations' in exact integer
@@ -21,7 +21,7 @@ namespace llaisys::ops::cpu {
 
 struct BlockQ8_32 {
     float d;          // scale: x ~= d * qs
-    float s;          // d * sum(qs)
+    int32_t sum;      // sum(qs)
     int8_t qs[32];    // [32]
 };
 static_assert(sizeof(BlockQ8_32) == 40);
@@ -34,8 +34,10 @@ constexpr bool reads_q8k(llaisysDataType_t dt) {
 // out[i * ldo + r] = W row r . x row i for r < rows, i < m: w [rows][row_bytes] GGUF blocks of
 // dtype dt (nb blocks a row); xq [m][xq_stride bytes] the quantized activations (nb blocks of
 // BlockQ8_32 or BlockQ8_K a row, as dt reads). Each weight block is decoded once per group of
-// up to 4 activation rows; all activation rows are walked for each weight row before the
-// next, so a caller that passes a few rows keeps them in L1 for the whole batch.
+// up to 8 activation rows, each group walking all the weight rows, so a caller that passes a
+// few weight rows keeps them in L1 for the whole batch; a single activation row (decode) is
+// walked by 4 weight rows at a time for the 32-blocks (one vector of 4 rows' sums scaled at
+// once), by one for the K-quants.
 #define LLAISYS_QUANT_DOT_ROWS_DECL                                                                          \
     void dot_rows(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, size_t row_bytes,         \
                   size_t rows, const std::byte *xq, size_t xq_stride, size_t m, size_t nb)

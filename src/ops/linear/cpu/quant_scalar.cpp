@@ -25,8 +25,7 @@ float block_dot(const BlockQ4_0 &b, const BlockQ8_32 &x, uint8_t *q) {
         q[i] = b.qs[i] & 0x0F;
         q[i + 16] = b.qs[i] >> 4;
     }
-    const float d = to_f32(b.d);
-    return d * x.d * float(dot32(q, x.qs, 32)) - 8.0f * d * x.s;
+    return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32) - 8 * x.sum);
 }
 
 float block_dot(const BlockQ5_0 &b, const BlockQ8_32 &x, uint8_t *q) {
@@ -36,8 +35,7 @@ float block_dot(const BlockQ5_0 &b, const BlockQ8_32 &x, uint8_t *q) {
         q[i] = uint8_t((b.qs[i] & 0x0F) | (((qh >> i) & 1) << 4));
         q[i + 16] = uint8_t((b.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
     }
-    const float d = to_f32(b.d);
-    return d * x.d * float(dot32(q, x.qs, 32)) - 16.0f * d * x.s;
+    return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32) - 16 * x.sum);
 }
 
 float block_dot(const BlockQ8_0 &b, const BlockQ8_32 &x, uint8_t *) {

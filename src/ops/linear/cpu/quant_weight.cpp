@@ -58,7 +58,7 @@ void quantize_row_q8_32(const float *x, BlockQ8_32 *out, size_t nb) {
             sum += q;
         }
         out[b].d = d;
-        out[b].s = d * float(sum);
+        out[b].sum = sum;
     }
 }
 
