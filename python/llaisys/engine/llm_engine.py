@@ -198,9 +198,15 @@ class LLMEngine:
           parameter: any SamplingParams check (run again here, on a copy), a ``logit_bias``
           or ``stop_token_ids`` id at or above the model's logits width (``vocab_size``), or
           ``logprobs`` above it;
+        - StructuredOutputError (a ValueError naming ``structured``) when the structured-output
+          constraint cannot be built for this tokenizer (it is compiled and cached here);
         - ValueError for the prompt (empty, not flat ints, an id outside the vocabulary) and
           for a request that could never fit (``check_fits``)."""
-        return self._admit(prompt_token_ids, snapshot_sampling_params(sampling_params))
+        sp = snapshot_sampling_params(sampling_params)
+        admitted = self._admit(prompt_token_ids, sp)
+        if sp.structured is not None:  # tokenizer + grammar built here, on the caller's thread: the
+            self.structured.matcher(sp.structured)  # loop's add_request then hits the caches
+        return admitted
 
     def _admit(self, prompt_token_ids, sp: SamplingParams) -> tuple:
         ids = _check_prompt(prompt_token_ids, None if self._prompt_vocab == float("inf") else self._prompt_vocab)
