@@ -28,7 +28,6 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 

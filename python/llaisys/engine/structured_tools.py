@@ -77,10 +77,12 @@ def tool_call_spec(tools, tool_choice, parallel: bool = True) -> Optional[Struct
 
         <tool_call>\\n{"name": "<function>", "arguments": {...}}\\n</tool_call>
 
-    where <tool_call> and </tool_call> are the tokenizer's special tokens of that text (as
-    Qwen2.5 emits them; a tokenizer without them cannot build the matcher: the engine rejects
-    the request), repeated with "\\n" between calls when ``parallel``, after which the model can only end
-    (eos; the engine stops the sequence as soon as the grammar is complete). The JSON is
+    where <tool_call> and </tool_call> are the tokenizer's added tokens of that text (as
+    Qwen2.5 emits them, and as its decode shows them; a tokenizer without them cannot build
+    the matcher: ``LLMEngine.check_request`` refuses the request), repeated with "\\n"
+    between calls when ``parallel``, after which the model can only end (eos; the engine
+    stops the sequence as soon as the grammar is complete). Small models given ``parallel``
+    may repeat calls until ``max_tokens``; ``parallel=False`` always ends after one call. The JSON is
     compact (", " and ": " separators), "name" comes first and is one of the allowed
     functions, and "arguments" always parses (``json.loads``) and matches that function's
     ``parameters`` schema; a function with ``"strict": false`` lets llguidance skip schema
