@@ -90,8 +90,12 @@ def cluster(tiny_model, request):
     ray.init(address="local", num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False,
              configure_logging=False)
     request.addfinalizer(ray.shutdown)
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
     request.addfinalizer(serve.shutdown)
+    try:
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+    except (TimeoutError, ray.exceptions.RayActorError):  # Serve gives its proxy 60 s: a busy machine may miss it
+        serve.shutdown()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
     settings = IngressSettings(specs=[ModelSpec(str(tiny_model), MODEL)], api_keys=(API_KEY,),
                                limits=ServerLimits(request_timeout_s=120.0))
     engine = dict(kv_cache_memory="32MiB", max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512,

@@ -85,7 +85,7 @@ def test_40_concurrent_requests_use_both_replicas(cluster):
     assert all(r is not None and r[0] == 200 for r in results), [r for r in results if r is None or r[0] != 200]
     assert all(json.loads(r[1])["usage"]["completion_tokens"] == 12 for r in results)
     after = cluster.routed()
-    spread = {k: after[k] - before.get(k, 0) for k in after}
+    spread = {k: after[k] - before.get(k, 0) for k in after if after[k] > before.get(k, 0)}
     assert sum(spread.values()) == 40, spread
     assert len([v for v in spread.values() if v > 0]) == 2 and min(spread.values()) >= 8, spread
 
@@ -166,7 +166,7 @@ def test_killed_replica_loses_no_request(cluster):
     for t in more:
         t.start()
     time.sleep(0.3)  # the plain requests reach the replicas
-    victim = with_streams[0].split("/", 1)[1]  # replica label "model/tag"; its actor's name ends with the tag
+    victim = with_streams[0]  # replica label: Serve's replica id, which ends its actor's name
     names = [n for n in _replica_actor_names() if n.endswith(victim)]
     assert len(names) == 1, (victim, _replica_actor_names())
     ray.kill(ray.get_actor(names[0], namespace="serve"), no_restart=True)

@@ -74,7 +74,7 @@ class LLMReplica:
 
         ctx = serve.get_replica_context()
         self.model = served_name
-        self.name = f"{served_name}/{ctx.replica_tag}"  # label of this replica in metrics and logs
+        self.name = ctx.replica_tag  # label of this replica in metrics and logs (Serve's replica id)
         if pin_cores:
             allowed = sorted(os.sched_getaffinity(0))
             width = max(1, threads or 1)

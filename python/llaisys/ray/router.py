@@ -43,7 +43,8 @@ def routing_log():
 
 
 def replica_label(r: RunningReplica) -> str:
-    return (r.routing_stats or {}).get("replica") or r.replica_id.unique_id
+    """Serve's replica id, as the replica labels itself (known before its first report)."""
+    return r.replica_id.unique_id
 
 
 def _route(pending: Optional[PendingRequest]) -> dict:
