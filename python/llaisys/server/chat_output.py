@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .reasoning import ReasoningSplitter
-from .tool_calls import ToolCallParser, ToolConfig
+from .tool_calls import ToolConfig
+from .tool_parser import ToolCallParser
 
 
 @dataclass
