@@ -47,17 +47,17 @@ bool per_layer(int kind) { return kind >= LLAISYS_WEIGHT_ATTN_NORM; }
 
 WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device_id)
     : arch_(arch_name(c.p.arch)), tied_(c.p.tie_word_embeddings != 0), n_layers_(c.p.n_layers), device_(device),
-      dtype_(c.p.dtype) {
+      device_id_(device_id), dtype_(c.p.dtype) {
     const llaisysModelParams_t &p = c.p;
     const size_t H = p.hidden_size, I = p.intermediate_size, V = p.vocab_size, hd = p.head_dim;
     const size_t nq = c.q_dim, nkv = c.kv_dim;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, p.dtype, device, device_id); };
     auto make_linear = [&](size_t n, size_t k) {
-        LinearWeight lw;  // CPU: packed or quantized storage is made by the first weight set into it
+        LinearWeight lw;  // its storage (packed, quantized, dense) is made by the first weight set into it
         lw.n = n;
         lw.k = k;
         if (device != LLAISYS_DEVICE_CPU) {
-            lw.dense = make({n, k});
+            checked_mul(n, k, "linear weight elements");
         } else {  // whichever it will be, its size must fit: rows padded to whole panels, k to pairs
             checked_mul(checked_round_up(n, 32, "linear weight rows (padded to 32-row panels)"),
                         checked_round_up(k, 2, "linear weight width"), "packed linear weight elements");
@@ -169,6 +169,8 @@ void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer,
     if (quant && device_ == LLAISYS_DEVICE_CPU && (s.lin || s.embed)) {
         if (s.lin) set_linear(s, data, dtype);
         else set_embed_quant(s, data, dtype);
+    } else if (s.lin && device_ != LLAISYS_DEVICE_CPU) {
+        set_linear_gpu(s, data, dtype);
     } else if (quant) {  // no quantized storage here: dequantize to f32 on the host, then as a float weight
         std::vector<float> rows(shape[0] * shape[1]);  // [rows, k]
         quant::dequantize_rows(data, dtype, rows.data(), LLAISYS_DTYPE_F32, shape[0], shape[1]);
@@ -211,6 +213,43 @@ void WeightStore::set_linear(Slot &s, const void *data, llaisysDataType_t dtype)
     }
 }
 
+// GPU linear weights: the first weight set into a fused linear decides its storage. Quantized:
+// each part is kept as its GGUF blocks in a device tensor of its own (a part set again is
+// replaced), and a float part is refused as on the CPU. Float: the dense [n, k] tensor in the
+// model dtype, into which later quantized parts are dequantized.
+void WeightStore::set_linear_gpu(Slot &s, const void *data, llaisysDataType_t dtype) {
+    LinearWeight &lw = *s.lin;
+    const bool quant = is_quant_dtype(dtype);
+    if (!lw.dense && lw.qparts.empty() && !quant) lw.dense = Tensor::create({lw.n, lw.k}, dtype_, device_, device_id_);
+    const size_t elems = s.shape[0] * s.shape[1];
+    if (lw.dense) {
+        if (!quant) {
+            convert_rows(*lw.dense, s.row0, data, dtype, elems);
+            return;
+        }
+        std::vector<float> rows(elems);  // [rows, k]
+        quant::dequantize_rows(data, dtype, rows.data(), LLAISYS_DTYPE_F32, s.shape[0], s.shape[1]);
+        convert_rows(*lw.dense, s.row0, rows.data(), LLAISYS_DTYPE_F32, elems);
+        return;
+    }
+    LLAISYS_CHECK(quant, LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name, "' is ", dtype_name(dtype),
+                  " but the weights it is fused with (q/k/v, or gate/up) were set block-quantized: a fused linear "
+                  "is stored one way, so give them all float or all block-quantized types (quantized types may "
+                  "differ between them)");
+    tensor_t part = Tensor::create({s.shape[0], s.shape[1]}, dtype, device_, device_id_);  // [rows, k] blocks
+    part->load(data, part->nbytes());
+    const ops::cpu::QuantRows view{s.row0, s.shape[0], dtype, quant::row_bytes(dtype, s.shape[1]), part->data()};
+    size_t at = 0;
+    while (at < lw.qrows.size() && lw.qrows[at].row0 < s.row0) at++;
+    if (at < lw.qrows.size() && lw.qrows[at].row0 == s.row0) {  // the same slot again
+        lw.qparts[at] = std::move(part);
+        lw.qrows[at] = view;
+    } else {
+        lw.qparts.insert(lw.qparts.begin() + ptrdiff_t(at), std::move(part));
+        lw.qrows.insert(lw.qrows.begin() + ptrdiff_t(at), view);
+    }
+}
+
 // The untied embedding given block-quantized on the CPU: kept quantized (rows dequantized as
 // looked up), replacing the float table.
 void WeightStore::set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype) {
@@ -236,6 +275,7 @@ size_t WeightStore::bytes() const {
         total += lw.packed ? lw.packed->bytes() : 0;
         total += lw.quant ? lw.quant->bytes() : 0;
         tensor(lw.dense);
+        for (const tensor_t &p : lw.qparts) tensor(p);
     };
     tensor(w_.embed);
     total += w_.embed_q ? w_.embed_q->bytes() : 0;

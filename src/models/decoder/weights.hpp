@@ -22,14 +22,18 @@ namespace llaisys::models {
 // CPU, float weights are packed at load into panels in the model dtype
 // (ops/linear/cpu/packed.hpp) and block-quantized ones (GGUF Q4_K, Q8_0, ...) are kept
 // quantized in the quantized kernels' layout (ops/linear/cpu/quant_weight.hpp); which one is
-// decided by the first weight set into it, and the HF-layout copy is never kept. On a GPU, W is
-// the HF layout in device memory in the model dtype (cuBLAS reads it as is; quantized weights
-// are dequantized on the way in). Exactly one of the three is set once loaded.
+// decided by the first weight set into it, and the HF-layout copy is never kept. On a GPU the
+// first weight set decides too: block-quantized parts are kept as GGUF blocks in device memory
+// (qparts, read by ops/linear/nvidia/quant_linear_nvidia.hpp), float ones make W the HF layout
+// in device memory in the model dtype (dense: cuBLAS reads it as is; quantized parts set into
+// a dense W later are dequantized on the way in). Once loaded, exactly one form is set.
 struct LinearWeight {
     size_t n = 0, k = 0;
     std::unique_ptr<ops::cpu::PackedWeight> packed;  // CPU, float weights
     std::unique_ptr<ops::cpu::QuantWeight> quant;    // CPU, block-quantized weights
     tensor_t dense;                                  // NVIDIA: [n, k]
+    std::vector<tensor_t> qparts;                    // NVIDIA: the quantized parts, [rows_i, k] each
+    std::vector<ops::cpu::QuantRows> qrows;          // NVIDIA: their row ranges (device data), by row0
 };
 
 struct LayerWeights {
@@ -86,12 +90,14 @@ private:
     Slot &find(const char *name, llaisysWeightKind_t kind, int32_t layer);
     void set_linear(Slot &s, const void *data, llaisysDataType_t dtype);
     void set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype);
+    void set_linear_gpu(Slot &s, const void *data, llaisysDataType_t dtype);
 
 
     const char *arch_;
     bool tied_;
     size_t n_layers_;
     llaisysDeviceType_t device_;
+    int device_id_;
     llaisysDataType_t dtype_;  // the model dtype: float weights are stored in it
     Weights w_;
     std::vector<Slot> slots_;                          // in creation order

@@ -10,13 +10,14 @@
 #ifdef LLAISYS_ENABLE_NVIDIA
 #include "../nvidia_launch.hpp"
 #include "nvidia/linear_nvidia.hpp"
+#include "nvidia/quant_linear_nvidia.hpp"
 #endif
 
 namespace llaisys::ops {
 namespace {
 
 // linear with a block-quantized weight: f32 activations run in place; f16 / bf16 ones are
-// widened to f32 and the result rounded back once.
+// widened to f32 and the result rounded back once. On a GPU, nvidia/quant_linear_nvidia.hpp.
 void linear_quantized(Tensor &out, const Tensor &in, const Tensor &weight, const Tensor *bias) {
     const char *op = "linear";
     check_same_device(op, {&out, &in, &weight});
@@ -35,11 +36,21 @@ void linear_quantized(Tensor &out, const Tensor &in, const Tensor &weight, const
         check_shape(op, "bias", *bias, {n});
         check_contiguous(op, {bias});
     }
-    if (out.device() != LLAISYS_DEVICE_CPU) no_kernel(op, weight);
+    if (out.device() != LLAISYS_DEVICE_CPU && out.device() != LLAISYS_DEVICE_NVIDIA) no_kernel(op, weight);
     if (n == 0 || m == 0) return;
     const cpu::QuantRows rows{0, n, weight.dtype(), weight.nbytes() / n, weight.data()};
     const std::byte *b = bias ? bias->data() : nullptr;
     const llaisysDataType_t bdt = bias ? bias->dtype() : LLAISYS_DTYPE_F32;
+    if (out.device() == LLAISYS_DEVICE_NVIDIA) {
+#ifdef LLAISYS_ENABLE_NVIDIA
+        run_nvidia(out.device_id(), [&](cudaStream_t s) {
+            nvidia::linear_quant(out.data(), in.data(), out.dtype(), &rows, 1, n, k, b, bdt, m, out.device_id(), s);
+        });
+        return;
+#else
+        no_kernel(op, weight);
+#endif
+    }
     if (out.dtype() == LLAISYS_DTYPE_F32) {
         cpu::linear_quant_rows(reinterpret_cast<float *>(out.data()), reinterpret_cast<const float *>(in.data()), &rows,
                                1, n, k, b, bdt, m);

@@ -4,7 +4,8 @@
 // staging buffer and copies it to the device in one cudaMemcpyAsync (begin_step); nothing
 // waits on the host until the sample rows' ids (head) or finish(). Activations are f32 as on
 // the CPU; each linear rounds its input to the weight dtype and multiplies on the tensor cores
-// with f32 accumulation (ops/linear/nvidia).
+// with f32 accumulation (ops/linear/nvidia), or, over GGUF blocks, runs the quantized GEMV
+// (decode) or dequantized panels through cuBLAS (prefill; quant_linear_nvidia.hpp).
 #include "../backend.hpp"
 
 #include "../../../core/allocator.hpp"
@@ -12,11 +13,13 @@
 #include "../../../ops/elementwise/nvidia/elementwise_nvidia.hpp"
 #include "../../../ops/embedding/nvidia/embedding_nvidia.hpp"
 #include "../../../ops/linear/nvidia/linear_nvidia.hpp"
+#include "../../../ops/linear/nvidia/quant_linear_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/kv_write_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/paged_attention_nvidia.hpp"
 #include "../../../ops/rms_norm/nvidia/rms_norm_nvidia.hpp"
 #include "../../../ops/rope/nvidia/rope_nvidia.hpp"
 #include "../../../ops/swiglu/nvidia/swiglu_nvidia.hpp"
+#include "../../../quant/nvidia/dequant_nvidia.hpp"
 #include "../../../sampling/nvidia/sampler_nvidia.hpp"
 #include "../../../utils/error.hpp"
 
@@ -143,6 +146,11 @@ public:
     }
 
     void embed(float *x, size_t n) override {
+        if (!w_.embed && !w_.lm_head.qrows.empty()) {  // tied to a quantized lm_head: one part [V, H]
+            const ops::cpu::QuantRows &t = w_.lm_head.qrows.front();
+            quant::nvidia::dequantize_rows(x, kF32, t.data, t.dt, n, c_.p.hidden_size, token_ids_, 0, st_);
+            return;
+        }
         // tied: the dense lm_head holds the embedding
         const tensor_t &table = w_.embed ? w_.embed : w_.lm_head.dense;
         ops::nvidia::embedding(bytes(x), kF32, token_ids_, table->data(), c_.p.dtype, n, c_.p.vocab_size,
@@ -159,6 +167,11 @@ public:
     }
 
     void linear(float *out, const float *in, const LinearWeight &w, const Tensor *bias, size_t m) override {
+        if (!w.qrows.empty()) {  // GGUF blocks as loaded
+            ops::nvidia::linear_quant(bytes(out), bytes(in), kF32, w.qrows.data(), w.qrows.size(), w.n, w.k,
+                                      bias ? bias->data() : nullptr, bias ? bias->dtype() : kF32, m, id_, st_);
+            return;
+        }
         const Tensor &W = *w.dense;  // [n, k]
         ops::nvidia::linear(bytes(out), bytes(in), kF32, W.data(), bias ? bias->data() : nullptr, c_.p.dtype, m,
                             W.shape()[0], W.shape()[1], id_, st_);
@@ -207,9 +220,8 @@ public:
 
     void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
               const llaisysStepOutput_t &out) override {
-        const size_t V = c_.p.vocab_size, H = c_.p.hidden_size;
-        ops::nvidia::linear(bytes(logits), bytes(xs), kF32, w_.lm_head.dense->data(), nullptr, c_.p.dtype, ns, V, H,
-                            id_, st_);  // [n_sample, V]
+        const size_t V = c_.p.vocab_size;
+        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         if (out.logits) to_host(out.logits, logits, ns * V * sizeof(float));
         if (params) {
             // may use the logits as scratch: queued after the copy above, so the copy sees them

@@ -1,0 +1,105 @@
+// Device-side dequantization of the GGUF block formats (../blocks.hpp), eight elements at a
+// time: the building block of the CUDA dequantize kernel and of the quantized GEMV (nvcc only).
+//
+// Bit-identical to the CPU reference (../dequant.cpp) by construction: the f16 scales are
+// widened exactly (__half2float, as to_f32), and every product and difference is written with
+// the IEEE round-to-nearest intrinsics (__fmul_rn, __fsub_rn), in the CPU's order:
+//   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
+//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q6_K: (d * scale) * float(q - 32)
+// The intrinsics keep nvcc from contracting a product and a difference into one FMA (which
+// --fmad=true, nvcc's default, would otherwise do and which would change the last bit).
+//
+// dequant8(block, e0, out) writes elements e0 .. e0 + 7 of the block (e0 a multiple of 8,
+// below the block size) to out [8]. Eight consecutive elements always share one scale and
+// read eight consecutive quant bytes in every format, so a warp's 32 lanes cover 256
+// consecutive elements with coalesced reads.
+#pragma once
+
+#include "../../device/nvidia/cuda_kernel_utils.cuh"
+#include "../blocks.hpp"
+
+namespace llaisys::quant::nvidia {
+
+using device::nvidia::to_float;
+
+// Groups of eight elements per block of type B (a constant device code may read).
+template <class B>
+constexpr int kGroupsPerBlock = int(block_elems<B>() / 8);
+
+__device__ __forceinline__ void dequant8(const BlockQ4_0 &b, int e0, float *out) {  // out [8]
+    const float d = to_float(b.d);
+    const int shift = e0 >= 16 ? 4 : 0;  // elements 16..31 are the high nibbles of qs[0..16)
+    const uint8_t *qs = b.qs + (e0 & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = __fmul_rn(d, float(int((qs[t] >> shift) & 0x0F) - 8));
+}
+
+__device__ __forceinline__ void dequant8(const BlockQ5_0 &b, int e0, float *out) {  // out [8]
+    const float d = to_float(b.d);
+    // qh as the little-endian u32 of the CPU: bit e is the fifth bit of element e
+    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
+    const int shift = e0 >= 16 ? 4 : 0;
+    const uint8_t *qs = b.qs + (e0 & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
+        out[t] = __fmul_rn(d, float(q - 16));
+    }
+}
+
+__device__ __forceinline__ void dequant8(const BlockQ8_0 &b, int e0, float *out) {  // out [8]
+    const float d = to_float(b.d);
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = __fmul_rn(float(b.qs[e0 + t]), d);
+}
+
+// Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or
+// high (j odd) nibbles of qs[32 (j / 2) + i], plus bit j of qh[i] for Q5_K (qh may be null).
+__device__ __forceinline__ void dequant8_k4(fp16_t dh, fp16_t dminh, const uint8_t *scales, const uint8_t *qs,
+                                            const uint8_t *qh, int e0, float *out) {  // out [8]
+    const int j = e0 / 32, i0 = e0 % 32;
+    uint8_t sc, m;  // scale_min_k4 of dequant.hpp
+    if (j < 4) {
+        sc = scales[j] & 63;
+        m = scales[j + 4] & 63;
+    } else {
+        sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
+        m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+    }
+    const float dl = __fmul_rn(to_float(dh), float(sc)), ml = __fmul_rn(to_float(dminh), float(m));
+    const uint8_t *q = qs + 32 * (j / 2) + i0;
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        int v = (q[t] >> shift) & 0x0F;
+        if (qh) v |= ((qh[i0 + t] >> j) & 1) << 4;
+        out[t] = __fsub_rn(__fmul_rn(dl, float(v)), ml);
+    }
+}
+
+__device__ __forceinline__ void dequant8(const BlockQ4_K &b, int e0, float *out) {
+    dequant8_k4(b.d, b.dmin, b.scales, b.qs, nullptr, e0, out);
+}
+
+__device__ __forceinline__ void dequant8(const BlockQ5_K &b, int e0, float *out) {
+    dequant8_k4(b.d, b.dmin, b.scales, b.qs, b.qh, e0, out);
+}
+
+// Q6_K element e: half h = e / 128, r = e % 128; low 4 bits from ql[64 h + r % 64] (low
+// nibble for r < 64, else high), high 2 bits from qh[32 h + r % 32] at bit 2 (r / 32); scale
+// scales[e / 16] (one for all eight).
+__device__ __forceinline__ void dequant8(const BlockQ6_K &b, int e0, float *out) {  // out [8]
+    const int h = e0 / 128, r0 = e0 % 128;
+    const uint8_t *ql = b.ql + 64 * h + r0 % 64;
+    const uint8_t *qh = b.qh + 32 * h + r0 % 32;
+    const int lo_shift = 4 * (r0 / 64), hi_shift = 2 * (r0 / 32);
+    const float dl = __fmul_rn(to_float(b.d), float(b.scales[e0 / 16]));
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const int lo = (ql[t] >> lo_shift) & 0x0F;
+        const int hi = (qh[t] >> hi_shift) & 0x03;
+        out[t] = __fmul_rn(dl, float((lo | hi << 4) - 32));
+    }
+}
+
+}  // namespace llaisys::quant::nvidia
