@@ -123,6 +123,17 @@ async function loadModels() {
  * message just sent: if the request fails before any answer text, that message is taken
  * back out and its text returned to the input box, so nothing typed is lost.
  */
+/** The settings' tools text as an array, or null when it is empty or not a JSON array. */
+function parseTools(text) {
+  if (!text || !text.trim()) return null;
+  try {
+    const v = JSON.parse(text);
+    return Array.isArray(v) ? v : null;
+  } catch {
+    return null;
+  }
+}
+
 async function generate(conv, restore = null) {
   hideError();
   ui.editing = null;
@@ -132,10 +143,20 @@ async function generate(conv, restore = null) {
   const body = {
     messages: requestMessages(conv), temperature: s.temperature, top_p: s.top_p, max_tokens: s.max_tokens,
   };
+  const tools = parseTools(s.tools);
+  if (tools && tools.length) body.tools = tools;
   conv.messages.push(msg);
   store.touch(conv);
   const run = new AnswerRun();
   gen = { convId: conv.id, msg, run, controller: new AbortController(), stopped: false };
+  const streamed = () => {
+    if (run.reasoningMs() !== null) msg.reasoning_ms = run.reasoningMs();
+    queueStreamRender();
+    if (performance.now() - lastSave > SAVE_EVERY_MS) {
+      lastSave = performance.now();
+      store.save();
+    }
+  };
   setBusy(true);
   renderAll();
   try {
@@ -147,13 +168,20 @@ async function generate(conv, restore = null) {
       signal: gen.controller.signal,
       onText: (delta) => {
         msg.content += delta;
-        queueStreamRender();
-        if (performance.now() - lastSave > SAVE_EVERY_MS) {
-          lastSave = performance.now();
-          store.save();
-        }
+        streamed();
+      },
+      onReasoning: (delta) => {
+        msg.reasoning = (msg.reasoning || '') + delta;
+        streamed();
+      },
+      onToolCall: (index, head, args) => {
+        msg.tool_calls = msg.tool_calls || [];
+        if (head) msg.tool_calls[index] = { id: head.id, name: head.name, arguments: '' };
+        if (msg.tool_calls[index]) msg.tool_calls[index].arguments += args;
+        streamed();
       },
     });
+    if (run.reasoningMs() !== null) msg.reasoning_ms = run.reasoningMs();
     msg.stats = run.stats();
     if (run.finish === 'abort') msg.status = 'stopped';
     else delete msg.status;
@@ -161,7 +189,7 @@ async function generate(conv, restore = null) {
     if (gen.stopped || err.name === 'AbortError') {
       msg.status = 'stopped';
       msg.stats = run.stats();
-    } else if (msg.content === '') {
+    } else if (msg.content === '' && !msg.reasoning && !msg.tool_calls) {
       conv.messages.splice(conv.messages.indexOf(msg), 1);
       if (restore !== null && conv.messages.at(-1)?.role === 'user') {
         conv.messages.pop();

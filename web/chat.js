@@ -15,7 +15,15 @@ export class AnswerRun {
     this.tEnd = null; // when the stream ended
     this.chunks = 0; // chunks that carried text (the token count when no usage came)
     this.usage = null; // the final usage chunk's usage, if any
-    this.finish = null; // finish_reason: stop, length, abort, ...
+    this.finish = null; // finish_reason: stop, length, abort, tool_calls, ...
+    this.tReasonStart = null; // when the first reasoning text arrived
+    this.tReasonEnd = null; // when the answer (or a tool call) followed it
+  }
+
+  /** Milliseconds the model spent reasoning so far (null when it has not reasoned). */
+  reasoningMs() {
+    if (this.tReasonStart === null) return null;
+    return (this.tReasonEnd ?? this.tEnd ?? performance.now()) - this.tReasonStart;
   }
 
   /** { completion_tokens, finish_reason, ttft_ms?, tokens_per_s?, prompt_tokens?, cached_tokens? } */
@@ -38,9 +46,12 @@ export class AnswerRun {
 
 /**
  * Streams the answer to `body` (an OpenAI chat request), calling onText(delta) for each
- * piece of text; resolves when the server ends the stream, throws what streamChat throws.
+ * piece of answer text, onReasoning(delta) for each piece of a reasoning model's
+ * reasoning_content, and onToolCall(index, head, argumentsDelta) for tool calls (head is
+ * { id, name } on a call's first chunk, else null); resolves when the server ends the
+ * stream, throws what streamChat throws.
  */
-export async function streamAnswer(body, run, { apiKey, signal, onText }) {
+export async function streamAnswer(body, run, { apiKey, signal, onText, onReasoning = () => {}, onToolCall = () => {} }) {
   run.t0 = performance.now();
   try {
     for await (const chunk of streamChat(body, { apiKey, signal })) {
@@ -48,8 +59,22 @@ export async function streamAnswer(body, run, { apiKey, signal, onText }) {
       if (chunk.usage) run.usage = chunk.usage;
       const choice = chunk.choices && chunk.choices[0];
       if (!choice) continue;
+      const thought = choice.delta?.reasoning_content || '';
+      if (thought) {
+        if (run.tFirst === null) run.tFirst = performance.now();
+        if (run.tReasonStart === null) run.tReasonStart = performance.now();
+        run.chunks++;
+        onReasoning(thought);
+      }
+      for (const call of choice.delta?.tool_calls || []) {
+        if (run.tReasonStart !== null && run.tReasonEnd === null) run.tReasonEnd = performance.now();
+        if (run.tFirst === null) run.tFirst = performance.now();
+        const head = call.id ? { id: call.id, name: call.function?.name || '' } : null;
+        onToolCall(call.index, head, call.function?.arguments || '');
+      }
       const delta = choice.delta?.content || '';
       if (delta) {
+        if (run.tReasonStart !== null && run.tReasonEnd === null) run.tReasonEnd = performance.now();
         if (run.tFirst === null) run.tFirst = performance.now();
         run.chunks++;
         onText(delta);

@@ -1,6 +1,7 @@
 /**
- * The settings panel: the open conversation's system prompt, temperature, top-p, max tokens
- * and model, and the server's API key (one for the browser, not per conversation).
+ * The settings panel: the open conversation's system prompt, temperature, top-p, max tokens,
+ * model and tools (OpenAI function tools as JSON), and the server's API key (one for the
+ * browser, not per conversation).
  *
  * Each field writes through to the store as it changes; numbers out of range are clamped,
  * and a field left empty or unreadable goes back to its previous value.
@@ -30,8 +31,25 @@ export function renderSettings(store, models) {
   }
   select.value = ids.includes(s.model) ? s.model : ids[0];
   $('set-system').value = s.system;
+  $('set-tools').value = s.tools || '';
+  showToolsState(s.tools || '');
   for (const [id, key] of NUMBERS) $(id).value = String(s[key]);
   $('set-api-key').value = store.apiKey;
+}
+
+/** Marks the tools field invalid unless it is empty or a JSON array (only then is it sent). */
+function showToolsState(text) {
+  let ok = true;
+  if (text.trim()) {
+    try {
+      ok = Array.isArray(JSON.parse(text));
+    } catch {
+      ok = false;
+    }
+  }
+  $('set-tools').classList.toggle('invalid', !ok);
+  $('tools-hint').textContent = ok ? 'Sent with each request; calls the model makes are shown in the answer.'
+    : 'Not a JSON array of tools: not sent.';
 }
 
 export function openSettings(open = true) {
@@ -47,6 +65,11 @@ export function bindSettings(store, { onApiKey }) {
   });
   $('set-system').addEventListener('input', (e) => {
     store.active.settings.system = e.target.value;
+    store.save();
+  });
+  $('set-tools').addEventListener('input', (e) => {
+    store.active.settings.tools = e.target.value;
+    showToolsState(e.target.value);
     store.save();
   });
   for (const [id, key, { min, max, integer = false }] of NUMBERS) {

@@ -4,8 +4,10 @@
  * One JSON document under STORAGE_KEY holds every conversation and which one is open; the
  * API key sits under its own key so clearing chats never drops it. A conversation is
  *   { id, title, titleSet, created, updated, settings, messages }
- * where settings is { system, temperature, top_p, max_tokens, model } and each message is
- *   { role: 'user' | 'assistant', content, stats?, status? }
+ * where settings is { system, temperature, top_p, max_tokens, model, tools } (tools: the JSON
+ * text of OpenAI function tools sent with each request, '' for none) and each message is
+ *   { role: 'user' | 'assistant', content, reasoning?, reasoning_ms?, tool_calls?, stats?, status? }
+ * (reasoning: a reasoning model's reasoning_content; tool_calls: [{ id, name, arguments }])
  * (status: 'streaming' while it arrives; 'stopped' or 'error' for an answer that did not
  * finish normally).
  */
@@ -14,7 +16,7 @@ export const STORAGE_KEY = 'llaisys.chat.v1';
 export const API_KEY_KEY = 'llaisys.apiKey';
 
 export const DEFAULT_SETTINGS = Object.freeze({
-  system: '', temperature: 0.7, top_p: 0.95, max_tokens: 512, model: '',
+  system: '', temperature: 0.7, top_p: 0.95, max_tokens: 512, model: '', tools: '',
 });
 
 const TITLE_CHARS = 48;

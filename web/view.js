@@ -99,12 +99,60 @@ function formatStats(s) {
   return parts.join(' · ');
 }
 
+/**
+ * The reasoning block above an answer: a <details> closed by default, its summary "Thinking…"
+ * while the reasoning streams and "Thought for N s" once the answer starts. The node is kept
+ * across streamed re-renders so an expanded block stays expanded. Text only (textContent).
+ */
+function fillReasoning(node, msg, thinking) {
+  let box = node.querySelector(':scope > details.reasoning');
+  if (!msg.reasoning) {
+    if (box) box.remove();
+    return;
+  }
+  if (!box) {
+    box = el('details', 'reasoning');
+    box.append(el('summary'), el('div', 'reasoning-body'));
+    node.querySelector('.msg-body').before(box);
+  }
+  const secs = msg.reasoning_ms !== undefined ? msg.reasoning_ms / 1000 : null;
+  box.querySelector('summary').textContent = thinking ? 'Thinking…'
+    : `Thought for ${secs === null ? '?' : secs < 10 ? secs.toFixed(1) : Math.round(secs)} s`;
+  box.querySelector('.reasoning-body').textContent = msg.reasoning.trim();
+}
+
+/** The tool calls of an answer, each its function name and its arguments (pretty JSON when they parse). */
+function toolCallsNode(calls) {
+  const box = el('div', 'tool-calls');
+  for (const call of calls.filter(Boolean)) {
+    const item = el('div', 'tool-call');
+    const head = el('div', 'tool-call-head');
+    head.append(el('span', 'tool-call-label', 'Tool call'), el('code', 'tool-call-name', call.name));
+    let args = call.arguments;
+    try {
+      args = JSON.stringify(JSON.parse(call.arguments), null, 2);
+    } catch {
+      // still streaming, or not JSON: shown as it came
+    }
+    const pre = el('pre', 'tool-call-args');
+    pre.append(el('code', null, args));
+    item.append(head, pre);
+    box.append(item);
+  }
+  return box;
+}
+
 /** Fills a message's body, stats and notes from `msg` (called again on every streamed chunk). */
 export function fillMessage(node, msg, { generating = false } = {}) {
   const body = node.querySelector('.msg-body');
   if (msg.role === 'assistant') {
+    const answering = msg.content !== '' || Boolean(msg.tool_calls?.length);
+    fillReasoning(node, msg, generating && !answering);
     body.replaceChildren(renderMarkdown(msg.content, { streaming: generating }));
-    if (generating && msg.content === '') body.append(el('span', 'typing', '…'));
+    if (msg.tool_calls?.length) body.append(toolCallsNode(msg.tool_calls));
+    if (generating && !answering && !msg.reasoning) body.append(el('span', 'typing', '…'));
+    // an answer cut inside its reasoning has no body to show
+    body.classList.toggle('empty-answer', !answering && Boolean(msg.reasoning));
   } else {
     body.textContent = msg.content;
   }
@@ -118,6 +166,7 @@ export function fillMessage(node, msg, { generating = false } = {}) {
   if (msg.status === 'error') notes.push(`Error: ${msg.error || 'failed'}`);
   if (msg.stats) notes.push(formatStats(msg.stats));
   if (msg.stats?.finish_reason === 'length') notes.push('hit max tokens');
+  if (msg.stats?.finish_reason === 'tool_calls') notes.push('waiting for a tool result');
   stats.textContent = notes.filter(Boolean).join(' · ');
 }
 
