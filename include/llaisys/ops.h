@@ -26,7 +26,10 @@ LLAISYS_API llaisysStatus_t llaisysEmbedding(llaisysTensor_t out, llaisysTensor_
 
 /* out = in @ weight^T + bias.
  * out [m, n], in [m, k] of one float dtype; weight [n, k] and bias [n] (or NULL) of one
- * float dtype, which may differ from the activations' (e.g. f32 activations, bf16 weights). */
+ * float dtype, which may differ from the activations' (e.g. f32 activations, bf16 weights).
+ * weight may be block-quantized (GGUF Q4_0 .. Q6_K, contiguous), its bias then of any float
+ * dtype: on the CPU with int8-quantized activations, on an NVIDIA GPU exactly in f32 for
+ * m <= 8 and through bf16 (f16 for f16 activations) cuBLAS panels above (doc/nvidia.md). */
 LLAISYS_API llaisysStatus_t llaisysLinear(llaisysTensor_t out, llaisysTensor_t in,
                                           llaisysTensor_t weight, llaisysTensor_t bias);
 
@@ -175,10 +178,11 @@ LLAISYS_API llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor
 
 /* Block-quantized tensors (GGUF layouts; include/llaisys.h, LLAISYS_DTYPE_Q4_0 .. Q6_K).
  * out [.., k] of f32, f16 or bf16 = the values of in [.., k] (a block-quantized dtype), same
- * shape, both contiguous, CPU. The f32 values are bit-identical to gguf-py's
- * gguf.quants.dequantize; f16 / bf16 are those values rounded once. NaN or Inf in a block's
- * f16 scale propagates (as gguf-py). DTYPE_MISMATCH when in is not block-quantized or out not
- * a float dtype; SHAPE_MISMATCH for differing shapes; UNSUPPORTED on other devices. */
+ * shape, both contiguous, on the CPU or one NVIDIA GPU (identical bits on both). The f32
+ * values are bit-identical to gguf-py's gguf.quants.dequantize; f16 / bf16 are those values
+ * rounded once. NaN or Inf in a block's f16 scale propagates (as gguf-py). DTYPE_MISMATCH
+ * when in is not block-quantized or out not a float dtype; SHAPE_MISMATCH for differing
+ * shapes; UNSUPPORTED on other devices. */
 LLAISYS_API llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor_t in);
 
 /* out [.., k] (a block-quantized dtype) = in [.., k] (f32, f16 or bf16, widened exactly to
@@ -186,7 +190,7 @@ LLAISYS_API llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor
  * bit-identical to gguf-py's gguf.quants.quantize; Q4_K, Q5_K and Q6_K follow llama.cpp's
  * reference quantizers (quantize_row_q*_K_ref) operation for operation. in must be finite:
  * a NaN or Inf is INVALID_ARGUMENT naming the element, and out is left unwritten. Other
- * errors as llaisysDequantize. */
+ * errors as llaisysDequantize, UNSUPPORTED on any device but the CPU. */
 LLAISYS_API llaisysStatus_t llaisysQuantize(llaisysTensor_t out, llaisysTensor_t in);
 
 LLAISYS_EXTERN_C_END
