@@ -3,8 +3,8 @@
  * Speculative sampling (doc/engine.md, "Speculative decoding") accepts a draft token d with
  * probability min(1, p(d) / q(d)) and otherwise resamples from norm(max(0, p - q)), where p
  * and q are the distributions the target and the draft actually sample from: the logits
- * after steps 1-8 of include/llaisys/sampler.h (bias, penalties, temperature, top-k, top-p,
- * min-p), renormalised. llaisysSampleProbs returns exactly that distribution, so that a
+ * after steps 0-8 of include/llaisys/sampler.h (allowed mask, bias, penalties, temperature,
+ * top-k, top-p, min-p), renormalised. llaisysSampleProbs returns exactly that distribution, so that a
  * draw from it (walking ids in any order) has the same law as llaisysSample's step 9.
  */
 #ifndef LLAISYS_SPECULATIVE_H

@@ -101,8 +101,14 @@ void processed_probs(const float *logits, size_t n_rows, size_t vocab, const lla
             float *out = probs + size_t(r) * vocab;  // [vocab]
             std::fill(out, out + vocab, 0.0f);
             s.w.assign(row, row + vocab);
+            if (p.allowed_mask) {  // step 0: ids the mask leaves out become -inf
+                for (size_t id = 0; id < vocab; id++) {
+                    if (!allowed(p, id)) s.w[id] = -std::numeric_limits<float>::infinity();
+                }
+            }
             apply_penalties(s.w, p, s.pen);
-            const size_t top = first_argmax(s.w.data(), vocab);
+            size_t top = first_argmax(s.w.data(), vocab);
+            if (p.allowed_mask && s.w[top] == -std::numeric_limits<float>::infinity()) top = first_allowed(p, vocab);
             if (p.temperature == 0.0f || !std::isfinite(s.w[top])) {  // decided without a draw
                 out[top] = 1.0f;
                 continue;

@@ -129,6 +129,7 @@ class LLMEngine:
         # matchers of structured-output requests (llguidance, built on first use)
         self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
         self.scheduler = Scheduler(config, self.processor, clock)
+        self.scheduler.spec_stats = None if speculative is None else speculative.stats  # read by the metrics
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
         self._aborted: list = []  # sequences finished outside a step; their last output is due
@@ -267,7 +268,7 @@ class LLMEngine:
     def _execute(self, out: SchedulerOutput, batch: StepInput) -> tuple:
         if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
             return {}, {}, {}
-        verify = None if self.spec is None else self.spec.verify
+        verify = None if self.spec is None else self.spec.verifier
         try:
             t0 = time.perf_counter()
             result = self.runner.execute(batch)
@@ -307,7 +308,7 @@ class LLMEngine:
             sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
             try:
                 s, lp, pl = unpack_result(sub, self.runner.execute(sub),
-                                          None if self.spec is None else self.spec.verify)
+                                          None if self.spec is None else self.spec.verifier)
             except Exception as e:
                 return e
             state["succeeded"] = True
@@ -349,6 +350,9 @@ class LLMEngine:
         outputs = self.processor.make_outputs(changed, on_error=lambda seqs, msg: failed.extend(
             self._fail_seqs(seqs, msg)))
         finished = [r for r in changed if r.is_finished] + [r for r in failed if r not in changed]
+        if self.spec is not None:  # a proposer's per-request state (the draft's KV) goes with it
+            for r in finished:
+                self.spec.drop(r.request_id)
         self.metrics.update(self.scheduler, out, num_sampled, finished)
         return outputs
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Optional
 
 from .kv_cache_manager import PrefixCacheStats
 from .request import Request
@@ -35,6 +36,7 @@ class EngineMetrics:
     pooling_finished_total: dict = field(default_factory=dict)  # finish_reason -> finished pooling requests
     pooled_tokens_total: int = 0  # prompt tokens of pooling requests that finished with a vector
     prefix_cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # the KV manager's counters
+    spec: Optional[object] = None  # spec.SpecStats: speculative decoding counters (None: not speculating)
     # latency samples in seconds, most recent MAX_SAMPLES
     ttft: deque = field(default_factory=_samples)  # arrival -> first token
     tpot: deque = field(default_factory=_samples)  # mean time per output token after the first
@@ -47,6 +49,7 @@ class EngineMetrics:
         m.finished_total = dict(self.finished_total)
         m.pooling_finished_total = dict(self.pooling_finished_total)
         m.prefix_cache = copy.copy(self.prefix_cache)
+        m.spec = copy.copy(self.spec)
         for name in ("ttft", "tpot", "e2e", "queue_time"):
             setattr(m, name, deque(getattr(self, name), maxlen=MAX_SAMPLES))
         return m
@@ -63,6 +66,9 @@ class EngineMetrics:
         self.kv_usage, self.num_free_blocks, self.num_cached_blocks = kv.usage, kv.num_free_blocks, kv.num_cached_blocks
         self.num_preemptions_total = scheduler.num_preemptions
         self.prefix_cache = kv.stats
+        spec = getattr(scheduler, "spec_stats", None)
+        if spec is not None:
+            self.spec = spec
         if out is not None and out.total_num_scheduled_tokens:
             self.num_steps += 1
             self.computed_tokens_total += out.total_num_scheduled_tokens

@@ -185,19 +185,20 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
     return sub
 
 
-def unpack_result(batch: StepInput, result: StepResult, verify: Optional[Callable] = None) -> tuple:
+def unpack_result(batch: StepInput, result: StepResult, verifier: Optional[Callable] = None) -> tuple:
     """(sampled, logprobs, pooled): req_id -> [token ids], req_id -> [{id: logprob}] (only for
     requests that asked for logprobs) and pooling req_id -> [hidden] f64 sum of the hidden
     states of its tokens in this step.
 
-    A speculating row (``batch.spec``) has k + 1 sample rows; ``verify(req, ids [k + 1],
-    logits [k + 1, vocab] or None)`` gives the tokens it emits (spec/verify.py), each with the
-    logprobs of its position."""
+    A speculating row (``batch.spec``) has k + 1 sample rows; ``verifier(batch, result)`` makes
+    the step's ``verify(req, ids [k + 1], logits [k + 1, vocab] or None)``, which gives the
+    tokens the row emits (spec/verify.py), each with the logprobs of its position."""
     ids = np.asarray(result.sampled_token_ids).reshape(-1)
     if ids.shape[0] != batch.n_sample:
         raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
     pooled = _pooled_sums(batch, result.hidden)
     sampled, logprobs = {}, {}
+    verify = verifier(batch, result) if verifier is not None and batch.spec else None
     i, reqs = 0, batch.sample_requests
     while i < len(reqs):
         req = reqs[i]

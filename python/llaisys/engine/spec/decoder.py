@@ -18,6 +18,9 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
+
+from ...sampling_probs import sample_probs
 from ..model_runner import row_sampling
 from .config import SpeculativeConfig
 from .cost import LinearCost
@@ -161,12 +164,31 @@ class SpecDecoder:
         s.num_draft_tokens += num_drafts
         s.num_accepted_tokens += accepted
 
-    def verify(self, req, target_ids, logits) -> list:
-        """The tokens the request's row emits (verify.verify_row). target_ids: [k + 1];
-        logits: [k + 1, vocab] or None."""
-        drafts, q = req.spec_token_ids, req.spec_probs
-        rows = [row_sampling(req, o, drafts) for o in range(len(drafts))] if q is not None else []
-        return verify_row(drafts, q, target_ids, logits, rows, req.seed, req.num_output_tokens)
+    def verifier(self, batch, result):
+        """The per-row verify of unpack_result for one step's result: the target's processed
+        distributions p of every sampled-draft row are computed here in one llaisysSampleProbs
+        call; verify(req, target_ids [k + 1], logits) then gives the row's emitted tokens."""
+        p_of = {}
+        if batch.want_logits and result.logits is not None:
+            rows, where = [], []
+            offsets = batch.offsets
+            for i, req in enumerate(batch.sample_requests):
+                o = offsets[i]
+                if req.spec_probs is not None and req.request_id in batch.spec and o < len(req.spec_token_ids):
+                    rows.append(row_sampling(req, o, req.spec_token_ids))
+                    where.append(i)
+            if rows:
+                p_all = sample_probs(result.logits[where], rows)  # [n_rows, vocab]
+                for j, i in enumerate(where):
+                    p_of.setdefault(batch.sample_requests[i].request_id, []).append(p_all[j])
+
+        def verify(req, target_ids, logits) -> list:
+            drafts, q = req.spec_token_ids, req.spec_probs
+            p = p_of.get(req.request_id)
+            return verify_row(drafts, q, target_ids, None if p is None else np.stack(p), req.seed,
+                              req.num_output_tokens)
+
+        return verify
 
     def account(self, out, sampled: dict) -> None:
         """Statistics and acceptance averages of the rows this step verified."""

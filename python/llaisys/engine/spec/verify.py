@@ -15,7 +15,7 @@ non-speculative step would have sampled there; model_runner.row_sampling).
   d_i with probability min(1, p_i(d_i) / q_i(d_i)) (u from the row's own generator), else emit
   a draw from norm(max(0, p_i - q_i)) and stop; if all are kept, t_k (a draw from p_k) is the
   bonus. p_i is the target's processed distribution (llaisysSampleProbs of the row's logits
-  with the same sampling parameters as q_i).
+  with the same sampling parameters as q_i; SpecDecoder.verifier computes it for the step).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-from ...sampling_probs import sample_probs
 
 _TAG = 0x5bec_0a11  # separates the acceptance stream from every other use of a request's seed
 
@@ -63,15 +62,13 @@ def accept_sampled(drafts: Sequence[int], q: np.ndarray, p: np.ndarray, bonus: i
     return out + [int(bonus)]
 
 
-def verify_row(drafts: Sequence[int], q: Optional[np.ndarray], target_ids: np.ndarray,
-               logits: Optional[np.ndarray], rows: Sequence, seed: int, step: int) -> list:
+def verify_row(drafts: Sequence[int], q: Optional[np.ndarray], target_ids: np.ndarray, p: Optional[np.ndarray],
+               seed: int, step: int) -> list:
     """The tokens a row emits (1 to k + 1). target_ids: [k + 1] the step's samples at the row's
-    positions; logits: [k + 1, vocab] its raw logits (needed when q is given); rows: the
-    RowSampling of positions 0..k-1 (for p)."""
+    positions; q: [k, vocab] the drafts' distributions or None (point masses); p: [k, vocab] the
+    target's processed distributions at the draft positions (needed when q is given)."""
     if q is None or not drafts:
         return accept_greedy(drafts, target_ids)
-    if logits is None:
-        raise RuntimeError("a sampled draft needs the target's logits to verify")
-    k = len(drafts)
-    p = sample_probs(logits[:k], list(rows)[:k])  # [k, vocab]
-    return accept_sampled(drafts, q, p, int(target_ids[k]), acceptance_rng(seed, step))
+    if p is None:
+        raise RuntimeError("a sampled draft needs the target's distributions to verify")
+    return accept_sampled(drafts, q, p, int(target_ids[len(drafts)]), acceptance_rng(seed, step))

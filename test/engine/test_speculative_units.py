@@ -1,0 +1,107 @@
+"""Speculative decoding pieces without a model: the n-gram lookup, config errors, the
+acceptance rule, KV truncation, the cost model's off-switch."""
+
+import numpy as np
+import pytest
+
+from llaisys.engine.kv_cache_manager import KVCacheManager
+from llaisys.engine.spec import SpeculativeConfig, SpeculativeConfigError, parse_speculative
+from llaisys.engine.spec.cost import LinearCost
+from llaisys.engine.spec.ngram import ngram_lookup
+from llaisys.engine.spec.verify import accept_greedy, accept_sampled
+
+
+def test_ngram_longest_match_first_latest_occurrence():
+    t = np.array([7, 1, 2, 3, 9, 1, 2, 4, 5, 8, 1, 2], np.int64)
+    # the 2-gram (1, 2) occurs at 1 and 5: the latest wins, then what followed it
+    assert ngram_lookup(t, 3, 4, 1) == [4, 5, 8]
+    t = np.array([1, 2, 3, 0, 2, 3, 5, 6, 1, 2, 3], np.int64)
+    assert ngram_lookup(t, 2, 4, 1) == [0, 2]  # (1, 2, 3) beats the more recent (2, 3)
+    assert ngram_lookup(np.array([4, 5, 6]), 3, 4, 1) == []
+    assert ngram_lookup(np.array([4]), 3, 4, 1) == []
+
+
+@pytest.mark.parametrize("value,k,param", [
+    ("draft", None, "speculative"), ("medusa", None, "speculative"), ("ngram", 0, "num_speculative_tokens"),
+    ("ngram", 17, "num_speculative_tokens"), (None, 3, "num_speculative_tokens"), (42, None, "speculative")])
+def test_config_errors_name_the_field(value, k, param):
+    with pytest.raises(SpeculativeConfigError) as e:
+        parse_speculative(value, k)
+    assert e.value.param == param
+
+
+def test_config_parses():
+    assert parse_speculative(None) is None
+    c = parse_speculative("draft:some/model", 6)
+    assert (c.method, c.draft_model, c.num_speculative_tokens) == ("draft", "some/model", 6)
+    assert parse_speculative("ngram").method == "ngram"
+    with pytest.raises(SpeculativeConfigError):
+        SpeculativeConfig(ngram_min=3, ngram_max=2)
+
+
+def test_accept_greedy():
+    assert accept_greedy([5, 6, 7], np.array([5, 6, 9, 1])) == [5, 6, 9]
+    assert accept_greedy([5, 6], np.array([5, 6, 2])) == [5, 6, 2]
+    assert accept_greedy([5], np.array([4, 2])) == [4]
+
+
+def test_accept_sampled_law_one_position():
+    """One draft position over many trials: the emitted token's law is p exactly."""
+    p = np.array([[0.5, 0.3, 0.2, 0.0]])
+    q = np.array([[0.1, 0.1, 0.2, 0.6]])
+    rng = np.random.default_rng(0)
+    counts = np.zeros(4)
+    n = 40000
+    for _ in range(n):
+        d = int(rng.choice(4, p=q[0]))
+        out = accept_sampled([d], q, p, bonus=99, rng=rng)
+        counts[out[0]] += 1
+    np.testing.assert_allclose(counts / n, p[0], atol=0.01)
+
+
+class _Req:
+    def __init__(self, rid):
+        self.request_id, self.num_computed_tokens, self.slot_seq_id = rid, 0, None
+        self.is_pooling, self.block_hashes, self.all_token_ids, self.num_tokens = False, [], [], 0
+
+
+@pytest.mark.parametrize("layout", ["block", "slot"])
+def test_truncate_releases_rejected_blocks(layout):
+    kv = KVCacheManager(8, 4, enable_prefix_caching=False, layout=layout)
+    r = _Req("a")
+    assert kv.allocate_slots(r, 14)  # 4 blocks
+    kv.truncate(r, 5)  # 2 blocks hold 5 tokens
+    assert len(kv.block_table("a")) == 2 and kv.num_free_blocks == 6
+    if layout == "slot":
+        assert kv.take_trims() == [(r.slot_seq_id, 5)]
+    kv.free(r)
+    kv.check_invariants()
+    assert kv.num_used_blocks == 0
+
+
+def test_cost_model_fit_and_off_switch():
+    from llaisys.engine.spec.decoder import SpecDecoder, SpecRequestState
+
+    c = LinearCost()
+    for n in (1, 2, 4, 8, 16, 32):
+        c.observe(n, 0.05 + 0.01 * n)
+    a, b = c.coefficients()
+    assert abs(a - 0.05) < 1e-9 and abs(b - 0.01) < 1e-9
+
+    class P:
+        kind = "ngram"
+
+    dec = SpecDecoder(SpeculativeConfig("ngram", num_speculative_tokens=4), P(), 4096)
+    rows = []
+    for i in range(16):
+        r = _Req(str(i))
+        r.spec_state = SpecRequestState(0.7, 1.0)
+        rows.append((r, 4))
+    dec.step_cost = c
+    # a token costs 20% of the fixed step: at 16 rows no draft pays (0.7 / 0.01 < 16 / 0.21)
+    assert dec._grant(rows, 16) == [0] * 16
+    assert dec._grant(rows[:1], 1)[0] >= 1  # alone, drafts pay (0.7 / 0.01 > 1 / 0.06)
+    dec.step_cost = LinearCost()
+    for n in (1, 2, 4, 8, 16, 32):
+        dec.step_cost.observe(n, 0.05 + 0.0001 * n)  # memory-bound: tokens nearly free
+    assert all(k == 4 for k in dec._grant(rows, 16))
