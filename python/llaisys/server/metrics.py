@@ -70,6 +70,15 @@ class _EngineCollector:
             "pooled": CounterMetricFamily(PREFIX + "pooled_tokens",
                                           "Prompt tokens of pooling requests that finished with a vector.",
                                           labels=["model_name"]),
+            "sd": CounterMetricFamily(PREFIX + "spec_decode_num_draft_tokens",
+                                      "Speculative draft tokens verified.", labels=["model_name"]),
+            "sa": CounterMetricFamily(PREFIX + "spec_decode_num_accepted_tokens",
+                                      "Speculative draft tokens accepted.", labels=["model_name"]),
+            "sr": GaugeMetricFamily(PREFIX + "spec_decode_acceptance_rate",
+                                    "Accepted / verified draft tokens since start-up.", labels=["model_name"]),
+            "sl": GaugeMetricFamily(PREFIX + "spec_decode_mean_accepted_length",
+                                    "Tokens emitted per speculative verification (1 + accepted drafts).",
+                                    labels=["model_name"]),
         }
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
@@ -85,6 +94,11 @@ class _EngineCollector:
             for reason, count in sorted(m.pooling_finished_total.items()):
                 fams["pool"].add_metric([name, reason], count)
             fams["pooled"].add_metric([name], m.pooled_tokens_total)
+            if getattr(m, "spec", None) is not None:  # speculative decoding on
+                fams["sd"].add_metric([name], m.spec.num_draft_tokens)
+                fams["sa"].add_metric([name], m.spec.num_accepted_tokens)
+                fams["sr"].add_metric([name], m.spec.acceptance_rate)
+                fams["sl"].add_metric([name], m.spec.mean_accepted_length)
         yield from fams.values()
 
 

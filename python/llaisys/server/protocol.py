@@ -90,7 +90,7 @@ def _refuse_unsupported(body: dict) -> None:
 
 _PASSED_ON = ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
               "top_k", "seed", "min_tokens", "ignore_eos", "include_stop_str_in_output", "skip_special_tokens",
-              "stop_token_ids", "logit_bias")
+              "stop_token_ids", "logit_bias", "speculative")
 
 
 def _sampling_fields(body: dict, limits: Limits) -> dict:

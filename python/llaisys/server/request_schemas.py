@@ -75,6 +75,8 @@ SAMPLING = {  # the fields SamplingParams takes, with OpenAI's ranges
     "ignore_eos": BOOL,
     "include_stop_str_in_output": BOOL,
     "skip_special_tokens": BOOL,
+    "speculative": {"type": "boolean", "description": "speculative decoding for this request: false opts out, "
+                                                      "true requires it (400 when the server runs without)"},
     "stop_token_ids": {"type": "array", "items": TOKEN_ID, "maxItems": 256,
                        "description": "ids that end generation (within the model's vocabulary)"},
     "logit_bias": {"type": "object", "maxProperties": MAX_LOGIT_BIAS_ENTRIES,

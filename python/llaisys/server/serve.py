@@ -53,6 +53,11 @@ def add_serve_parser(sub) -> None:
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
     e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
     e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
+    e.add_argument("--speculative", default=None, metavar="ngram|draft:MODEL",
+                   help="speculative decoding: n-gram prompt lookup, or a draft model with the same tokenizer "
+                        "(doc/engine.md); a request opts out with \"speculative\": false")
+    e.add_argument("--num-speculative-tokens", type=int, default=None, metavar="K",
+                   help="most draft tokens verified per request and step (1-16, default 4; adaptive below)")
     s = p.add_argument_group("access and limits")
     s.add_argument("--api-key", action="append", default=[], help="require this key (repeatable; default: "
                                                                     "$LLAISYS_API_KEY if set, else no key)")
@@ -111,6 +116,11 @@ def build_state(args):
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                          seed=args.seed)
+    if args.speculative is not None or args.num_speculative_tokens is not None:
+        from ..engine.spec import parse_speculative
+
+        parse_speculative(args.speculative, args.num_speculative_tokens)  # a bad value fails before any load
+        engine_kwargs.update(speculative=args.speculative, num_speculative_tokens=args.num_speculative_tokens)
     if args.device == "nvidia":
         engine_kwargs["gpu_memory_utilization"] = 0.9 if args.gpu_memory_utilization is None \
             else args.gpu_memory_utilization
