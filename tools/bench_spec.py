@@ -1,0 +1,236 @@
+"""Speculative decoding benchmark (issue 21): decode speed with speculation on vs off.
+
+One run, configurations alternated within each repeat, printed table + JSON:
+- workloads: "grounded" (edit/refactor code given in the prompt, answer by quoting a given
+  document: the output copies the input, where prompt lookup shines) and "chat" (open questions);
+- llaisys on the target (default: the 1.5B's Q4_K_M GGUF) with speculation off, n-gram, and a
+  draft model (default: the 0.5B's GGUF), at batch 1 and batch 16 (adaptive k and the
+  off-switch on, as users get them);
+- llama-cpp-python on the same GGUF file and prompts, plain and with its prompt-lookup
+  speculative decoding (llama_cpp.llama_speculative.LlamaPromptLookupDecoding), batch 1.
+
+Batch 1 reports decode tok/s (output tokens after the first / time after the first token,
+greedy); batch 16 reports output tokens / wall time of the whole batch (prefill included,
+the same for on and off). Each configuration runs in its own process (llama.cpp in the peer
+virtualenv of tools/build_llama_cpp.py).
+
+  python tools/bench_spec.py                      # the full run
+  python tools/bench_spec.py --batches 1 --max-tokens 96 --repeats 1 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+GGUF = Path.home() / ".cache/llaisys/gguf"
+CODE = '''import json
+from dataclasses import dataclass
+
+
+@dataclass
+class Item:
+    name: str
+    price: float
+    quantity: int
+
+
+def load_items(path):
+    with open(path) as f:
+        data = json.load(f)
+    items = []
+    for row in data:
+        items.append(Item(row["name"], float(row["price"]), int(row["quantity"])))
+    return items
+
+
+def total_value(items):
+    total = 0.0
+    for item in items:
+        total += item.price * item.quantity
+    return total
+
+
+def cheapest(items):
+    best = None
+    for item in items:
+        if best is None or item.price < best.price:
+            best = item
+    return best
+'''
+DOC = ("The lighthouse at Pointe Sombre was built in 1861 from granite quarried on the island itself. "
+       "Its lamp, first fuelled by whale oil and later by kerosene, was electrified in 1936. The keeper's "
+       "house beside the tower held two families until 1971, when the light was automated. In 1998 the "
+       "tower was listed as a historic monument, and since 2004 it has been open to visitors every summer, "
+       "who climb its 183 steps to a gallery 41 metres above the sea.")
+GROUNDED = [
+    f"Rename the function total_value to inventory_value everywhere in this code and print the whole "
+    f"updated file:\n```python\n{CODE}```",
+    f"Add type hints to every function in this code and print the complete file:\n```python\n{CODE}```",
+    f"Quote, word for word, the sentences of this document that mention a year:\n\n{DOC}",
+    f"Replace the for loop in total_value with sum() and print the whole file:\n```python\n{CODE}```",
+]
+CHAT = ["Explain how a hash map works.", "Write a short story about a robot learning to paint.",
+        "What are the pros and cons of electric cars?", "Describe the water cycle for a child."]
+
+
+def prompts(kind: str, n: int) -> list:
+    base = GROUNDED if kind == "grounded" else CHAT
+    return [base[i % len(base)] for i in range(n)]
+
+
+# ---- workers ----------------------------------------------------------------------------------
+def run_llaisys(cfg: dict) -> dict:
+    from llaisys.engine import SamplingParams
+    from llaisys.engine.llm import LLM
+
+    spec = cfg["spec"]
+    llm = LLM(cfg["target"], kv_cache_memory="512MiB", max_num_seqs=max(16, cfg["batch"]), seed=0,
+              speculative=None if spec == "off" else spec, num_speculative_tokens=cfg.get("k"))
+    sp = SamplingParams(temperature=0.0, max_tokens=cfg["max_tokens"], ignore_eos=True)
+    msgs = [[{"role": "user", "content": p}] for p in prompts(cfg["workload"], cfg["batch"])]
+    llm.generate(msgs[:1], SamplingParams(max_tokens=4))  # warm-up (workspace, caches)
+    res = {}
+    if cfg["batch"] == 1:
+        rates = []
+        for m in msgs[:1] if cfg["workload"] == "chat" else [[{"role": "user", "content": p}] for p in GROUNDED[:2]]:
+            first, n, t_end = None, 0, None
+            for out in llm.stream(m, sp):
+                now = time.perf_counter()
+                got = len(out.outputs[0].token_ids)
+                if first is None and got:
+                    first, n0 = now, got
+                n, t_end = got, now
+            rates.append((n - n0) / (t_end - first))
+        res["tok_s"] = statistics.mean(rates)
+    else:
+        t = time.perf_counter()
+        outs = llm.generate(msgs, sp)
+        res["tok_s"] = sum(len(o.outputs[0].token_ids) for o in outs) / (time.perf_counter() - t)
+    st = llm.spec.stats if llm.spec is not None else None
+    if st is not None:
+        res.update(draft_tokens=st.num_draft_tokens, accepted_tokens=st.num_accepted_tokens,
+                   acceptance_rate=round(st.acceptance_rate, 3), mean_accepted_length=round(st.mean_accepted_length, 3),
+                   off_steps=st.num_off_steps)
+    llm.close()
+    return res
+
+
+def run_llama(cfg: dict) -> dict:
+    from llama_cpp import Llama
+    from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+    draft = LlamaPromptLookupDecoding(num_pred_tokens=cfg.get("k") or 10) if cfg["spec"] == "ngram" else None
+    llm = Llama(model_path=cfg["target"], n_ctx=4096, n_threads=cfg["threads"], verbose=False, draft_model=draft,
+                logits_all=draft is not None)
+    ps = [prompts(cfg["workload"], 1)[0]] if cfg["workload"] == "chat" else GROUNDED[:2]
+    llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0)  # warm-up
+    rates = []
+    for p in ps:
+        first, n, t_end = None, 0, None
+        for chunk in llm.create_chat_completion([{"role": "user", "content": p}], max_tokens=cfg["max_tokens"],
+                                                temperature=0.0, stream=True):
+            if not chunk["choices"][0]["delta"].get("content"):
+                continue
+            now = time.perf_counter()
+            n += 1  # one chunk per token
+            if first is None:
+                first = now
+            t_end = now
+        rates.append((n - 1) / (t_end - first))
+    return {"tok_s": statistics.mean(rates)}
+
+
+def run_config(cfg: dict) -> dict:
+    env = dict(os.environ)
+    if cfg["backend"] == "llama.cpp":
+        peer = json.loads((Path.home() / ".cache/llaisys/peers/build-avx2/peer.json").read_text())
+        exe = peer["python"]
+        env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
+    else:
+        exe = sys.executable
+    proc = subprocess.run([exe, __file__, "--worker", json.dumps(cfg)], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---- the driver --------------------------------------------------------------------------------
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default=str(GGUF / "qwen2.5-coder-1.5b-instruct.gguf"))
+    ap.add_argument("--draft", default=str(GGUF / "qwen2.5-coder-0.5b-instruct.gguf"))
+    ap.add_argument("--workloads", nargs="+", default=["grounded", "chat"], choices=["grounded", "chat"])
+    ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--k", type=int, default=None, help="num_speculative_tokens (default: the engine's)")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--no-llama", action="store_true", help="skip llama-cpp-python")
+    ap.add_argument("--json", default=None, help="write the results here too")
+    ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        cfg = json.loads(a.worker)
+        print(json.dumps(run_llama(cfg) if cfg["backend"] == "llama.cpp" else run_llaisys(cfg)))
+        return
+    configs = []
+    for w in a.workloads:
+        for b in a.batches:
+            for spec in ("off", "ngram", f"draft:{a.draft}"):
+                configs.append(dict(backend="llaisys", workload=w, batch=b, spec=spec))
+            if b == 1 and not a.no_llama:
+                for spec in ("off", "ngram"):
+                    configs.append(dict(backend="llama.cpp", workload=w, batch=1, spec=spec))
+    for c in configs:
+        c.update(target=a.target, max_tokens=a.max_tokens, k=a.k, threads=a.threads)
+    runs = {i: [] for i in range(len(configs))}
+    for r in range(a.repeats):  # alternating: every configuration once per repeat
+        for i, c in enumerate(configs):
+            res = run_config(c)
+            runs[i].append(res)
+            print(f"[{r}] {label(c)}: {res.get('tok_s', res.get('error', '')[-300:])}", flush=True)
+    rows = []
+    for i, c in enumerate(configs):
+        ok = [x for x in runs[i] if "tok_s" in x]
+        med = statistics.median(x["tok_s"] for x in ok) if ok else None
+        rows.append(dict(config=label(c), workload=c["workload"], batch=c["batch"], backend=c["backend"],
+                         spec=c["spec"].split(":")[0], tok_s=med, runs=runs[i]))
+    base = {(r["workload"], r["batch"], r["backend"]): r["tok_s"] for r in rows if r["spec"] == "off"}
+    print(f"\n{'configuration':58s} {'tok/s':>8s} {'x off':>6s} {'accept':>7s} {'mean len':>8s}")
+    for r in rows:
+        b = base.get((r["workload"], r["batch"], r["backend"]))
+        last = r["runs"][-1] if r["runs"] else {}
+        ratio = r["tok_s"] / b if r["tok_s"] and b else None
+        r["x_off"] = ratio
+        print(f"{r['config']:58s} {fmt(r['tok_s']):>8s} {fmt(ratio):>6s} {fmt(last.get('acceptance_rate')):>7s} "
+              f"{fmt(last.get('mean_accepted_length')):>8s}")
+    for w in a.workloads:  # llaisys n-gram against llama.cpp's prompt lookup, batch 1
+        mine = next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
+                     (w, 1, "llaisys", "ngram")), None)
+        peer = next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
+                     (w, 1, "llama.cpp", "ngram")), None)
+        if mine and peer:
+            print(f"{w}: llaisys n-gram / llama.cpp prompt lookup = {mine / peer:.2f}x")
+    out = dict(args=vars(a), rows=rows, time=time.strftime("%Y-%m-%d %H:%M:%S"))
+    print(json.dumps(out))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+def label(c: dict) -> str:
+    return f"{c['backend']} {c['workload']} b{c['batch']} spec={c['spec'].split(':')[0]}"
+
+
+def fmt(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+if __name__ == "__main__":
+    main()
