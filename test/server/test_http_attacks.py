@@ -337,8 +337,10 @@ SEMANTIC_CASES = [
         ("messages object", CHAT, {"messages": {"role": "user", "content": "x"}}, 400, "messages"),
         ("tools", CHAT, {"messages": MSG, "tools": [{"type": "function"}]}, 400, "tools"),
         ("chat_template", CHAT, {"messages": MSG, "chat_template": "{{ 'a' * 10**10 }}"}, 400, "chat_template"),
-        ("response_format json", CHAT, {"messages": MSG, "response_format": {"type": "json_object"}}, 400,
+        ("response_format xml", CHAT, {"messages": MSG, "response_format": {"type": "xml"}}, 400,
          "response_format"),
+        ("tool_choice naming no tool", CHAT, {"messages": MSG, "tools": [{"type": "function", "function": {
+            "name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}}}, 400, "tool_choice"),
         ("best_of != n", CHAT, {"messages": MSG, "best_of": 2}, 400, "best_of"),
         ("top_logprobs without logprobs", CHAT, {"messages": MSG, "top_logprobs": 2}, 400, "top_logprobs"),
         ("stream_options without stream", CHAT, {"messages": MSG, "stream_options": {"include_usage": True}}, 400,
