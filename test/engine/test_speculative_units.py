@@ -105,3 +105,43 @@ def test_cost_model_fit_and_off_switch():
     for n in (1, 2, 4, 8, 16, 32):
         dec.step_cost.observe(n, 0.05 + 0.0001 * n)  # memory-bound: tokens nearly free
     assert all(k == 4 for k in dec._grant(rows, 16))
+
+
+def test_asking_for_speculation_without_it_is_refused():
+    from fake_runner import FakeRunner, FakeTokenizer
+
+    from llaisys.engine import EngineConfig, LLMEngine, SamplingParams
+    from llaisys.engine.sampling_params import SamplingParamsError
+
+    eng = LLMEngine(EngineConfig(num_blocks=64), FakeRunner(), FakeTokenizer())
+    with pytest.raises(SamplingParamsError) as e:
+        eng.add_request("a", [1, 2, 3], SamplingParams(speculative=True))
+    assert e.value.param == "speculative"
+    eng.add_request("b", [1, 2, 3], SamplingParams(speculative=False, max_tokens=2))  # opting out is fine
+    while eng.has_unfinished_requests():
+        eng.step()
+    with pytest.raises(SamplingParamsError):
+        SamplingParams(speculative="yes")
+
+
+def test_runner_that_cannot_verify_is_refused():
+    from fake_runner import FakeRunner
+
+    from llaisys.engine.spec import make_spec_decoder
+
+    with pytest.raises(SpeculativeConfigError, match="cannot verify"):
+        make_spec_decoder(SpeculativeConfig("ngram"), FakeRunner(), None, None, None)
+
+
+def test_draft_with_another_vocabulary_is_refused(qwen05_dir):
+    from fake_runner import FakeTokenizer
+
+    from llaisys.engine.spec import check_same_tokenizer
+    from llaisys.models.tokenizer import Tokenizer
+
+    qwen = Tokenizer.from_dir(qwen05_dir)
+    check_same_tokenizer(qwen, Tokenizer.from_dir(qwen05_dir), 151936, 151936, "same")  # accepted
+    with pytest.raises(SpeculativeConfigError, match="vocabulary of 266 logits"):
+        check_same_tokenizer(qwen, FakeTokenizer(), 151936, 266, "fake")
+    with pytest.raises(SpeculativeConfigError, match="tokenizer has 266 tokens"):
+        check_same_tokenizer(qwen, FakeTokenizer(), 151936, 151936, "fake")
