@@ -30,6 +30,7 @@ from typing import Optional
 
 from ..engine.async_engine import AsyncEngine, EngineDeadError
 from ..engine.sampling_params import SamplingParamsError
+from ..engine.structured import warm_structured
 
 log = logging.getLogger("llaisys.ray")
 
@@ -85,6 +86,7 @@ class LLMReplica:
         t0 = time.monotonic()
         self.llm = LLM(model, **engine_kwargs)
         self.engine = AsyncEngine(self.llm.engine, name=f"llaisys-engine-{self.name}")
+        warm_structured(self.llm.engine.structured, self.name)
         self._outstanding: dict = {}  # request id -> tokens it may still cost (prompt + max_tokens)
         c = self.llm.config
         log.info("replica %s: %s loaded in %.1f s, KV pool %d blocks x %d tokens, cores %s", self.name, model,

@@ -77,12 +77,14 @@ class Registry:
         """Load every model and start its engine loop; on failure record why (state "failed")."""
         from ..engine import LLM
         from ..engine.async_engine import AsyncEngine
+        from ..engine.structured import warm_structured
 
         try:
             for m in self.models.values():
                 t0 = time.monotonic()
                 m.llm = LLM(m.spec.source, **self.engine_kwargs)
                 m.engine = AsyncEngine(m.llm.engine, name=f"llaisys-engine-{m.name}")
+                warm_structured(m.llm.engine.structured, m.name)
                 c = m.llm.config
                 log.info("model %s loaded from %s in %.1f s: max_model_len %d, KV pool %d blocks x %d tokens",
                          m.name, m.llm.worker.path, time.monotonic() - t0, c.max_model_len, c.num_blocks,
