@@ -94,6 +94,10 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     //   scalar: Q4_K 0.71 / 1.15 / 2.04 at m = 8 / 16 / 32; Q8_0 1.03 / 1.85 / 2.33
     // (between 16 and 32 the float path pads m to a whole panel of 16: Q4_K 0.85 at m = 24).
     // Q4_0 is taken as Q8_0/Q5_0 and Q5_K as Q4_K/Q6_K; AVX-512 (not on this machine) as AVX2.
+    // These int8 figures predate the 128-bit 4 x 4 tiles of the 32-blocks (quant_dot.inc), which
+    // run m = 8 at 1.6x (Q5_0) and 1.25x (Q8_0) the old speed per core: about the float path's
+    // speed at m = 16 now, so their crossover of 16 is, if anything, low (to be re-measured on a
+    // quiet host with --crossover).
     const bool k_quant = reads_q8k(dt);
     if (active_isa() == Isa::Scalar) return k_quant ? 16 : 8;
     return k_quant ? 32 : 16;
