@@ -182,7 +182,7 @@ size_t first_allowed(const llaisysSamplingParams_t &p, size_t vocab) {
 bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n) {
     for (size_t i = 0; i < n; i++) {
         const llaisysSamplingParams_t &p = params[i];
-        if (p.temperature != 0.0f || p.allowed_mask || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+        if (p.temperature != 0.0f || p.n_bias || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
             p.frequency_penalty != 0.0f || p.n_logprobs)
             return false;
     }

@@ -24,9 +24,10 @@ size_t first_allowed(const llaisysSamplingParams_t &p, size_t vocab);
 // top_capacity without both top arrays.
 void check_output(const llaisysSampleOutput_t &out, size_t n_rows);
 
-// Whether each of the n rows stops at step 4 on the raw logits: greedy, with no mask, no
-// bias, no penalties and no top logprobs, so its token is the first index of the largest raw logit
-// (what the model's lm_head screen finds without computing every logit).
+// Whether each of the n rows stops at step 4 on the raw logits after step 0: greedy, with no
+// bias, no penalties and no top logprobs, so its token is the first index of the largest raw
+// logit among the ids its allowed_mask allows (all without a mask): what the model's lm_head
+// screen finds without computing every logit.
 bool all_plain_greedy(const llaisysSamplingParams_t *params, size_t n);
 
 // Sample each row of logits [n_rows, vocab] with params[n_rows] into out (rows in parallel).

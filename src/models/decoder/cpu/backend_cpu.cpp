@@ -126,11 +126,14 @@ public:
               const llaisysStepOutput_t &out) override {
         const size_t V = c_.p.vocab_size;
         const llaisysSampleOutput_t &so = out.sample;
-        // Greedy rows that want no logprobs need only the index of the largest logit: the screen
-        // finds it reading half of the lm_head's bytes (it declines when unsure; then all logits).
-        if (params && !out.logits && !so.logprobs && w_.screen && sampling::all_plain_greedy(params, ns) &&
-            w_.screen->argmax(so.token_ids, xs, ns, logits)) {
-            return;
+        // Greedy rows that want no logprobs need only the index of the largest (allowed) logit:
+        // the screen finds it reading half of the lm_head's bytes, or only the allowed rows when
+        // a mask allows few (it declines when unsure; then all logits).
+        if (params && !out.logits && !so.logprobs && w_.screen && ns <= ops::cpu::LogitScreen::kMaxRows &&
+            sampling::all_plain_greedy(params, ns)) {
+            const uint32_t *masks[ops::cpu::LogitScreen::kMaxRows];  // [ns] each row's allowed_mask (or null)
+            for (size_t i = 0; i < ns; i++) masks[i] = params[i].allowed_mask;
+            if (w_.screen->argmax(so.token_ids, xs, ns, logits, masks)) return;
         }
         linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         if (out.logits) std::memcpy(out.logits, logits, ns * V * sizeof(float));

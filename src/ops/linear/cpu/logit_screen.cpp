@@ -66,6 +66,41 @@ float gemm_input(float x, bool bf16) {
     return x;
 }
 
+// Whether mask (a bitmap, bit id % 32 of word id / 32; null: every id) allows id.
+inline bool allows(const uint32_t *mask, size_t id) {
+    return mask == nullptr || ((mask[id / 32] >> (id % 32)) & 1u) != 0;
+}
+
+// Calls f(id) for each id < n that mask allows, ascending, while f returns true.
+template <class F>
+void for_allowed(const uint32_t *mask, size_t n, F &&f) {
+    for (size_t word = 0; word * 32 < n; word++) {
+        uint32_t bits = mask[word];
+        if (word * 32 + 32 > n) bits &= (1u << (n - word * 32)) - 1u;  // bits at or past n
+        for (; bits; bits &= bits - 1u) {
+            if (!f(word * 32 + size_t(__builtin_ctz(bits)))) return;
+        }
+    }
+}
+
+// How many panels of nr ids hold an id that mask allows, counting stops past `limit`.
+size_t allowed_panels(const uint32_t *mask, size_t n, size_t nr, size_t limit) {
+    size_t count = 0, last = SIZE_MAX;
+    for_allowed(mask, n, [&](size_t id) {
+        if (id / nr != last) {
+            last = id / nr;
+            count++;
+        }
+        return count <= limit;
+    });
+    return count;
+}
+
+// A masked row whose allowed ids lie in at most this many of the n_panels panels has its
+// allowed logits computed exactly instead of screened: an eighth of the panels (bf16) is a
+// quarter of the screen's int8 bytes.
+constexpr size_t direct_panels(size_t n_panels) { return n_panels / 8; }
+
 }  // namespace
 
 void LogitScreen::Free::operator()(int8_t *p) const { host_free(p); }
@@ -114,106 +149,140 @@ LogitScreen::LogitScreen(const PackedWeight &w) : w_(w), kpad_(checked_round_up(
     finite_ = all_finite;
 }
 
-bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits) const {
+bool LogitScreen::bounds(float *upper, float *best_lower, const float *x, const size_t *rows, size_t ms,
+                         const uint32_t *const *masks) const {
     const PackedWeight &w = w_;
-    if (m == 0 || m > kMaxRows || !finite_) return false;
+    if (!finite_) return false;
     const size_t n = w.n(), k = w.k(), kpad = kpad_;
-    // Scratch of the calling thread, kept across calls (the team below reaches it through
-    // these plain pointers: inside the parallel region each thread has its own thread_locals).
-    thread_local std::vector<int16_t> xq_buf;      // [m][kpad] the activations as int16
-    thread_local std::vector<float> upper_buf;     // [m][n] A_i + B_i
-    thread_local std::vector<uint32_t> cand;       // candidate ids, by row then ascending
-    thread_local std::vector<uint32_t> sel;        // their panels, ascending
-    xq_buf.assign(m * kpad, 0);
-    upper_buf.resize(m * n);
+    thread_local std::vector<int16_t> xq_buf;  // [ms][kpad] the screened rows' activations as int16
+    xq_buf.assign(ms * kpad, 0);
     int16_t *const xq = xq_buf.data();
-    float *const upper = upper_buf.data();
     const bool bf16 = w.pairs();
     // The activations as int16, u = round(xb / t), with |u| <= umax so that no int32 sum of
     // k products with |q| <= 127 can overflow.
     const double umax = std::min(32767.0, std::floor(double(INT32_MAX) / (127.0 * double(kpad))));
     float t[kMaxRows], xn[kMaxRows], dn[kMaxRows];
-    for (size_t a = 0; a < m; a++) {
-        const float *xa = x + a * k;
+    const uint32_t *mask[kMaxRows];  // [ms] the screened rows' masks (null: every id)
+    for (size_t s = 0; s < ms; s++) {
+        const float *xa = x + rows[s] * k;
+        mask[s] = masks ? masks[rows[s]] : nullptr;
         float amax = 0.0f;
         for (size_t kk = 0; kk < k; kk++) {
             if (!std::isfinite(xa[kk]) || std::fabs(xa[kk]) > 1e30f) return false;
             amax = std::max(amax, std::fabs(gemm_input(xa[kk], bf16)));
         }
-        t[a] = amax > 0 ? float(double(amax) / umax) : 0.0f;
+        t[s] = amax > 0 ? float(double(amax) / umax) : 0.0f;
         double x2 = 0, d2 = 0;
         for (size_t kk = 0; kk < k; kk++) {
             const float xb = gemm_input(xa[kk], bf16);
-            const double uv = t[a] > 0 ? std::clamp(std::nearbyint(double(xb) / t[a]), -umax, umax) : 0.0;
-            xq[a * kpad + kk] = int16_t(uv);
-            const double d = double(xb) - double(t[a]) * uv;  // exact in double
+            const double uv = t[s] > 0 ? std::clamp(std::nearbyint(double(xb) / t[s]), -umax, umax) : 0.0;
+            xq[s * kpad + kk] = int16_t(uv);
+            const double d = double(xb) - double(t[s]) * uv;  // exact in double
             x2 += double(xb) * xb;
             d2 += d * d;
         }
-        xn[a] = round_up(std::sqrt(x2) * (1 + kMargin));
-        dn[a] = round_up(std::sqrt(d2) * (1 + kMargin));
+        xn[s] = round_up(std::sqrt(x2) * (1 + kMargin));
+        dn[s] = round_up(std::sqrt(d2) * (1 + kMargin));
     }
     const float gamma = float(4.0 * double(k) / double(1 << 24));
-    float best_lower[kMaxRows];
-    std::fill(best_lower, best_lower + m, -std::numeric_limits<float>::infinity());
+    std::fill(best_lower, best_lower + ms, -std::numeric_limits<float>::infinity());
     const DotsFn dots_fn = dots_kernel();
     const ptrdiff_t chunks = ptrdiff_t((n + kChunk - 1) / kChunk);
 #pragma omp parallel
     {
         float lower[kMaxRows];
-        std::fill(lower, lower + m, -std::numeric_limits<float>::infinity());
-        alignas(64) int32_t dots[kMaxRows * kChunk];  // [m][len rounded up to 4]
+        std::fill(lower, lower + ms, -std::numeric_limits<float>::infinity());
+        alignas(64) int32_t dots[kMaxRows * kChunk];  // [ms][len rounded up to 4]
 #pragma omp for schedule(static)
         for (ptrdiff_t c = 0; c < chunks; c++) {
             const size_t r0 = size_t(c) * kChunk, r1 = std::min(n, r0 + kChunk), len = r1 - r0;
             const size_t ld = (len + 3) / 4 * 4;
-            dots_fn(dots, xq, q_.get(), m, kpad, r0 / 4, r0 / 4 + ld / 4);
-            for (size_t a = 0; a < m; a++) {
-                const float c_err = xn[a], c_norm = dn[a] + gamma * xn[a];
-                float *up = upper + a * n;
+            dots_fn(dots, xq, q_.get(), ms, kpad, r0 / 4, r0 / 4 + ld / 4);
+            for (size_t s = 0; s < ms; s++) {
+                const float c_err = xn[s], c_norm = dn[s] + gamma * xn[s];
+                float *up = upper + s * n;
                 for (size_t j = 0; j < len; j++) {
                     const size_t i = r0 + j;
-                    const float est = scale_[i] * t[a] * float(dots[a * ld + j]);
+                    const float est = scale_[i] * t[s] * float(dots[s * ld + j]);
                     const float b = (c_err * err_[i] + c_norm * norm_[i]) * float(1 + kMargin) +
                                     float(kMargin) * std::fabs(est) + 1e-30f;
                     up[i] = est + b;
-                    lower[a] = std::max(lower[a], est - b);
+                    // the largest logit among the allowed ids is at least every allowed lower bound
+                    if (allows(mask[s], i)) lower[s] = std::max(lower[s], est - b);
                 }
             }
         }
 #pragma omp critical
-        for (size_t a = 0; a < m; a++) best_lower[a] = std::max(best_lower[a], lower[a]);
+        for (size_t s = 0; s < ms; s++) best_lower[s] = std::max(best_lower[s], lower[s]);
     }
-    // Candidates: ids whose upper bound reaches the best lower bound, and their panels.
-    const size_t nr = w.nr();
-    cand.clear();
-    sel.clear();
-    size_t cand_start[kMaxRows + 1] = {};  // row a's candidates are cand[cand_start[a], cand_start[a + 1])
+    return true;
+}
+
+bool LogitScreen::argmax(int64_t *ids, const float *x, size_t m, float *logits, const uint32_t *const *masks) const {
+    const PackedWeight &w = w_;
+    if (m == 0 || m > kMaxRows) return false;
+    const size_t n = w.n(), nr = w.nr(), n_panels = w.n_panels();
+    // Scratch of the calling thread, kept across calls (the team in bounds() reaches it
+    // through plain pointers: inside the parallel region each thread has its own thread_locals).
+    thread_local std::vector<float> upper_buf;  // [ms][n] A_i + B_i of the screened rows
+    thread_local std::vector<uint32_t> cand;    // candidate ids, by row then ascending
+    thread_local std::vector<uint32_t> sel;     // their panels, ascending
+    // Phase 1: a row whose mask allows ids in few panels has all its allowed logits computed
+    // exactly (direct: cheaper than the screen's pass over W); the other rows are screened.
+    size_t rows[kMaxRows], ms = 0;  // [ms] the screened rows
+    bool direct[kMaxRows];
     for (size_t a = 0; a < m; a++) {
-        const float *up = upper + a * n;
-        const float lo = best_lower[a];
-        for (size_t i = 0; i < n; i++)  // a NaN bound (inf - inf in est +- b) is a candidate too
-            if (!(up[i] < lo)) cand.push_back(uint32_t(i));
-        cand_start[a + 1] = cand.size();
-        if (cand.size() > n / 16) return false;
+        const uint32_t *mask = masks ? masks[a] : nullptr;
+        direct[a] = mask != nullptr && allowed_panels(mask, n, nr, direct_panels(n_panels)) <= direct_panels(n_panels);
+        if (!direct[a]) rows[ms++] = a;
     }
+    // Phase 2: the screened rows' bounds.
+    float best_lower[kMaxRows];  // [ms]
+    upper_buf.resize(ms * n);
+    if (ms > 0 && !bounds(upper_buf.data(), best_lower, x, rows, ms, masks)) return false;
+    // Phase 3: candidates. A screened row's are its allowed ids whose upper bound reaches its
+    // best lower bound; a direct row's are all its allowed ids.
+    cand.clear();
+    size_t cand_start[kMaxRows + 1] = {};  // row a's candidates are cand[cand_start[a], cand_start[a + 1])
+    size_t screened_cand = 0;
+    for (size_t a = 0, s = 0; a < m; a++) {
+        const uint32_t *mask = masks ? masks[a] : nullptr;
+        if (direct[a]) {
+            for_allowed(mask, n, [&](size_t id) { return cand.push_back(uint32_t(id)), true; });
+        } else {
+            const float *up = upper_buf.data() + s * n;
+            const float lo = best_lower[s++];
+            const size_t before = cand.size();
+            for (size_t i = 0; i < n; i++)  // a NaN bound (inf - inf in est +- b) is a candidate too
+                if (!(up[i] < lo) && allows(mask, i)) cand.push_back(uint32_t(i));
+            screened_cand += cand.size() - before;
+            if (screened_cand > n / 16) return false;
+        }
+        cand_start[a + 1] = cand.size();
+        if (cand_start[a + 1] == cand_start[a]) return false;  // a mask that allows no id below n
+    }
+    // Phase 4: the candidates' panels, computed as the full product computes them.
+    sel.clear();
     sel.reserve(cand.size());
     for (uint32_t i : cand) sel.push_back(uint32_t(i / nr));
     std::sort(sel.begin(), sel.end());
     sel.erase(std::unique(sel.begin(), sel.end()), sel.end());
-    if (sel.size() > w.n_panels() / 4) return false;  // then the screen and rescoring would cost more than all
+    // past this the screen and rescoring would cost more than all (without a screen pass,
+    // half the panels cost what the screen's int8 pass does)
+    if (sel.size() > (ms > 0 ? n_panels / 4 : n_panels / 2)) return false;
     linear_packed_panels(logits, x, w, nullptr, m, sel.data(), sel.size());
+    // Phase 5: each row's first largest candidate.
     for (size_t a = 0; a < m; a++) {
         const float *la = logits + a * n;
         int64_t best = -1;
         for (size_t c = cand_start[a]; c < cand_start[a + 1]; c++) {  // ascending ids: ties keep the first
             const uint32_t i = cand[c];
             // a NaN or infinite logit: the bounds say nothing then, and the argmax rule (NaN
-            // wins) needs every logit; the caller's full product applies it
+            // wins; all -inf takes the first allowed id) needs every logit; the caller's full
+            // product applies it
             if (!std::isfinite(la[i])) return false;
             if (best < 0 || la[i] > la[best]) best = int64_t(i);
         }
-        if (best < 0) return false;
         ids[a] = best;
     }
     return true;

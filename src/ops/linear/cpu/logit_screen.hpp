@@ -40,15 +40,27 @@ public:
 
     // ids[r] = the first index of the largest value of x[r] @ W^T as linear_packed(w)
     // computes it, for r < m; logits [m, n] is scratch (only some columns are written).
+    // masks: null, or [m] per-row allowed ids, each null (every id) or a bitmap [(n + 31) / 32]
+    // (bit id % 32 of word id / 32 allows id; bits at or past n are ignored): ids[r] is then
+    // the first index of the largest value among the ids row r allows (the sampler's step 0
+    // then greedy, include/llaisys/sampler.h). Rows allowing few panels' ids get those
+    // logits computed exactly instead of screened; the others' bounds count allowed ids only.
     // Returns false, with nothing decided, when the screen cannot settle it cheaply: m >
-    // kMaxRows, x not finite, a row of W not finite, a candidate's logit not finite, or too
-    // many candidates (the caller then computes every logit and applies the argmax rule of
-    // doc/architecture.md, "NaN in argmax": the screen never decides a row that holds a NaN).
-    bool argmax(int64_t *ids, const float *x, size_t m, float *logits) const;
+    // kMaxRows, for a screened row x not finite or a row of W not finite, a candidate's
+    // logit not finite, too many candidates, or a mask that allows no id below n (the caller
+    // then computes every logit and applies the argmax rule of doc/architecture.md, "NaN in
+    // argmax": the screen never decides a row that holds a NaN among its candidates).
+    bool argmax(int64_t *ids, const float *x, size_t m, float *logits, const uint32_t *const *masks = nullptr) const;
 
     size_t bytes() const { return (w_.n() + 3) / 4 * 4 * kpad_; }
 
 private:
+    // The bounds of the screened rows rows [ms] of x (masks as argmax takes them, indexed by
+    // row of x): upper [ms][n] = A_i + B_i, best_lower [ms] = the largest A_i - B_i over each
+    // row's allowed ids. False when x or W is not finite.
+    bool bounds(float *upper, float *best_lower, const float *x, const size_t *rows, size_t ms,
+                const uint32_t *const *masks) const;
+
     struct Free {
         void operator()(int8_t *p) const;
     };
