@@ -206,7 +206,7 @@ class LLMEngine:
             t0 = time.perf_counter()
             result = self.runner.execute(batch)
             if self.spec is not None:
-                self.spec.observe_step(batch.n_tokens, time.perf_counter() - t0)
+                self.spec.observe_step(batch.n_tokens, batch.n_seqs, time.perf_counter() - t0)
             return unpack_result(batch, result, verify)
         except Exception as e:
             if batch.n_seqs == 0:  # only frees: no request to blame

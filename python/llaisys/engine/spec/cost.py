@@ -1,7 +1,9 @@
 """The measured cost model behind adaptive k and the off-switch.
 
 Step time is modelled as t(n) = a + b n for a step of n tokens, fitted by least squares over
-the most recent steps (their token counts and wall times). A draft token adds b to the
+the most recent decode-shaped steps (their token counts and wall times; steps carrying a
+prefill chunk are left out: they measure compute-bound prefill, not the decode a draft token
+is added to). A draft token adds b to the
 target's step (and, with a draft model, its own per-token cost); it is worth proposing when
 the tokens it is expected to add per second beat the step's tokens per second without it.
 """
@@ -58,3 +60,30 @@ class LinearCost:
     def __call__(self, n: float) -> float:
         a, b = self.coefficients()
         return a + b * n
+
+
+class RoundCost:
+    """The draft model's cost per draft token: the mean time of its decode rounds over the mean
+    rows per round (exponentially averaged). A round that catches a row up on many tokens (a
+    new prompt) is left out: that cost is paid once per request, not per draft token."""
+
+    def __init__(self, decay: float = 0.9):
+        self.decay = decay
+        self.seconds = 0.0  # averaged seconds per round
+        self.rows = 0.0  # averaged rows per round
+        self.n = 0  # rounds seen
+
+    def observe(self, rows: int, n_tokens: int, seconds: float) -> None:
+        if rows <= 0 or n_tokens > 4 * rows:
+            return
+        d = self.decay if self.n else 0.0
+        self.seconds = d * self.seconds + (1 - d) * seconds
+        self.rows = d * self.rows + (1 - d) * rows
+        self.n += 1
+
+    @property
+    def measured(self) -> bool:
+        return self.n > 0
+
+    def per_token(self) -> float:
+        return self.seconds / self.rows if self.rows else 0.0

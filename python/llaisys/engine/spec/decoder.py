@@ -16,7 +16,6 @@ from __future__ import annotations
 import heapq
 import time
 from dataclasses import dataclass
-from typing import Optional
 
 import numpy as np
 
@@ -139,17 +138,20 @@ class SpecDecoder:
         return ks
 
     def _draft_cost(self, n_rows: int) -> float:
-        """Seconds per draft token of the proposer (0 for the n-gram lookup; the draft model's
-        per-round cost spread over the rows, plus its per-token cost)."""
-        cost: Optional[LinearCost] = getattr(self.proposer, "cost", None)
-        if cost is None or (self.step_cost.measured and not cost.measured):
+        """Seconds per draft token of the proposer: 0 for the n-gram lookup; the draft model's
+        measured time per row and round (cost.RoundCost), 0 until it has run once (or while
+        the target's own cost is still the relative prior)."""
+        cost = getattr(self.proposer, "cost", None)
+        if cost is None or not cost.measured or not self.step_cost.measured:
             return 0.0
-        ad, bd = cost.coefficients()
-        return bd + ad / max(1, n_rows)
+        return cost.per_token()
 
     # ---- after the step ------------------------------------------------------------------
-    def observe_step(self, n_tokens: int, seconds: float) -> None:
-        self.step_cost.observe(n_tokens, seconds)
+    def observe_step(self, n_tokens: int, n_rows: int, seconds: float) -> None:
+        """Time of a step of n_tokens over n_rows; kept when it is decode-shaped (every row at
+        most 1 + k tokens)."""
+        if n_tokens <= n_rows * (1 + self.config.num_speculative_tokens):
+            self.step_cost.observe(n_tokens, seconds)
 
     def on_verified(self, req, num_drafts: int, num_emitted: int) -> None:
         """Account one row's verification: num_drafts proposed, num_emitted tokens appended

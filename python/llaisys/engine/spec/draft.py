@@ -24,7 +24,7 @@ import numpy as np
 from ...sampling_probs import sample_probs
 from ..kv_cache_manager import KVCacheManager
 from ..model_runner import row_sampling
-from .cost import LinearCost
+from .cost import RoundCost
 from .proposer import Draft
 
 _DRAFT_TAG = 0xd4af7  # separates the draft's draws from the target's (seed, step) stream
@@ -62,7 +62,7 @@ class DraftModelProposer:
                                                 dtype=worker.kv_dtype)
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=False, layout="block")
         self.seqs: dict = {}  # request id -> _DraftSeq
-        self.cost = LinearCost()  # the draft's step time by tokens (for the cost model)
+        self.cost = RoundCost()  # the draft's time per row and round (for the cost model)
 
     # ---- state ---------------------------------------------------------------------------
     def _sync(self, req) -> _DraftSeq:
@@ -148,7 +148,7 @@ class DraftModelProposer:
                               sample_rows=query_start[1:] - 1, slot_mapping=slot_mapping, block_tables=block_tables,
                               context_lens=(starts_a + q_lens).astype(np.int32), sampling=sampling,
                               want_logits=want_logits, want_logprobs=False)
-        self.cost.observe(n, time.perf_counter() - t0)
+        self.cost.observe(len(live), n, time.perf_counter() - t0)
         sampled_rows = [r for r, (i, *_) in enumerate(live) if i in probs]
         q = sample_probs(res.logits[sampled_rows], [sampling[r] for r in sampled_rows]) if sampled_rows else None
         for r, (i, req, _, _) in enumerate(live):
