@@ -18,7 +18,8 @@
 namespace llaisys::ops::cpu {
 namespace {
 
-constexpr size_t kChunk = 256;          // rows of W per work item (a multiple of 4: whole blocks)
+constexpr size_t kChunk = 256;  // rows of W per work item (a multiple of 32: whole blocks and mask words)
+static_assert(kChunk % 32 == 0);
 constexpr double kMargin = 1.0 / (1 << 18);  // relative slack for the f32 arithmetic of the bounds
 
 // Where element (i, kk) of W sits in the screen's blocks of 4 rows (gemm.hpp, kScreenGroup).
@@ -94,6 +95,24 @@ size_t allowed_panels(const uint32_t *mask, size_t n, size_t nr, size_t limit) {
         return count <= limit;
     });
     return count;
+}
+
+// The largest of low [len] (ids r0 .. r0 + len, r0 a multiple of 32) over the ids mask
+// allows (null: every id); -inf when it allows none of them.
+float max_allowed(const float *low, const uint32_t *mask, size_t r0, size_t len) {
+    float best = -std::numeric_limits<float>::infinity();
+    for (size_t w = 0; w * 32 < len; w++) {
+        const size_t j0 = w * 32, j1 = std::min(len, j0 + 32);
+        uint32_t bits = mask ? mask[r0 / 32 + w] : ~0u;
+        if (j1 - j0 < 32) bits &= (1u << (j1 - j0)) - 1u;  // ids past len
+        if (bits == 0) continue;
+        if (bits == (j1 - j0 < 32 ? (1u << (j1 - j0)) - 1u : ~0u)) {
+            for (size_t j = j0; j < j1; j++) best = std::max(best, low[j]);
+        } else {
+            for (; bits; bits &= bits - 1u) best = std::max(best, low[j0 + size_t(__builtin_ctz(bits))]);
+        }
+    }
+    return best;
 }
 
 // A masked row whose allowed ids lie in at most this many of the n_panels panels has its
@@ -193,6 +212,7 @@ bool LogitScreen::bounds(float *upper, float *best_lower, const float *x, const 
         float lower[kMaxRows];
         std::fill(lower, lower + ms, -std::numeric_limits<float>::infinity());
         alignas(64) int32_t dots[kMaxRows * kChunk];  // [ms][len rounded up to 4]
+        alignas(64) float low[kChunk];                // [len] A_i - B_i of one row
 #pragma omp for schedule(static)
         for (ptrdiff_t c = 0; c < chunks; c++) {
             const size_t r0 = size_t(c) * kChunk, r1 = std::min(n, r0 + kChunk), len = r1 - r0;
@@ -207,9 +227,10 @@ bool LogitScreen::bounds(float *upper, float *best_lower, const float *x, const 
                     const float b = (c_err * err_[i] + c_norm * norm_[i]) * float(1 + kMargin) +
                                     float(kMargin) * std::fabs(est) + 1e-30f;
                     up[i] = est + b;
-                    // the largest logit among the allowed ids is at least every allowed lower bound
-                    if (allows(mask[s], i)) lower[s] = std::max(lower[s], est - b);
+                    low[j] = est - b;
                 }
+                // the largest logit among the allowed ids is at least every allowed lower bound
+                lower[s] = std::max(lower[s], max_allowed(low, mask[s], r0, len));
             }
         }
 #pragma omp critical
