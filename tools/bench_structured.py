@@ -3,8 +3,8 @@ requests unconstrained, at batch 1 and 16 on the 0.5B (greedy, one engine, runs 
 
 A decode step is one in which every request of the batch is past its prompt and still running;
 its tok/s is batch / step time. Constrained steps also pay the grammar masks (llguidance,
-timed separately: `mask ms/step`) and lose the greedy lm_head screen (the full logits are
-computed for masked rows). Prints a table and writes JSON (--json).
+timed separately: `mask ms/step`); their greedy rows keep the lm_head screen, over the allowed
+ids only (doc/architecture.md, "Greedy screen"). Prints a table and writes JSON (--json).
 
     python tools/bench_structured.py [--model DIR] [--batches 1 16] [--tokens 48] [--repeats 2]
 """

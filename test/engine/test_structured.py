@@ -138,8 +138,8 @@ def test_forced_tool_call_parses(llm):
 
 
 def test_model_step_greedy_takes_the_best_allowed_logit(llm):
-    """The step's greedy rows with a mask skip the lm_head screen: the token is torch-free
-    argmax of the full logits over the allowed ids."""
+    """The step's greedy rows with a mask (decided by the lm_head screen over their allowed ids)
+    take the argmax of the full logits over the allowed ids."""
     from llaisys.models.qwen2 import RowSampling
 
     model = llm.worker.model
