@@ -83,8 +83,10 @@ def test_cost_model_fit_and_off_switch():
     from llaisys.engine.spec.decoder import SpecDecoder, SpecRequestState
 
     c = LinearCost()
-    for n in (1, 2, 4, 8, 16, 32):
+    c.observe(16, 9.0)  # the first step of a new largest size (workspace growth) is not kept
+    for n in (1, 2, 4, 8, 16, 32) * 3:
         c.observe(n, 0.05 + 0.01 * n)
+    c.observe(4, 5.0)  # one slow step: the median per size ignores it
     a, b = c.coefficients()
     assert abs(a - 0.05) < 1e-9 and abs(b - 0.01) < 1e-9
 
@@ -102,9 +104,32 @@ def test_cost_model_fit_and_off_switch():
     assert dec._grant(rows, 16) == [0] * 16
     assert dec._grant(rows[:1], 1)[0] >= 1  # alone, drafts pay (0.7 / 0.01 > 1 / 0.06)
     dec.step_cost = LinearCost()
-    for n in (1, 2, 4, 8, 16, 32):
+    for n in (1, 2, 4, 8, 16, 32) * 2:
         dec.step_cost.observe(n, 0.05 + 0.0001 * n)  # memory-bound: tokens nearly free
     assert all(k == 4 for k in dec._grant(rows, 16))
+    # switched off for PROBE_EVERY steps in a row, one step speculates anyway (re-measuring)
+    from llaisys.engine.spec.decoder import PROBE_EVERY
+
+    dec.step_cost = c
+    dec.proposer = types_ngram()
+    running = [r for r, _ in rows]
+    for r in running:
+        r.num_computed_tokens, r.num_tokens, r.max_tokens, r.num_output_tokens = 9, 10, 100, 1
+        r.sampling_params, r.structured, r.all_token_ids = _SP(), None, list(range(10))
+    for _ in range(PROBE_EVERY):
+        dec.prepare(running)
+    assert dec.stats.num_off_steps == PROBE_EVERY - 1  # the last step probed
+
+
+class _SP:
+    speculative = None
+    structured = None
+
+
+def types_ngram():
+    from llaisys.engine.spec import NgramProposer
+
+    return NgramProposer(4, 1)
 
 
 def test_asking_for_speculation_without_it_is_refused():

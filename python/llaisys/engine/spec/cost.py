@@ -16,7 +16,7 @@ from typing import Optional
 # Before enough steps are seen: a token costs 2% of a step's fixed cost (decode is a weight
 # stream); replaced by the fit as soon as two different step sizes have been timed.
 PRIOR_A, PRIOR_B = 1.0, 0.02
-WINDOW = 128  # steps kept for the fit
+WINDOW = 64  # steps kept for the fit (recent ones: the machine's load changes)
 
 
 class LinearCost:
@@ -26,8 +26,12 @@ class LinearCost:
         self.samples: deque = deque(maxlen=window)  # (n tokens, seconds)
         self.prior = (prior_a, prior_b)
         self._fit: Optional[tuple] = None
+        self._largest = 0  # the largest step size seen
 
     def observe(self, n: int, seconds: float) -> None:
+        if n > self._largest:  # the first step of a new largest size grows the core's workspace
+            self._largest = n
+            return
         if n > 0 and seconds > 0:
             self.samples.append((n, seconds))
             self._fit = None
@@ -44,17 +48,21 @@ class LinearCost:
         return len({n for n, _ in self.samples}) >= 2
 
     def _solve(self) -> tuple:
+        """Least squares over the median time of each step size (weighted by how often it was
+        seen): one slow step (a workspace growing, a busy neighbour) cannot tilt the line."""
         if not self.measured:
             return self.prior
-        n = len(self.samples)
-        sx = sum(x for x, _ in self.samples)
-        sy = sum(y for _, y in self.samples)
-        sxx = sum(x * x for x, _ in self.samples)
-        sxy = sum(x * y for x, y in self.samples)
-        den = n * sxx - sx * sx
-        b = (n * sxy - sx * sy) / den if den > 0 else 0.0
-        b = max(b, 0.0)
-        a = max((sy - b * sx) / n, 1e-9)
+        by_n: dict = {}
+        for x, y in self.samples:
+            by_n.setdefault(x, []).append(y)
+        pts = [(x, sorted(ys)[len(ys) // 2], len(ys)) for x, ys in by_n.items()]
+        w = sum(c for _, _, c in pts)
+        mx = sum(x * c for x, _, c in pts) / w
+        my = sum(y * c for _, y, c in pts) / w
+        sxx = sum(c * (x - mx) ** 2 for x, _, c in pts)
+        sxy = sum(c * (x - mx) * (y - my) for x, y, c in pts)
+        b = max(sxy / sxx if sxx > 0 else 0.0, 0.0)
+        a = max(my - b * mx, 1e-9)
         return a, b
 
     def __call__(self, n: float) -> float:

@@ -29,6 +29,7 @@ EMA = 0.7  # weight of the past in a row's acceptance average
 PRIOR_WEIGHT = 2.0  # pseudo-tokens of the prior
 ALPHA_MAX = 0.98  # the expected-gain formula needs alpha < 1
 DRIFT = 0.05  # how far a row's average moves back to the prior per step it does not speculate
+PROBE_EVERY = 16  # after this many steps switched off, one step speculates anyway (k <= 2) to re-measure
 
 
 @dataclass
@@ -72,6 +73,7 @@ class SpecDecoder:
         self.prior = 0.6 if config.method == "draft" else 0.5  # acceptance assumed for a new row
         self.step_cost = LinearCost()  # the target's step time by tokens
         self.stats = SpecStats()
+        self._off_streak = 0  # consecutive steps the cost model switched off
 
     # ---- eligibility ---------------------------------------------------------------------
     def max_draft(self, req) -> int:
@@ -93,6 +95,13 @@ class SpecDecoder:
         if not cands:
             return
         ks = self._grant(cands, len(running)) if self.config.adaptive else [m for _, m in cands]
+        if self.config.adaptive and not any(ks):
+            self._off_streak += 1
+            if self._off_streak >= PROBE_EVERY:  # the model only learns step sizes it sees: probe
+                self._off_streak = 0
+                ks = [min(m, 2) for _, m in cands]
+        else:
+            self._off_streak = 0
         chosen = [(r, k) for (r, _), k in zip(cands, ks) if k > 0]
         for (r, _), k in zip(cands, ks):
             st = self._state(r)
