@@ -102,10 +102,12 @@ def test_session_turns_stay_on_one_replica_and_hit_its_cache(cluster):
         assert status == 200, body
         cached.append(json.loads(body)["usage"]["prompt_tokens_details"]["cached_tokens"])
     after = cluster.routed()
-    spread = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
-    assert len(spread) == 1 and sum(spread.values()) == 4, spread  # every turn on one replica
-    assert all(c > 0 for c in cached[1:]), cached  # each later turn reuses the history's blocks
     m1 = cluster.metrics()
+    decisions = {k: m1[k] - m0.get(k, 0) for k in m1
+                 if k.startswith("llaisys:ray_routing_decisions_total") and m1[k] != m0.get(k, 0)}
+    spread = {k: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
+    assert len(spread) == 1 and sum(spread.values()) == 4, (spread, decisions)  # every turn on one replica
+    assert all(c > 0 for c in cached[1:]), cached  # each later turn reuses the history's blocks
     key = 'llaisys:ray_routing_decisions_total{policy="prefix_aware",reason="session"}'
     assert m1.get(key, 0) - m0.get(key, 0) == 3, (m0.get(key), m1.get(key))
     replica = next(iter(spread))

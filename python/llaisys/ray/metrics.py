@@ -26,7 +26,7 @@ class RayCollector:
     def collect(self):
         decisions, routed, matched = ROUTING.snapshot()
         fam = CounterMetricFamily(PREFIX + "ray_routing_decisions", "Requests routed, by router policy and "
-                                  "reason (session, prefix, overloaded, least_tokens; pow2 for Ray's default).",
+                                  "reason (session, prefix, overloaded, least_tokens, unavailable; pow2 for Ray's default).",
                                   labels=["policy", "reason"])
         for (policy, reason), n in sorted(decisions.items()):
             fam.add_metric([policy, reason], n)

@@ -19,7 +19,10 @@ process that holds the handle (the ingress). For each request, in order:
    requests to one replica). Ties are broken at random.
 
 The chosen replica is the first rank, the others follow by outstanding tokens, so a replica
-that refuses (at max_ongoing_requests) passes the request on. Every decision is counted in
+that refuses (at max_ongoing_requests, or missing Serve's queue-length probe deadline on a
+busy machine) passes the request on ("unavailable"). For a session or prefix choice the first
+``AFFINITY_TRIES`` passes offer the chosen replica alone: a CI run on a loaded machine had one
+turn of a four-turn session land on the other replica that way. Every decision is counted in
 ``routing_log.ROUTING`` (read by the ingress's /metrics). No FIFOMixin: a decision is made for one
 request and fulfils that request (RequestRouter matches by request id), never another. ``ObservedPow2Router`` is Ray's default
 power-of-two router unchanged, counting its decisions the same way (the baseline).
@@ -38,6 +41,7 @@ from ray.serve.request_router import PendingRequest, RequestRouter, RunningRepli
 MAX_SESSIONS = 100_000  # session -> replica entries kept (least recently used dropped)
 MAX_RECENT_BLOCKS = 100_000  # per replica: block hashes routed there and not yet in a report
 ROUTED_MEMORY_S = 60.0  # how long a routed request counts towards a replica's load without a newer report
+AFFINITY_TRIES = 4  # routing passes that offer only the session's or prefix's replica before the others
 
 
 def routing_log():
@@ -69,7 +73,8 @@ class PrefixAwareRouter(RequestRouter):
         self._sessions: OrderedDict = OrderedDict()  # session -> ReplicaID of its last turn
         self._recent: dict = {}  # ReplicaID -> OrderedDict(hash prefix -> None), routed there lately
         self._routed: dict = {}  # ReplicaID -> deque of (wall time, tokens) routed there, oldest first
-        self._decided: dict = {}  # internal request id -> (reason, route) chosen by choose_replicas
+        # internal request id -> (reason, route, matched, chosen id, passes) from choose_replicas
+        self._decided: OrderedDict = OrderedDict()
         routing_log().routers.append(self)
 
     # ---- the decision --------------------------------------------------------------------
@@ -131,15 +136,30 @@ class PrefixAwareRouter(RequestRouter):
             return []
         route = _route(pending_request)
         reason, chosen, matched = self.decide(candidate_replicas, route)
+        tries = 1
         if pending_request is not None:
-            self._decided[pending_request.metadata.internal_request_id] = (reason, route, matched)
+            rid = pending_request.metadata.internal_request_id
+            tries = self._decided.get(rid, (None, None, 0, None, 0))[4] + 1
+            self._decided[rid] = (reason, route, matched, chosen.replica_id, tries)
+            self._decided.move_to_end(rid)
+            while len(self._decided) > MAX_SESSIONS:  # a request cancelled before routing leaves its entry
+                self._decided.popitem(last=False)
+        # Serve moves to the next rank when the chosen replica does not answer its queue-length
+        # probe in time (a busy machine) or is full. For an affinity that would lose the cached
+        # history, so the first passes offer the chosen replica alone (Serve backs off between
+        # passes and lengthens the probe deadline); after them any replica will do.
+        if reason in ("session", "prefix") and tries <= AFFINITY_TRIES:
+            return [[chosen]]
         rest = sorted((c for c in candidate_replicas if c is not chosen), key=lambda c: self._tokens(c))
         return [[chosen]] + ([rest] if rest else [])
 
     # ---- bookkeeping ---------------------------------------------------------------------
     def on_request_routed(self, pending_request: PendingRequest, replica_id, result) -> None:
         rid = pending_request.metadata.internal_request_id
-        reason, route, matched = self._decided.pop(rid, ("least_tokens", _route(pending_request), 0))
+        reason, route, matched, chosen, _ = self._decided.pop(
+            rid, ("least_tokens", _route(pending_request), 0, replica_id, 0))
+        if replica_id != chosen:  # the chosen replica did not take it: Serve's next rank did
+            reason, matched = "unavailable", 0
         replica = self.curr_replicas.get(replica_id)
         label = replica_label(replica) if replica is not None else replica_id.unique_id
         routing_log().record("prefix_aware", reason, label, matched)
