@@ -102,7 +102,7 @@ $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 
 # PYTEST_ARGS narrows the run, e.g. make pytest PYTEST_ARGS="test/core -x"
 pytest: install-test
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 # The C program that uses libllaisys through the public headers alone.
 ctest:

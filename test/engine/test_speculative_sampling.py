@@ -21,7 +21,7 @@ from llaisys.sampler import sample
 from llaisys.sampling_probs import sample_probs
 
 VOCAB = 64
-N = 20000
+N = 20000  # the floor; resampling from p instead of max(p - q, 0) fails both cases at p ~ 1e-9 by 8,000
 BLOCK = 16
 SCALE = 30.0  # lm_head scale of the target: logits a few units apart
 
