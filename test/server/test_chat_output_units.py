@@ -116,6 +116,20 @@ def test_stop_strings_match_the_answer_not_the_reasoning():
     assert msg["content"] == "Answer STOP"
 
 
+def test_stop_strings_wait_for_min_tokens():
+    """As the engine does: a stop string matches only once min_tokens tokens are out (here one
+    piece per token, so token 3 ends the first "STOP" and token 6 the second)."""
+    setup = ChatSetup(R1, True, stops=["STOP"], min_tokens=5)
+    co = setup.new_output()
+    texts = ["a</think>", "A ", "STOP", " b", "c ", "STOP", " tail"]
+    out = "".join(co.feed(t, final=(i == len(texts) - 1), num_tokens=i + 1).content for i, t in enumerate(texts))
+    assert out == "A STOP bc " and co.finish_reason("length") == "stop"
+    setup.min_tokens = 0
+    co = setup.new_output()
+    out = "".join(co.feed(t, num_tokens=i + 1).content for i, t in enumerate(texts[:4]))
+    assert out == "A " and co.stopped
+
+
 # ---- tools -----------------------------------------------------------------------------------
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": {"c": [1, 2]}}}\n</tool_call>'
 

@@ -94,6 +94,18 @@ def test_stop_string_matches_the_answer_not_the_reasoning(split_server):
     assert streamed(client, **kw) == (msg.model_extra["reasoning_content"], "D", "stop")
 
 
+def test_stop_string_waits_for_min_tokens(split_server):
+    client = client_of(split_server)
+    kw = dict(model=MODEL_NAME, messages=ECHO, temperature=0, max_tokens=30, stop=["m", "on"],
+              extra_body={"min_tokens": 30})
+    r = client.chat.completions.create(**kw)
+    msg = r.choices[0].message
+    # as the engine does: no stop string ends the answer before 30 tokens, so "Done" is whole
+    assert msg.content.startswith("Done"), msg.content
+    assert r.usage.completion_tokens == 30
+    assert streamed(client, **kw)[1] == msg.content
+
+
 def test_auto_keeps_plain_templates_unsplit(start_server):
     plain = client_of(start_server())  # --reasoning-parser auto; Qwen2.5's template has no <think>
     r = plain.chat.completions.create(model=MODEL_NAME, messages=ECHO, temperature=0, max_tokens=30)

@@ -45,11 +45,13 @@ class StopMatcher:
         self._held = ""
         self.matched = False
 
-    def feed(self, text: str, final: bool) -> str:
+    def feed(self, text: str, final: bool, can_stop: bool = True) -> str:
+        """The text that can be released now. can_stop False (min_tokens not yet out): nothing
+        matches, what could begin a stop string is still held back."""
         if not self.stops or self.matched:
             return "" if self.matched else text
         buf = self._held + text
-        hits = [(buf.find(s), s) for s in self.stops if s in buf]
+        hits = [(buf.find(s), s) for s in self.stops if s in buf] if can_stop else []
         if hits:
             i, s = min(hits)
             self.matched, self._held = True, ""
@@ -63,7 +65,9 @@ class ChoiceOutput:
     """Reassembles one choice (see the module doc)."""
 
     def __init__(self, reasoning_parser: Optional[str] = None, opened: bool = False,
-                 tools: Optional[ToolConfig] = None, stops: Optional[list] = None, include_stop: bool = False):
+                 tools: Optional[ToolConfig] = None, stops: Optional[list] = None, include_stop: bool = False,
+                 min_tokens: int = 0):
+        self.min_tokens = min_tokens  # output tokens before a stop string may match (as in the engine)
         self.splitter = ReasoningSplitter(reasoning_parser, opened) if reasoning_parser else None
         self.stop = StopMatcher(stops or [], include_stop)
         self.tools = tools if tools is not None and tools.parse else None
@@ -74,7 +78,8 @@ class ChoiceOutput:
         self.done = False  # final output seen
         self.engine_output = None  # the engine's latest CompletionOutput of this choice (set by the route)
 
-    def feed(self, text: str, final: bool = False) -> ChoiceDelta:
+    def feed(self, text: str, final: bool = False, num_tokens: Optional[int] = None) -> ChoiceDelta:
+        """num_tokens: output tokens generated so far (None: min_tokens is out)."""
         d = ChoiceDelta()
         if self.stopped or self.done:
             return d
@@ -83,7 +88,7 @@ class ChoiceOutput:
         if self.splitter is not None:
             s = self.splitter.feed(text, final)
             d.reasoning, answer = s.reasoning, s.content
-        answer = self.stop.feed(answer, final)
+        answer = self.stop.feed(answer, final, num_tokens is None or num_tokens >= self.min_tokens)
         final_here = final or self.stop.matched
         if self.parser is not None:
             ev = self.parser.feed(answer, final_here)
@@ -155,6 +160,8 @@ class ChatSetup:
     tools: Optional[ToolConfig] = None  # the request's tools, None without
     stops: list = field(default_factory=list)  # stop strings matched here (only with a reasoning parser)
     include_stop: bool = False  # include_stop_str_in_output
+    min_tokens: int = 0  # the request's min_tokens: stop strings match only after that many tokens
 
     def new_output(self) -> ChoiceOutput:
-        return ChoiceOutput(self.reasoning_parser, self.opened, self.tools, self.stops, self.include_stop)
+        return ChoiceOutput(self.reasoning_parser, self.opened, self.tools, self.stops, self.include_stop,
+                            self.min_tokens)

@@ -128,7 +128,7 @@ class Run:
             if co is None:
                 co = self.outputs[idx] = self.chat.new_output()
             final = c.finish_reason is not None
-            d = co.feed(c.delta_text, final=final)
+            d = co.feed(c.delta_text, final=final, num_tokens=len(c.token_ids))
             co.engine_output = c
             reason = co.finish_reason(self._reported_reason(c)) if (final or co.stopped) else None
             if final or co.stopped:

@@ -83,6 +83,7 @@ def chat_prompt(req, served, messages: list) -> tuple:
     if parser is not None:
         setup.stops = list(req.sampling.get("stop") or [])
         setup.include_stop = bool(req.sampling.get("include_stop_str_in_output"))
+        setup.min_tokens = int(req.sampling.get("min_tokens") or 0)
     return text, setup
 
 
