@@ -196,7 +196,7 @@ class Matcher:
 
 def _backend_tokenizer(tokenizer):
     """The `tokenizers.Tokenizer` behind llaisys' Tokenizer (or a tokenizers.Tokenizer itself)."""
-    for t in (tokenizer, getattr(tokenizer, "_backend", None), getattr(tokenizer, "backend", None)):
+    for t in (tokenizer, getattr(tokenizer, "backend", None)):
         if t is not None and callable(getattr(t, "to_str", None)):
             return t
     raise StructuredOutputError("structured", "structured output needs a HuggingFace `tokenizers` tokenizer; "

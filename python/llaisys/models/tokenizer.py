@@ -178,6 +178,12 @@ class Tokenizer:
         return cls(backend, special_map, special, _pick_template(path, tok_config))
 
     @property
+    def backend(self) -> tokenizers.Tokenizer:
+        """The HuggingFace `tokenizers.Tokenizer` doing BPE (for libraries that take one, such as
+        llguidance's grammar matcher)."""
+        return self._backend
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids the tokenizer knows, added tokens included."""
         return self._backend.get_vocab_size(with_added_tokens=True)
