@@ -1,5 +1,7 @@
 #include "sampler.hpp"
 
+#include "row.hpp"
+
 #include "../ops/cpu_simd/row_kernels.hpp"
 #include "../utils/error.hpp"
 
@@ -18,18 +20,6 @@ uint64_t splitmix64(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
-
-// The argmax rule (include/llaisys/sampler.h, "NaN"): the first NaN if any, else the first
-// largest logit. Vectorised: greedy rows (and every row's NaN check) scan the whole vocabulary.
-size_t first_argmax(const float *v, size_t n) { return ops::cpu::simd::row_kernels().argmax(v, n); }
-
-// Scratch of one thread, reused across rows.
-struct Scratch {
-    std::vector<float> w;         // [vocab] processed logits
-    std::vector<int32_t> cand;    // candidate ids
-    std::vector<float> prob;      // [cand] probabilities
-    Penalties pen;                // steps 2-3 as lists
-};
 
 // log_softmax of the raw logits: the logprob of `id` is logits[id] - lse.
 float log_sum_exp(const float *logits, size_t vocab) {
@@ -60,8 +50,39 @@ void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, Pe
     for (size_t i = 0; i < pen.counted.size(); i++) w[size_t(pen.counted[i])] -= pen.subtract[i];
 }
 
-// Steps 5-9: temperature, top-k, top-p, min-p, draw. Returns the chosen id.
-int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
+// Step 9: the draw over filter_row's candidates. Returns the chosen id.
+int64_t draw(RowScratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
+    size_t keep = 0;
+    const double kept_total = filter_row(s, vocab, p, keep);
+    double u = uniform(p.seed, p.step) * kept_total;
+    double acc = 0.0;
+    size_t last_nonzero = 0;
+    for (size_t i = 0; i < keep; i++) {
+        if (s.prob[i] <= 0.0f) continue;
+        last_nonzero = i;
+        acc += s.prob[i];
+        if (u < acc) return s.cand[i];
+    }
+    return s.cand[last_nonzero];  // rounding left u at the very top
+}
+
+}  // namespace
+
+// Vectorised: greedy rows (and every row's NaN check) scan the whole vocabulary.
+size_t first_argmax(const float *v, size_t n) { return ops::cpu::simd::row_kernels().argmax(v, n); }
+
+size_t prepare_row(RowScratch &s, const float *row, size_t vocab, const llaisysSamplingParams_t &p) {
+    s.w.assign(row, row + vocab);
+    if (p.allowed_mask) apply_mask(s.w, p.allowed_mask, vocab);  // step 0
+    apply_penalties(s.w, p, s.pen);
+    // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one.
+    size_t top = first_argmax(s.w.data(), vocab);
+    // every allowed logit is -inf: the argmax (index 0) may be masked; take the first allowed
+    if (p.allowed_mask && s.w[top] == -std::numeric_limits<float>::infinity()) top = first_allowed(p, vocab);
+    return top;
+}
+
+double filter_row(RowScratch &s, size_t vocab, const llaisysSamplingParams_t &p, size_t &keep) {
     std::vector<float> &w = s.w;
     std::vector<int32_t> &cand = s.cand;
     float inv_t = 1.0f / p.temperature;
@@ -90,7 +111,7 @@ int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
         s.prob[i] = std::exp((w[size_t(cand[i])] - mx) * inv_t);
         total += s.prob[i];
     }
-    size_t keep = cand.size();
+    keep = cand.size();
     if (need_sorted) {
         double mass = 0.0, target = double(p.top_p) * total;
         for (size_t i = 0; i < cand.size(); i++) {
@@ -108,17 +129,10 @@ int64_t draw(Scratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
         if (s.prob[i] < floor_p) s.prob[i] = 0.0f;
         kept_total += s.prob[i];
     }
-    double u = uniform(p.seed, p.step) * kept_total;
-    double acc = 0.0;
-    size_t last_nonzero = 0;
-    for (size_t i = 0; i < keep; i++) {
-        if (s.prob[i] <= 0.0f) continue;
-        last_nonzero = i;
-        acc += s.prob[i];
-        if (u < acc) return cand[i];
-    }
-    return cand[last_nonzero];  // rounding left u at the very top
+    return kept_total;
 }
+
+namespace {
 
 // The n largest raw logits with their logprobs, in the argmax rule's order: NaNs first (by
 // id), then larger logits first, ties by smaller id (a strict weak order even with NaNs).
@@ -241,21 +255,13 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             const llaisysSampleOutput_t &out) {
 #pragma omp parallel if (n_rows > 1)
     {
-        Scratch s;
+        RowScratch s;
 #pragma omp for schedule(dynamic, 1)
         for (ptrdiff_t r = 0; r < ptrdiff_t(n_rows); r++) {
             const llaisysSamplingParams_t &p = params[r];
             const float *row = logits + size_t(r) * vocab;
-            s.w.assign(row, row + vocab);
-            if (p.allowed_mask) apply_mask(s.w, p.allowed_mask, vocab);  // step 0
-            apply_penalties(s.w, p, s.pen);
-            // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one,
-            // and then that first NaN is the token whatever the temperature.
-            int64_t top = int64_t(first_argmax(s.w.data(), vocab));
-            // every allowed logit is -inf: the argmax (index 0) may be masked; take the first allowed
-            if (p.allowed_mask && s.w[size_t(top)] == -std::numeric_limits<float>::infinity()) {
-                top = int64_t(first_allowed(p, vocab));
-            }
+            // steps 0-4; a NaN argmax (the row has one) is the token whatever the temperature
+            const int64_t top = int64_t(prepare_row(s, row, vocab, p));
             // The same for a row whose largest value is +inf or which is all -inf: softmax has no
             // value there (inf - inf), so the draw is the argmax too (first +inf; index 0).
             const bool nan_row = std::isnan(s.w[size_t(top)]);
