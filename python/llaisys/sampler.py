@@ -15,16 +15,23 @@ from .libllaisys.sampler import SamplingParams as CSamplingParams
 from .models.step_io import RowSampling, StepResult, fill_sampling
 
 
-def _prepare(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int):
-    """(contiguous f32 logits, C params array, SampleOutput, StepResult it fills, arrays to keep alive)."""
+def row_params(logits: np.ndarray, rows: Sequence[RowSampling]) -> tuple:
+    """(contiguous f32 logits [n_rows, vocab], the C params array of `rows`, arrays it points
+    into: keep them alive for the call). ValueError unless there is one row per entry."""
     logits = np.ascontiguousarray(logits, dtype=np.float32)
     if logits.ndim != 2 or logits.shape[0] != len(rows):
         raise ValueError(f"logits must be [n_rows, vocab] with one row per sampling entry, got {logits.shape}")
-    n, vocab = logits.shape
     keep: list = []
-    params = (CSamplingParams * max(n, 1))()
+    params = (CSamplingParams * max(len(rows), 1))()
     for i, r in enumerate(rows):
         fill_sampling(params[i], r, keep)
+    return logits, params, keep
+
+
+def _prepare(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int):
+    """(contiguous f32 logits, C params array, SampleOutput, StepResult it fills, arrays to keep alive)."""
+    logits, params, keep = row_params(logits, rows)
+    n = logits.shape[0]
     res = StepResult(np.zeros(n, np.int64), np.zeros(n, np.float32), None, None, None, None)
     out = SampleOutput()
     out.token_ids = res.token_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))

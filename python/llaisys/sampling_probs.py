@@ -10,9 +10,9 @@ from typing import Sequence
 import numpy as np
 
 from .libllaisys import LIB, check
-from .libllaisys.sampler import SamplingParams as CSamplingParams
 from .libllaisys.speculative import available
-from .models.step_io import RowSampling, fill_sampling
+from .models.step_io import RowSampling
+from .sampler import row_params
 
 
 def sample_probs_available() -> bool:
@@ -24,14 +24,8 @@ def sample_probs(logits: np.ndarray, rows: Sequence[RowSampling]) -> np.ndarray:
     decides without a draw: greedy, NaN, +inf). logits: [n_rows, vocab] f32."""
     if not available(LIB):
         raise RuntimeError("the loaded libllaisys has no llaisysSampleProbs (rebuild it)")
-    logits = np.ascontiguousarray(logits, dtype=np.float32)
-    if logits.ndim != 2 or logits.shape[0] != len(rows):
-        raise ValueError(f"logits must be [n_rows, vocab] with one row per sampling entry, got {logits.shape}")
+    logits, params, _keep = row_params(logits, rows)
     n, vocab = logits.shape
-    keep: list = []
-    params = (CSamplingParams * max(n, 1))()
-    for i, r in enumerate(rows):
-        fill_sampling(params[i], r, keep)
     probs = np.empty((n, vocab), np.float32)  # [n_rows, vocab]
     f32p = ctypes.POINTER(ctypes.c_float)
     check(LIB.llaisysSampleProbs(logits.ctypes.data_as(f32p), n, vocab, params, probs.ctypes.data_as(f32p)))

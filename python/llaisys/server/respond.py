@@ -140,11 +140,12 @@ class Run:
         return got
 
     # ---- JSON ------------------------------------------------------------------------------
-    def _json(self) -> Response:
+    def _read(self):
+        """The generation's (prompt index, output) events to its end; a client gone, an
+        exception or the generation's own failure finishes the run (499, 500, its status)
+        and is raised."""
         try:
-            for i, out in self.gen.events():
-                if self.kind == "chat":
-                    self._absorb(i, out)
+            yield from self.gen.events()
         except ClientGone:
             self.finish(499)
             raise
@@ -155,6 +156,11 @@ class Run:
         if err is not None:
             self.finish(err.status)
             raise err
+
+    def _json(self) -> Response:
+        for i, out in self._read():
+            if self.kind == "chat":
+                self._absorb(i, out)
         choices = []
         for i in sorted(self.gen.finals):
             for c in self.gen.finals[i].outputs:

@@ -153,22 +153,6 @@ class ResponsesRun(Run):
         self.finish(200)
         return jsonify(body)
 
-    def _read(self):
-        from .limits import ClientGone
-
-        try:
-            yield from self.gen.events()
-        except ClientGone:
-            self.finish(499)
-            raise
-        except BaseException:
-            self.finish(500)
-            raise
-        err = self.gen.failure()
-        if err is not None:
-            self.finish(err.status)
-            raise err
-
     def _events(self):
         from .limits import ClientGone
 
