@@ -48,8 +48,9 @@ def opened_in_prompt(prompt: str) -> bool:
     return tail.endswith(OPEN)
 
 
-def _partial_suffix(text: str, tag: str) -> int:
-    """Length of the longest suffix of `text` that is a proper prefix of `tag`."""
+def partial_suffix(text: str, tag: str) -> int:
+    """Length of the longest suffix of `text` that is a proper prefix of `tag` (what a stream
+    must hold back: it may be the start of the tag). Used by the tool-call parser too."""
     for k in range(min(len(tag) - 1, len(text)), 0, -1):
         if text.endswith(tag[:k]):
             return k
@@ -118,7 +119,7 @@ class ReasoningSplitter:
                     self.state = "answer"
                     self.reasoning_seen = True
                     continue
-                keep = 0 if final else _partial_suffix(buf, CLOSE)
+                keep = 0 if final else partial_suffix(buf, CLOSE)
                 out.reasoning += buf[:len(buf) - keep]
                 self._held = buf[len(buf) - keep:]
                 break

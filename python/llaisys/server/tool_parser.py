@@ -10,6 +10,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .reasoning import partial_suffix
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _HEAD = re.compile(r'^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"arguments"\s*:\s*(?=\S)')
 
@@ -46,13 +48,6 @@ class _ObjectEnd:
                 if self.depth == 0:
                     return i
         return None
-
-
-def _partial_suffix(text: str, tag: str) -> int:
-    for k in range(min(len(tag) - 1, len(text)), 0, -1):
-        if text.endswith(tag[:k]):
-            return k
-    return 0
 
 
 @dataclass
@@ -113,7 +108,7 @@ class ToolCallParser:
             if not self._in_call:
                 i = self._buf.find(OPEN)
                 if i < 0:
-                    keep = 0 if final else _partial_suffix(self._buf, OPEN)
+                    keep = 0 if final else partial_suffix(self._buf, OPEN)
                     self._emit_content(ev, self._buf[:len(self._buf) - keep], final)
                     self._buf = self._buf[len(self._buf) - keep:]
                     break
@@ -127,7 +122,7 @@ class ToolCallParser:
                 self._buf = self._buf[j + len(CLOSE):]
                 self._end_block(ev, closed=True)
                 continue
-            keep = 0 if final else _partial_suffix(self._buf, CLOSE)
+            keep = 0 if final else partial_suffix(self._buf, CLOSE)
             self._body += self._buf[:len(self._buf) - keep]
             self._buf = self._buf[len(self._buf) - keep:]
             self._advance(ev, final=False)
