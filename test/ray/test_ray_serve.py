@@ -90,7 +90,24 @@ def test_40_concurrent_requests_use_both_replicas(cluster):
     assert len([v for v in spread.values() if v > 0]) == 2 and min(spread.values()) >= 8, spread
 
 
+def _wait_idle_reports(cluster) -> None:
+    """Wait (bounded) until every replica's latest report shows nothing running or waiting: the
+    router moves a session off a replica whose report shows it `imbalance` requests busier than
+    another (by design), and a busy machine can leave the previous test's burst in a report."""
+    start, deadline = time.time(), time.monotonic() + 60
+    while True:
+        now, m = time.time(), cluster.metrics()
+        busy = {k: v for k, v in m.items()
+                if k.startswith(("llaisys:replica_num_requests_running", "llaisys:replica_num_requests_waiting")) and v}
+        ages = [v for k, v in m.items() if k.startswith("llaisys:replica_report_age_seconds")]
+        if not busy and len(ages) >= 2 and all(now - a > start for a in ages):  # idle, and made after we began
+            return
+        assert time.monotonic() < deadline, f"no fresh idle reports after 60 s: {busy}, ages {ages}"
+        time.sleep(0.5)
+
+
 def test_session_turns_stay_on_one_replica_and_hit_its_cache(cluster):
+    _wait_idle_reports(cluster)
     before = cluster.routed()
     m0 = cluster.metrics()
     sid = f"sess-{time.time_ns()}"
