@@ -19,13 +19,12 @@ from __future__ import annotations
 import contextvars
 import copy
 import logging
-import queue
 import threading
 import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ..engine.async_engine import EngineDeadError, _error_output
+from ..engine.async_engine import EngineDeadError, RequestStream, _error_output
 from ..engine.kv_cache_manager import hash_block_tokens
 from ..engine.sampling_params import SamplingParamsError
 from .replica import short_hash
@@ -92,20 +91,18 @@ def _aborted_final(request_id: str, last, prompt, ids: list, n: int):
     return out
 
 
-class RemoteStream:
-    """The outputs of one request run on a replica; AsyncEngine.RequestStream's interface."""
+class RemoteStream(RequestStream):
+    """The outputs of one request run on a replica: AsyncEngine.RequestStream's reader side
+    (get, iteration), fed from the replica's call instead of the local engine."""
 
     def __init__(self, engine: "ReplicaEngine", request_id: str, ids: list, params, prompt: Optional[str],
                  pooling: bool, n: int):
-        self.request_id = request_id
-        self.finished = False  # the final output has been taken by the reader
+        super().__init__(engine, request_id)
         self.replica: Optional[str] = None  # label of the replica that accepted it (the last one)
-        self._engine = engine
         self._args = (ids, params, prompt, pooling)
         self._n = n  # completions (0: a pooling request)
         ctx = HTTP_CONTEXT.get()
         self._ctx = ctx if ctx is not None else HTTPContext(streaming=True)  # no context: assume streaming
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._decided = threading.Event()  # accepted or rejected
         self._rejection: Optional[tuple] = None  # ("rejected", kind, message, param)
         self._lock = threading.Lock()
@@ -113,21 +110,6 @@ class RemoteStream:
         self._aborted = False
         self._final_put = False
         self._last = None  # the last output queued
-
-    # ---- the reader's side (RequestStream) -----------------------------------------------
-    def get(self, timeout: Optional[float] = None):
-        if self.finished:
-            raise RuntimeError(f"request {self.request_id!r} has already delivered its final output")
-        try:
-            out = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no output for request {self.request_id!r} within {timeout} s") from None
-        self.finished = out.finished
-        return out
-
-    def __iter__(self):
-        while not self.finished:
-            yield self.get()
 
     def abort(self) -> None:
         """Abort: the replica's call is cancelled (its engine frees the blocks) and the final
