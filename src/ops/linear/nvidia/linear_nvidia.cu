@@ -3,25 +3,16 @@
 //   out^T = op_T(W^T) x in^T  ->  GemmEx(T, N, M = n, N = m, K = k, A = weight, B = in, C = out).
 #include "linear_nvidia.hpp"
 
-#include "../../../core/allocator.hpp"
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
-#include "cublas_loader.hpp"
+#include "gemm_common.hpp"
 
 #include <climits>
-#include <vector>
 
 namespace llaisys::ops::nvidia {
 namespace {
 
 using namespace llaisys::device::nvidia;
-
-template <class TD, class TS>
-__global__ void convert_kernel(TD *dst, const TS *src, size_t count) {
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-        dst[i] = from_float<TD>(to_float(src[i]));
-    }
-}
 
 // out [m, n] = round(acc [m, n] + bias [n]); acc may be out itself (f32), bias may be null.
 template <class TO, class TB>
@@ -34,20 +25,6 @@ __global__ void bias_kernel(TO *out, const float *acc, const TB *bias, size_t m,
 
 constexpr unsigned kThreads = 256;
 
-template <class TD, class TS>
-void convert(void *dst, const void *src, size_t count, cudaStream_t stream) {
-    convert_kernel<TD, TS><<<grid_for(count, kThreads), kThreads, 0, stream>>>(static_cast<TD *>(dst),
-                                                                             static_cast<const TS *>(src), count);
-    LLAISYS_CUDA_CHECK(cudaGetLastError());
-}
-
-void convert_dtype(void *dst, llaisysDataType_t ddt, const void *src, llaisysDataType_t sdt, size_t count,
-                   cudaStream_t stream) {
-    dispatch_float(ddt, [&](auto dtag) {
-        dispatch_float(sdt, [&](auto stag) { convert<decltype(dtag), decltype(stag)>(dst, src, count, stream); });
-    });
-}
-
 cudaDataType_t cuda_type(llaisysDataType_t dt) {
     switch (dt) {
     case LLAISYS_DTYPE_F32: return CUDA_R_32F;
@@ -57,55 +34,6 @@ cudaDataType_t cuda_type(llaisysDataType_t dt) {
     }
 }
 
-// What one thread keeps per device: its cuBLAS handle and its scratch buffer.
-struct DeviceState {
-    cublas::Handle handle = nullptr;
-    std::byte *scratch = nullptr;  // device memory from core::allocate
-    size_t scratch_bytes = 0;
-};
-
-struct ThreadState {
-    std::vector<DeviceState> devices;  // indexed by device id
-    ~ThreadState() {
-        for (size_t id = 0; id < devices.size(); id++) {
-            DeviceState &s = devices[id];
-            try {  // a destructor must not throw; at process exit CUDA may be gone already
-                if (s.scratch) core::release(LLAISYS_DEVICE_NVIDIA, int(id), LLAISYS_MEMORY_DEVICE, s.scratch);
-                if (s.handle) (void)cublas::api().destroy(s.handle);
-            } catch (...) {
-            }
-        }
-    }
-};
-
-DeviceState &state(int device_id) {
-    thread_local ThreadState ts;
-    if (ts.devices.size() <= size_t(device_id)) ts.devices.resize(size_t(device_id) + 1);
-    DeviceState &s = ts.devices[size_t(device_id)];
-    if (!s.handle) {
-        const cublas::Api &api = cublas::api();
-        cublas::check(api.create(&s.handle), "cublasCreate");
-        cublas::check(api.set_math_mode(s.handle, cublas::kDefaultMath), "cublasSetMathMode");
-    }
-    return s;
-}
-
-// A scratch buffer of at least `bytes` on this thread's state for device_id.
-std::byte *scratch(DeviceState &s, int device_id, size_t bytes) {
-    if (bytes <= s.scratch_bytes) return s.scratch;
-    // Earlier launches (on any stream of this thread) may still read the old buffer.
-    LLAISYS_CUDA_CHECK(cudaDeviceSynchronize());
-    if (s.scratch) core::release(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, s.scratch);
-    s.scratch = nullptr;
-    s.scratch_bytes = 0;
-    const size_t grown = bytes + bytes / 2;
-    s.scratch = static_cast<std::byte *>(core::allocate(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, grown));
-    s.scratch_bytes = grown;
-    return s.scratch;
-}
-
-size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
-
 }  // namespace
 
 void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,
@@ -114,7 +42,7 @@ void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const st
     if (m == 0 || n == 0) return;
     LLAISYS_CHECK(m <= size_t(INT_MAX) && n <= size_t(INT_MAX) && k <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED,
                   "linear: [", m, ", ", k, "] x [", n, ", ", k, "]^T exceeds cuBLAS's 32-bit sizes");
-    DeviceState &st = state(device_id);
+    DeviceState &st = device_state(device_id);
     const cublas::Api &api = cublas::api();
     cublas::check(api.set_stream(st.handle, stream), "cublasSetStream");
 

@@ -20,8 +20,8 @@ namespace llaisys::ops::nvidia {
 //   act bf16/f16, wdt other:   both operands widened to f32 in scratch, f32 GEMM (exact
 //                              products, as the CPU; the weight is converted on every call)
 // The bias is added in f32 by a small kernel. m, n, k must each be below 2^31.
-// One cuBLAS handle and one scratch buffer per (device, thread), created on first use; the
-// scratch grows on demand through core::allocate (the device is synchronized before an old
+// One cuBLAS handle and one scratch buffer per (device, thread), shared with linear_quant
+// (gemm_common.hpp) and created on first use; the scratch grows on demand through core::allocate (the device is synchronized before an old
 // buffer is released). Asynchronous on `stream` otherwise; calls of one thread that share the
 // scratch must be ordered on one stream. The caller made device_id current.
 void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const std::byte *weight,

@@ -5,13 +5,12 @@
 // with C = out + row0 (see linear_nvidia.cu).
 #include "quant_linear_nvidia.hpp"
 
-#include "../../../core/allocator.hpp"
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
 #include "../../../quant/dequant.hpp"
 #include "../../../quant/nvidia/dequant_block.cuh"
 #include "../../../quant/nvidia/dequant_nvidia.hpp"
-#include "cublas_loader.hpp"
+#include "gemm_common.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -82,13 +81,6 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32)
     }
 }
 
-template <class TD, class TS>
-__global__ void convert_kernel(TD *dst, const TS *src, size_t count) {
-    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += size_t(gridDim.x) * blockDim.x) {
-        dst[i] = from_float<TD>(to_float(src[i]));
-    }
-}
-
 // out [m, n] = round(acc [m, n] + bias [n]); acc may be out itself (f32), bias may be null.
 template <class TO>
 __global__ void bias_kernel(TO *out, const float *acc, const void *bias, int bias_dt, size_t m, size_t n) {
@@ -100,20 +92,6 @@ __global__ void bias_kernel(TO *out, const float *acc, const void *bias, int bia
 
 // ---------------------------------------------------------------------------------------
 // launch helpers
-
-void convert_dtype(void *dst, llaisysDataType_t ddt, const void *src, llaisysDataType_t sdt, size_t count,
-                   cudaStream_t stream) {
-    if (count == 0) return;
-    dispatch_float(ddt, [&](auto dtag) {
-        dispatch_float(sdt, [&](auto stag) {
-            using TD = decltype(dtag);
-            using TS = decltype(stag);
-            convert_kernel<TD, TS><<<grid_for(count, kThreads), kThreads, 0, stream>>>(
-                static_cast<TD *>(dst), static_cast<const TS *>(src), count);
-        });
-    });
-    LLAISYS_CUDA_CHECK(cudaGetLastError());
-}
 
 void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std::byte *bias,
               llaisysDataType_t bias_dt, size_t m, size_t n, cudaStream_t stream) {
@@ -158,57 +136,6 @@ void gemv(float *out, const float *x, const cpu::QuantRows *segs, size_t n_segs,
     }
 }
 
-// What one thread keeps per device: its cuBLAS handle (prefill only) and its scratch buffer.
-struct DeviceState {
-    cublas::Handle handle = nullptr;
-    std::byte *scratch = nullptr;  // device memory from core::allocate
-    size_t scratch_bytes = 0;
-};
-
-struct ThreadState {
-    std::vector<DeviceState> devices;  // indexed by device id
-    ~ThreadState() {
-        for (size_t id = 0; id < devices.size(); id++) {
-            DeviceState &s = devices[id];
-            try {  // a destructor must not throw; at process exit CUDA may be gone already
-                if (s.scratch) core::release(LLAISYS_DEVICE_NVIDIA, int(id), LLAISYS_MEMORY_DEVICE, s.scratch);
-                if (s.handle) (void)cublas::api().destroy(s.handle);
-            } catch (...) {
-            }
-        }
-    }
-};
-
-DeviceState &state(int device_id) {
-    thread_local ThreadState ts;
-    if (ts.devices.size() <= size_t(device_id)) ts.devices.resize(size_t(device_id) + 1);
-    return ts.devices[size_t(device_id)];
-}
-
-cublas::Handle handle(DeviceState &s) {
-    if (!s.handle) {
-        const cublas::Api &api = cublas::api();
-        cublas::check(api.create(&s.handle), "cublasCreate");
-        cublas::check(api.set_math_mode(s.handle, cublas::kDefaultMath), "cublasSetMathMode");
-    }
-    return s.handle;
-}
-
-// A scratch buffer of at least `bytes` on this thread's state for device_id.
-std::byte *scratch(DeviceState &s, int device_id, size_t bytes) {
-    if (bytes <= s.scratch_bytes) return s.scratch;
-    LLAISYS_CUDA_CHECK(cudaDeviceSynchronize());  // earlier launches may still read the old buffer
-    if (s.scratch) core::release(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, s.scratch);
-    s.scratch = nullptr;
-    s.scratch_bytes = 0;
-    const size_t grown = bytes + bytes / 2;
-    s.scratch = static_cast<std::byte *>(core::allocate(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, grown));
-    s.scratch_bytes = grown;
-    return s.scratch;
-}
-
-size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
-
 cudaDataType_t cuda_type(llaisysDataType_t dt) { return dt == LLAISYS_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF; }
 
 void check_segments(const cpu::QuantRows *segs, size_t n_segs, size_t n, size_t k) {
@@ -237,7 +164,7 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
     if (m == 0 || n == 0) return;
     dispatch_float(act, [](auto) {});  // validates act
     if (bias) dispatch_float(bias_dt, [](auto) {});
-    DeviceState &st = state(device_id);
+    DeviceState &st = device_state(device_id);
     const bool f32 = act == LLAISYS_DTYPE_F32;
 
     if (m <= kQuantGemvRows || k == 0) {
@@ -274,7 +201,7 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
     std::byte *panel = buf + in_bytes + acc_bytes;
 
     const cublas::Api &api = cublas::api();
-    const cublas::Handle h = handle(st);
+    const cublas::Handle h = st.handle;
     cublas::check(api.set_stream(h, stream), "cublasSetStream");
     const float alpha = 1.0f, beta = 0.0f;
     for (size_t s = 0; s < n_segs; s++) {

@@ -1,0 +1,38 @@
+// What the float and the quantized CUDA linears share: one cuBLAS handle and one scratch
+// buffer per (device, thread), and the dtype conversion kernel launcher.
+#pragma once
+
+#include "llaisys.h"
+
+#include "cublas_loader.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace llaisys::ops::nvidia {
+
+// This thread's state on one device: its cuBLAS handle and its scratch buffer. Both linears
+// of a thread share it, so their calls must be ordered on one stream (never nested).
+struct DeviceState {
+    cublas::Handle handle = nullptr;
+    std::byte *scratch = nullptr;  // device memory from core::allocate
+    size_t scratch_bytes = 0;
+};
+
+// The calling thread's state for device_id, its cuBLAS handle created on first use
+// (released with the scratch when the thread exits).
+DeviceState &device_state(int device_id);
+
+// A scratch buffer of at least `bytes` on this state: grown by half again when too small,
+// after synchronizing the device (earlier launches may still read the old buffer).
+std::byte *scratch(DeviceState &s, int device_id, size_t bytes);
+
+// x rounded up to 256 bytes (each scratch region starts aligned).
+inline size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// dst [count] of ddt = src [count] of sdt (f32, f16, bf16), asynchronously on stream.
+void convert_dtype(void *dst, llaisysDataType_t ddt, const void *src, llaisysDataType_t sdt, size_t count,
+                   cudaStream_t stream);
+
+}  // namespace llaisys::ops::nvidia
