@@ -10,7 +10,14 @@ same model with every nn.Linear's input rounded to int8 per block (32 elements f
 256 for the K-quants, one scale per block as the kernels do) against without, times
 NOISE_FACTOR; the greedy token must agree wherever the reference's top two logits are further
 apart than twice that bound. Mixed formats in one fused weight (q, k Q4_K with v Q6_K, as in the real
-Q4_K_M files) and a block-quantized embedding are covered too, on both KV layouts."""
+Q4_K_M files) and a block-quantized embedding are covered too, on both KV layouts.
+
+Each case runs on the CPU and, where one is present, on an NVIDIA GPU, which keeps the weights
+as blocks in device memory (models/decoder/weights.hpp), runs the quantized GEMV for the decode
+step and dequantized bf16 panels through cuBLAS for the batched prefill. The bound is the
+same: the GPU's decode sums exact products in f32, and its prefill rounds each activation and
+weight once to bf16 (at most 2^-9 of each value, where the int8 blocks move a value by up to
+max|block| / 254), so its error is expected to be the smaller of the two."""
 
 import numpy as np
 import pytest
@@ -19,6 +26,8 @@ from types import SimpleNamespace
 
 gguf = pytest.importorskip("gguf")
 
+from llaisys import DeviceType  # noqa: E402
+from llaisys import runtime as rt  # noqa: E402
 from llaisys.models.config import ModelParams  # noqa: E402
 from llaisys.models.model import Model  # noqa: E402
 
@@ -32,6 +41,9 @@ MIN_ATOL = 1e-3
 MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32}
 # byte offsets of the f16 super-scales in a block
 SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+
+DEVICES = [DeviceType.CPU, pytest.param(DeviceType.NVIDIA, marks=pytest.mark.skipif(
+    rt.device_count(DeviceType.NVIDIA) == 0, reason="no NVIDIA GPU in this build/machine"))]
 
 
 def random_blocks(fmt: str, rows: int, k: int, rng) -> np.ndarray:
@@ -53,9 +65,9 @@ def dequantized(fmt: str, blocks: np.ndarray, k: int) -> np.ndarray:
     return gguf.quants.dequantize(blocks, qtype).reshape(blocks.shape[0], k).astype(np.float32)
 
 
-def build(fmts: dict, tie: bool, embed_fmt, seed: int = 0):
-    """(HF model in f32 on the dequantized values, llaisys Model on the blocks). fmts maps a
-    projection name (q_proj, ..., down_proj, lm_head) to its format."""
+def build(fmts: dict, tie: bool, embed_fmt, seed: int = 0, device=DeviceType.CPU):
+    """(HF model in f32 on the dequantized values, llaisys Model on the blocks, on `device`).
+    fmts maps a projection name (q_proj, ..., down_proj, lm_head) to its format."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
@@ -96,7 +108,7 @@ def build(fmts: dict, tie: bool, embed_fmt, seed: int = 0):
             tensors[name] = SimpleNamespace(name=name, dtype="f32", shape=v.shape, data=v)
     params = ModelParams.from_dict(cfg.to_dict())
     loaded = SimpleNamespace(config=params, tensors=tensors, dtype="f32", path=None)
-    return hf, Model(loaded)
+    return hf, Model(loaded, device=device)
 
 
 def rounded_inputs(x: torch.Tensor, block: int) -> torch.Tensor:
@@ -145,37 +157,40 @@ def check_prompts(ref, model, layout):
 ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
 
 
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"])
 @pytest.mark.parametrize("layout", ["block", "slot"])
-def test_every_linear_in_one_format(fmt, layout):
+def test_every_linear_in_one_format(fmt, layout, device):
     fmts = {p: fmt for p in ALL}
-    hf, model = build(fmts, tie=False, embed_fmt=None)
+    hf, model = build(fmts, tie=False, embed_fmt=None, device=device)
     try:
         check_prompts(Reference(hf, fmts), model, layout)
     finally:
         model.close()
 
 
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
-def test_mixed_formats_like_a_q4_k_m_file(tie):
+def test_mixed_formats_like_a_q4_k_m_file(tie, device):
     """v and down Q6_K beside Q4_K (one fused qkv with two formats), lm_head Q6_K, embedding
     Q4_K (untied) or the quantized lm_head read back as the embedding (tied)."""
     fmts = dict.fromkeys(ALL, "q4_k")
     fmts.update(v_proj="q6_k", down_proj="q6_k", lm_head="q6_k")
-    hf, model = build(fmts, tie=tie, embed_fmt="q4_k")
+    hf, model = build(fmts, tie=tie, embed_fmt="q4_k", device=device)
     try:
         check_prompts(Reference(hf, fmts), model, "block")
     finally:
         model.close()
 
 
-def test_quantized_and_float_weights_in_one_fused_linear_are_refused():
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
+def test_quantized_and_float_weights_in_one_fused_linear_are_refused(device):
     from llaisys import LlaisysInputError
 
     fmts = dict.fromkeys(ALL, "q8_0")
     fmts["k_proj"] = None  # q and v quantized, k float: one fused qkv cannot hold both
     with pytest.raises(LlaisysInputError, match="fused"):
-        build(fmts, tie=False, embed_fmt=None)
+        build(fmts, tie=False, embed_fmt=None, device=device)
 
 
 @pytest.mark.parametrize("fmt", ["q8_0", "q4_k"])
