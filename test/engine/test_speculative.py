@@ -1,4 +1,4 @@
-"""Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct: greedy token ids are those
+"""Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct (and the 1.5B, last): greedy token ids are those
 of plain decoding, for the n-gram proposer and for a draft model (the 0.5B's Q4_K_M GGUF
 drafting for the bf16 0.5B: same tokenizer, different weights, so drafts are rejected too),
 at batch 1 and 16, in both KV layouts, with preemption forced and with prefix caching on;
@@ -156,3 +156,44 @@ def test_opt_out_request_does_not_speculate(worker, prompts, reference):
     sp = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True, speculative=False)
     assert run(eng, prompts[:1], sp) == reference[:1]
     assert eng.spec.stats.num_draft_tokens == 0
+
+
+# ---- the 1.5B, with the 0.5B drafting for it ----------------------------------------------
+@pytest.fixture(scope="module")
+def worker15():
+    """The real Qwen2.5-Coder-1.5B-Instruct (bf16 directory, downloaded and converted on first use)."""
+    import os
+
+    if os.environ.get("LLAISYS_SKIP_REAL_MODEL") == "1":
+        pytest.skip("LLAISYS_SKIP_REAL_MODEL=1")
+    from llaisys.models import hub
+
+    path = hub.download("qwen2.5-coder-1.5b-instruct", progress=False, keep_gguf=True)
+    w = Worker(WorkerConfig(model=str(path), kv_dtype="f32", kv_cache_memory=96 << 20))
+    yield w
+    w.close()
+
+
+def test_1_5b_greedy_identical_with_both_proposers(worker15, qwen05_dir):
+    """Batch 1 and 16 (the four chats four times, prefix caching on), 12 tokens each: the n-gram
+    proposer and the 0.5B as draft model give the tokens of plain decoding."""
+    tok = worker15.tokenizer
+    prompts = [tok.encode(tok.apply_chat_template(c, add_generation_prompt=True)) for c in CHATS]
+    sp = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    cfg = dict(max_num_seqs=16, max_num_batched_tokens=2048, max_model_len=1024, block_size=BLOCK,
+               num_blocks=worker15.num_blocks(BLOCK), enable_prefix_caching=True, seed=0)
+    reference = run(make_engine(worker15, **cfg), prompts * 4, sp, tag="p")
+    assert run(make_engine(worker15, ngram(), **cfg), prompts * 4, sp, tag="n") == reference
+    config = EngineConfig(**cfg)
+    wc = WorkerConfig(model=str(qwen05_dir), kv_dtype="f32", kv_cache_memory=64 << 20)
+    dec = make_spec_decoder(SpeculativeConfig("draft", draft_model=str(qwen05_dir)),
+                            worker15.make_runner(config), worker15, config, wc)
+    try:
+        assert run(make_engine(worker15, dec.proposer, method="draft", **cfg), prompts[:1], sp,
+                   tag="d1-") == reference[:1]
+        eng = make_engine(worker15, dec.proposer, method="draft", **cfg)
+        assert run(eng, prompts * 4, sp, tag="d16-") == reference
+        assert eng.spec.stats.num_accepted_tokens > 0, eng.spec.stats  # the 0.5B's drafts are kept
+        assert not dec.proposer.seqs and dec.proposer.kv.num_used_blocks == 0
+    finally:
+        dec.close()
