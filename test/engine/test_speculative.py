@@ -1,5 +1,5 @@
-"""Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct (and the 1.5B, last): greedy token ids are those
-of plain decoding, for the n-gram proposer and for a draft model (the 0.5B's Q4_K_M GGUF
+"""Speculative decoding on the real Qwen2.5-Coder-0.5B-Instruct (the 1.5B at the end): greedy
+token ids are those of plain decoding, for the n-gram proposer and for a draft model (the 0.5B's Q4_K_M GGUF
 drafting for the bf16 0.5B: same tokenizer, different weights, so drafts are rejected too),
 at batch 1 and 16, in both KV layouts, with preemption forced and with prefix caching on;
 no KV block (the target's or the draft's) is held afterwards (conftest's leak check).
