@@ -103,6 +103,7 @@ def cluster(tiny_model, request):
     opts = RayOptions(replicas=2, replica_cpus=0.25, threads=1, stats_period_s=0.5, drain_timeout=20.0)
     serve.run(build_app(settings, engine, opts), name="llaisys", route_prefix="/", blocking=False)
     c = Cluster(port)
+    c.app_args = (settings, engine, opts)  # what build_app was given (the drain test redeploys)
     deadline = time.monotonic() + READY_TIMEOUT_S
     while True:
         try:

@@ -218,3 +218,61 @@ def test_killed_replica_loses_no_request(cluster):
     # the cluster keeps serving
     status, out = cluster.post("/v1/completions", {"model": MODEL, "prompt": "after", "max_tokens": 4})
     assert status == 200, out
+
+
+def test_scale_down_drains_the_removed_replica(cluster):
+    """Redeployed with 1 replica while both serve long requests: the replica being removed
+    takes no new requests and lets its own finish (graceful shutdown, drain_timeout 20 s), so
+    every non-streaming request gets its 450 tokens and every stream ends normally."""
+    import dataclasses
+
+    from ray import serve
+
+    from llaisys.ray.app import build_app
+
+    deadline = time.monotonic() + WAIT_S  # the kill test's replacement replica is up
+    while len(_replica_actor_names()) != 2 or len(
+            [k for k in cluster.metrics() if k.startswith("llaisys:replica_num_requests_running")]) != 2:
+        assert time.monotonic() < deadline, _replica_actor_names()
+        time.sleep(0.5)
+    _wait_idle_reports(cluster)
+    body = {"model": MODEL, "prompt": "count: one two three", "max_tokens": 450, "temperature": 0,
+            "ignore_eos": True}
+    before = cluster.routed()
+    streams = [dict() for _ in range(2)]
+    started = [threading.Event() for _ in streams]
+    threads = [threading.Thread(target=_stream, args=(cluster, dict(body, stream=True, prompt=f"s{i} " + body["prompt"]),
+                                                       streams[i], started[i])) for i in range(2)]
+    plain: list = [None] * 6
+
+    def run(i):
+        plain[i] = cluster.post("/v1/completions", dict(body, prompt=f"d{i} " + body["prompt"]), timeout=WAIT_S)
+
+    threads += [threading.Thread(target=run, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for e in started:
+        assert e.wait(WAIT_S), "a stream never started"
+    time.sleep(0.3)  # the plain requests reach the replicas
+    after = cluster.routed()
+    assert len([k for k in after if after[k] > before.get(k, 0)]) == 2, (before, after)  # both are serving
+    settings, engine, opts = cluster.app_args
+    assert all(t.is_alive() for t in threads), "a request ended before the scale-down: it would test nothing"
+    t0 = time.monotonic()
+    serve.run(build_app(settings, engine, dataclasses.replace(opts, replicas=1)), name="llaisys", route_prefix="/",
+              blocking=False)
+    for t in threads:
+        t.join(WAIT_S)
+        assert not t.is_alive(), "a request did not end"
+    for r in plain:
+        assert r is not None and r[0] == 200, r
+        assert json.loads(r[1])["usage"]["completion_tokens"] == 450
+    for s in streams:
+        assert s.get("status") == 200 and s["done"], s.get("exception")
+        assert s["events"][-1]["choices"][0]["finish_reason"] == "length", s["events"][-1]
+    deadline = time.monotonic() + WAIT_S
+    while len(_replica_actor_names()) != 1:  # the scale-down completes
+        assert time.monotonic() < deadline, _replica_actor_names()
+        time.sleep(0.5)
+    status, out = cluster.post("/v1/completions", {"model": MODEL, "prompt": "after", "max_tokens": 4})
+    assert status == 200, out
