@@ -29,6 +29,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_env import describe, machine  # noqa: E402
+
 GGUF = Path.home() / ".cache/llaisys/gguf"
 CODE = '''import json
 from dataclasses import dataclass
@@ -180,6 +183,7 @@ def main() -> None:
         cfg = json.loads(a.worker)
         print(json.dumps(run_llama(cfg) if cfg["backend"] == "llama.cpp" else run_llaisys(cfg)))
         return
+    print(describe(machine()), flush=True)
     configs = []
     for w in a.workloads:
         for b in a.batches:
@@ -195,7 +199,8 @@ def main() -> None:
         for i, c in enumerate(configs):
             res = run_config(c)
             runs[i].append(res)
-            print(f"[{r}] {label(c)}: {res.get('tok_s', res.get('error', '')[-300:])}", flush=True)
+            shown = {k: v for k, v in res.items() if k != "tok_s"} if "tok_s" in res else res.get("error", "")[-300:]
+            print(f"[{r}] {label(c)}: {fmt(res.get('tok_s'))} tok/s {shown}", flush=True)
     rows = []
     for i, c in enumerate(configs):
         ok = [x for x in runs[i] if "tok_s" in x]
@@ -218,7 +223,7 @@ def main() -> None:
                      (w, 1, "llama.cpp", "ngram")), None)
         if mine and peer:
             print(f"{w}: llaisys n-gram / llama.cpp prompt lookup = {mine / peer:.2f}x")
-    out = dict(args=vars(a), rows=rows, time=time.strftime("%Y-%m-%d %H:%M:%S"))
+    out = dict(machine=machine(), args=vars(a), rows=rows, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(json.dumps(out))
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
