@@ -100,7 +100,7 @@ def cluster(tiny_model, request):
                                limits=ServerLimits(request_timeout_s=120.0))
     engine = dict(kv_cache_memory="32MiB", max_num_seqs=16, max_num_batched_tokens=512, max_model_len=512,
                   kv_dtype="f32")
-    opts = RayOptions(replicas=2, replica_cpus=0.25, threads=1, stats_period_s=0.5, drain_timeout=20.0)
+    opts = RayOptions(replicas=2, replica_cpus=0.25, threads=1, stats_period_s=0.5, drain_timeout=90.0)
     serve.run(build_app(settings, engine, opts), name="llaisys", route_prefix="/", blocking=False)
     c = Cluster(port)
     c.app_args = (settings, engine, opts)  # what build_app was given (the drain test redeploys)

@@ -167,16 +167,26 @@ def _replica_actor_names() -> list:
                   if "llm-" + MODEL in a["name"] and a["name"].startswith("SERVE_REPLICA"))
 
 
+LONG_BODY = {"model": MODEL, "prompt": "count: one two three", "max_tokens": 450, "temperature": 0, "ignore_eos": True}
+
+
+def _long_streams(cluster, n: int, tag: str) -> tuple:
+    """n not-yet-started threads streaming LONG_BODY (prompts made distinct by tag and index),
+    with their records and started events."""
+    streams = [dict() for _ in range(n)]
+    started = [threading.Event() for _ in streams]
+    threads = [threading.Thread(target=_stream, args=(cluster, dict(LONG_BODY, stream=True,
+                                                                    prompt=f"{tag}{i} " + LONG_BODY["prompt"]),
+                                                       streams[i], started[i])) for i in range(n)]
+    return streams, started, threads
+
+
 def test_killed_replica_loses_no_request(cluster):
     import ray
 
-    body = {"model": MODEL, "prompt": "count: one two three", "max_tokens": 450, "temperature": 0,
-            "ignore_eos": True}
+    body = LONG_BODY
     before = cluster.routed()
-    streams = [dict() for _ in range(4)]
-    started = [threading.Event() for _ in streams]
-    threads = [threading.Thread(target=_stream, args=(cluster, dict(body, stream=True, prompt=f"{i} " + body["prompt"]),
-                                                       streams[i], started[i])) for i in range(4)]
+    streams, started, threads = _long_streams(cluster, 4, "")
     for t in threads:
         t.start()
     for e in started:
@@ -222,8 +232,11 @@ def test_killed_replica_loses_no_request(cluster):
 
 def test_scale_down_drains_the_removed_replica(cluster):
     """Redeployed with 1 replica while both serve long requests: the replica being removed
-    takes no new requests and lets its own finish (graceful shutdown, drain_timeout 20 s), so
-    every non-streaming request gets its 450 tokens and every stream ends normally."""
+    takes no new requests and lets its own finish (graceful shutdown), so every non-streaming
+    request gets its 450 tokens and every stream ends normally. serve.run replaces the ingress
+    too (a new version of every deployment), which drains the same way; the fixture's
+    drain_timeout (90 s) covers these requests on a loaded CI machine (~17 s on an idle one;
+    with 20 s, a loaded run had the old ingress killed mid-request: Ray's proxy answered 500)."""
     import dataclasses
 
     from ray import serve
@@ -236,13 +249,9 @@ def test_scale_down_drains_the_removed_replica(cluster):
         assert time.monotonic() < deadline, _replica_actor_names()
         time.sleep(0.5)
     _wait_idle_reports(cluster)
-    body = {"model": MODEL, "prompt": "count: one two three", "max_tokens": 450, "temperature": 0,
-            "ignore_eos": True}
+    body = LONG_BODY
     before = cluster.routed()
-    streams = [dict() for _ in range(2)]
-    started = [threading.Event() for _ in streams]
-    threads = [threading.Thread(target=_stream, args=(cluster, dict(body, stream=True, prompt=f"s{i} " + body["prompt"]),
-                                                       streams[i], started[i])) for i in range(2)]
+    streams, started, threads = _long_streams(cluster, 2, "s")
     plain: list = [None] * 6
 
     def run(i):
