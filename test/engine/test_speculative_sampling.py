@@ -60,7 +60,7 @@ def make_engine(target, draft, tok, speculative: bool):
     spec = proposer = None
     if speculative:
         holder = types.SimpleNamespace(model=draft, kv_dtype="f32", close=lambda: None)  # the draft's Worker part
-        proposer = DraftModelProposer(holder, 256 * 2, BLOCK)
+        proposer = DraftModelProposer(holder, 256 * 2, BLOCK, num_speculative_tokens=2)
         spec = SpecDecoder(SpeculativeConfig("draft", num_speculative_tokens=2, draft_model="tiny", adaptive=False),
                            proposer, config.max_model_len)
     return LLMEngine(config, CoreModelRunner(target, cache), tok, speculative=spec), cache, proposer

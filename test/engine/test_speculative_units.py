@@ -6,7 +6,7 @@ import pytest
 
 from llaisys.engine.kv_cache_manager import KVCacheManager
 from llaisys.engine.spec import SpeculativeConfig, SpeculativeConfigError, parse_speculative
-from llaisys.engine.spec.cost import LinearCost
+from llaisys.engine.spec.cost import DraftCost, LinearCost
 from llaisys.engine.spec.ngram import ngram_lookup
 from llaisys.engine.spec.verify import accept_greedy, accept_sampled
 
@@ -119,6 +119,90 @@ def test_cost_model_fit_and_off_switch():
     for _ in range(PROBE_EVERY):
         dec.prepare(running)
     assert dec.stats.num_off_steps == PROBE_EVERY - 1  # the last step probed
+
+
+def _decoding(rows, n_tokens=10, max_tokens=100):
+    """Requests in the decode state (every token but the last computed)."""
+    out = []
+    for i in range(rows):
+        r = _Req(str(i))
+        r.num_computed_tokens, r.num_tokens, r.max_tokens, r.num_output_tokens = n_tokens - 1, n_tokens, max_tokens, 1
+        r.sampling_params, r.structured, r.all_token_ids, r.spec_state = _SP(), None, list(range(n_tokens)), None
+        out.append(r)
+    return out
+
+
+class _Proposer:
+    """Proposes k copies of token 7; a draft model's cost and catch-up when given one."""
+
+    kind = "fake"
+
+    def __init__(self, cost=None, catchup=0):
+        self.calls = []
+        if cost is not None:
+            self.cost, self.catchup = cost, catchup
+            self.catchup_tokens = lambda req: self.catchup
+
+    def propose(self, requests, ks):
+        from llaisys.engine.spec import Draft
+
+        self.calls.append([(r.request_id, k) for r, k in zip(requests, ks)])
+        return [Draft([7] * k) for k in ks]
+
+
+def test_cost_model_explores_until_it_has_timed_two_step_sizes():
+    """A decoder that has timed nothing does not trust its prior: steps alternate between no
+    drafts and one probing row (the best, at full k), a probe first, until the target's step time is known at
+    two sizes; only then does the cost model grant."""
+    from llaisys.engine.spec.decoder import SpecDecoder
+
+    prop = _Proposer()
+    dec = SpecDecoder(SpeculativeConfig("ngram", num_speculative_tokens=4), prop, 4096)
+    running = _decoding(16)
+    granted = []
+    for _ in range(3):
+        dec.prepare(running)
+        granted.append(sum(len(r.spec_token_ids) for r in running))
+        dec.observe_step(16 + granted[-1], 16, 0.05 + 0.01 * (16 + granted[-1]))  # compute-bound: 10 ms a token
+    # one row probes at k = 4 (20 tokens: a new largest size, not kept), off (16), probe (20)
+    assert granted == [4, 0, 4]
+    assert len(prop.calls) == 2 and all(len(c) == 1 for c in prop.calls)
+    assert dec.step_cost.measured
+    for _ in range(3):  # now measured: at 16 rows a token costs more than it brings, nobody speculates
+        dec.prepare(running)
+        assert all(r.spec_token_ids == [] for r in running)
+    assert len(prop.calls) == 2 and dec.stats.num_off_steps == 4
+
+
+def test_draft_cost_separates_steady_rounds_from_catch_up():
+    c = DraftCost(catchup_min=5)
+    assert not c.measured and c.catchup_seconds(100) == 0.0
+    c.observe(4, 0, 0.16)  # steady: 40 ms a draft token
+    assert c.measured and abs(c.per_token() - 0.04) < 1e-12
+    assert c.catchup_seconds(100) == 0.0  # no catch-up timed yet: the first one is let through
+    c.observe(4, 200, 0.16 + 200 * 0.01)  # a new prompt of 200 tokens: 10 ms a token beyond the drafts
+    assert abs(c.catchup_seconds(100) - 1.0) < 1e-9 and c.catchup_seconds(5) == 0.0
+
+
+def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
+    """A row the draft model has not seen costs its prompt's prefill in the draft first: with
+    little output left the cost model does not start it, with much it does."""
+    from llaisys.engine.spec.decoder import SpecDecoder, SpecRequestState
+
+    cost = DraftCost(catchup_min=5)
+    cost.observe(4, 0, 0.004)  # 1 ms a draft token
+    cost.observe(4, 1000, 0.004 + 1000 * 0.001)  # 1 ms a catch-up token: a 1000-token prompt costs 1 s
+    prop = _Proposer(cost, catchup=1000)
+    dec = SpecDecoder(SpeculativeConfig("draft", num_speculative_tokens=4, draft_model="x"), prop, 4096)
+    for n in (1, 2, 3, 4, 5) * 2:
+        dec.step_cost.observe(n, 0.1 + 0.002 * n)  # memory-bound target: 100 ms a step, 2 ms a token
+    short, long = _decoding(1, max_tokens=4)[0], _decoding(1, max_tokens=400)[0]
+    for r in (short, long):
+        r.spec_state = SpecRequestState(0.8, 1.0)
+    assert dec._grant([(short, 2)], 1) == [0]  # 3 tokens left save < 0.3 s: not worth 1 s
+    assert dec._grant([(long, 4)], 1) == [4]  # ~170 steps left save ~ 20 s
+    prop.catchup = 3  # caught up: the short one speculates too
+    assert dec._grant([(short, 2)], 1) == [2]
 
 
 class _SP:

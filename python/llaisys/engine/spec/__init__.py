@@ -65,7 +65,7 @@ def make_spec_decoder(cfg: SpeculativeConfig, runner, target_worker, engine_conf
                                                         f"max_model_len {engine_config.max_model_len}")
         bs = engine_config.block_size
         num_blocks = draft.num_blocks(bs, engine_config.max_num_batched_tokens, engine_config.max_num_seqs)
-        proposer = DraftModelProposer(draft, num_blocks, bs)
+        proposer = DraftModelProposer(draft, num_blocks, bs, cfg.num_speculative_tokens)
     except Exception:
         draft.close()
         raise

@@ -70,28 +70,43 @@ class LinearCost:
         return a + b * n
 
 
-class RoundCost:
-    """The draft model's cost per draft token: the mean time of its decode rounds over the mean
-    rows per round (exponentially averaged). A round that catches a row up on many tokens (a
-    new prompt) is left out: that cost is paid once per request, not per draft token."""
+class DraftCost:
+    """What the draft model costs, from the time of whole propose() calls (exponentially
+    averaged): seconds per draft token in steady state (the calls whose rows only catch up on
+    the tokens accepted since their last round), and seconds per token of catch-up (a new
+    request's prompt, or a row that did not draft for a while: paid once, before its first
+    draft), from the calls that had such rows, less their draft tokens' share."""
 
-    def __init__(self, decay: float = 0.9):
+    def __init__(self, catchup_min: int, decay: float = 0.8):
+        self.catchup_min = catchup_min  # catch-up tokens a row needs beyond steady state (k + 1 at most)
         self.decay = decay
-        self.seconds = 0.0  # averaged seconds per round
-        self.rows = 0.0  # averaged rows per round
-        self.n = 0  # rounds seen
+        self.per_draft = None  # averaged seconds per draft token
+        self.per_catchup = None  # averaged seconds per catch-up token
 
-    def observe(self, rows: int, n_tokens: int, seconds: float) -> None:
-        if rows <= 0 or n_tokens > 4 * rows:
+    def _avg(self, old, new):
+        return new if old is None else self.decay * old + (1 - self.decay) * new
+
+    def observe(self, draft_tokens: int, catchup_tokens: int, seconds: float) -> None:
+        """One propose(): draft tokens made, catch-up tokens beyond steady state, wall time."""
+        if draft_tokens <= 0 or seconds <= 0:
             return
-        d = self.decay if self.n else 0.0
-        self.seconds = d * self.seconds + (1 - d) * seconds
-        self.rows = d * self.rows + (1 - d) * rows
-        self.n += 1
+        if catchup_tokens <= 0:
+            self.per_draft = self._avg(self.per_draft, seconds / draft_tokens)
+        elif self.per_draft is not None:
+            rest = seconds - draft_tokens * self.per_draft
+            if rest > 0:
+                self.per_catchup = self._avg(self.per_catchup, rest / catchup_tokens)
 
     @property
     def measured(self) -> bool:
-        return self.n > 0
+        return self.per_draft is not None
 
     def per_token(self) -> float:
-        return self.seconds / self.rows if self.rows else 0.0
+        return self.per_draft or 0.0
+
+    def catchup_seconds(self, n_tokens: int) -> float:
+        """Seconds to bring a row n_tokens forward; 0 within steady state, and until a catch-up
+        has been timed (the first row to need one pays for the measurement)."""
+        if n_tokens <= self.catchup_min or self.per_catchup is None:
+            return 0.0
+        return n_tokens * self.per_catchup

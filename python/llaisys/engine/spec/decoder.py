@@ -9,6 +9,14 @@ row's recent per-token acceptance, an exponential average), and costs b seconds 
 expected gain while gain / cost beats the step's tokens per second without them; when none
 does (a large batch whose step time grows with its tokens), nobody speculates that step: the
 off-switch. A row that did not speculate drifts back towards the prior, so it is tried again.
+
+The cost model decides only on what it has timed. Until the target's step time is known at two
+step sizes (and, with a draft model, the draft's time per token), steps alternate between no
+drafts and one probing row: a few steps, at start-up and again whenever the window of timed
+steps has come to hold a single size. After PROBE_EVERY steps switched off, one row probes
+(re-measuring its acceptance and the step's slope). A draft model must first compute a row's
+unseen tokens (a new prompt): a row is granted drafts only when the saving expected over its
+remaining output (at most REMAINING_CAP tokens) beats that one-time cost.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ EMA = 0.7  # weight of the past in a row's acceptance average
 PRIOR_WEIGHT = 2.0  # pseudo-tokens of the prior
 ALPHA_MAX = 0.98  # the expected-gain formula needs alpha < 1
 DRIFT = 0.05  # how far a row's average moves back to the prior per step it does not speculate
-PROBE_EVERY = 16  # after this many steps switched off, one step speculates anyway (k <= 2) to re-measure
+PROBE_EVERY = 16  # after this many steps switched off, one row speculates anyway (k <= 2) to re-measure
+REMAINING_CAP = 256  # output tokens a request is assumed to have left at most (amortizing a draft catch-up)
 
 
 @dataclass
@@ -74,6 +83,7 @@ class SpecDecoder:
         self.step_cost = LinearCost()  # the target's step time by tokens
         self.stats = SpecStats()
         self._off_streak = 0  # consecutive steps the cost model switched off
+        self._explore_probe = False  # while unmeasured: whether this step probes (else no drafts)
 
     # ---- eligibility ---------------------------------------------------------------------
     def max_draft(self, req) -> int:
@@ -94,14 +104,17 @@ class SpecDecoder:
         cands = [(r, m) for r in running for m in (self.max_draft(r),) if m > 0]
         if not cands:
             return
-        ks = self._grant(cands, len(running)) if self.config.adaptive else [m for _, m in cands]
-        if self.config.adaptive and not any(ks):
-            self._off_streak += 1
+        if not self.config.adaptive:
+            ks = [m for _, m in cands]
+        elif not self._measured():  # explore: alternate a step without drafts and a probing row
+            self._explore_probe = not self._explore_probe
+            ks = self._probe(cands, self.config.num_speculative_tokens) if self._explore_probe else [0] * len(cands)
+        else:
+            ks = self._grant(cands, len(running))
+            self._off_streak = 0 if any(ks) else self._off_streak + 1
             if self._off_streak >= PROBE_EVERY:  # the model only learns step sizes it sees: probe
                 self._off_streak = 0
-                ks = [min(m, 2) for _, m in cands]
-        else:
-            self._off_streak = 0
+                ks = self._probe(cands, 2)
         chosen = [(r, k) for (r, _), k in zip(cands, ks) if k > 0]
         for (r, _), k in zip(cands, ks):
             st = self._state(r)
@@ -122,15 +135,34 @@ class SpecDecoder:
             req.spec_state = SpecRequestState(self.prior * PRIOR_WEIGHT, PRIOR_WEIGHT)
         return req.spec_state
 
+    def _measured(self) -> bool:
+        cost = getattr(self.proposer, "cost", None)
+        return self.step_cost.measured and (cost is None or cost.measured)
+
+    def _catchup(self, req) -> int:
+        """Tokens the proposer must compute before the row's first draft (0 for the n-gram)."""
+        f = getattr(self.proposer, "catchup_tokens", None)
+        return 0 if f is None else f(req)
+
+    def _probe(self, cands: list, k: int) -> list:
+        """One row speculates (at most k drafts): the one with the highest acceptance among
+        those the proposer needs no catch-up for (any, if none)."""
+        cost = getattr(self.proposer, "cost", None)
+        lim = cost.catchup_min if cost is not None else 0
+        i = min(range(len(cands)), key=lambda i: (self._catchup(cands[i][0]) > lim, -self._state(cands[i][0]).alpha))
+        ks = [0] * len(cands)
+        ks[i] = min(cands[i][1], k)
+        return ks
+
     def _grant(self, cands: list, n_rows: int) -> list:
         """Draft tokens per candidate row from the cost model (module docstring)."""
         a, b = self.step_cost.coefficients()
-        per_token = b + self._draft_cost(len(cands))
+        per_token = b + self._draft_cost()
         tokens, seconds = float(n_rows), a + b * n_rows
         heap = []  # (-gain, row index, j): the j-th draft of row i adds alpha_i^j expected tokens
         alphas = [self._state(r).alpha for r, _ in cands]
         for i, al in enumerate(alphas):
-            if al > 0:
+            if al > 0 and self._pays_catchup(cands[i], al, per_token, seconds / tokens):
                 heap.append((-al, i, 1))
         heapq.heapify(heap)
         ks = [0] * len(cands)
@@ -146,14 +178,27 @@ class SpecDecoder:
                 heapq.heappush(heap, (-(gain * alphas[i]), i, j + 1))
         return ks
 
-    def _draft_cost(self, n_rows: int) -> float:
-        """Seconds per draft token of the proposer: 0 for the n-gram lookup; the draft model's
-        measured time per row and round (cost.RoundCost), 0 until it has run once (or while
-        the target's own cost is still the relative prior)."""
+    def _pays_catchup(self, cand: tuple, alpha: float, per_token: float, seconds_per_token: float) -> bool:
+        """Whether the row's expected saving over its remaining output beats the proposer's
+        one-time catch-up on it: speculating alone with j drafts, a step emits 1 + g tokens
+        (g = alpha + ... + alpha^j), saving g * seconds_per_token - j * per_token seconds."""
+        req, m = cand
         cost = getattr(self.proposer, "cost", None)
-        if cost is None or not cost.measured or not self.step_cost.measured:
-            return 0.0
-        return cost.per_token()
+        once = 0.0 if cost is None else cost.catchup_seconds(self._catchup(req))
+        if once <= 0:
+            return True
+        remaining = min(req.max_tokens - req.num_output_tokens, REMAINING_CAP)
+        best, g = 0.0, 0.0
+        for j in range(1, m + 1):
+            g += alpha ** j
+            best = max(best, (g * seconds_per_token - j * per_token) * remaining / (1 + g))
+        return best > once
+
+    def _draft_cost(self) -> float:
+        """Seconds per draft token of the proposer: 0 for the n-gram lookup; the draft model's
+        measured time per draft token (cost.DraftCost)."""
+        cost = getattr(self.proposer, "cost", None)
+        return 0.0 if cost is None else cost.per_token()
 
     # ---- after the step ------------------------------------------------------------------
     def observe_step(self, n_tokens: int, n_rows: int, seconds: float) -> None:
