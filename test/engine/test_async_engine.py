@@ -140,6 +140,41 @@ def test_get_times_out_while_the_step_is_held(started):
     assert list(s)[-1].outputs[0].finish_reason == "length"
 
 
+def test_a_waker_is_called_after_every_output_and_a_failing_one_harms_nothing(started):
+    """An event loop waits on set_waker instead of polling: the waker runs (in the engine's
+    thread) once an output is already queued, so get(timeout=0) then finds it."""
+    import asyncio
+
+    async def read(eng, rid, sp):
+        loop, ready = asyncio.get_running_loop(), asyncio.Event()
+        s = eng.add_request(rid, [1, 2], sp)
+        s.set_waker(lambda: loop.call_soon_threadsafe(ready.set))
+        outs, wakes = [], 0
+        while not s.finished:
+            ready.clear()
+            try:
+                outs.append(s.get(timeout=0))
+            except TimeoutError:
+                await asyncio.wait_for(ready.wait(), 10)  # no polling: only the waker ends the wait
+                wakes += 1
+        return outs, wakes
+
+    runner = GatedRunner()
+    runner.gate.set()
+    eng = started(runner)
+    outs, wakes = asyncio.run(read(eng, "w", SamplingParams(max_tokens=5, ignore_eos=True)))
+    assert outs[-1].outputs[0].finish_reason == "length" and len(outs[-1].outputs[0].token_ids) == 5
+    assert 1 <= wakes <= len(outs)
+
+    def broken():
+        raise RuntimeError("event loop is closed")
+
+    s = eng.add_request("x", [1, 2], SamplingParams(max_tokens=3, ignore_eos=True))
+    s.set_waker(broken)
+    assert list(s)[-1].outputs[0].finish_reason == "length"  # the engine thread shrugs it off
+    assert eng.is_alive
+
+
 def test_runner_failure_ends_only_that_step_with_error(started):
     fail = {"on": True}
     eng = started(FakeRunner(fail_when=lambda batch: fail["on"] and "bad" in batch.req_ids))

@@ -16,7 +16,7 @@ import queue
 import threading
 import time
 from collections import deque
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 from .llm_engine import LLMEngine, snapshot_pooling_params, snapshot_sampling_params
 from .outputs import CompletionOutput, PoolingRequestOutput, RequestOutput, Usage
@@ -43,6 +43,22 @@ class RequestStream:
         self.finished = False  # the final output has been taken by the reader
         self._engine = engine
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._waker: Optional[Callable[[], None]] = None
+
+    def set_waker(self, waker: Optional[Callable[[], None]]) -> None:
+        """Call `waker()` (from the engine's thread) after each output is queued: lets an event
+        loop wait for outputs instead of polling (``loop.call_soon_threadsafe(event.set)``).
+        Set it before reading; an exception it raises is logged and ignored."""
+        self._waker = waker
+
+    def _put(self, out) -> None:
+        self._queue.put(out)
+        waker = self._waker
+        if waker is not None:
+            try:
+                waker()
+            except Exception:  # the reader's loop closed: it will not read again
+                log.debug("waker of request %s failed", self.request_id, exc_info=True)
 
     def get(self, timeout: Optional[float] = None) -> RequestOutput:
         """The next output; TimeoutError if none comes within `timeout` seconds."""
@@ -233,7 +249,7 @@ class AsyncEngine:
                     continue
                 if out.finished:
                     del self._streams[out.request_id]
-                entry[0]._queue.put(out)
+                entry[0]._put(out)
 
     def _refresh_metrics(self) -> None:
         m = self.engine.metrics.copy()
@@ -248,7 +264,7 @@ class AsyncEngine:
             entry = self._streams.pop(request_id, None)
         if entry is not None:
             stream, prompt, ids, n = entry
-            stream._queue.put(_error_output(request_id, prompt, ids, n, error))
+            stream._put(_error_output(request_id, prompt, ids, n, error))
 
     def _fail_in_flight(self, error: str) -> None:
         """Finish every unfinished request with `error` and collect their final outputs."""

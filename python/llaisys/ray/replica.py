@@ -6,9 +6,10 @@ The ingress talks to it through a Serve handle (``client.ReplicaEngine``):
   first item says whether the engine took the request: ``("accepted", replica name)`` or
   ``("rejected", kind, message, param)`` (the checks of ``AsyncEngine.add_request``, so a bad
   request is a 400 at the ingress, never a retry). Then come lists of RequestOutputs (every
-  output ready at that moment, so a fast engine costs one Ray message per poll, not per
-  token) until the final one. Cancelling the call (the client left, the ingress aborted)
-  aborts the engine request, which frees its KV blocks.
+  output ready at that moment, so a fast engine costs one Ray message per wake-up, not per
+  token; the engine thread wakes the waiting call, nothing polls) until the final one.
+  Cancelling the call (the client left, the ingress aborted) aborts the engine request, which
+  frees its KV blocks.
 - ``record_routing_stats()`` is what Serve polls for the router (``router.py``): queue
   lengths, outstanding tokens, KV usage, counters, and the truncated hashes of the blocks
   in the prefix cache, so that routing uses the engine's own block hashes.
@@ -36,7 +37,9 @@ log = logging.getLogger("llaisys.ray")
 
 HASH_PREFIX_BYTES = 8  # bytes of each SHA-256 block hash sent to the router (collisions only cost a miss)
 MAX_REPORTED_BLOCKS = 65536  # most cached block hashes one stats report carries (the newest)
-POLL_MIN_S, POLL_MAX_S = 0.002, 0.02  # how often a waiting generate() looks for outputs (backs off)
+# a waiting generate() sleeps until the engine thread queues an output (RequestStream.set_waker);
+# this is only the longest it sleeps should a wake-up be lost
+WAKE_TIMEOUT_S = 1.0
 
 
 def short_hash(h: bytes) -> bytes:
@@ -148,9 +151,11 @@ class LLMReplica:
         cost = len(prompt_token_ids) + (0 if pooling else (params.max_tokens or 0))
         self._outstanding[request_id] = cost
         try:
+            loop, ready = asyncio.get_running_loop(), asyncio.Event()
+            stream.set_waker(lambda: loop.call_soon_threadsafe(ready.set))
             yield ("accepted", self.name)
-            delay = POLL_MIN_S
             while True:
+                ready.clear()  # before draining: an output queued after the drain sets it again
                 batch = []
                 while True:
                     try:
@@ -164,10 +169,11 @@ class LLMReplica:
                     yield batch
                     if batch[-1].finished:
                         return
-                    delay = POLL_MIN_S
                 else:
-                    await asyncio.sleep(delay)
-                    delay = min(2 * delay, POLL_MAX_S)
+                    try:
+                        await asyncio.wait_for(ready.wait(), WAKE_TIMEOUT_S)
+                    except asyncio.TimeoutError:
+                        pass
         finally:
             if not stream.finished:
                 stream.abort()  # cancelled: the engine frees its blocks before the next step
