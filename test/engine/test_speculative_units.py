@@ -201,8 +201,10 @@ def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
         r.spec_state = SpecRequestState(0.8, 1.0)
     assert dec._grant([(short, 2)], 1) == [0]  # 3 tokens left save < 0.3 s: not worth 1 s
     assert dec._grant([(long, 4)], 1) == [4]  # ~170 steps left save ~ 20 s
+    assert dec._probe([(short, 2), (long, 4)], 2) == [0, 0]  # a probe never pays a timed catch-up
     prop.catchup = 3  # caught up: the short one speculates too
     assert dec._grant([(short, 2)], 1) == [2]
+    assert dec._probe([(short, 2), (long, 4)], 2) == [2, 0]  # equal acceptance: the first
 
 
 class _SP:

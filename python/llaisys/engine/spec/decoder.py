@@ -16,7 +16,8 @@ drafts and one probing row: a few steps, at start-up and again whenever the wind
 steps has come to hold a single size. After PROBE_EVERY steps switched off, one row probes
 (re-measuring its acceptance and the step's slope). A draft model must first compute a row's
 unseen tokens (a new prompt): a row is granted drafts only when the saving expected over its
-remaining output (at most REMAINING_CAP tokens) beats that one-time cost.
+remaining output (at most REMAINING_CAP tokens) beats that one-time cost, and probes only use
+rows that need no catch-up (once one has been timed).
 """
 
 from __future__ import annotations
@@ -146,12 +147,14 @@ class SpecDecoder:
 
     def _probe(self, cands: list, k: int) -> list:
         """One row speculates (at most k drafts): the one with the highest acceptance among
-        those the proposer needs no catch-up for (any, if none)."""
+        those the proposer needs no timed catch-up for (a probe measures; it never pays a new
+        prompt's prefill in the draft once that cost is known). None if no row qualifies."""
         cost = getattr(self.proposer, "cost", None)
-        lim = cost.catchup_min if cost is not None else 0
-        i = min(range(len(cands)), key=lambda i: (self._catchup(cands[i][0]) > lim, -self._state(cands[i][0]).alpha))
+        ok = [i for i, (r, _) in enumerate(cands) if cost is None or cost.catchup_seconds(self._catchup(r)) <= 0]
         ks = [0] * len(cands)
-        ks[i] = min(cands[i][1], k)
+        if ok:
+            i = max(ok, key=lambda i: self._state(cands[i][0]).alpha)
+            ks[i] = min(cands[i][1], k)
         return ks
 
     def _grant(self, cands: list, n_rows: int) -> list:
