@@ -177,11 +177,14 @@ def test_cost_model_explores_until_it_has_timed_two_step_sizes():
 def test_draft_cost_separates_steady_rounds_from_catch_up():
     c = DraftCost(catchup_min=5)
     assert not c.measured and c.catchup_seconds(100) == 0.0
-    c.observe(4, 0, 0.16)  # steady: 40 ms a draft token
+    c.observe(4, 0, 0.16)  # a steady round of 4 rows: 40 ms a row (one draft token each)
     assert c.measured and abs(c.per_token() - 0.04) < 1e-12
     assert c.catchup_seconds(100) == 0.0  # no catch-up timed yet: the first one is let through
-    c.observe(4, 200, 0.16 + 200 * 0.01)  # a new prompt of 200 tokens: 10 ms a token beyond the drafts
+    c.observe(4, 200, 0.16 + 200 * 0.01)  # one row's new prompt of 200 tokens: 10 ms a token beyond the rows
     assert abs(c.catchup_seconds(100) - 1.0) < 1e-9 and c.catchup_seconds(5) == 0.0
+    first = DraftCost(catchup_min=5)
+    first.observe(1, 300, 3.0)  # a catch-up before any steady round: all of its time is the catch-up's
+    assert abs(first.catchup_seconds(100) - 1.0) < 1e-9 and not first.measured
 
 
 def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
@@ -201,10 +204,11 @@ def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
         r.spec_state = SpecRequestState(0.8, 1.0)
     assert dec._grant([(short, 2)], 1) == [0]  # 3 tokens left save < 0.3 s: not worth 1 s
     assert dec._grant([(long, 4)], 1) == [4]  # ~170 steps left save ~ 20 s
-    assert dec._probe([(short, 2), (long, 4)], 2) == [0, 0]  # a probe never pays a timed catch-up
+    # a probe pays a timed catch-up only if even the best case repays it
+    assert dec._probe([(short, 2), (long, 4)], 2, 2) == [0, 2]
     prop.catchup = 3  # caught up: the short one speculates too
     assert dec._grant([(short, 2)], 1) == [2]
-    assert dec._probe([(short, 2), (long, 4)], 2) == [2, 0]  # equal acceptance: the first
+    assert dec._probe([(short, 2), (long, 4)], 2, 2) == [2, 0]  # equal acceptance: the first
 
 
 class _SP:

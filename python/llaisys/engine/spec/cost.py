@@ -65,44 +65,54 @@ class LinearCost:
         a = max(my - b * mx, 1e-9)
         return a, b
 
+    def time_at(self, n: int) -> Optional[float]:
+        """Seconds of a step of n tokens: the fit once measured, else the median of the steps of
+        that size timed so far (None if none)."""
+        if self.measured:
+            return self(n)
+        ys = sorted(y for x, y in self.samples if x == n)
+        return ys[len(ys) // 2] if ys else None
+
     def __call__(self, n: float) -> float:
         a, b = self.coefficients()
         return a + b * n
 
 
 class DraftCost:
-    """What the draft model costs, from the time of whole propose() calls (exponentially
-    averaged): seconds per draft token in steady state (the calls whose rows only catch up on
-    the tokens accepted since their last round), and seconds per token of catch-up (a new
-    request's prompt, or a row that did not draft for a while: paid once, before its first
-    draft), from the calls that had such rows, less their draft tokens' share."""
+    """What the draft model costs, from the time of each of its rounds (one model step over the
+    rows still drafting; exponentially averaged): seconds per row and round in steady state (a
+    row computing at most the k + 1 tokens accepted since its last round: one draft token), and
+    seconds per token of catch-up (a new request's prompt, or a row that did not draft for a
+    while: paid once, before its first draft), from the rounds that had such rows, less their
+    steady rows' share."""
 
     def __init__(self, catchup_min: int, decay: float = 0.8):
-        self.catchup_min = catchup_min  # catch-up tokens a row needs beyond steady state (k + 1 at most)
+        self.catchup_min = catchup_min  # tokens a row computes in a round in steady state, at most
         self.decay = decay
-        self.per_draft = None  # averaged seconds per draft token
+        self.per_round = None  # averaged seconds per row and steady round (one draft token)
         self.per_catchup = None  # averaged seconds per catch-up token
 
     def _avg(self, old, new):
         return new if old is None else self.decay * old + (1 - self.decay) * new
 
-    def observe(self, draft_tokens: int, catchup_tokens: int, seconds: float) -> None:
-        """One propose(): draft tokens made, catch-up tokens beyond steady state, wall time."""
-        if draft_tokens <= 0 or seconds <= 0:
+    def observe(self, rows: int, catchup_tokens: int, seconds: float) -> None:
+        """One round over `rows` rows, of which some computed `catchup_tokens` tokens beyond
+        steady state (0: a steady round)."""
+        if rows <= 0 or seconds <= 0:
             return
         if catchup_tokens <= 0:
-            self.per_draft = self._avg(self.per_draft, seconds / draft_tokens)
-        elif self.per_draft is not None:
-            rest = seconds - draft_tokens * self.per_draft
-            if rest > 0:
-                self.per_catchup = self._avg(self.per_catchup, rest / catchup_tokens)
+            self.per_round = self._avg(self.per_round, seconds / rows)
+            return
+        rest = seconds - rows * (self.per_round or 0.0)  # before per_round is known: all of it
+        if rest > 0:
+            self.per_catchup = self._avg(self.per_catchup, rest / catchup_tokens)
 
     @property
     def measured(self) -> bool:
-        return self.per_draft is not None
+        return self.per_round is not None
 
     def per_token(self) -> float:
-        return self.per_draft or 0.0
+        return self.per_round or 0.0
 
     def catchup_seconds(self, n_tokens: int) -> float:
         """Seconds to bring a row n_tokens forward; 0 within steady state, and until a catch-up

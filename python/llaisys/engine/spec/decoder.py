@@ -16,8 +16,8 @@ drafts and one probing row: a few steps, at start-up and again whenever the wind
 steps has come to hold a single size. After PROBE_EVERY steps switched off, one row probes
 (re-measuring its acceptance and the step's slope). A draft model must first compute a row's
 unseen tokens (a new prompt): a row is granted drafts only when the saving expected over its
-remaining output (at most REMAINING_CAP tokens) beats that one-time cost, and probes only use
-rows that need no catch-up (once one has been timed).
+remaining output (at most REMAINING_CAP tokens) beats that one-time cost; a probe, only when
+even the best case would.
 """
 
 from __future__ import annotations
@@ -109,13 +109,14 @@ class SpecDecoder:
             ks = [m for _, m in cands]
         elif not self._measured():  # explore: alternate a step without drafts and a probing row
             self._explore_probe = not self._explore_probe
-            ks = self._probe(cands, self.config.num_speculative_tokens) if self._explore_probe else [0] * len(cands)
+            ks = (self._probe(cands, self.config.num_speculative_tokens, len(running)) if self._explore_probe
+                  else [0] * len(cands))
         else:
             ks = self._grant(cands, len(running))
             self._off_streak = 0 if any(ks) else self._off_streak + 1
             if self._off_streak >= PROBE_EVERY:  # the model only learns step sizes it sees: probe
                 self._off_streak = 0
-                ks = self._probe(cands, 2)
+                ks = self._probe(cands, 2, len(running))
         chosen = [(r, k) for (r, _), k in zip(cands, ks) if k > 0]
         for (r, _), k in zip(cands, ks):
             st = self._state(r)
@@ -145,12 +146,22 @@ class SpecDecoder:
         f = getattr(self.proposer, "catchup_tokens", None)
         return 0 if f is None else f(req)
 
-    def _probe(self, cands: list, k: int) -> list:
+    def _probe(self, cands: list, k: int, n_rows: int) -> list:
         """One row speculates (at most k drafts): the one with the highest acceptance among
-        those the proposer needs no timed catch-up for (a probe measures; it never pays a new
-        prompt's prefill in the draft once that cost is known). None if no row qualifies."""
+        those worth probing. A row the proposer must first catch up on (a new prompt in the draft
+        model), once catch-ups have been timed, qualifies only if even the best case (its
+        acceptance, the target's per-token cost taken as 0 while unmeasured) repays the catch-up
+        over its remaining output. None if no row qualifies."""
         cost = getattr(self.proposer, "cost", None)
-        ok = [i for i, (r, _) in enumerate(cands) if cost is None or cost.catchup_seconds(self._catchup(r)) <= 0]
+        step = self.step_cost.time_at(n_rows)
+        b = self.step_cost.coefficients()[1] if self.step_cost.measured else 0.0
+        ok = []
+        for i, (r, m) in enumerate(cands):
+            if cost is None or cost.catchup_seconds(self._catchup(r)) <= 0:
+                ok.append(i)
+            elif step is not None and self._pays_catchup((r, m), self._state(r).alpha, b + cost.per_token(),
+                                                         step / n_rows):
+                ok.append(i)
         ks = [0] * len(cands)
         if ok:
             i = max(ok, key=lambda i: self._state(cands[i][0]).alpha)

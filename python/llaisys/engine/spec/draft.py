@@ -62,8 +62,8 @@ class DraftModelProposer:
                                                 dtype=worker.kv_dtype)
         self.kv = KVCacheManager(num_blocks, block_size, enable_prefix_caching=False, layout="block")
         self.seqs: dict = {}  # request id -> _DraftSeq
-        # the draft's time per draft token and per catch-up token (for the cost model); a row
-        # in steady state catches up on at most k + 1 tokens (those accepted, and the bonus)
+        # the draft's time per row and round and per catch-up token (for the cost model); a row
+        # in steady state computes at most k + 1 tokens in a round (those accepted, and the last)
         self.cost = DraftCost(catchup_min=num_speculative_tokens + 1)
 
     # ---- state ---------------------------------------------------------------------------
@@ -99,7 +99,6 @@ class DraftModelProposer:
 
     # ---- proposing -----------------------------------------------------------------------
     def propose(self, requests: Sequence, num_tokens: Sequence[int]) -> list:
-        t0 = time.perf_counter()
         drafts = [Draft([]) for _ in requests]
         rows = []  # (index, request, seq, k) of the requests that draft
         for i, (req, k) in enumerate(zip(requests, num_tokens)):
@@ -113,8 +112,6 @@ class DraftModelProposer:
             rows.append((i, req, seq, k))
         if not rows:
             return drafts
-        catchup = sum(max(0, req.num_tokens - seq.num_computed_tokens) for _, req, seq, _ in rows
-                      if req.num_tokens - seq.num_computed_tokens > self.cost.catchup_min)
         probs = {i: [] for i, req, _, _ in rows if req.sampling_params.temperature > 0}
         for rnd in range(max(k for *_, k in rows)):
             live = [(i, req, seq, k) for i, req, seq, k in rows if k > rnd]
@@ -125,7 +122,6 @@ class DraftModelProposer:
             seq.num_computed_tokens = len(seq.tokens)
             if i in probs:
                 drafts[i].probs = np.stack(probs[i])  # [k, vocab]
-        self.cost.observe(sum(k for *_, k in rows), catchup, time.perf_counter() - t0)
         return drafts
 
     def _round(self, rnd: int, live: list, drafts: list, probs: dict) -> None:
@@ -155,10 +151,13 @@ class DraftModelProposer:
         slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs  # [n]
         sampling = [row_sampling(req, rnd, drafts[i].token_ids[:rnd]) for i, req, _, _ in live]
         want_logits = any(i in probs for i, *_ in live)
+        catchup = int(q_lens[q_lens > self.cost.catchup_min].sum())  # rows beyond steady state (new prompts)
+        t0 = time.perf_counter()
         res = self.model.step(self.cache, token_ids=token_ids, positions=positions, query_start=query_start,
                               sample_rows=query_start[1:] - 1, slot_mapping=slot_mapping, block_tables=block_tables,
                               context_lens=(starts_a + q_lens).astype(np.int32), sampling=sampling,
                               want_logits=want_logits, want_logprobs=False)
+        self.cost.observe(len(live), catchup, time.perf_counter() - t0)
         sampled_rows = [r for r, (i, *_) in enumerate(live) if i in probs]
         q = sample_probs(res.logits[sampled_rows], [sampling[r] for r in sampled_rows]) if sampled_rows else None
         for r, (i, req, _, _) in enumerate(live):
