@@ -130,7 +130,7 @@ def run_llama(cfg: dict) -> dict:
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
     draft = LlamaPromptLookupDecoding(num_pred_tokens=cfg.get("k") or 10) if cfg["spec"] == "ngram" else None
-    llm = Llama(model_path=cfg["target"], n_ctx=4096, n_threads=cfg["threads"], verbose=False, draft_model=draft,
+    llm = Llama(model_path=cfg["llama_gguf"], n_ctx=4096, n_threads=cfg["threads"], verbose=False, draft_model=draft,
                 logits_all=draft is not None)
     ps = [prompts(cfg["workload"], 1)[0]] if cfg["workload"] == "chat" else GROUNDED[:2]
     llm.create_chat_completion([{"role": "user", "content": "Hi"}], max_tokens=4, temperature=0.0)  # warm-up
@@ -172,6 +172,9 @@ def main() -> None:
     ap.add_argument("--workloads", nargs="+", default=["grounded", "chat"], choices=["grounded", "chat"])
     ap.add_argument("--batches", nargs="+", type=int, default=[1, 16])
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--llama-gguf", default=None,
+                    help="the GGUF llama.cpp runs (default: --target; give the same weights' GGUF when --target is a "
+                         "directory, e.g. from `llaisys export-gguf DIR OUT.gguf`)")
     ap.add_argument("--k", type=int, default=None, help="num_speculative_tokens (default: the engine's)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -193,7 +196,8 @@ def main() -> None:
                 for spec in ("off", "ngram"):
                     configs.append(dict(backend="llama.cpp", workload=w, batch=1, spec=spec))
     for c in configs:
-        c.update(target=a.target, max_tokens=a.max_tokens, k=a.k, threads=a.threads)
+        c.update(target=a.target, llama_gguf=a.llama_gguf or a.target, max_tokens=a.max_tokens, k=a.k,
+                 threads=a.threads)
     runs = {i: [] for i in range(len(configs))}
     for r in range(a.repeats):  # alternating: every configuration once per repeat
         for i, c in enumerate(configs):
