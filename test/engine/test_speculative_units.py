@@ -89,6 +89,15 @@ def test_cost_model_fit_and_off_switch():
     c.observe(4, 5.0)  # one slow step: the median per size ignores it
     a, b = c.coefficients()
     assert abs(a - 0.05) < 1e-9 and abs(b - 0.01) < 1e-9
+    noisy = LinearCost()
+    noisy.observe(20, 1.0)  # not kept (a new largest size)
+    for _ in range(5):
+        noisy.observe(16, 0.3)
+    noisy.observe(20, 0.25)
+    noisy.observe(20, 0.25)  # two lucky timings of 20 tokens would make tokens free (b < 0): not enough
+    assert not noisy.measured and noisy.coefficients() == (1.0, 0.02)
+    noisy.observe(20, 0.35)
+    assert noisy.measured  # three: the median (0.25) enters the fit, b clamped at 0
 
     class P:
         kind = "ngram"
@@ -104,7 +113,7 @@ def test_cost_model_fit_and_off_switch():
     assert dec._grant(rows, 16) == [0] * 16
     assert dec._grant(rows[:1], 1)[0] >= 1  # alone, drafts pay (0.7 / 0.01 > 1 / 0.06)
     dec.step_cost = LinearCost()
-    for n in (1, 2, 4, 8, 16, 32) * 2:
+    for n in (1, 2, 4, 8, 16, 32) * 4:  # (the first of each new largest size is not kept)
         dec.step_cost.observe(n, 0.05 + 0.0001 * n)  # memory-bound: tokens nearly free
     assert all(k == 4 for k in dec._grant(rows, 16))
     # switched off for PROBE_EVERY steps in a row, one step speculates anyway (re-measuring)
@@ -153,25 +162,24 @@ class _Proposer:
 def test_cost_model_explores_until_it_has_timed_two_step_sizes():
     """A decoder that has timed nothing does not trust its prior: steps alternate between no
     drafts and one probing row (the best, at full k), a probe first, until the target's step time is known at
-    two sizes; only then does the cost model grant."""
+    two sizes, each timed three times; only then does the cost model grant."""
     from llaisys.engine.spec.decoder import SpecDecoder
 
     prop = _Proposer()
     dec = SpecDecoder(SpeculativeConfig("ngram", num_speculative_tokens=4), prop, 4096)
     running = _decoding(16)
     granted = []
-    for _ in range(3):
+    for _ in range(7):
         dec.prepare(running)
         granted.append(sum(len(r.spec_token_ids) for r in running))
         dec.observe_step(16 + granted[-1], 16, 0.05 + 0.01 * (16 + granted[-1]))  # compute-bound: 10 ms a token
-    # one row probes at k = 4 (20 tokens: a new largest size, not kept), off (16), probe (20)
-    assert granted == [4, 0, 4]
-    assert len(prop.calls) == 2 and all(len(c) == 1 for c in prop.calls)
-    assert dec.step_cost.measured
+        assert dec.step_cost.measured == (len(granted) == 7)  # each size timed 3 times (20: the first not kept)
+    assert granted == [4, 0, 4, 0, 4, 0, 4]  # a probing row at k = 4, none, ...
+    assert len(prop.calls) == 4 and all(len(c) == 1 for c in prop.calls)
     for _ in range(3):  # now measured: at 16 rows a token costs more than it brings, nobody speculates
         dec.prepare(running)
         assert all(r.spec_token_ids == [] for r in running)
-    assert len(prop.calls) == 2 and dec.stats.num_off_steps == 4
+    assert len(prop.calls) == 4 and dec.stats.num_off_steps == 6
 
 
 def test_draft_cost_separates_steady_rounds_from_catch_up():
@@ -197,7 +205,7 @@ def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
     cost.observe(4, 1000, 0.004 + 1000 * 0.001)  # 1 ms a catch-up token: a 1000-token prompt costs 1 s
     prop = _Proposer(cost, catchup=1000)
     dec = SpecDecoder(SpeculativeConfig("draft", num_speculative_tokens=4, draft_model="x"), prop, 4096)
-    for n in (1, 2, 3, 4, 5) * 2:
+    for n in (1, 2, 3, 4, 5) * 4:  # the first of each new largest size is not kept
         dec.step_cost.observe(n, 0.1 + 0.002 * n)  # memory-bound target: 100 ms a step, 2 ms a token
     short, long = _decoding(1, max_tokens=4)[0], _decoding(1, max_tokens=400)[0]
     for r in (short, long):

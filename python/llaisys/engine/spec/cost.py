@@ -17,6 +17,7 @@ from typing import Optional
 # stream); replaced by the fit as soon as two different step sizes have been timed.
 PRIOR_A, PRIOR_B = 1.0, 0.02
 WINDOW = 64  # steps kept for the fit (recent ones: the machine's load changes)
+MIN_PER_SIZE = 3  # timings a step size needs before it enters the fit (a shared machine's noise)
 
 
 class LinearCost:
@@ -43,18 +44,24 @@ class LinearCost:
             self._fit = self._solve()
         return self._fit
 
-    @property
-    def measured(self) -> bool:
-        return len({n for n, _ in self.samples}) >= 2
-
-    def _solve(self) -> tuple:
-        """Least squares over the median time of each step size (weighted by how often it was
-        seen): one slow step (a workspace growing, a busy neighbour) cannot tilt the line."""
-        if not self.measured:
-            return self.prior
+    def _by_size(self) -> dict:
+        """{n: [seconds, ...]} of the sizes timed at least MIN_PER_SIZE times in the window."""
         by_n: dict = {}
         for x, y in self.samples:
             by_n.setdefault(x, []).append(y)
+        return {x: ys for x, ys in by_n.items() if len(ys) >= MIN_PER_SIZE}
+
+    @property
+    def measured(self) -> bool:
+        return len(self._by_size()) >= 2
+
+    def _solve(self) -> tuple:
+        """Least squares over the median time of each step size timed MIN_PER_SIZE times or more
+        (weighted by how often it was seen): one slow step (a workspace growing, a busy
+        neighbour) cannot tilt the line, nor can a size seen once on a quiet moment."""
+        by_n = self._by_size()
+        if len(by_n) < 2:
+            return self.prior
         pts = [(x, sorted(ys)[len(ys) // 2], len(ys)) for x, ys in by_n.items()]
         w = sum(c for _, _, c in pts)
         mx = sum(x * c for x, _, c in pts) / w
