@@ -182,6 +182,25 @@ def test_cost_model_explores_until_it_has_timed_two_step_sizes():
     assert len(prop.calls) == 4 and dec.stats.num_off_steps == 6
 
 
+def test_the_prior_of_new_rows_is_the_proposers_measured_acceptance():
+    """New rows, and rows resting, are assumed to accept what the proposer's drafts have been
+    accepting lately over all rows, not a constant: on chat, where prompt lookup rarely
+    matches, a fresh row does not start at 0.5."""
+    from llaisys.engine.spec.decoder import SpecDecoder
+
+    dec = SpecDecoder(SpeculativeConfig("ngram", num_speculative_tokens=4), _Proposer(), 4096)
+    assert dec.prior == 0.5
+    rows = _decoding(8)
+    for _ in range(10):
+        for r in rows:
+            dec.on_verified(r, 4, 1)  # 4 drafts, the first rejected: 1 token judged, 0 accepted
+        dec.on_verified(rows[0], 4, 2)  # the first accepted, the second rejected: 2 judged, 1 accepted
+    assert 0.05 < dec.prior < 0.15  # per token: 1 accepted of 10 judged a round
+    fresh = _decoding(1)[0]
+    fresh.request_id = "new"
+    assert abs(dec._state(fresh).alpha - dec.prior) < 1e-12
+
+
 def test_draft_cost_separates_steady_rounds_from_catch_up():
     c = DraftCost(catchup_min=5)
     assert not c.measured and c.catchup_seconds(100) == 0.0

@@ -8,7 +8,9 @@ row's recent per-token acceptance, an exponential average), and costs b seconds 
 (plus the draft model's per-token cost). Draft tokens are granted in decreasing order of
 expected gain while gain / cost beats the step's tokens per second without them; when none
 does (a large batch whose step time grows with its tokens), nobody speculates that step: the
-off-switch. A row that did not speculate drifts back towards the prior, so it is tried again.
+off-switch. A row that did not speculate drifts back towards the prior, so it is tried again;
+the prior is the proposer's recent acceptance over all rows (a guess until it has verified), so
+on text where prompt lookup rarely matches a new or resting row is not assumed to do better.
 
 The cost model decides only on what it has timed. Until the target's step time is known at two
 step sizes (and, with a draft model, the draft's time per token), steps alternate between no
@@ -36,6 +38,7 @@ from .verify import verify_row
 
 EMA = 0.7  # weight of the past in a row's acceptance average
 PRIOR_WEIGHT = 2.0  # pseudo-tokens of the prior
+OVERALL_EMA = 0.95  # weight of the past in the proposer's acceptance over all rows (per verification)
 ALPHA_MAX = 0.98  # the expected-gain formula needs alpha < 1
 DRIFT = 0.05  # how far a row's average moves back to the prior per step it does not speculate
 PROBE_EVERY = 16  # after this many steps switched off, one row speculates anyway (k <= 2) to re-measure
@@ -80,7 +83,10 @@ class SpecDecoder:
         self.config = config
         self.proposer = proposer  # proposer.Proposer
         self.max_model_len = max_model_len
-        self.prior = 0.6 if config.method == "draft" else 0.5  # acceptance assumed for a new row
+        # the acceptance assumed for a new row, and the one rows drift back to: the proposer's own
+        # recent acceptance over every row (starting from a guess per method)
+        guess = 0.6 if config.method == "draft" else 0.5
+        self._overall = SpecRequestState(guess * PRIOR_WEIGHT, PRIOR_WEIGHT)
         self.step_cost = LinearCost()  # the target's step time by tokens
         self.stats = SpecStats()
         self._off_streak = 0  # consecutive steps the cost model switched off
@@ -131,6 +137,12 @@ class SpecDecoder:
         for (r, k), d in zip(chosen, drafts):
             r.spec_token_ids = list(d.token_ids[:k])
             r.spec_probs = None if d.probs is None else d.probs[:len(r.spec_token_ids)]
+
+    @property
+    def prior(self) -> float:
+        """The acceptance a row is assumed to have before its own: the proposer's recent
+        per-token acceptance over all rows (OVERALL_EMA per verification)."""
+        return self._overall.alpha
 
     def _state(self, req) -> SpecRequestState:
         if req.spec_state is None:
@@ -229,6 +241,9 @@ class SpecDecoder:
         rejected = 1 if accepted < num_drafts else 0
         st.accepted = EMA * st.accepted + accepted
         st.judged = EMA * st.judged + accepted + rejected
+        o = self._overall
+        o.accepted = OVERALL_EMA * o.accepted + accepted
+        o.judged = OVERALL_EMA * o.judged + accepted + rejected
         s = self.stats
         s.num_drafts += 1
         s.num_draft_tokens += num_drafts
