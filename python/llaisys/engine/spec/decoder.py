@@ -82,6 +82,7 @@ class SpecDecoder:
     def __init__(self, config: SpeculativeConfig, proposer, max_model_len: int):
         self.config = config
         self.proposer = proposer  # proposer.Proposer
+        self.draft_cost = getattr(proposer, "cost", None)  # cost.DraftCost of a draft model; None: free
         self.max_model_len = max_model_len
         # the acceptance assumed for a new row, and the one rows drift back to: the proposer's own
         # recent acceptance over every row (starting from a guess per method)
@@ -150,8 +151,7 @@ class SpecDecoder:
         return req.spec_state
 
     def _measured(self) -> bool:
-        cost = getattr(self.proposer, "cost", None)
-        return self.step_cost.measured and (cost is None or cost.measured)
+        return self.step_cost.measured and (self.draft_cost is None or self.draft_cost.measured)
 
     def _catchup(self, req) -> int:
         """Tokens the proposer must compute before the row's first draft (0 for the n-gram)."""
@@ -164,7 +164,7 @@ class SpecDecoder:
         model), once catch-ups have been timed, qualifies only if even the best case (its
         acceptance, the target's per-token cost taken as 0 while unmeasured) repays the catch-up
         over its remaining output. None if no row qualifies."""
-        cost = getattr(self.proposer, "cost", None)
+        cost = self.draft_cost
         step = self.step_cost.time_at(n_rows)
         b = self.step_cost.coefficients()[1] if self.step_cost.measured else 0.0
         ok = []
@@ -183,7 +183,7 @@ class SpecDecoder:
     def _grant(self, cands: list, n_rows: int) -> list:
         """Draft tokens per candidate row from the cost model (module docstring)."""
         a, b = self.step_cost.coefficients()
-        per_token = b + self._draft_cost()
+        per_token = b + self._draft_per_token()
         tokens, seconds = float(n_rows), a + b * n_rows
         heap = []  # (-gain, row index, j): the j-th draft of row i adds alpha_i^j expected tokens
         alphas = [self._state(r).alpha for r, _ in cands]
@@ -209,7 +209,7 @@ class SpecDecoder:
         one-time catch-up on it: speculating alone with j drafts, a step emits 1 + g tokens
         (g = alpha + ... + alpha^j), saving g * seconds_per_token - j * per_token seconds."""
         req, m = cand
-        cost = getattr(self.proposer, "cost", None)
+        cost = self.draft_cost
         once = 0.0 if cost is None else cost.catchup_seconds(self._catchup(req))
         if once <= 0:
             return True
@@ -220,11 +220,10 @@ class SpecDecoder:
             best = max(best, (g * seconds_per_token - j * per_token) * remaining / (1 + g))
         return best > once
 
-    def _draft_cost(self) -> float:
+    def _draft_per_token(self) -> float:
         """Seconds per draft token of the proposer: 0 for the n-gram lookup; the draft model's
         measured time per draft token (cost.DraftCost)."""
-        cost = getattr(self.proposer, "cost", None)
-        return 0.0 if cost is None else cost.per_token()
+        return 0.0 if self.draft_cost is None else self.draft_cost.per_token()
 
     # ---- after the step ------------------------------------------------------------------
     def observe_step(self, n_tokens: int, n_rows: int, seconds: float) -> None:
