@@ -203,15 +203,47 @@ def test_the_prior_of_new_rows_is_the_proposers_measured_acceptance():
 
 def test_draft_cost_separates_steady_rounds_from_catch_up():
     c = DraftCost(catchup_min=5)
-    assert not c.measured and c.catchup_seconds(100) == 0.0
-    c.observe(4, 0, 0.16)  # a steady round of 4 rows: 40 ms a row (one draft token each)
-    assert c.measured and abs(c.per_token() - 0.04) < 1e-12
+    assert not c.measured and c.catchup_seconds(100) == 0.0 and c.coefficients() == (0.0, 0.0)
+    c.observe(4, 0, 9.0)  # the first round of a new largest size (workspace growth) is not kept
+    for _ in range(3):
+        c.observe(4, 0, 0.16)  # steady rounds of 4 rows (one draft token each)
+    assert c.measured and c.coefficients() == (0.16, 0.0)  # one size timed: all of it fixed
     assert c.catchup_seconds(100) == 0.0  # no catch-up timed yet: the first one is let through
     c.observe(4, 200, 0.16 + 200 * 0.01)  # one row's new prompt of 200 tokens: 10 ms a token beyond the rows
     assert abs(c.catchup_seconds(100) - 1.0) < 1e-9 and c.catchup_seconds(5) == 0.0
+    for _ in range(3):
+        c.observe(1, 0, 0.10)  # a row alone: the round's fixed cost shows
+    a, b = c.coefficients()
+    assert abs(a - 0.08) < 1e-9 and abs(b - 0.02) < 1e-9 and abs(c.round_seconds(16) - 0.4) < 1e-9
     first = DraftCost(catchup_min=5)
     first.observe(1, 300, 3.0)  # a catch-up before any steady round: all of its time is the catch-up's
     assert abs(first.catchup_seconds(100) - 1.0) < 1e-9 and not first.measured
+
+
+def test_a_draft_rounds_fixed_cost_is_charged_once_per_depth():
+    """A draft round streams the draft model's weights however few rows draft: at batch 16 one
+    good row alone cannot repay it, all sixteen together can, and at batch 1 the row drafts to
+    full depth."""
+    from llaisys.engine.spec.decoder import SpecDecoder, SpecRequestState
+
+    cost = DraftCost(catchup_min=5)
+    for n in (1, 16) * 4:  # the first of each new largest size is not kept
+        cost.observe(n, 0, 0.04 + 0.005 * n)
+    assert cost.rounds.measured
+    dec = SpecDecoder(SpeculativeConfig("draft", num_speculative_tokens=4, draft_model="x"), _Proposer(cost), 4096)
+    for n in (1, 2, 16, 17) * 4:
+        dec.step_cost.observe(n, 0.3 + 0.01 * n)  # 16 rows: 0.46 s a step, 35 tokens a second
+    rows = _decoding(16)
+    for r in rows:
+        r.spec_state = SpecRequestState(0.0, 1.0)  # nothing accepted lately
+    rows[0].spec_state = SpecRequestState(0.9, 1.0)
+    cands = [(r, 4) for r in rows]
+    # alone at depth 1: 0.9 tokens for 40 + 15 ms, 16 a second: below the step's 35
+    assert dec._grant(cands, 16) == [0] * 16
+    for r in rows:
+        r.spec_state = SpecRequestState(0.9, 1.0)
+    assert all(k >= 1 for k in dec._grant(cands, 16))  # sixteen rows share the round
+    assert dec._grant(cands[:1], 1) == [4]  # batch 1: 4.1 tokens in 0.53 s against 1 in 0.31 s
 
 
 def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
@@ -220,7 +252,8 @@ def test_a_draft_catch_up_is_paid_only_when_the_remaining_output_repays_it():
     from llaisys.engine.spec.decoder import SpecDecoder, SpecRequestState
 
     cost = DraftCost(catchup_min=5)
-    cost.observe(4, 0, 0.004)  # 1 ms a draft token
+    for _ in range(4):  # (the first not kept)
+        cost.observe(4, 0, 0.004)  # 4 ms a round
     cost.observe(4, 1000, 0.004 + 1000 * 0.001)  # 1 ms a catch-up token: a 1000-token prompt costs 1 s
     prop = _Proposer(cost, catchup=1000)
     dec = SpecDecoder(SpeculativeConfig("draft", num_speculative_tokens=4, draft_model="x"), prop, 4096)

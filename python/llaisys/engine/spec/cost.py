@@ -44,7 +44,7 @@ class LinearCost:
             self._fit = self._solve()
         return self._fit
 
-    def _by_size(self) -> dict:
+    def by_size(self) -> dict:
         """{n: [seconds, ...]} of the sizes timed at least MIN_PER_SIZE times in the window."""
         by_n: dict = {}
         for x, y in self.samples:
@@ -53,13 +53,13 @@ class LinearCost:
 
     @property
     def measured(self) -> bool:
-        return len(self._by_size()) >= 2
+        return len(self.by_size()) >= 2
 
     def _solve(self) -> tuple:
         """Least squares over the median time of each step size timed MIN_PER_SIZE times or more
         (weighted by how often it was seen): one slow step (a workspace growing, a busy
         neighbour) cannot tilt the line, nor can a size seen once on a quiet moment."""
-        by_n = self._by_size()
+        by_n = self.by_size()
         if len(by_n) < 2:
             return self.prior
         pts = [(x, sorted(ys)[len(ys) // 2], len(ys)) for x, ys in by_n.items()]
@@ -87,20 +87,21 @@ class LinearCost:
 
 class DraftCost:
     """What the draft model costs, from the time of each of its rounds (one model step over the
-    rows still drafting; exponentially averaged): seconds per row and round in steady state (a
-    row computing at most the k + 1 tokens accepted since its last round: one draft token), and
-    seconds per token of catch-up (a new request's prompt, or a row that did not draft for a
-    while: paid once, before its first draft), from the rounds that had such rows, less their
-    steady rows' share."""
+    rows still drafting). A steady round (every row computing at most the k + 1 tokens accepted
+    since its last round: one draft token each) takes a + b rows seconds, a LinearCost over the
+    steady rounds: a is the weight stream every round pays however few rows draft, so a row
+    drafting alone pays all of it, and a draft token's cost depends on how many rows share the
+    round. While one row count only has been timed (batch 1 always), that count's median time is
+    taken as a and b as 0: exact at that count, and a round of another size is timed when it
+    runs. Catch-up (a new request's prompt, or a row that did not draft for a while: paid once,
+    before its first draft) is timed per token, from the rounds that had such rows, less the
+    steady cost of their rows (exponentially averaged)."""
 
     def __init__(self, catchup_min: int, decay: float = 0.8):
         self.catchup_min = catchup_min  # tokens a row computes in a round in steady state, at most
         self.decay = decay
-        self.per_round = None  # averaged seconds per row and steady round (one draft token)
+        self.rounds = LinearCost()  # steady rounds: seconds by rows
         self.per_catchup = None  # averaged seconds per catch-up token
-
-    def _avg(self, old, new):
-        return new if old is None else self.decay * old + (1 - self.decay) * new
 
     def observe(self, rows: int, catchup_tokens: int, seconds: float) -> None:
         """One round over `rows` rows, of which some computed `catchup_tokens` tokens beyond
@@ -108,18 +109,31 @@ class DraftCost:
         if rows <= 0 or seconds <= 0:
             return
         if catchup_tokens <= 0:
-            self.per_round = self._avg(self.per_round, seconds / rows)
+            self.rounds.observe(rows, seconds)
             return
-        rest = seconds - rows * (self.per_round or 0.0)  # before per_round is known: all of it
+        rest = seconds - (self.round_seconds(rows) if self.measured else 0.0)  # before: all of it
         if rest > 0:
-            self.per_catchup = self._avg(self.per_catchup, rest / catchup_tokens)
+            new = rest / catchup_tokens
+            self.per_catchup = new if self.per_catchup is None else self.decay * self.per_catchup + (1 - self.decay) * new
 
     @property
     def measured(self) -> bool:
-        return self.per_round is not None
+        """Whether some round size has been timed MIN_PER_SIZE times."""
+        return bool(self.rounds.by_size())
 
-    def per_token(self) -> float:
-        return self.per_round or 0.0
+    def coefficients(self) -> tuple:
+        """(a, b): seconds per steady round, and per row in it; (0, 0) until measured."""
+        if self.rounds.measured:
+            return self.rounds.coefficients()
+        by_n = self.rounds.by_size()
+        if not by_n:
+            return 0.0, 0.0
+        ys = max(by_n.values(), key=len)  # the most timed size
+        return sorted(ys)[len(ys) // 2], 0.0
+
+    def round_seconds(self, rows: int) -> float:
+        a, b = self.coefficients()
+        return a + b * rows
 
     def catchup_seconds(self, n_tokens: int) -> float:
         """Seconds to bring a row n_tokens forward; 0 within steady state, and until a catch-up

@@ -5,9 +5,11 @@ Each step, before scheduling, every running request in the decode state (all kno
 the last are in the KV) that may speculate gets a draft budget k_r from the cost model
 (cost.py): the j-th draft token of row r is expected to add alpha_r^j tokens (alpha_r: the
 row's recent per-token acceptance, an exponential average), and costs b seconds of target step
-(plus the draft model's per-token cost). Draft tokens are granted in decreasing order of
-expected gain while gain / cost beats the step's tokens per second without them; when none
-does (a large batch whose step time grows with its tokens), nobody speculates that step: the
+(plus, with a draft model, db a row and round, and da per round however few rows draft: a
+depth of K drafts costs K da). Draft tokens are granted in decreasing order of expected gain
+while gain / cost beats the step's tokens per second without them, for each depth, and the
+best depth kept; when none pays (a large batch whose step time grows with its tokens, a draft
+round too dear for the rows that would share it), nobody speculates that step: the
 off-switch. A row that did not speculate drifts back towards the prior, so it is tried again;
 the prior is the proposer's recent acceptance over all rows (a guess until it has verified), so
 on text where prompt lookup rarely matches a new or resting row is not assumed to do better.
@@ -25,6 +27,7 @@ even the best case would.
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from dataclasses import dataclass
 
@@ -35,6 +38,8 @@ from ..model_runner import row_sampling
 from .config import SpeculativeConfig
 from .cost import LinearCost
 from .verify import verify_row
+
+log = logging.getLogger(__name__)
 
 EMA = 0.7  # weight of the past in a row's acceptance average
 PRIOR_WEIGHT = 2.0  # pseudo-tokens of the prior
@@ -125,6 +130,11 @@ class SpecDecoder:
                 self._off_streak = 0
                 ks = self._probe(cands, 2, len(running))
         chosen = [(r, k) for (r, _), k in zip(cands, ks) if k > 0]
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("spec step: rows=%d measured=%s step=%s draft=%s prior=%.3f granted=%s", len(running),
+                      self._measured(), self.step_cost.coefficients(),
+                      None if self.draft_cost is None else self.draft_cost.coefficients(), self.prior,
+                      [k for k in ks if k])
         for (r, _), k in zip(cands, ks):
             st = self._state(r)
             if k == 0:  # not tried this step: drift back to the prior
@@ -171,7 +181,7 @@ class SpecDecoder:
         for i, (r, m) in enumerate(cands):
             if cost is None or cost.catchup_seconds(self._catchup(r)) <= 0:
                 ok.append(i)
-            elif step is not None and self._pays_catchup((r, m), self._state(r).alpha, b + cost.per_token(),
+            elif step is not None and self._pays_catchup((r, m), self._state(r).alpha, b + cost.round_seconds(1),
                                                          step / n_rows):
                 ok.append(i)
         ks = [0] * len(cands)
@@ -181,15 +191,33 @@ class SpecDecoder:
         return ks
 
     def _grant(self, cands: list, n_rows: int) -> list:
-        """Draft tokens per candidate row from the cost model (module docstring)."""
+        """Draft tokens per candidate row from the cost model (module docstring). A draft model's
+        round costs a fixed da (its weight stream) plus db a row: drafting to depth K costs K da
+        whoever drafts, then b + db a draft token. Each depth K is filled greedily and the best
+        step rate kept (none: no drafts)."""
         a, b = self.step_cost.coefficients()
-        per_token = b + self._draft_per_token()
+        da, db = self.draft_cost.coefficients() if self.draft_cost is not None else (0.0, 0.0)
         tokens, seconds = float(n_rows), a + b * n_rows
-        heap = []  # (-gain, row index, j): the j-th draft of row i adds alpha_i^j expected tokens
         alphas = [self._state(r).alpha for r, _ in cands]
-        for i, al in enumerate(alphas):
-            if al > 0 and self._pays_catchup(cands[i], al, per_token, seconds / tokens):
-                heap.append((-al, i, 1))
+        solo = b + da + db  # a draft token of a row drafting alone
+        rows = [i for i, al in enumerate(alphas)
+                if al > 0 and self._pays_catchup(cands[i], al, solo, seconds / tokens)]
+        best, best_rate = [0] * len(cands), tokens / seconds
+        deepest = max((cands[i][1] for i in rows), default=0)
+        for depth in range(1 if da > 0 else deepest, deepest + 1):  # no fixed cost: the deepest holds the rest
+            ks, t, s = self._fill(rows, cands, alphas, depth, b + db, tokens, seconds + depth * da)
+            if any(ks) and t / s > best_rate:
+                best, best_rate = ks, t / s
+        return best
+
+    @staticmethod
+    def _fill(rows: list, cands: list, alphas: list, depth: int, per_token: float, tokens: float,
+              seconds: float) -> tuple:
+        """Greedy grant of at most `depth` drafts a row from a step of `tokens` in `seconds`:
+        the j-th draft of row i adds alpha_i^j expected tokens for per_token seconds, granted in
+        decreasing order of gain while it raises the step's tokens per second. (ks, tokens,
+        seconds)."""
+        heap = [(-alphas[i], i, 1) for i in rows]
         heapq.heapify(heap)
         ks = [0] * len(cands)
         while heap:
@@ -200,9 +228,9 @@ class SpecDecoder:
             ks[i] = j
             tokens += gain
             seconds += per_token
-            if j < cands[i][1]:
+            if j < min(cands[i][1], depth):
                 heapq.heappush(heap, (-(gain * alphas[i]), i, j + 1))
-        return ks
+        return ks, tokens, seconds
 
     def _pays_catchup(self, cand: tuple, alpha: float, per_token: float, seconds_per_token: float) -> bool:
         """Whether the row's expected saving over its remaining output beats the proposer's
@@ -219,11 +247,6 @@ class SpecDecoder:
             g += alpha ** j
             best = max(best, (g * seconds_per_token - j * per_token) * remaining / (1 + g))
         return best > once
-
-    def _draft_per_token(self) -> float:
-        """Seconds per draft token of the proposer: 0 for the n-gram lookup; the draft model's
-        measured time per draft token (cost.DraftCost)."""
-        return 0.0 if self.draft_cost is None else self.draft_cost.per_token()
 
     # ---- after the step ------------------------------------------------------------------
     def observe_step(self, n_tokens: int, n_rows: int, seconds: float) -> None:
