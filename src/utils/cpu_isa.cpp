@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <cstring>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 namespace llaisys {
 namespace {
@@ -46,6 +49,30 @@ bool cpu_has_avx512_vnni() {
 #endif
     }();
     return vnni;
+}
+
+bool cpu_splits_256() {
+    static const bool split = [] {
+        const char *env = std::getenv("LLAISYS_SPLIT_256");
+        if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
+#if defined(__x86_64__) || defined(__i386__)
+        unsigned a, b, c, d;
+        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+        char vendor[13];
+        std::memcpy(vendor, &b, 4);
+        std::memcpy(vendor + 4, &d, 4);
+        std::memcpy(vendor + 8, &c, 4);
+        vendor[12] = '\0';
+        if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+        const unsigned base = (a >> 8) & 0xF;
+        const unsigned family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
+        const unsigned model = ((a >> 4) & 0xF) | (base == 0xF ? ((a >> 16) & 0xF) << 4 : 0);
+        return family == 0x17 && model < 0x30;
+#else
+        return false;
+#endif
+    }();
+    return split;
 }
 
 const char *isa_name(Isa isa) {

@@ -15,5 +15,9 @@ const char *isa_name(Isa isa);
 // Whether the quantized kernels may use AVX-512 VNNI (vpdpbusd, with AVX512VL): the CPU has it
 // and active_isa() is Avx512 or above (LLAISYS_ISA=avx2 turns it off with the rest of AVX-512).
 bool cpu_has_avx512_vnni();
+// Whether the CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 and Zen+: family
+// 17h, models below 30h), where kernels built from 128-bit ops can beat 256-bit ones. The
+// environment overrides it (LLAISYS_SPLIT_256=0|1), so both kernel forms can be tested anywhere.
+bool cpu_splits_256();
 
 }  // namespace llaisys

@@ -90,9 +90,11 @@ print(json.dumps(res))
 """.replace("import sys", "import sys, json")
 
 
-def run_child(isa, code):
+def run_child(isa, code, split="0"):
+    """The child's results on SIMD path isa; split: LLAISYS_SPLIT_256, the 32-blocks' kernel form
+    (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows)."""
     skip_unless_cpu_runs(isa)
-    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa),
+    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split),
                            capture_output=True, text=True, timeout=900)
     assert child.returncode == 0, child.stderr[-4000:]
     lines = child.stdout.splitlines()
@@ -100,11 +102,12 @@ def run_child(isa, code):
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
-def test_every_format_within_the_activation_quantization_bound(isa):
+@pytest.mark.parametrize("isa,split", [("scalar", "0"), ("avx2", "0"), ("avx2", "1"), ("avx512", "0"),
+                                       ("avx512", "1")])
+def test_every_format_within_the_activation_quantization_bound(isa, split):
     if isa == "avx512" and "avx512_vnni" not in cpu_flags():
         pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels cannot run here")
-    res = run_child(isa, CHILD)
+    res = run_child(isa, CHILD, split)
     assert set(res) == {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)

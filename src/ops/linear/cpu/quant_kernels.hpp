@@ -35,9 +35,9 @@ constexpr bool reads_q8k(llaisysDataType_t dt) {
 // dtype dt (nb blocks a row); xq [m][xq_stride bytes] the quantized activations (nb blocks of
 // BlockQ8_32 or BlockQ8_K a row, as dt reads). Each weight block is decoded once per group of
 // up to 8 activation rows, each group walking all the weight rows, so a caller that passes a
-// few weight rows keeps them in L1 for the whole batch; a single activation row (decode) is
-// walked by 4 weight rows at a time for the 32-blocks (one vector of 4 rows' sums scaled at
-// once), by one for the K-quants.
+// few weight rows keeps them in L1 for the whole batch; a single activation row (decode) walks
+// the weight rows one at a time (on CPUs that split 256-bit ops, the 32-blocks 4 at a time on
+// 128-bit vectors: quant_dot.inc).
 #define LLAISYS_QUANT_DOT_ROWS_DECL                                                                          \
     void dot_rows(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, size_t row_bytes,         \
                   size_t rows, const std::byte *xq, size_t xq_stride, size_t m, size_t nb)
