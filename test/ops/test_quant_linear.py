@@ -115,7 +115,7 @@ def test_every_format_within_the_activation_quantization_bound(isa, split):
 
 # The float path (quant_gemm.cpp: W dequantized to f32 and run through the packed GEMM's
 # register tiles) rounds nothing but f32 sums: forced at every m (LLAISYS_QUANT_F32_ROWS=0),
-# and taken by default at m = 64 and 300 (past every format's crossover), each output is within
+# and taken by default at m = 128 and 300 (past every format's crossover), each output is within
 # 1e-5 |x| . |W| of the float64 product, far inside the int8 bound; below the crossover (m = 2)
 # the default is the int8 path, whose error is larger. Tail panels (m = 5, 17, 40), a last
 # k-block of 128 (k = 896) and row groups cut by n = 53 included.
@@ -153,12 +153,12 @@ def test_float_path_is_f32_exact(isa):
     for case, err in json.loads(forced.stdout.splitlines()[-1]).items():
         assert err < 1e-5, (case, err)
     env = {k: v for k, v in os.environ.items() if k != "LLAISYS_QUANT_F32_ROWS"}
-    dflt = subprocess.run([sys.executable, "-c", F32_CHILD, "2", "64", "300"], capture_output=True, text=True,
+    dflt = subprocess.run([sys.executable, "-c", F32_CHILD, "2", "128", "300"], capture_output=True, text=True,
                           timeout=900, env=dict(env, LLAISYS_ISA=isa))
     assert dflt.returncode == 0, dflt.stderr[-4000:]
     res = json.loads(dflt.stdout.splitlines()[-1])
     for case, err in res.items():
-        if case.endswith(("m64", "m300")):
+        if case.endswith(("m128", "m300")):
             assert err < 1e-5, (case, err)  # the float path
         else:
             assert err > 1e-5, (case, err)  # the int8 path: activations rounded to 8 bits

@@ -98,8 +98,25 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     // run m = 8 at 1.6x (Q5_0) and 1.25x (Q8_0) the old speed per core: about the float path's
     // speed at m = 16 now, so their crossover of 16 is, if anything, low (to be re-measured on a
     // quiet host with --crossover).
+    // Those are Zen 1's (cpu_splits_256). On a full-width core (Zen 3, AVX2; medians of 3
+    // alternating children, 2026-11-25, after the int8 kernels' 256-bit rows and register-held
+    // sums) the int8 path holds on longer, float path speedup at m = 16 / 32 / 64 / 128:
+    //   o:       Q8_0 0.95 / 1.01          Q5_0 1.30 / 1.51 / 1.65    Q4_K 0.94 / 1.03 / 0.91 / 0.97
+    //            Q6_K 0.69 / 0.78 / 0.89 / 1.06
+    //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
+    // (Q4_0 taken as Q8_0, Q5_K as Q4_K). AVX-512 is not measured: the Zen 1 values.
     const bool k_quant = reads_q8k(dt);
-    if (active_isa() == Isa::Scalar) return k_quant ? 16 : 8;
+    const Isa isa = active_isa();
+    if (isa == Isa::Scalar) return k_quant ? 16 : 8;
+    if (isa == Isa::Avx2 && !cpu_splits_256()) {
+        switch (dt) {
+        case LLAISYS_DTYPE_Q5_0: return 16;
+        case LLAISYS_DTYPE_Q4_0:
+        case LLAISYS_DTYPE_Q8_0: return 32;
+        case LLAISYS_DTYPE_Q6_K: return 128;
+        default: return 64;  // Q4_K, Q5_K
+        }
+    }
     return k_quant ? 32 : 16;
 }
 
