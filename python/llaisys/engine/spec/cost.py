@@ -128,8 +128,7 @@ class DraftCost:
         by_n = self.rounds.by_size()
         if not by_n:
             return 0.0, 0.0
-        ys = max(by_n.values(), key=len)  # the most timed size
-        return sorted(ys)[len(ys) // 2], 0.0
+        return self.rounds.time_at(max(by_n, key=lambda n: len(by_n[n]))), 0.0  # the most timed size
 
     def round_seconds(self, rows: int) -> float:
         a, b = self.coefficients()
