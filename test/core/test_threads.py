@@ -113,13 +113,20 @@ def test_c_abi_get_refuses_null():
 # The kernels' team size is seen from outside as the threads OpenMP creates: libgomp keeps a
 # pool of team-size - 1 workers per calling thread, so /proc/self/task grows by that much.
 TEAM_PROBE = r"""
-import os, threading
+import os, threading, time
 import numpy as np
 from llaisys import ops, runtime
 from llaisys.tensor import Tensor
 
 def tasks():
     return len(os.listdir("/proc/self/task"))
+
+def settle(target):
+    # A finished thread's OpenMP workers exit on their own time after its join: on a busy
+    # machine they are still listed for a while. Wait (bounded) until they are gone.
+    deadline = time.monotonic() + 20
+    while tasks() > target and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 x = Tensor.from_numpy(np.ones((64, 512), np.float32))
 w = Tensor.from_numpy(np.ones((1024, 512), np.float32))
@@ -136,6 +143,7 @@ def other():
     ops.linear(out, x, w)   # a thread that never set the count gets the process's
     seen.append(tasks())
 t = threading.Thread(target=other); t.start(); t.join()
+settle(four)
 runtime.set_num_threads(2)
 t = threading.Thread(target=other); t.start(); t.join()
 print(one - base, four - base, seen[0] - four, seen[1] - four)
