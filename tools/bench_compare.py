@@ -109,8 +109,8 @@ def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32")
         from llaisys.models.gguf_model import load_gguf
 
         loaded = load_gguf(model_dir).loaded
-    else:
-        loaded = load_model(model_dir)
+    else:  # --quantize: the directory's matrices quantized at load (llaisys only)
+        loaded = load_model(model_dir, quantize=spec.get("quantize"))
     # bytes a decode step streams: every weight but an untied embedding (only a row of it is read)
     weight_bytes = sum(t.data.nbytes for name, t in loaded.tensors.items()
                        if loaded.config.tie_word_embeddings or name != "model.embed_tokens.weight")
@@ -401,6 +401,9 @@ def main() -> None:
     ap.add_argument("--quant", choices=["q4_k_m", "q8_0"], default=None,
                     help="run every backend on this GGUF file of each model as it is (llaisys and llama.cpp "
                          "read the same file; transformers has no quantized path and is left out)")
+    ap.add_argument("--quantize", choices=["q8_0", "q4_k"], default=None,
+                    help="llaisys quantizes each model directory's matrices at load (LLM(quantize=...)); the "
+                         "peers keep the directory's weights, so this is a labelled row, not like for like")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check that every backend runs")
@@ -434,6 +437,9 @@ def main() -> None:
     if "batch" not in args.workloads:
         spec["batches"] = []
     spec["quant"] = args.quant
+    spec["quantize"] = args.quantize
+    if args.quant and args.quantize:
+        ap.error("--quant runs a GGUF file as it is; --quantize quantizes a directory: give one")
     report = {"machine": bench_env.machine(), "device": args.device,
               "gpu": bench_env.gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}

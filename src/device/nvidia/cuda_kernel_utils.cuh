@@ -25,7 +25,12 @@ constexpr unsigned kFullMask = 0xffffffffu;
 
 __device__ __forceinline__ float to_float(float x) { return x; }
 __device__ __forceinline__ float to_float(bf16_t x) { return __uint_as_float(uint32_t(x.bits) << 16); }
-__device__ __forceinline__ float to_float(fp16_t x) { return __half2float(__ushort_as_half(x.bits)); }
+__device__ __forceinline__ float to_float(fp16_t x) {
+    if ((x.bits & 0x7c00u) == 0x7c00u && (x.bits & 0x3ffu)) {  // NaN: the payload as the CPU keeps it
+        return __uint_as_float(uint32_t(x.bits & 0x8000u) << 16 | 0x7f800000u | uint32_t(x.bits & 0x3ffu) << 13);
+    }
+    return __half2float(__ushort_as_half(x.bits));
+}
 
 template <class T>
 __device__ __forceinline__ T from_float(float x);
@@ -47,6 +52,20 @@ __device__ __forceinline__ fp16_t from_float<fp16_t>(float x) {
     if ((u & 0x7fffffffu) > 0x7f800000u) return fp16_t{uint16_t(((u >> 16) & 0x8000u) | 0x7e00u)};
     return fp16_t{__half_as_ushort(__float2half_rn(x))};  // round to nearest even, subnormals kept
 }
+
+// x86's NaN rules for one f32 multiply or subtract, for kernels that must give the CPU's bits
+// (dequantize): a NaN operand comes out quieted (the first, if both are), and an invalid
+// operation (0 x inf, inf - inf) gives the default NaN 0xffc00000. The GPU itself returns
+// 0x7fffffff for every NaN result, which a 16-bit output would round to other bits than the
+// CPU's. Round to nearest, never contracted into an FMA.
+__device__ __forceinline__ float x86_nan(float a, float b, float r) {
+    if (!isnan(r)) return r;
+    if (isnan(a)) return __uint_as_float(__float_as_uint(a) | 0x00400000u);
+    if (isnan(b)) return __uint_as_float(__float_as_uint(b) | 0x00400000u);
+    return __uint_as_float(0xffc00000u);
+}
+__device__ __forceinline__ float x86_mul(float a, float b) { return x86_nan(a, b, __fmul_rn(a, b)); }
+__device__ __forceinline__ float x86_sub(float a, float b) { return x86_nan(a, b, __fsub_rn(a, b)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);

@@ -2,12 +2,13 @@
 // time: the building block of the CUDA dequantize kernel and of the quantized GEMV (nvcc only).
 //
 // Bit-identical to the CPU reference (../dequant.cpp) by construction: the f16 scales are
-// widened exactly (__half2float, as to_f32), and every product and difference is written with
-// the IEEE round-to-nearest intrinsics (__fmul_rn, __fsub_rn), in the CPU's order:
+// widened exactly (to_float, as to_f32, NaN payloads kept), and every product and difference
+// is rounded on its own (x86_mul, x86_sub: round to nearest, never contracted into an FMA,
+// which nvcc's default --fmad=true would do and which would change the last bit; NaN results
+// as x86 makes them, so NaN and Inf scales give the CPU's bits too), in the CPU's order:
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
 //   Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q6_K: (d * scale) * float(q - 32)
-// The intrinsics keep nvcc from contracting a product and a difference into one FMA (which
-// --fmad=true, nvcc's default, would otherwise do and which would change the last bit).
+// The NaN handling is a compare and a select per element on data already in registers.
 //
 // dequant8(block, e0, out) writes elements e0 .. e0 + 7 of the block (e0 a multiple of 8,
 // below the block size) to out [8]. Eight consecutive elements always share one scale and
@@ -21,6 +22,8 @@
 namespace llaisys::quant::nvidia {
 
 using device::nvidia::to_float;
+using device::nvidia::x86_mul;
+using device::nvidia::x86_sub;
 
 // Groups of eight elements per block of type B (a constant device code may read).
 template <class B>
@@ -31,7 +34,7 @@ __device__ __forceinline__ void dequant8(const BlockQ4_0 &b, int e0, float *out)
     const int shift = e0 >= 16 ? 4 : 0;  // elements 16..31 are the high nibbles of qs[0..16)
     const uint8_t *qs = b.qs + (e0 & 15);
 #pragma unroll
-    for (int t = 0; t < 8; t++) out[t] = __fmul_rn(d, float(int((qs[t] >> shift) & 0x0F) - 8));
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(d, float(int((qs[t] >> shift) & 0x0F) - 8));
 }
 
 __device__ __forceinline__ void dequant8(const BlockQ5_0 &b, int e0, float *out) {  // out [8]
@@ -43,14 +46,14 @@ __device__ __forceinline__ void dequant8(const BlockQ5_0 &b, int e0, float *out)
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
-        out[t] = __fmul_rn(d, float(q - 16));
+        out[t] = x86_mul(d, float(q - 16));
     }
 }
 
 __device__ __forceinline__ void dequant8(const BlockQ8_0 &b, int e0, float *out) {  // out [8]
     const float d = to_float(b.d);
 #pragma unroll
-    for (int t = 0; t < 8; t++) out[t] = __fmul_rn(float(b.qs[e0 + t]), d);
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(float(b.qs[e0 + t]), d);
 }
 
 // Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or
@@ -66,14 +69,14 @@ __device__ __forceinline__ void dequant8_k4(fp16_t dh, fp16_t dminh, const uint8
         sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
         m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
     }
-    const float dl = __fmul_rn(to_float(dh), float(sc)), ml = __fmul_rn(to_float(dminh), float(m));
+    const float dl = x86_mul(to_float(dh), float(sc)), ml = x86_mul(to_float(dminh), float(m));
     const uint8_t *q = qs + 32 * (j / 2) + i0;
     const int shift = (j & 1) * 4;
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         int v = (q[t] >> shift) & 0x0F;
         if (qh) v |= ((qh[i0 + t] >> j) & 1) << 4;
-        out[t] = __fsub_rn(__fmul_rn(dl, float(v)), ml);
+        out[t] = x86_sub(x86_mul(dl, float(v)), ml);
     }
 }
 
@@ -93,12 +96,12 @@ __device__ __forceinline__ void dequant8(const BlockQ6_K &b, int e0, float *out)
     const uint8_t *ql = b.ql + 64 * h + r0 % 64;
     const uint8_t *qh = b.qh + 32 * h + r0 % 32;
     const int lo_shift = 4 * (r0 / 64), hi_shift = 2 * (r0 / 32);
-    const float dl = __fmul_rn(to_float(b.d), float(b.scales[e0 / 16]));
+    const float dl = x86_mul(to_float(b.d), float(b.scales[e0 / 16]));
 #pragma unroll
     for (int t = 0; t < 8; t++) {
         const int lo = (ql[t] >> lo_shift) & 0x0F;
         const int hi = (qh[t] >> hi_shift) & 0x03;
-        out[t] = __fmul_rn(dl, float((lo | hi << 4) - 32));
+        out[t] = x86_mul(dl, float((lo | hi << 4) - 32));
     }
 }
 

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine (see doc/nvidia.md, "Running on a GPU"): the NVIDIA build made
+# beforehand (LLAISYS_LIBRARY, default build/nv90/libllaisys.so) against the GPU tests, then
+# compute-sanitizer over a slice of the op tests, then a short benchmark. Each stage has its
+# own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
+# Stages to run: GPU_STAGES="info tests sanitize bench" (default all).
+set -u
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
+STAGES="${GPU_STAGES:-info tests sanitize bench}"
+export PYTHONUNBUFFERED=1 LLAISYS_SKIP_REAL_MODEL=1
+export LLAISYS_LIBRARY="${LLAISYS_LIBRARY:-$PWD/build/nv90/libllaisys.so}"
+if ls .whl/*.whl > /dev/null 2>&1; then  # runtime dependencies the GPU image lacks, carried as wheels
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH="$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
+if [ -z "${LLAISYS_CUBLAS_LIBRARY:-}" ]; then  # pip's nvidia-cublas wheel
+    LLAISYS_CUBLAS_LIBRARY=$(python3 -c 'import nvidia.cublas, os, glob; d = list(nvidia.cublas.__path__)[0]; print((glob.glob(d + "/lib/libcublas.so.*") or [""])[0])' 2> /dev/null)
+    [ -z "$LLAISYS_CUBLAS_LIBRARY" ] && LLAISYS_CUBLAS_LIBRARY=$(python3 -c 'import glob, site; print((sorted(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib/libcublas.so.*")) or [""])[0])')
+    export LLAISYS_CUBLAS_LIBRARY
+fi
+stage() { case " $STAGES " in *" $1 "*) return 0;; esac; return 1; }
+
+if stage info; then
+    { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv; nvcc --version | tail -1
+      python3 -c 'import torch, sys; print(sys.version.split()[0], "torch", torch.__version__, torch.cuda.get_device_name(0))'
+      echo "cublas: $LLAISYS_CUBLAS_LIBRARY"; nproc
+      python3 -c 'from llaisys import runtime, DeviceType; print("llaisys sees", runtime.device_count(DeviceType.NVIDIA), "GPU(s)")'
+    } 2>&1 | tee "$OUT/info.txt"
+fi
+
+TESTS="test/core/test_nvidia_runtime.py test/core/test_allocator_cache.py test/core/test_runtime_api.py
+ test/ops/test_nvidia_ops.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
+ test/sampling/test_sampler_nvidia.py test/sampling/test_sample_device.py test/sampling/test_sampler_nan.py
+ test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py"
+if stage tests; then
+    # -k nvidia would drop tests whose ids do not say so; the CPU halves are quick, so all run
+    timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 -rfE --tb=short \
+        -n "${GPU_TEST_WORKERS:-4}" $TESTS > "$OUT/pytest.log" 2>&1
+    echo "pytest rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -60; tail -3 "$OUT/pytest.log"
+fi
+
+if stage sanitize; then
+    for tool in ${GPU_SAN_TOOLS:-memcheck racecheck}; do
+        timeout "${GPU_SAN_LIMIT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+            python3 -m pytest -q -p no:cacheprovider -o addopts="" -x ${GPU_SAN_TESTS:-test/ops/test_nvidia_ops.py} ${GPU_SAN_K:+-k "$GPU_SAN_K"} \
+            > "$OUT/sanitizer-$tool.log" 2>&1
+        echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer-$tool.log" | tail -3
+    done
+fi
+
+if stage bench; then
+    timeout "${GPU_BENCH_LIMIT:-240}" python3 tools/gpu/bench_gpu.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
+fi
