@@ -211,6 +211,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p, Source sr
                 sum += w;
             }
             sum = warp_sum(sum);
+            // every lane has read sm[r] (m_old) before lane 0 overwrites it: the shuffles of
+            // warp_sum converge the warp, but only __syncwarp orders its shared-memory accesses
+            // (compute-sanitizer racecheck flagged this read/write pair on an H200)
+            __syncwarp();
             if (lane == 0) {
                 const float c = expf(m_old - m_new);  // 0 when m_old is -inf (l and o are 0)
                 sc[r] = c;
