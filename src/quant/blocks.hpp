@@ -7,8 +7,8 @@
 //   Q4_K: d * sc[j] * q - dmin * m[j]      8 sub-blocks j of 32; sc, m 6-bit, packed in scales[12]
 //   Q5_K: as Q4_K with a fifth bit from qh
 //   Q6_K: d * scales[j] * (q - 32)         16 sub-blocks j of 16; q 6 bits from ql (4) and qh (2)
-// Q8_K is not a storage format here: it is the activation side of the K-quant dot products
-// (x quantized per 256 elements with an f32 scale and the sums of each 16).
+// Q8_K is not a storage format here: the K-quant kernels' activation side is their own layout
+// (BlockQ8_K in ops/linear/cpu/quant_kernels.hpp).
 #pragma once
 
 #include "../utils/types.hpp"
@@ -55,15 +55,9 @@ struct BlockQ6_K {
     int8_t scales[kBlockK / 16];
     fp16_t d;
 };
-struct BlockQ8_K {
-    float d;
-    int8_t qs[kBlockK];
-    int16_t bsums[kBlockK / 16];
-};
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
-static_assert(sizeof(BlockQ8_K) == 292);
 
 template <class B>
 constexpr llaisysDataType_t dtype_of();

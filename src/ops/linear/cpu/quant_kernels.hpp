@@ -6,8 +6,8 @@
 // scale per block: d = max|x| / 127, q = round(x / d), so |x - q d| <= d / 2.
 //   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use sum(q) for their offsets
 //   (q - 8, q - 16), subtracted from the integer dot product before it is scaled;
-//   Q4_K, Q5_K, Q6_K weights read BlockQ8_K (256 values, blocks.hpp) and its bsums (sums of
-//   each 16) for their mins and offsets.
+//   Q4_K, Q5_K, Q6_K weights read BlockQ8_K (256 values) and its bsums (sums of each 16) or
+//   dsums (d times the sums of each 32) for their offsets and mins.
 // The weight's stored integers are multiplied with the activations' in exact integer
 // arithmetic (per sub-block), then scaled in f32.
 #pragma once
@@ -25,6 +25,17 @@ struct BlockQ8_32 {
     int8_t qs[32];    // [32]
 };
 static_assert(sizeof(BlockQ8_32) == 40);
+
+// ggml's block_q8_K (d, qs, bsums) laid out so that the 32-byte loads of qs are aligned (in
+// ggml's order every other one crossed a cache line), plus what Q4_K / Q5_K's mins read: one
+// fused multiply-add of dsums against the weight block's dmin * mins per activation row.
+struct alignas(32) BlockQ8_K {
+    int8_t qs[quant::kBlockK];           // [256]
+    int16_t bsums[quant::kBlockK / 16];  // [16] sums of each 16 of qs
+    float dsums[quant::kBlockK / 32];    // [8] d * (bsums[2j] + bsums[2j + 1])
+    float d;                             // scale: x ~= d * qs
+};
+static_assert(sizeof(BlockQ8_K) == 352);
 
 // Whether weights of dtype dt read BlockQ8_K (K-quants) or BlockQ8_32 activations.
 constexpr bool reads_q8k(llaisysDataType_t dt) {

@@ -18,8 +18,6 @@
 namespace llaisys::ops::cpu {
 namespace {
 
-using quant::BlockQ8_K;
-
 // Weight rows per work item: a chunk of this many rows stays in L1 while every activation
 // row passes over it (16 rows of Q4_K at k = 1536 are 14 KiB).
 constexpr size_t kChunkRows = 16;
@@ -75,6 +73,8 @@ void quantize_row_q8_k(const float *x, BlockQ8_K *out, size_t nb) {
             }
             out[b].bsums[s] = int16_t(sum);
         }
+        for (size_t j = 0; j < quant::kBlockK / 32; j++)
+            out[b].dsums[j] = d * float(out[b].bsums[2 * j] + out[b].bsums[2 * j + 1]);
         out[b].d = d;
     }
 }
