@@ -5,9 +5,10 @@
 What it builds, all under $LLAISYS_HOME/peers (default ~/.cache/llaisys/peers):
 - the llama-cpp-python sdist (pinned below), fetched with `pip download` and unpacked;
 - from the llama.cpp source vendored in it, one CMake build per CPU kind (`build-avx2`,
-  `build-avx512`, `build-avx512bf16`: -march=native code from one machine can fault on
-  another): the shared libraries (libllama, libggml*), `llama-server` (llama.cpp's own HTTP
-  server: parallel slots, continuous batching) and `llama-bench`;
+  `build-avx512`, `build-avx512bf16`, with `-noamx` on CPUs with AMX: see NO_AMX; -march=native
+  code from one machine can fault on another): the shared libraries (libllama, libggml*),
+  `llama-server` (llama.cpp's own HTTP server: parallel slots, continuous batching) and
+  `llama-bench`;
 - a virtualenv `venv` with llama-cpp-python's Python package and its server extras, installed
   without its own copy of the native build (-DLLAMA_BUILD=OFF): at run time
   LLAMA_CPP_LIB_PATH points it at the libraries above, so the bindings, llama-cpp-python's
@@ -54,10 +55,23 @@ def cpu_kind(flags: set | None = None) -> str:
     return "avx2" if "avx2" in flags else "generic"
 
 
+# ggml's AMX backend (ggml-cpu/amx, compiled in by -march=native where the CPU lists amx_int8)
+# faults in this llama.cpp: an invalid opcode at `tileloadd` on its first matrix product (seen
+# 2026-11-26 on a Xeon VM with amx_tile/int8/bf16, in llama-bench and the Python bindings,
+# 2 threads), a tile instruction run in a thread that has not loaded a tile configuration: a
+# plain AMX test program (ldtilecfg, tileloadd, tdpbssd) runs on the same VM. The peer is
+# therefore built without AMX (every other -march=native feature kept), in its own folder.
+NO_AMX = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
+
+
+def has_amx(flags: set | None = None) -> bool:
+    return "amx_int8" in (cpu_flags() if flags is None else flags)
+
+
 def paths(kind: str | None = None) -> dict:
     root = home()
     src = root / f"llama_cpp_python-{PIN}"
-    build = root / f"build-{kind or cpu_kind()}"
+    build = root / f"build-{kind or cpu_kind()}{'-noamx' if has_amx() else ''}"
     return {"root": root, "src": src, "vendor": src / "vendor" / "llama.cpp", "build": build,
             "bin": build / "bin", "server": build / "bin" / "llama-server", "venv": root / "venv",
             "python": root / "venv" / "bin" / "python"}
@@ -89,7 +103,9 @@ def build_native(p: dict) -> None:
     run(["cmake", "-S", p["vendor"], "-B", p["build"], *gen, "-DCMAKE_BUILD_TYPE=Release",
          "-DBUILD_SHARED_LIBS=ON", "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF",
          "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_TOOLS=ON",
-         "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_APP=OFF"])
+         "-DLLAMA_BUILD_SERVER=ON", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_BUILD_APP=OFF",
+         # GCC lets an explicit -mno-* win over -march=native whatever their order
+         *([f"-DCMAKE_C_FLAGS={' '.join(NO_AMX)}", f"-DCMAKE_CXX_FLAGS={' '.join(NO_AMX)}"] if has_amx() else [])])
     run(["cmake", "--build", p["build"], "--target", *TARGETS, "-j", str(os.cpu_count() or 2)])
     print(f"built in {(time.time() - t) / 60:.1f} min", flush=True)
 
@@ -109,7 +125,7 @@ def describe(p: dict) -> dict:
     info = p["build"] / "common" / "build-info.cpp"
     text = info.read_text() if info.exists() else ""
     commit = text.split('LLAMA_COMMIT = "', 1)[1].split('"', 1)[0] if 'LLAMA_COMMIT = "' in text else ""
-    return {"llama_cpp_python": PIN, "llama_cpp_commit": commit, "cpu_kind": cpu_kind(),
+    return {"llama_cpp_python": PIN, "llama_cpp_commit": commit, "cpu_kind": cpu_kind(), "amx": False,
             "server": str(p["server"]), "bench": str(p["bin"] / "llama-bench"),
             "python": str(p["python"]), "lib_path": str(p["bin"])}
 
