@@ -51,19 +51,47 @@ bool cpu_has_avx512_vnni() {
     return vnni;
 }
 
+namespace {
+
+// The CPUID vendor string ("GenuineIntel", "AuthenticAMD"), or "" where there is none.
+bool cpu_vendor_is(const char *want) {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char vendor[13];
+    std::memcpy(vendor, &b, 4);
+    std::memcpy(vendor + 4, &d, 4);
+    std::memcpy(vendor + 8, &c, 4);
+    vendor[12] = '\0';
+    return std::strcmp(vendor, want) == 0;
+#else
+    (void)want;
+    return false;
+#endif
+}
+
+}  // namespace
+
+size_t quant_prefetch_bytes() {
+    static const size_t bytes = [] {
+        const char *env = std::getenv("LLAISYS_QUANT_PREFETCH");
+        if (env && *env) {
+            char *end = nullptr;
+            const long v = std::strtol(env, &end, 10);
+            if (end && *end == '\0' && v >= 0 && v <= (1 << 16)) return size_t(v);
+        }
+        return cpu_vendor_is("GenuineIntel") ? size_t(2048) : size_t(0);
+    }();
+    return bytes;
+}
+
 bool cpu_splits_256() {
     static const bool split = [] {
         const char *env = std::getenv("LLAISYS_SPLIT_256");
         if (env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0)) return env[0] == '1';
 #if defined(__x86_64__) || defined(__i386__)
         unsigned a, b, c, d;
-        if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-        char vendor[13];
-        std::memcpy(vendor, &b, 4);
-        std::memcpy(vendor + 4, &d, 4);
-        std::memcpy(vendor + 8, &c, 4);
-        vendor[12] = '\0';
-        if (std::strcmp(vendor, "AuthenticAMD") != 0 || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+        if (!cpu_vendor_is("AuthenticAMD") || !__get_cpuid(1, &a, &b, &c, &d)) return false;
         const unsigned base = (a >> 8) & 0xF;
         const unsigned family = base == 0xF ? base + ((a >> 20) & 0xFF) : base;
         const unsigned model = ((a >> 4) & 0xF) | (base == 0xF ? ((a >> 16) & 0xF) << 4 : 0);
