@@ -106,12 +106,14 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
     // (Q4_0 taken as Q8_0, Q5_K as Q4_K).
     // AVX-512 (Xeon with VNNI and BF16, 2 threads, 2026-11-26; the int8 path on vpdpbusd, the
-    // float path on vdpbf16ps), float path speedup at m = 8 / 16 / 32 / 64:
+    // float path on f32 FMAs even where the CPU has vdpbf16ps), float path speedup at m = 8 /
+    // 16 / 32 / 64:
     //   o:       Q4_K 0.29 / 0.58 / 1.12 / 1.25   Q6_K 0.33 / 0.65 / 1.24 / 1.43
     //            Q8_0 0.55 / 1.10 / 2.08 / 2.29   Q5_0 0.52 / 1.04 / 2.07 / 2.22
     //   gate_up: Q4_K 0.30 / 0.58 / 1.13 / 1.25   Q6_K 0.30 / 0.58 / 1.08 / 1.20
     //            Q8_0 0.51 / 0.94 / 1.82 / 1.96   Q5_0 0.47 / 0.84 / 1.88 / 2.11
-    // The float path costs about the same from 8 to 32 rows (a whole panel either way); at 16 the
+    // The float path costs about the same from 8 to 32 rows (one panel of kPackedNrAvx512 = 32
+    // activation rows either way); at 16 the
     // int8 path wins on the large matrices (o + gate_up: Q8_0 5%, Q5_0 15%), so 32 for all.
     const bool k_quant = reads_q8k(dt);
     const Isa isa = active_isa();
