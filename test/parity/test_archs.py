@@ -62,9 +62,8 @@ def test_config_reads_as_transformers_does(ckpt):
 @pytest.fixture(scope="module")
 def core(ckpt):
     family, dtype, path, hf = ckpt
-    rounds = dtype == "bf16" and runtime.cpu_isa() == "avx512bf16"
     with Model.from_path(path) as m:
-        yield m, Reference(hf, rounds)
+        yield m, Reference(hf, rounds_activations(dtype))
 
 
 def test_logits_every_position(core):
@@ -112,10 +111,33 @@ def hf_greedy(hf, prompt) -> list:
     return out[0, len(prompt):].tolist()
 
 
+def rounds_activations(dtype: str) -> bool:
+    """Whether llaisys rounds the activations of these weights to bf16 (the AVX512_BF16 dot
+    products), which transformers' bf16 forward rounds elsewhere."""
+    return dtype == "bf16" and runtime.cpu_isa() == "avx512bf16"
+
+
+def assert_greedy(got: list, want: list, prompt: list, ref: Reference, what: str) -> None:
+    """Token for token. Where llaisys rounds activations to bf16 (ref.rounds), the first
+    difference may only fall on a near tie of transformers' own logits: the two tokens within
+    2 x the bf16-rounding bound of that position (each side's logits within ref.atol of
+    transformers', test_logits_every_position), after which the continuations part."""
+    if got == want:
+        return
+    i = next((j for j, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert ref.rounds and i < min(len(got), len(want)), f"{what}: greedy differs from transformers at token {i}"
+    ids = list(prompt) + list(want[:i])
+    logits = ref(ids)[-1]
+    gap, bound = float(logits[want[i]] - logits[got[i]]), 2 * ref.atol(ids)
+    assert gap <= bound, f"{what}: token {i} is {got[i]}, transformers' {want[i]} leads it by {gap:.4f} > {bound:.4f}"
+
+
 def test_greedy_matches_generate_batched_alone_layouts_prefix_cache(ckpt):
     """transformers' 32 greedy tokens, from llaisys.LLM batched with the prefix cache on (BLOCK),
-    alone with it off (BLOCK), and batched on SLOT."""
-    _, _, path, hf = ckpt
+    alone with it off (BLOCK), and batched on SLOT (up to a near tie where llaisys rounds the
+    activations to bf16: assert_greedy)."""
+    _, dtype, path, hf = ckpt
+    ref = Reference(hf, rounds_activations(dtype))
     want = [hf_greedy(hf, p) for p in PROMPTS]
     sp = SamplingParams(temperature=0.0, max_tokens=N_GEN, ignore_eos=True)
     longest_window = max(ModelParams.from_json_file(path / "config.json").layer_window)
@@ -126,15 +148,16 @@ def test_greedy_matches_generate_batched_alone_layouts_prefix_cache(ckpt):
         return LLM(str(path), kv_layout=layout, kv_dtype="f32", enable_prefix_caching=prefix, block_size=4,
                    kv_cache_memory=4 << 20, max_num_seqs=4)
 
+    def check(got, what):
+        for g, w, p in zip(got, want, PROMPTS, strict=True):
+            assert_greedy(list(g), w, p, ref, what)
+
     with llm("block", True) as engine:
-        got = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, sp)]
-        assert got == want, "BLOCK, batched, prefix cache on: greedy differs from transformers"
+        check([o.outputs[0].token_ids for o in engine.generate(PROMPTS, sp)], "BLOCK, batched, prefix cache on")
         again = engine.generate(PROMPTS[2], sp)[0]  # a prefix-cache hit longer than any window
         assert again.usage.cached_tokens > longest_window
-        assert again.outputs[0].token_ids == want[2], "BLOCK, prefix-cache hit: greedy differs from transformers"
+        assert_greedy(list(again.outputs[0].token_ids), want[2], PROMPTS[2], ref, "BLOCK, prefix-cache hit")
     with llm("block", False) as engine:
-        got = [engine.generate(p, sp)[0].outputs[0].token_ids for p in PROMPTS]
-        assert got == want, "BLOCK, alone, prefix cache off: greedy differs from transformers"
+        check([engine.generate(p, sp)[0].outputs[0].token_ids for p in PROMPTS], "BLOCK, alone, prefix cache off")
     with llm("slot", False) as engine:
-        got = [o.outputs[0].token_ids for o in engine.generate(PROMPTS, sp)]
-        assert got == want, "SLOT, batched: greedy differs from transformers"
+        check([o.outputs[0].token_ids for o in engine.generate(PROMPTS, sp)], "SLOT, batched")
