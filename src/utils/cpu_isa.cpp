@@ -53,7 +53,7 @@ bool cpu_has_avx512_vnni() {
 
 namespace {
 
-// The CPUID vendor string ("GenuineIntel", "AuthenticAMD"), or "" where there is none.
+// Whether the CPUID vendor string is `want` ("GenuineIntel", "AuthenticAMD"); false off x86.
 bool cpu_vendor_is(const char *want) {
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a, b, c, d;

@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED=1 LLAISYS_SKIP_REAL_MODEL=1
 export LLAISYS_LIBRARY="${LLAISYS_LIBRARY:-$PWD/build/nv90/libllaisys.so}"
 if ls .whl/*.whl > /dev/null 2>&1; then  # runtime dependencies the GPU image lacks, carried as wheels
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        && export PYTHONPATH="$PWD/python:/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+        && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 if [ -z "${LLAISYS_CUBLAS_LIBRARY:-}" ]; then  # pip's nvidia-cublas wheel

@@ -113,8 +113,8 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     //   gate_up: Q4_K 0.30 / 0.58 / 1.13 / 1.25   Q6_K 0.30 / 0.58 / 1.08 / 1.20
     //            Q8_0 0.51 / 0.94 / 1.82 / 1.96   Q5_0 0.47 / 0.84 / 1.88 / 2.11
     // The float path costs about the same from 8 to 32 rows (one panel of kPackedNrAvx512 = 32
-    // activation rows either way); at 16 the
-    // int8 path wins on the large matrices (o + gate_up: Q8_0 5%, Q5_0 15%), so 32 for all.
+    // activation rows either way); at 16 the int8 path wins on the large matrices (o + gate_up:
+    // Q8_0 5%, Q5_0 15%), so 32 for all.
     const bool k_quant = reads_q8k(dt);
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
