@@ -57,6 +57,16 @@ def llaisys_isa() -> str | None:
         return None
 
 
+def llaisys_amx() -> bool | None:
+    """Whether llaisys runs the quantized float path on AMX tiles in this process (LLAISYS_AMX=0
+    or LLAISYS_ISA below avx512bf16 turn it off)."""
+    try:
+        from llaisys.runtime import cpu_amx
+        return cpu_amx()
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
 def gpu_model() -> str:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
@@ -69,10 +79,12 @@ def gpu_model() -> str:
 def machine() -> dict:
     return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu_model(), "cpu_kind": cpu_kind(),
             "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "llaisys_isa": llaisys_isa(),
+            "llaisys_amx": llaisys_amx(),
             "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
 def describe(m: dict) -> str:
     """One line for the top of a printed table."""
     return (f"{m['date_utc']} UTC, {m['cpu']} ({m['cores']} CPUs; {' '.join(m['cpu_flags'])}), "
-            f"llaisys ISA path {m['llaisys_isa']}, load {m['load_avg_1m']:.2f}")
+            f"llaisys ISA path {m['llaisys_isa']}{' + AMX' if m.get('llaisys_amx') else ''}, "
+            f"load {m['load_avg_1m']:.2f}")

@@ -40,6 +40,13 @@ LLAISYS_API llaisysStatus_t llaisysGetDeviceCount(llaisysDeviceType_t device, in
  * with the environment variable LLAISYS_ISA; chosen once per process. */
 LLAISYS_API const char *llaisysCpuIsa(void);
 
+/* 1 when the quantized linear's float path (many activation rows of a block-quantized weight)
+ * runs on AMX tiles in this process, weights and activations rounded to bf16 and summed in f32;
+ * 0 otherwise. It does where the CPU has AMX-TILE and AMX-BF16, Linux grants the process the
+ * tile state, llaisysCpuIsa() is "avx512bf16" and the environment variable LLAISYS_AMX is not
+ * "0"; chosen once per process. */
+LLAISYS_API int llaisysCpuUsesAmx(void);
+
 /* Threads of the CPU kernels (OpenMP), one count for the whole process, used by every call
  * into the library from any thread after it is set. The default is the number of physical
  * cores the process may run on (SMT siblings count once; affinity mask and cgroup CPU quota

@@ -16,6 +16,12 @@ def cpu_isa() -> str:
     return LIB.llaisysCpuIsa().decode()
 
 
+def cpu_amx() -> bool:
+    """Whether the quantized linear's float path (prefill and batches of a GGUF weight) runs on
+    AMX tiles in bf16 in this process (off with LLAISYS_AMX=0 or LLAISYS_ISA below avx512bf16)."""
+    return bool(LIB.llaisysCpuUsesAmx())
+
+
 def set_num_threads(n: int) -> None:
     """Use `n` threads in the CPU kernels from the next call on, in every thread of the process.
 

@@ -75,6 +75,8 @@ extern "C" {
 
 const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
 
+int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
+
 static_assert(LLAISYS_MAX_THREADS == core::kMaxThreads);
 
 llaisysStatus_t llaisysSetNumThreads(int threads) {

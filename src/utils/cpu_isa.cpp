@@ -5,6 +5,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace llaisys {
 namespace {
@@ -83,6 +87,24 @@ size_t quant_prefetch_bytes() {
         return cpu_vendor_is("GenuineIntel") ? size_t(2048) : size_t(0);
     }();
     return bytes;
+}
+
+bool cpu_uses_amx() {
+    static const bool amx = [] {
+        const char *env = std::getenv("LLAISYS_AMX");
+        if (env && std::strcmp(env, "0") == 0) return false;
+        if (active_isa() < Isa::Avx512Bf16) return false;
+#if defined(__linux__) && defined(__x86_64__)
+        if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+        // Linux hands out the 8 KiB of tile state only on request, once per process (the
+        // kernel's Documentation/arch/x86/xstate.rst); without it the first tile instruction
+        // faults. ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18.
+        return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+        return false;
+#endif
+    }();
+    return amx;
 }
 
 bool cpu_splits_256() {

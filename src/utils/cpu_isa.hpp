@@ -17,6 +17,10 @@ const char *isa_name(Isa isa);
 // Whether the quantized kernels may use AVX-512 VNNI (vpdpbusd, with AVX512VL): the CPU has it
 // and active_isa() is Avx512 or above (LLAISYS_ISA=avx2 turns it off with the rest of AVX-512).
 bool cpu_has_avx512_vnni();
+// Whether the quantized linear's float path runs on AMX tiles (bf16 TDPBF16PS, quant_amx.cpp):
+// the CPU has AMX-TILE and AMX-BF16, Linux granted this process the tile state, active_isa() is
+// Avx512Bf16 (LLAISYS_ISA=avx512 or lower turns it off with it) and LLAISYS_AMX is not "0".
+bool cpu_uses_amx();
 // Whether the CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 and Zen+: family
 // 17h, models below 30h), where kernels built from 128-bit ops can beat 256-bit ones. The
 // environment overrides it (LLAISYS_SPLIT_256=0|1), so both kernel forms can be tested anywhere.

@@ -123,6 +123,7 @@ F32_CHILD = COMMON + r"""
 import sys, json
 from llaisys import runtime
 print(runtime.cpu_isa())
+print("amx" if runtime.cpu_amx() else "no amx")
 rng = np.random.default_rng(21)
 ms = [int(a) for a in sys.argv[1:]]
 res = {}
@@ -143,18 +144,20 @@ print(json.dumps(res))
 """
 
 
-@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512", "avx512bf16"])
 def test_float_path_is_f32_exact(isa):
+    """(avx512bf16 with LLAISYS_AMX=0: an AMX CPU's float path back on the f32 GEMM)"""
     skip_unless_cpu_runs(isa)
     forced = subprocess.run([sys.executable, "-c", F32_CHILD, "1", "5", "17", "40"], capture_output=True, text=True,
-                            timeout=900, env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_QUANT_F32_ROWS="0"))
+                            timeout=900, env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_QUANT_F32_ROWS="0",
+                                                  LLAISYS_AMX="0"))
     assert forced.returncode == 0, forced.stderr[-4000:]
-    assert forced.stdout.splitlines()[0] == isa
+    assert forced.stdout.splitlines()[:2] == [isa, "no amx"]
     for case, err in json.loads(forced.stdout.splitlines()[-1]).items():
         assert err < 1e-5, (case, err)
     env = {k: v for k, v in os.environ.items() if k != "LLAISYS_QUANT_F32_ROWS"}
     dflt = subprocess.run([sys.executable, "-c", F32_CHILD, "2", "128", "300"], capture_output=True, text=True,
-                          timeout=900, env=dict(env, LLAISYS_ISA=isa))
+                          timeout=900, env=dict(env, LLAISYS_ISA=isa, LLAISYS_AMX="0"))
     assert dflt.returncode == 0, dflt.stderr[-4000:]
     res = json.loads(dflt.stdout.splitlines()[-1])
     for case, err in res.items():
@@ -162,6 +165,35 @@ def test_float_path_is_f32_exact(isa):
             assert err < 1e-5, (case, err)  # the float path
         else:
             assert err > 1e-5, (case, err)  # the int8 path: activations rounded to 8 bits
+
+
+# On a CPU with AMX (quant_amx.cpp) the float path rounds the dequantized weights and the
+# activations to bf16, each value by at most 2^-9 of itself, and sums the products in f32
+# (TDPBF16PS): each output is within 2^-8 |x| . |W| (+ 2^-18 for the product of both roundings
+# and 1e-5 for the f32 sums) of the float64 product. And it no longer is within 1e-5 of it:
+# the check that the tiles, not the f32 GEMM, ran. Forced at every m (1 to 40 and 300), and by
+# default from the AMX crossover (12 rows for the K-quants, 8 for the 32-blocks: m = 128, 300;
+# m = 2 stays on the int8 path).
+@pytest.mark.parametrize("forced", [True, False])
+def test_float_path_on_amx_tiles(forced):
+    skip_unless_cpu_runs("avx512bf16")
+    if not {"amx_tile", "amx_bf16"} <= cpu_flags():
+        pytest.skip("no amx_tile / amx_bf16 in /proc/cpuinfo")
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_QUANT_F32_ROWS", "LLAISYS_AMX")}
+    if forced:
+        env["LLAISYS_QUANT_F32_ROWS"] = "0"
+    ms = ["1", "5", "17", "40", "300"] if forced else ["2", "128", "300"]
+    child = subprocess.run([sys.executable, "-c", F32_CHILD, *ms], capture_output=True, text=True, timeout=900,
+                           env=dict(env, LLAISYS_ISA="avx512bf16"))
+    assert child.returncode == 0, child.stderr[-4000:]
+    assert child.stdout.splitlines()[:2] == ["avx512bf16", "amx"], "the kernel did not grant AMX"
+    res = json.loads(child.stdout.splitlines()[-1])
+    assert len(res) == 12 * len(ms)
+    for case, err in res.items():
+        if case.endswith("m2"):
+            assert err > 1e-5, (case, err)  # the int8 path
+            continue
+        assert 1e-5 < err < 2 ** -8 + 2 ** -18 + 1e-5, (case, err)
 
 
 # The in-process tests below run the default (best) path.

@@ -42,3 +42,5 @@ def declare(lib: ctypes.CDLL) -> None:
         fn.restype = status
     lib.llaisysCpuIsa.argtypes = []
     lib.llaisysCpuIsa.restype = ctypes.c_char_p
+    lib.llaisysCpuUsesAmx.argtypes = []
+    lib.llaisysCpuUsesAmx.restype = ctypes.c_int

@@ -115,7 +115,12 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     // The float path costs about the same from 8 to 32 rows (one panel of kPackedNrAvx512 = 32
     // activation rows either way); at 16 the int8 path wins on the large matrices (o + gate_up:
     // Q8_0 5%, Q5_0 15%), so 32 for all.
+    // AMX (the same Xeon, 2026-11-26; the float path on bf16 tiles, quant_amx.cpp: its cost is
+    // the dequantization, flat from 4 to 32 rows), gate_up, float path speedup at m = 4 / 8 / 16:
+    //   Q4_K 0.33 / 0.66 / 1.35   Q6_K 0.41 / 0.84 / 1.59   Q8_0 0.66 / 1.47 / 2.87
+    // and at m = 128 3.5x to 6.2x; int8 grows linearly in m, so the K-quants cross near 12.
     const bool k_quant = reads_q8k(dt);
+    if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
     if (isa >= Isa::Avx512) return 32;
@@ -133,6 +138,7 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
 
 void linear_quant_f32(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m) {
+    if (cpu_uses_amx()) return amx::linear_quant_bf16(out, x, segs, n_segs, n, k, bias, bias_dt, m);
     const Kernels kn = kernels();
     const size_t nr = kn.nr, n_xp = ceil_div(m, nr);
     thread_local std::vector<float> xp_buf;  // [n_xp][k][nr], kept per calling thread across calls

@@ -21,4 +21,11 @@ size_t quant_f32_min_rows(llaisysDataType_t dt);
 void linear_quant_f32(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m);
 
+// The same on AMX tiles, weights and activations rounded to bf16 (quant_amx.cpp): only where
+// cpu_uses_amx(); linear_quant_f32 hands its calls over.
+namespace amx {
+void linear_quant_bf16(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
+                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m);
+}
+
 }  // namespace llaisys::ops::cpu
