@@ -20,6 +20,9 @@ Like for like (the headline columns), and what differs in the labelled ones:
   llaisys               every greedy row computes all of its logits as the peers do
                         (LLAISYS_GREEDY_SCREEN=0) and buffers stay in small pages
                         (LLAISYS_HUGE_PAGES=0); f32 KV cache
+  llaisys-noamx         llaisys as in the `llaisys` column with LLAISYS_AMX=0: on a CPU with AMX the
+                        quantized float path (prefill, batches from 8-12 rows) on AVX-512 FMAs,
+                        as on a CPU without AMX (with --quant; not among the defaults)
   llaisys-default       llaisys as users get it: the greedy lm_head screen (the same tokens,
                         fewer lm_head bytes read per step), huge-page advice and the default KV
                         dtype (f16, as llama.cpp's default: compare with llama.cpp-*-kvf16)
@@ -67,6 +70,7 @@ BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
 ALL_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp-bf16", "llama.cpp-bf16-kvf16", "hf-bf16")
 QUANT_BACKENDS = ("llaisys", "llaisys-default", "llama.cpp", "llama.cpp-kvf16")  # --quant: one GGUF for all
+EXTRA_BACKENDS = ("llaisys-noamx",)  # allowed with --quant, run only when asked for
 OPTIONAL_BACKENDS = ("llama.cpp-f16", "llama.cpp-f16-kvf16", "hf-f32")
 WORKLOADS = ("prefill", "decode", "batch", "offline")
 
@@ -102,7 +106,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32")
     from llaisys import LLM, DeviceType, SamplingParams
     from llaisys.models.loader import load_model
     from llaisys.models.model import Model, RowSampling
-    from llaisys.runtime import cpu_isa
+    from llaisys.runtime import cpu_amx, cpu_isa
 
     device = spec.get("device", "cpu")
     if model_dir.endswith(".gguf"):  # --quant: the GGUF file as it is
@@ -116,7 +120,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32")
                        if loaded.config.tie_word_embeddings or name != "model.embed_tokens.weight")
     model = Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
-    res = {"meta": {"isa": cpu_isa(), "kv_dtype": kv_dtype, "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
+    res = {"meta": {"isa": cpu_isa(), "amx": cpu_amx(), "kv_dtype": kv_dtype, "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
                     "huge_pages": os.environ.get("LLAISYS_HUGE_PAGES", "1") != "0"}}
 
     def step(cache, toks, pos, starts, seqs, rows):
@@ -355,8 +359,10 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
 # ---- the driver ------------------------------------------------------------------------------
 def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
-    if backend == "llaisys":  # like for like: every logit computed, small pages as the peers get
+    if backend in ("llaisys", "llaisys-noamx"):  # like for like: every logit computed, small pages as the peers get
         env.update(LLAISYS_GREEDY_SCREEN="0", LLAISYS_HUGE_PAGES="0")
+    if backend == "llaisys-noamx":
+        env["LLAISYS_AMX"] = "0"
     if backend.startswith("llama.cpp"):
         peer = build_llama_cpp.ensure()
         env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
@@ -376,7 +382,7 @@ def worker_main(backend: str, target: str, spec_json: str, threads: str) -> None
     if backend.startswith("llaisys"):
         from llaisys.engine.config import DEFAULT_KV_DTYPE
 
-        res = run_llaisys(target, spec, threads, kv_dtype="f32" if backend == "llaisys" else DEFAULT_KV_DTYPE)
+        res = run_llaisys(target, spec, threads, kv_dtype=DEFAULT_KV_DTYPE if backend == "llaisys-default" else "f32")
     elif backend.startswith("llama.cpp"):
         res = run_llama_cpp(target, spec, threads, kv_dtype="f16" if backend.endswith("-kvf16") else "f32")
     else:
@@ -396,7 +402,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"])
     ap.add_argument("--backends", nargs="+", default=None,
-                    choices=sorted(set(ALL_BACKENDS + OPTIONAL_BACKENDS + QUANT_BACKENDS)),
+                    choices=sorted(set(ALL_BACKENDS + OPTIONAL_BACKENDS + QUANT_BACKENDS + EXTRA_BACKENDS)),
                     help=f"default: {' '.join(ALL_BACKENDS)}; with --quant: {' '.join(QUANT_BACKENDS)}")
     ap.add_argument("--quant", choices=["q4_k_m", "q8_0"], default=None,
                     help="run every backend on this GGUF file of each model as it is (llaisys and llama.cpp "
@@ -417,7 +423,7 @@ def main() -> None:
     args = ap.parse_args()
     from llaisys.models import hub
 
-    allowed = QUANT_BACKENDS if args.quant else ALL_BACKENDS + OPTIONAL_BACKENDS
+    allowed = QUANT_BACKENDS + EXTRA_BACKENDS if args.quant else ALL_BACKENDS + OPTIONAL_BACKENDS
     args.backends = args.backends or list(QUANT_BACKENDS if args.quant else ALL_BACKENDS)
     if set(args.backends) - set(allowed):
         ap.error(f"--backends {' '.join(sorted(set(args.backends) - set(allowed)))}: "

@@ -115,23 +115,31 @@ void pack_x(uint16_t *xb, const float *x, size_t m, size_t k, size_t n_p) {
 // element e at dst + e / 32 * kChunk.
 struct Bf16Sink {
     uint16_t *dst;
-    template <bool kMin>
+    template <int kLevels>
     inline void put(size_t e, __m256i q, float s0, float s1, float mn) {
-        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
-        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
-        if constexpr (kMin) {
-            lo = _mm512_fmsub_ps(lo, _mm512_set1_ps(s0), _mm512_set1_ps(mn));
-            hi = _mm512_fmsub_ps(hi, _mm512_set1_ps(s1), _mm512_set1_ps(mn));
+        uint16_t *o = dst + e / 32 * kChunk;
+        if constexpr (kLevels > 0) {  // Q4_K, Q5_K: the kLevels values s0 v - mn made once, q looked up
+            const __m512 v0 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+            const __m512 lo = _mm512_fmsub_ps(v0, _mm512_set1_ps(s0), _mm512_set1_ps(mn));
+            __m512i lut;  // word v: bf16(s0 v - mn), as the converts below would give it
+            if constexpr (kLevels == 16) {
+                lut = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(lo));
+            } else {
+                static_assert(kLevels == 32);
+                const __m512 hi = _mm512_fmsub_ps(_mm512_add_ps(v0, _mm512_set1_ps(16.0f)), _mm512_set1_ps(s0),
+                                                  _mm512_set1_ps(mn));
+                lut = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+            }
+            _mm512_storeu_si512(o, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(q), lut));
         } else {
-            lo = _mm512_mul_ps(lo, _mm512_set1_ps(s0));
-            hi = _mm512_mul_ps(hi, _mm512_set1_ps(s1));
+            __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
+            __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
+            _mm512_storeu_si512(o, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_set1_ps(s1)),
+                                                                _mm512_mul_ps(lo, _mm512_set1_ps(s0))));
         }
-        _mm512_storeu_si512(dst + e / 32 * kChunk, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
 };
 
-// wb [k / 32][kRowsW][32] bf16 (layout at the top): rows [0, rows) of w [rows][row_bytes],
-// blocks [b0, b0 + nbk), dequantized.
 template <class B>
 void dequant_rows_bf16(uint16_t *wb, const std::byte *w, size_t row_bytes, size_t rows, size_t b0, size_t nbk) {
     constexpr size_t bs = quant::block_elems<B>();
