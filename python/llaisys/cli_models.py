@@ -20,7 +20,9 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
                     f"--quant q4_k_m keeps the downloaded GGUF (Q4_K_M) and runs it as it is; bf16 converts it "
                     f"to a HuggingFace directory; q8_0 writes a Q8_0 GGUF from that directory.")
     p.add_argument("name", nargs="?", default=hub.DEFAULT_MODEL, help=f"model name (default {hub.DEFAULT_MODEL})")
-    p.add_argument("--quant", default=hub.DEFAULT_QUANT, choices=list(hub.QUANTS), help="the format to produce")
+    p.add_argument("--quant", default=None, choices=list(hub.QUANTS),
+                   help="the format to produce (default: what serve runs here, models.hub.default_quant(): "
+                        "q4_k_m where the CPU runs the quantized kernels on AMX, else bf16)")
     p.add_argument("--list", action="store_true", help="list the known models and which formats are cached")
     p.add_argument("--keep-gguf", action="store_true",
                    help="with --quant bf16/q8_0: keep a GGUF this download fetched beside the converted model "
@@ -78,7 +80,8 @@ def run_download(args) -> int:
             print(f"{name:32} {state:28} {spec.description}")
         return 0
     try:
-        path = hub.download(args.name, progress=not args.quiet, keep_gguf=args.keep_gguf, quant=args.quant)
+        path = hub.download(args.name, progress=not args.quiet, keep_gguf=args.keep_gguf,
+                            quant=args.quant or hub.default_quant())
     except ValueError as e:
         print(f"llaisys download: error: {e}", file=sys.stderr)
         return 2

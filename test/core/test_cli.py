@@ -89,6 +89,8 @@ def test_info(capsys, tmp_path, monkeypatch):
     assert fields["llaisys"].split()[1] == llaisys.__version__
     assert fields["isa"].split()[1] == runtime.cpu_isa()
     assert fields["threads"].split()[1] == str(runtime.num_threads())
+    assert fields["amx"].split()[1] == ("yes:" if runtime.cpu_amx() else "no")
+    assert fields["amx"].endswith(f"a bare model name runs {'q4_k_m' if runtime.cpu_amx() else 'bf16'}")
     assert fields["models"].split()[1] == str(tmp_path)
     for key in ("python", "cpu", "simd", "devices", "openmp"):
         assert key in fields

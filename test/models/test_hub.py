@@ -127,7 +127,9 @@ def test_download_converts_once_and_atomically(fake_model, tiny_gguf, monkeypatc
     assert {p.name for p in path.iterdir()} == {"config.json", "generation_config.json", "model.safetensors",
                                                 "tokenizer.json", "tokenizer_config.json"}
     monkeypatch.setattr(hub, "fetch_gguf", _no_pip)
-    assert hub.resolve_model("fake-model") == path  # cached: nothing fetched or converted
+    assert hub.resolve_model("fake-model", quant="bf16") == path  # cached: nothing fetched or converted
+    monkeypatch.setattr(hub, "default_quant", lambda: "bf16")
+    assert hub.resolve_model("fake-model") == path  # a bare name: default_quant()'s format
 
 
 def test_download_keep_gguf_keeps_the_second_copy(fake_model, tiny_gguf, monkeypatch, capsys):
@@ -178,6 +180,28 @@ def test_verify_converted(tmp_path, damage):
         (tmp_path / "model.safetensors").write_bytes(len(header).to_bytes(8, "little") + header + extra)
     with pytest.raises(ValueError, match=str(tmp_path)):
         hub.verify_converted(tmp_path)
+
+
+DEFAULT_CHILD = "from llaisys import runtime; from llaisys.models import hub; print(runtime.cpu_amx(), hub.default_quant())"
+
+
+@pytest.mark.parametrize("amx_env", ["0", None])
+def test_default_format_follows_the_amx_path(amx_env):
+    """A bare name runs the Q4_K_M file where the quantized float path runs on AMX tiles, the bf16
+    directory elsewhere (README, "Which format"); LLAISYS_AMX=0 gives the bf16 directory. The AMX
+    choice is made once per process, hence the children."""
+    import os
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "LLAISYS_AMX"}
+    if amx_env is not None:
+        env["LLAISYS_AMX"] = amx_env
+    out = subprocess.run([sys.executable, "-c", DEFAULT_CHILD], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    amx, quant = out.stdout.split()
+    assert quant == ("q4_k_m" if amx == "True" else "bf16")
+    if amx_env == "0":
+        assert amx == "False"
 
 
 def test_resolve_model(tmp_path, monkeypatch):

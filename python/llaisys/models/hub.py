@@ -37,7 +37,7 @@ from typing import Optional, Union
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 QUANTS = ("q4_k_m", "q8_0", "bf16")  # the formats `download` can produce (`llaisys download --quant`)
-# what a bare model name resolves to; the HF directory until quantized GGUF weights are the measured default
+# what a bare model name resolves to where the quantized kernels are not the faster choice (default_quant)
 DEFAULT_QUANT = "bf16"
 _CHUNK = 8 << 20  # bytes per read while streaming slices
 
@@ -357,9 +357,21 @@ def _export(spec: ModelSpec, quant: str, progress: bool, keep_gguf: bool) -> Pat
     return out
 
 
+def default_quant() -> str:
+    """The format a known model's bare name resolves to on this machine, by measurement (README,
+    "Which format"; doc/benchmarks.md): the published Q4_K_M file where the quantized linears'
+    float path runs on AMX tiles (llaisys.runtime.cpu_amx(): on an AMX Xeon the 0.5B file
+    prefills 3.5x, decodes 1.4x and serves 16 streams 1.9x as fast as the bf16 directory, which
+    holds the same weights), else DEFAULT_QUANT, the bf16 directory (on AVX2 it prefills and
+    serves batches faster than the file)."""
+    from ..runtime import cpu_amx
+
+    return "q4_k_m" if cpu_amx() else DEFAULT_QUANT
+
+
 def resolve_model(name_or_path: Union[str, os.PathLike], quant: Optional[str] = None) -> Path:
     """What the engine loads: an existing model directory or .gguf file as is, or a known name
-    in the format `quant` (default DEFAULT_QUANT), downloaded on first use."""
+    in the format `quant` (default default_quant()), downloaded on first use."""
     path = Path(name_or_path).expanduser()
     if path.is_dir() or (path.suffix.lower() == ".gguf" and path.is_file()):
         if quant is not None:
@@ -367,7 +379,7 @@ def resolve_model(name_or_path: Union[str, os.PathLike], quant: Optional[str] = 
                              f"{'directory' if path.is_dir() else 'file'} (use quantize= to quantize at load)")
         return path
     if str(name_or_path).lower() in REGISTRY:
-        return download(str(name_or_path), quant=check_quant(quant or DEFAULT_QUANT))
+        return download(str(name_or_path), quant=check_quant(quant or default_quant()))
     if path.suffix.lower() == ".gguf":
         raise ValueError(f"{str(name_or_path)!r}: GGUF file does not exist" if not path.exists()
                          else f"{str(name_or_path)!r}: not a regular file")
