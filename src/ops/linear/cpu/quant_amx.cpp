@@ -16,6 +16,7 @@
 // (prefill) a group is dequantized once and run over every panel pair.
 // Rounding both operands to bf16 moves each product by at most ~2^-8 of |x||w| (the bound the
 // tests hold it to); everything is summed in f32.
+
 // GCC 12 reports the _mm512_undefined source operand of the masked builtins behind the
 // unpack, shuffle and convert intrinsics as (maybe-)uninitialized (as in gemm_avx512bf16.cpp).
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -28,6 +29,7 @@
 #include "quant_kernels.hpp"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -121,7 +123,7 @@ struct Bf16Sink {
         if constexpr (kLevels > 0) {  // Q4_K, Q5_K: the kLevels values s0 v - mn made once, q looked up
             const __m512 v0 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
             const __m512 lo = _mm512_fmsub_ps(v0, _mm512_set1_ps(s0), _mm512_set1_ps(mn));
-            __m512i lut;  // word v: bf16(s0 v - mn), as the converts below would give it
+            __m512i lut;  // word v: bf16(s0 v - mn), the bits converting each value gives
             if constexpr (kLevels == 16) {
                 lut = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(lo));
             } else {
@@ -343,12 +345,16 @@ void linear_quant_bf16(float *out, const float *x, const QuantRows *segs, size_t
     size_t items = 0;  // (group of kRowsW rows of one segment, block of activation panels)
     for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kRowsW) * n_mb;
     const bool pipelined = n_used <= 2;
+    // [threads][2][k / 32][kRowsW][32] each thread's weight rows in bf16, allocated out here: an
+    // exception may not leave a parallel region
+    const size_t per_thread = 2 * kRowsW * k;
+    thread_local std::vector<uint16_t> wb_buf;
+    if (wb_buf.size() < size_t(omp_get_max_threads()) * per_thread) wb_buf.resize(size_t(omp_get_max_threads()) * per_thread);
+    uint16_t *wb_all = wb_buf.data();  // (a plain pointer: in the region each thread has its own thread_locals)
 #pragma omp parallel
     {
         load_tile_config();
-        thread_local std::vector<uint16_t> wb_buf;  // [2][k / 32][kRowsW][32] weight rows in bf16
-        if (wb_buf.size() < 2 * kRowsW * k) wb_buf.resize(2 * kRowsW * k);
-        uint16_t *wb = wb_buf.data();
+        uint16_t *wb = wb_all + size_t(omp_get_thread_num()) * per_thread;
         if (pipelined) {
             Pipeline pipe(out, n, m, k, xb, wb);
 #pragma omp for schedule(static) nowait
