@@ -94,8 +94,9 @@ bool cpu_uses_amx() {
         const char *env = std::getenv("LLAISYS_AMX");
         if (env && std::strcmp(env, "0") == 0) return false;
         if (active_isa() < Isa::Avx512Bf16) return false;
-#if defined(__linux__) && defined(__x86_64__)
-        if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
+#if defined(__linux__) && defined(__x86_64__) && !defined(LLAISYS_NO_AMX)
+        unsigned a, b, c, d;  // CPUID leaf 7: EDX bit 22 AMX-BF16, bit 24 AMX-TILE
+        if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24))) return false;
         // Linux hands out the 8 KiB of tile state only on request, once per process (the
         // kernel's Documentation/arch/x86/xstate.rst); without it the first tile instruction
         // faults. ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18.

@@ -19,7 +19,8 @@ const char *isa_name(Isa isa);
 bool cpu_has_avx512_vnni();
 // Whether the quantized linear's float path runs on AMX tiles (bf16 TDPBF16PS, quant_amx.cpp):
 // the CPU has AMX-TILE and AMX-BF16, Linux granted this process the tile state, active_isa() is
-// Avx512Bf16 (LLAISYS_ISA=avx512 or lower turns it off with it) and LLAISYS_AMX is not "0".
+// Avx512Bf16 (LLAISYS_ISA=avx512 or lower turns it off with it), LLAISYS_AMX is not "0" and the
+// library was built with the AMX kernel (CMake LLAISYS_AMX, on where the compiler has the flags).
 bool cpu_uses_amx();
 // Whether the CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 and Zen+: family
 // 17h, models below 30h), where kernels built from 128-bit ops can beat 256-bit ones. The

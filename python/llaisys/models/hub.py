@@ -361,7 +361,7 @@ def default_quant() -> str:
     """The format a known model's bare name resolves to on this machine, by measurement (README,
     "Which format"; doc/benchmarks.md): the published Q4_K_M file where the quantized linears'
     float path runs on AMX tiles (llaisys.runtime.cpu_amx(): on an AMX Xeon the 0.5B file
-    prefills 3.5x, decodes 1.4x and serves 16 streams 1.9x as fast as the bf16 directory, which
+    prefills 3.7x, decodes 1.6x and serves 16 streams 2.1x as fast as the bf16 directory, which
     holds the same weights), else DEFAULT_QUANT, the bf16 directory (on AVX2 it prefills and
     serves batches faster than the file)."""
     from ..runtime import cpu_amx

@@ -138,7 +138,9 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
 
 void linear_quant_f32(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
                       const std::byte *bias, llaisysDataType_t bias_dt, size_t m) {
+#ifndef LLAISYS_NO_AMX
     if (cpu_uses_amx()) return amx::linear_quant_bf16(out, x, segs, n_segs, n, k, bias, bias_dt, m);
+#endif
     const Kernels kn = kernels();
     const size_t nr = kn.nr, n_xp = ceil_div(m, nr);
     thread_local std::vector<float> xp_buf;  // [n_xp][k][nr], kept per calling thread across calls
