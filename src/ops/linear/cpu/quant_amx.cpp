@@ -142,32 +142,30 @@ struct Bf16Sink {
     }
 };
 
+// One weight row of nb blocks into its place in wb (dst = wb + r * 32: row r of every chunk).
 template <class B>
-void dequant_rows_bf16(uint16_t *wb, const std::byte *w, size_t row_bytes, size_t rows, size_t b0, size_t nbk) {
+void dequant_row_bf16(uint16_t *dst, const std::byte *row, size_t nb) {
     constexpr size_t bs = quant::block_elems<B>();
     static const size_t pf = quant_prefetch_bytes();  // as the int8 kernels' one-row walks
-    for (size_t r = 0; r < rows; r++) {
-        const B *blk = reinterpret_cast<const B *>(w + r * row_bytes) + b0;  // [nbk]
-        for (size_t b = 0; b < nbk; b++) {
-            if (pf) {  // every line of the block pf bytes ahead (past the row: the next one)
-                const char *ahead = reinterpret_cast<const char *>(blk + b) + pf;
-                for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
-            }
-            Bf16Sink sink{wb + (b0 + b) * bs / 32 * kChunk + r * 32};
-            dequant_block(blk[b], sink);
+    const B *blk = reinterpret_cast<const B *>(row);  // [nb]
+    for (size_t b = 0; b < nb; b++) {
+        if (pf) {  // every line of the block pf bytes ahead (past the row: the next one)
+            const char *ahead = reinterpret_cast<const char *>(blk + b) + pf;
+            for (size_t o = 0; o < sizeof(B); o += 64) _mm_prefetch(ahead + o, _MM_HINT_T0);
         }
+        Bf16Sink sink{dst + b * bs / 32 * kChunk};
+        dequant_block(blk[b], sink);
     }
 }
 
-void dequant_rows(llaisysDataType_t dt, uint16_t *wb, const std::byte *w, size_t row_bytes, size_t rows, size_t b0,
-                  size_t nbk) {
+void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size_t nb) {
     switch (dt) {
-    case LLAISYS_DTYPE_Q4_0: return dequant_rows_bf16<quant::BlockQ4_0>(wb, w, row_bytes, rows, b0, nbk);
-    case LLAISYS_DTYPE_Q5_0: return dequant_rows_bf16<quant::BlockQ5_0>(wb, w, row_bytes, rows, b0, nbk);
-    case LLAISYS_DTYPE_Q8_0: return dequant_rows_bf16<quant::BlockQ8_0>(wb, w, row_bytes, rows, b0, nbk);
-    case LLAISYS_DTYPE_Q4_K: return dequant_rows_bf16<quant::BlockQ4_K>(wb, w, row_bytes, rows, b0, nbk);
-    case LLAISYS_DTYPE_Q5_K: return dequant_rows_bf16<quant::BlockQ5_K>(wb, w, row_bytes, rows, b0, nbk);
-    case LLAISYS_DTYPE_Q6_K: return dequant_rows_bf16<quant::BlockQ6_K>(wb, w, row_bytes, rows, b0, nbk);
+    case LLAISYS_DTYPE_Q4_0: return dequant_row_bf16<quant::BlockQ4_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q5_0: return dequant_row_bf16<quant::BlockQ5_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q8_0: return dequant_row_bf16<quant::BlockQ8_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q4_K: return dequant_row_bf16<quant::BlockQ4_K>(dst, row, nb);
+    case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
+    case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
     default: return;  // quant_weight.cpp only stores the six formats
     }
 }
@@ -266,7 +264,7 @@ void dequant_item(uint16_t *wb, const Item &it, size_t k, F &&row_done) {
     if (it.rows < kRowsW) std::fill(wb, wb + kRowsW * k, uint16_t(0));
     const size_t nb = k / quant_block_size(s.dt);
     for (size_t r = 0; r < it.rows; r++) {
-        dequant_rows(s.dt, wb + r * 32, s.data + (it.r0 + r) * s.row_bytes, s.row_bytes, 1, 0, nb);
+        dequant_row(s.dt, wb + r * 32, s.data + (it.r0 + r) * s.row_bytes, nb);
         row_done(r);
     }
 }
