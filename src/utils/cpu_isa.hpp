@@ -27,10 +27,11 @@ bool cpu_uses_amx();
 // environment overrides it (LLAISYS_SPLIT_256=0|1), so both kernel forms can be tested anywhere.
 bool cpu_splits_256();
 // How far ahead (bytes) the quantized kernels' one-weight-row walks prefetch each block, 0 for
-// not at all (the int8 walks make two passes from it: 1.5x into L2, 3/8 into L1; quant_dot.inc). Measured per vendor (tools/bench_compare.py --quant, 2 threads): on an Intel Xeon
-// VM, 2048 doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0 7.9 -> 14.6) and lifted Q8_0
-// batch-16 by 40%; on AMD Zen 3 a prefetch in the same walk halved decode (13.8 -> 6.8), so
-// other vendors keep 0. LLAISYS_QUANT_PREFETCH=<bytes> (0..65536) overrides it.
+// not at all (the int8 walks make two passes from it, 1.5x ahead into L2 and 3/8 ahead into
+// L1: quant_dot.inc). Measured per vendor (tools/bench_compare.py --quant, 2 threads): on an
+// Intel Xeon VM, 2048 doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0 7.9 -> 14.6) and
+// lifted Q8_0 batch-16 by 40%; on AMD Zen 3 a prefetch in the same walk halved decode (13.8 ->
+// 6.8), so other vendors keep 0. LLAISYS_QUANT_PREFETCH=<bytes> (0..65536) overrides it.
 size_t quant_prefetch_bytes();
 
 }  // namespace llaisys
