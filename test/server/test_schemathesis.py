@@ -62,6 +62,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_tiny_s
     statuses, failed, errors = _report(reports[0])
     n = sum(statuses.values())
     print(f"schemathesis: {n} requests in {wall:.0f} s; statuses {dict(statuses)}; failed checks {dict(failed)}")
+    for e in errors:  # whole, here: pytest shortens a long assertion message to its first line
+        print("schemathesis error:", json.dumps(e)[:4000])
     assert n >= MIN_REQUESTS, dict(statuses)
     assert not [s for s in statuses if s is None or s >= 500], dict(statuses)
     assert not failed, (dict(failed), proc.stdout[-8000:])
