@@ -3,11 +3,14 @@
 # beforehand (LLAISYS_LIBRARY, default build/nv90/libllaisys.so) against the GPU tests, then
 # compute-sanitizer over a slice of the op tests, then a short benchmark. Each stage has its
 # own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
-# Stages to run: GPU_STAGES="info tests sanitize bench" (default all).
+# Stages to run: GPU_STAGES="info tests profile sanitize bench" (default all). profile times
+# decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
+# GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call), then puts
+# GPU_NCU_FORMATS' steps under ncu (tools/gpu/profile_decode.py).
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
-STAGES="${GPU_STAGES:-info tests sanitize bench}"
+STAGES="${GPU_STAGES:-info tests profile sanitize bench}"
 export PYTHONUNBUFFERED=1 LLAISYS_SKIP_REAL_MODEL=1
 export LLAISYS_LIBRARY="${LLAISYS_LIBRARY:-$PWD/build/nv90/libllaisys.so}"
 if ls .whl/*.whl > /dev/null 2>&1; then  # runtime dependencies the GPU image lacks, carried as wheels
@@ -41,10 +44,39 @@ if stage tests; then
     echo "pytest rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest.log" | head -60; tail -3 "$OUT/pytest.log"
 fi
 
+if stage profile; then
+    M=/tmp/llaisys-profile-1.5b
+    for lib in ${GPU_BASE_LIBRARY:+base} new; do
+        [ $lib = base ] && L="$GPU_BASE_LIBRARY" || L="$LLAISYS_LIBRARY"
+        for q in ${GPU_PROFILE_FORMATS:-bf16 q4_k q8_0}; do
+            [ $q = bf16 ] && Q="" || Q="--quantize $q"
+            LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M $Q \
+                --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$lib-$q.json" > "$OUT/decode-$lib-$q.log" 2>&1
+            echo "decode $lib $q rc=$?: $(tail -1 "$OUT/decode-$lib-$q.log")"
+        done
+        if [ -n "${GPU_PROFILE_LONG:-}" ]; then  # a long context: bf16, a prompt of that many tokens
+            LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M \
+                --prompt $GPU_PROFILE_LONG --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$lib-long.json" \
+                > "$OUT/decode-$lib-long.log" 2>&1
+            echo "decode $lib bf16 prompt $GPU_PROFILE_LONG rc=$?: $(tail -1 "$OUT/decode-$lib-long.log")"
+        fi
+    done
+    for q in ${GPU_NCU_FORMATS-bf16 q4_k}; do
+        [ $q = bf16 ] && Q="" || Q="--quantize $q"
+        timeout "${GPU_PROFILE_LIMIT:-90}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
+            --csv --log-file "$OUT/ncu-$q.csv" python3 tools/gpu/profile_decode.py --model-dir $M $Q --steps 8 --ncu-steps 2 \
+            > "$OUT/ncu-$q.log" 2>&1
+        echo "ncu $q rc=$?"
+        cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
+        python3 tools/gpu/profile_decode.py --parse /tmp/ncu-$q.all --steps-profiled 2 --out "$OUT/kernels-$q.json" 2>&1 | head -24
+    done
+fi
+
 if stage sanitize; then
     for tool in ${GPU_SAN_TOOLS:-memcheck racecheck}; do
+        k_var="GPU_SAN_K_$tool"; k="${!k_var:-${GPU_SAN_K:-}}"  # GPU_SAN_K_racecheck=... per tool
         timeout "${GPU_SAN_LIMIT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
-            python3 -m pytest -q -p no:cacheprovider -o addopts="" -x ${GPU_SAN_TESTS:-test/ops/test_nvidia_ops.py} ${GPU_SAN_K:+-k "$GPU_SAN_K"} \
+            python3 -m pytest -q -p no:cacheprovider -o addopts="" -x ${GPU_SAN_TESTS:-test/ops/test_nvidia_ops.py} ${k:+-k "$k"} \
             > "$OUT/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer-$tool.log" | tail -3
     done

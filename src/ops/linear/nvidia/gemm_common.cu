@@ -36,10 +36,18 @@ struct ThreadState {
 
 }  // namespace
 
-DeviceState &device_state(int device_id) {
+namespace {
+
+DeviceState &state_of(int device_id) {  // without a cuBLAS handle
     thread_local ThreadState ts;
     if (ts.devices.size() <= size_t(device_id)) ts.devices.resize(size_t(device_id) + 1);
-    DeviceState &s = ts.devices[size_t(device_id)];
+    return ts.devices[size_t(device_id)];
+}
+
+}  // namespace
+
+DeviceState &device_state(int device_id) {
+    DeviceState &s = state_of(device_id);
     if (!s.handle) {
         const cublas::Api &api = cublas::api();
         cublas::check(api.create(&s.handle), "cublasCreate");
@@ -59,6 +67,8 @@ std::byte *scratch(DeviceState &s, int device_id, size_t bytes) {
     s.scratch_bytes = grown;
     return s.scratch;
 }
+
+std::byte *thread_scratch(int device_id, size_t bytes) { return scratch(state_of(device_id), device_id, bytes); }
 
 void convert_dtype(void *dst, llaisysDataType_t ddt, const void *src, llaisysDataType_t sdt, size_t count,
                    cudaStream_t stream) {

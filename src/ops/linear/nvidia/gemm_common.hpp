@@ -1,5 +1,6 @@
 // What the float and the quantized CUDA linears share: one cuBLAS handle and one scratch
-// buffer per (device, thread), and the dtype conversion kernel launcher.
+// buffer per (device, thread), and the dtype conversion kernel launcher. Split-K attention
+// borrows the scratch buffer (thread_scratch), in stream order with the linears.
 #pragma once
 
 #include "llaisys.h"
@@ -27,6 +28,10 @@ DeviceState &device_state(int device_id);
 // A scratch buffer of at least `bytes` on this state: grown by half again when too small,
 // after synchronizing the device (earlier launches may still read the old buffer).
 std::byte *scratch(DeviceState &s, int device_id, size_t bytes);
+
+// The calling thread's scratch buffer on device_id (the one `scratch` grows), for kernels
+// that need no cuBLAS: no handle is created. Same lifetime rules as `scratch`.
+std::byte *thread_scratch(int device_id, size_t bytes);
 
 // x rounded up to 256 bytes (each scratch region starts aligned).
 inline size_t align_up(size_t x) { return (x + 255) / 256 * 256; }

@@ -23,7 +23,6 @@ using namespace llaisys::device::nvidia;
 using quant::nvidia::dequant8;
 
 constexpr unsigned kThreads = 256;        // elementwise kernels
-constexpr unsigned kRowsPerBlock = 4;     // GEMV: one warp per weight row
 constexpr size_t kPanelBytes = 64 << 20;  // prefill: dequantized weight panel in scratch
 
 // ---------------------------------------------------------------------------------------
@@ -37,47 +36,91 @@ __device__ __forceinline__ float bias_at(const void *bias, int dt, size_t j) {
     }
 }
 
-// out[i, row] (i < m <= MR) = sum_k x[i, k] * W[row, k] (+ bias[row]) for the weight rows
-// w [rows, nb] blocks: one warp per row, lane l takes the groups of eight l, l + 32, ...;
-// each group is dequantized once and multiplied with all m activation rows (FMA into f32
-// accumulators), then the warp sums its lanes. out [m, ldo] and bias start at this
-// segment's first row; x [m, k] f32.
+// out[i, row] (i < m <= MR) = sum_k x[i, k] * W[row, k] (+ bias[row]): one block per weight
+// row. The row's bytes are staged chunk by chunk (whole blocks, at most kChunkBytes) into
+// shared memory with 16-byte loads, every one independent of the others, so a block has its
+// whole chunk in flight at once; then each thread takes groups of eight elements (t, t +
+// kGemvThreads, ...), dequantizes each once from shared memory (dequant8: bit for bit as
+// llaisysDequantize) and FMAs it into the f32 sums of all m activation rows; a block
+// reduction ends the row. (The first version walked a row with one warp, a group per lane:
+// a round trip to memory per 256 elements, one after the other, which left a long row's
+// warp waiting on memory for most of its time.) w [rows, nb] blocks, out [m, ldo] and bias
+// start at this segment's first row; x [m, k] f32.
+constexpr unsigned kGemvThreads = 128;
+constexpr size_t kChunkBytes = 8192;
+
+template <class B>
+constexpr size_t kChunkBlocks = kChunkBytes / sizeof(B);
+
+// Copies bytes [p0, p1) to `buf` + (p0 % 16): 16-byte loads for the aligned middle, single
+// bytes for the ends (which may belong to no allocation past the row's own bytes).
+__device__ __forceinline__ void stage_bytes(uint4 *buf, const uint8_t *p0, const uint8_t *p1) {
+    const uintptr_t a0 = reinterpret_cast<uintptr_t>(p0), a1 = reinterpret_cast<uintptr_t>(p1);
+    const uintptr_t base = a0 & ~uintptr_t(15), lo = (a0 + 15) & ~uintptr_t(15), hi = a1 & ~uintptr_t(15);
+    uint8_t *sb = reinterpret_cast<uint8_t *>(buf);
+    const uintptr_t head_end = lo < a1 ? lo : a1;
+    for (uintptr_t a = a0 + threadIdx.x; a < head_end; a += blockDim.x) sb[a - base] = *reinterpret_cast<const uint8_t *>(a);
+    if (hi > lo) {
+        const uint4 *src = reinterpret_cast<const uint4 *>(lo);
+        uint4 *dst = buf + (lo - base) / 16;
+        const size_t words = (hi - lo) / 16;
+        for (size_t v = threadIdx.x; v < words; v += blockDim.x) dst[v] = src[v];
+    }
+    for (uintptr_t a = (hi > lo ? hi : lo) + threadIdx.x; a < a1; a += blockDim.x) {
+        sb[a - base] = *reinterpret_cast<const uint8_t *>(a);
+    }
+}
+
 template <class B, int MR>
-__global__ void __launch_bounds__(kRowsPerBlock * 32)
-    gemv_kernel(float *out, size_t ldo, const float *x, size_t k, int m, const B *w, size_t rows, size_t nb,
-                const void *bias, int bias_dt) {
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_kernel(float *out, size_t ldo, const float *x, size_t k, int m, const B *w, size_t nb, const void *bias,
+                int bias_dt) {
     constexpr int kGroups = quant::nvidia::kGroupsPerBlock<B>;
-    const int lane = int(threadIdx.x & 31);
-    const size_t row = size_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-    if (row >= rows) return;  // the whole warp
+    constexpr unsigned kWarps = kGemvThreads / 32;
+    __shared__ uint4 buf[kChunkBytes / 16 + 2];
+    __shared__ float red[MR][kWarps];
+    const size_t row = blockIdx.x;
     const B *wr = w + row * nb;
-    const size_t groups = nb * kGroups;
     float acc[MR];
 #pragma unroll
     for (int i = 0; i < MR; i++) acc[i] = 0.0f;
-    for (size_t g = size_t(lane); g < groups; g += 32) {
-        float v[8];
-        dequant8(wr[g / kGroups], int(g % kGroups) * 8, v);
-        const float *xg = x + g * 8;
+    for (size_t b0 = 0; b0 < nb; b0 += kChunkBlocks<B>) {
+        const size_t cb = min(kChunkBlocks<B>, nb - b0);
+        const uint8_t *p0 = reinterpret_cast<const uint8_t *>(wr + b0);
+        if (b0 > 0) __syncthreads();  // every thread is done with the last chunk
+        stage_bytes(buf, p0, p0 + cb * sizeof(B));
+        __syncthreads();
+        const B *sblk = reinterpret_cast<const B *>(reinterpret_cast<const uint8_t *>(buf) +
+                                                    (reinterpret_cast<uintptr_t>(p0) & 15));
+        for (size_t g = threadIdx.x; g < cb * kGroups; g += kGemvThreads) {
+            float v[8];
+            dequant8(sblk[g / kGroups], int(g % kGroups) * 8, v);
+            const float *xg = x + (b0 * kGroups + g) * 8;
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
-            if (i < m) {
-                const float *xi = xg + size_t(i) * k;
-                float s = acc[i];
+            for (int i = 0; i < MR; i++) {
+                if (i < m) {
+                    const float *xi = xg + size_t(i) * k;
+                    float s = acc[i];
 #pragma unroll
-                for (int t = 0; t < 8; t++) s = fmaf(v[t], xi[t], s);
-                acc[i] = s;
+                    for (int t = 0; t < 8; t++) s = fmaf(v[t], xi[t], s);
+                    acc[i] = s;
+                }
             }
         }
     }
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
-    if (lane == 0) {
-        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
+    for (int i = 0; i < MR; i++) {
+        const float s = warp_sum(acc[i]);
+        if (lane == 0) red[i][warp] = s;
+    }
+    __syncthreads();
+    if (int(threadIdx.x) < m) {
+        const int i = int(threadIdx.x);
+        float s = 0.0f;
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
-            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
-        }
+        for (unsigned j = 0; j < kWarps; j++) s += red[i][j];
+        out[size_t(i) * ldo + row] = s + (bias ? bias_at(bias, bias_dt, row) : 0.0f);
     }
 }
 
@@ -106,8 +149,9 @@ void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std
 template <class B, int MR>
 void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const B *w, size_t rows, size_t nb,
                  const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
-    const unsigned blocks = unsigned(ceil_div(rows, kRowsPerBlock));
-    gemv_kernel<B, MR><<<blocks, kRowsPerBlock * 32, 0, stream>>>(out, ldo, x, k, m, w, rows, nb, bias, int(bias_dt));
+    LLAISYS_CHECK(rows <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED, "quantized linear: ", rows,
+                  " weight rows exceed the CUDA grid");
+    gemv_kernel<B, MR><<<unsigned(rows), kGemvThreads, 0, stream>>>(out, ldo, x, k, m, w, nb, bias, int(bias_dt));
 }
 
 // The GEMV over every segment, activation rows in chunks of at most kQuantGemvRows.

@@ -1,6 +1,7 @@
 #include "paged_attention_nvidia.hpp"
 
-#include "attention_kernel.cuh"
+#include "../../linear/nvidia/gemm_common.hpp"
+#include "decode_kernel.cuh"
 
 namespace llaisys::ops::nvidia {
 
@@ -13,7 +14,6 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
                      size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
                      size_t dv, float scale, cudaStream_t stream, int64_t window) {
-    (void)max_kv_len;  // every block walks its own rows' keys; nothing to size by it yet
     if (n_tokens == 0 || view.n_seqs == 0 || heads == 0 || dv == 0) return;
     LLAISYS_CHECK_ARG(kv_heads > 0 && heads % kv_heads == 0, "paged_attention: ", heads,
                       " query heads are not a multiple of ", kv_heads, " kv heads");
@@ -21,9 +21,21 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
     const attention::PagedSource src{view.query_start, view.q_pos, view.kv_start, view.kv_slots, view.kv_pos, window};
     attention::Params p{out, out_stride, q, q_stride, k_cache, v_cache, heads, kv_heads, d, dv, scale, 0, 0, 0, 0};
     const size_t group = heads / kv_heads;
-    // decode config: one token per block, for rows of up to kDecodeMaxQueries queries
+    // rows of up to kDecodeMaxQueries queries: each token's keys split over several blocks
+    // (decode_kernel.cuh) where the shape allows, else one block per (token, kv head)
     const size_t short_tiles = max_q_len < kDecodeMaxQueries ? max_q_len : kDecodeMaxQueries;
-    attention::launch(p, src, act, kvdt, view.n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
+    if (attention::decode_split_serves(group, d, dv)) {
+        int device = 0;
+        LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
+        const size_t blocks = view.n_seqs * short_tiles;
+        const size_t splits = attention::decode_splits(blocks * kv_heads, max_kv_len, device);
+        const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
+        float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
+        attention::launch_decode(p, src, act, kvdt, view.n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch,
+                                 stream);
+    } else {
+        attention::launch(p, src, act, kvdt, view.n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
+    }
     if (max_q_len > kDecodeMaxQueries) {  // prefill config for the longer rows
         const size_t tt = attention::prefill_tile_tokens(group);
         attention::launch(p, src, act, kvdt, view.n_seqs, tt, attention::ceil_div(max_q_len, tt),

@@ -18,9 +18,12 @@ namespace llaisys::ops::nvidia {
 // n_tokens = query_start[n_seqs] (host value). max_q_len / max_kv_len: host upper bounds on a
 // row's query count and visible-entry count; max_q_len must not be exceeded (tokens of a
 // longer row would be skipped); max_kv_len only sizes work and may be loose.
-// Rows with at most 4 queries take the decode configuration (one block per (token, kv head)),
-// longer rows the prefill configuration (query tiles of ~16 (token, head) rows); both are
-// launched on `stream` when the batch mixes them.
+// Rows with at most 4 queries take the decode configuration: each (token, kv head)'s keys
+// split over up to 64 blocks and merged (decode_kernel.cuh; the split count from the
+// multiprocessor count and max_kv_len, the partial states in the thread's scratch buffer of
+// gemm_common.hpp), or one block per (token, kv head) for group sizes over 8 or head sizes
+// over 128. Longer rows take the prefill configuration (query tiles of ~16 (token, head)
+// rows); both are launched on `stream` when the batch mixes them.
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
                      llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                      llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,

@@ -1,0 +1,237 @@
+// Split-K attention for decode rows (flash-decoding): the rows of at most a few queries that
+// attention_kernel.cuh's decode configuration would give one block per (token, kv head).
+// That block walks the whole context alone, so one decode row kept kv_heads multiprocessors
+// busy (2 of an H200's 132 for Qwen2.5-1.5B) and its time grew with the context.
+//
+// Here the visible keys of each (token, kv head) are cut into n_splits contiguous ranges, one
+// block each: grid = (n_seqs * tiles_per_row, kv_heads, n_splits). In a block each warp takes
+// every kDecodeWarps-th key of the range; a lane holds elements lane, lane + 32, ... of the
+// query and of its running output for every query head of the GQA group, so a key costs the
+// warp one coalesced read of its K and V rows, a dot product per head (a shuffle sum) and an
+// online-softmax update per head, all in registers. The warps' (max, denominator, weighted
+// sum) are merged in shared memory; with one split that is the answer (sum / denominator,
+// zeros for a token that sees nothing), else the block writes its partial state and
+// combine_kernel merges the splits: M = max m_z, L = sum l_z e^(m_z - M), O = sum o_z e^(m_z - M).
+// The same function as attention_kernel up to f32 rounding (summation order and where the
+// running max is rescaled).
+//
+// Served: query heads per kv head <= kDecodeMaxGroup and head sizes <= kDecodeMaxHead; other
+// shapes keep attention_kernel's decode configuration.
+#pragma once
+
+#include "attention_kernel.cuh"
+
+namespace llaisys::ops::nvidia::attention {
+
+constexpr unsigned kDecodeWarps = 4;
+constexpr size_t kDecodeMaxGroup = 8;
+constexpr size_t kDecodeMaxHead = 128;
+constexpr int kLaneElems = int(kDecodeMaxHead / 32);
+constexpr size_t kMinKeysPerSplit = 16;  // 4 keys per warp at least
+constexpr size_t kMaxSplits = 64;
+
+// Partial states of split z of query head h of block x: ml[(x * heads + h) * n_splits + z]
+// (running max, denominator), o[that * dv ..] (weighted sum of V rows).
+struct Partials {
+    float2 *ml;
+    float *o;
+    unsigned n_splits;
+};
+
+inline bool decode_split_serves(size_t group, size_t d, size_t dv) {
+    return group <= kDecodeMaxGroup && d <= kDecodeMaxHead && dv <= kDecodeMaxHead;
+}
+
+// The token block x serves (q0 + tile of row s), or SIZE_MAX if its row is not in
+// [min_q_len, max_q_len] or has fewer tokens than tile + 1.
+template <class Source>
+__device__ __forceinline__ size_t decode_token(const Params &p, const Source &src, size_t x, size_t *row) {
+    const size_t s = x / p.tiles_per_row, tile = x % p.tiles_per_row;
+    const size_t q0 = src.q_begin(s), q1 = src.q_end(s), q_len = q1 - q0;
+    *row = s;
+    if (q_len < p.min_q_len || q_len > p.max_q_len || q0 + tile >= q1) return SIZE_MAX;
+    return q0 + tile;
+}
+
+template <class TA, class TK, class Source>
+__global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Source src, Partials part) {
+    __shared__ float s_m[kDecodeWarps][kDecodeMaxGroup], s_l[kDecodeWarps][kDecodeMaxGroup];
+    __shared__ float s_o[kDecodeWarps][kDecodeMaxGroup][kDecodeMaxHead];
+    const size_t x = blockIdx.x, kh = blockIdx.y, z = blockIdx.z;
+    size_t s = 0;
+    const size_t t = decode_token(p, src, x, &s);
+    if (t == SIZE_MAX) return;
+    const size_t group = p.heads / p.kv_heads, d = p.d, dv = p.dv;
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    const size_t nv = src.n_visible(s, t), first = min(src.first_visible(s, t), nv);
+    const size_t span = nv - first, chunk = (span + part.n_splits - 1) / part.n_splits;
+    const size_t j0 = first + min(span, z * chunk), j1 = first + min(span, (z + 1) * chunk);
+
+    float q[kDecodeMaxGroup][kLaneElems], o[kDecodeMaxGroup][kLaneElems], m[kDecodeMaxGroup], l[kDecodeMaxGroup];
+    const TA *qt = static_cast<const TA *>(p.q) + t * p.q_stride + kh * group * d;
+#pragma unroll
+    for (size_t g = 0; g < kDecodeMaxGroup; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kLaneElems; i++) {
+            const size_t c = lane + 32 * size_t(i);
+            q[g][i] = g < group && c < d ? to_float(qt[g * d + c]) * p.scale : 0.0f;
+            o[g][i] = 0.0f;
+        }
+    }
+    const TK *kc = static_cast<const TK *>(p.k_cache);
+    const TK *vc = static_cast<const TK *>(p.v_cache);
+    for (size_t j = j0 + warp; j < j1; j += kDecodeWarps) {
+        const size_t slot = src.slot(s, j);
+        const TK *kr = kc + (slot * p.kv_heads + kh) * d;
+        const TK *vr = vc + (slot * p.kv_heads + kh) * dv;
+        float kx[kLaneElems], vx[kLaneElems];
+#pragma unroll
+        for (int i = 0; i < kLaneElems; i++) {
+            const size_t c = lane + 32 * size_t(i);
+            kx[i] = c < d ? to_float(kr[c]) : 0.0f;
+            vx[i] = c < dv ? to_float(vr[c]) : 0.0f;
+        }
+#pragma unroll
+        for (size_t g = 0; g < kDecodeMaxGroup; g++) {
+            if (g < group) {
+                float score = 0.0f;
+#pragma unroll
+                for (int i = 0; i < kLaneElems; i++) score = fmaf(q[g][i], kx[i], score);
+                score = warp_sum(score);
+                const float m_new = fmaxf(m[g], score);
+                const float c = expf(m[g] - m_new);  // 0 while m[g] is -inf (l and o are 0)
+                const float wgt = expf(score - m_new);
+                l[g] = l[g] * c + wgt;
+#pragma unroll
+                for (int i = 0; i < kLaneElems; i++) o[g][i] = fmaf(o[g][i], c, wgt * vx[i]);
+                m[g] = m_new;
+            }
+        }
+    }
+    // merge the warps
+#pragma unroll
+    for (size_t g = 0; g < kDecodeMaxGroup; g++) {
+        if (g < group) {
+            if (lane == 0) s_m[warp][g] = m[g], s_l[warp][g] = l[g];
+#pragma unroll
+            for (int i = 0; i < kLaneElems; i++) {
+                const size_t c = lane + 32 * size_t(i);
+                if (c < dv) s_o[warp][g][c] = o[g][i];
+            }
+        }
+    }
+    __syncthreads();
+    for (size_t e = threadIdx.x; e < group * dv; e += blockDim.x) {
+        const size_t g = e / dv, c = e % dv;
+        float mx = -INFINITY;
+        for (unsigned w = 0; w < kDecodeWarps; w++) mx = fmaxf(mx, s_m[w][g]);
+        float lsum = 0.0f, osum = 0.0f;
+        if (mx != -INFINITY) {
+            for (unsigned w = 0; w < kDecodeWarps; w++) {
+                if (s_m[w][g] == -INFINITY) continue;  // the warp saw no key
+                const float f = expf(s_m[w][g] - mx);
+                lsum += s_l[w][g] * f;
+                osum += s_o[w][g][c] * f;
+            }
+        }
+        const size_t h = kh * group + g;
+        if (part.n_splits == 1) {
+            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            static_cast<TA *>(p.out)[t * p.out_stride + h * dv + c] = from_float<TA>(osum * inv);
+        } else {
+            const size_t idx = (x * p.heads + h) * part.n_splits + z;
+            part.o[idx * dv + c] = osum;
+            if (c == 0) part.ml[idx] = make_float2(mx, lsum);
+        }
+    }
+}
+
+// out of each (token, head) from its n_splits partial states; grid = (blocks x, heads).
+template <class TA, class Source>
+__global__ void __launch_bounds__(kDecodeWarps * 32) combine_kernel(Params p, Source src, Partials part) {
+    const size_t x = blockIdx.x, h = blockIdx.y;
+    size_t s = 0;
+    const size_t t = decode_token(p, src, x, &s);
+    if (t == SIZE_MAX) return;
+    const size_t base = (x * p.heads + h) * part.n_splits;
+    float mx = -INFINITY;
+    for (unsigned z = 0; z < part.n_splits; z++) mx = fmaxf(mx, part.ml[base + z].x);
+    float lsum = 0.0f;
+    if (mx != -INFINITY) {
+        for (unsigned z = 0; z < part.n_splits; z++) {
+            const float2 ml = part.ml[base + z];
+            if (ml.x != -INFINITY) lsum += ml.y * expf(ml.x - mx);
+        }
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    TA *out = static_cast<TA *>(p.out) + t * p.out_stride + h * p.dv;
+    for (size_t c = threadIdx.x; c < p.dv; c += blockDim.x) {
+        float osum = 0.0f;
+        if (mx != -INFINITY) {
+            for (unsigned z = 0; z < part.n_splits; z++) {
+                const float mz = part.ml[base + z].x;
+                if (mz != -INFINITY) osum += part.o[(base + z) * p.dv + c] * expf(mz - mx);
+            }
+        }
+        out[c] = from_float<TA>(osum * inv);
+    }
+}
+
+// How many splits: enough blocks for two per multiprocessor, at least kMinKeysPerSplit keys a
+// split (max_kv_len bounds a row's visible keys), at most kMaxSplits.
+inline size_t decode_splits(size_t blocks, size_t max_kv_len, int device) {
+    int sms = 0;
+    LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+    size_t n = ceil_div(2 * size_t(sms > 0 ? sms : 1), blocks > 0 ? blocks : 1);
+    n = min(n, ceil_div(max_kv_len > 0 ? max_kv_len : 1, kMinKeysPerSplit));
+    return n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n);
+}
+
+// Scratch floats the partial states of `blocks` x blocks and n_splits need (0 for one split).
+inline size_t decode_partial_floats(size_t blocks, size_t heads, size_t dv, size_t n_splits) {
+    return n_splits <= 1 ? 0 : blocks * heads * n_splits * (dv + 2);
+}
+
+// Launches decode_kernel (and combine_kernel when n_splits > 1) over the tokens of rows with
+// [min_q_len, max_q_len] queries, tiles_per_row tokens of each. `scratch` holds
+// decode_partial_floats(...) floats, 8-byte aligned.
+template <class Source>
+void launch_decode(const Params &base, const Source &src, llaisysDataType_t act, llaisysDataType_t kvdt,
+                   size_t n_seqs, size_t tiles_per_row, size_t min_q_len, size_t max_q_len, size_t n_splits,
+                   float *scratch, cudaStream_t stream) {
+    if (n_seqs == 0 || tiles_per_row == 0) return;
+    LLAISYS_CHECK(n_seqs * tiles_per_row <= size_t(INT_MAX) && base.kv_heads <= 65535 && base.heads <= 65535 &&
+                      n_splits <= kMaxSplits,
+                  LLAISYS_STATUS_UNSUPPORTED, "attention: ", n_seqs, " rows x ", tiles_per_row,
+                  " tokens exceed the CUDA grid");
+    Params p = base;
+    p.tile_tokens = 1;
+    p.tiles_per_row = unsigned(tiles_per_row);
+    p.min_q_len = min_q_len;
+    p.max_q_len = max_q_len;
+    const size_t blocks = n_seqs * tiles_per_row;
+    Partials part{nullptr, nullptr, unsigned(n_splits)};
+    if (n_splits > 1) {
+        part.ml = reinterpret_cast<float2 *>(scratch);
+        part.o = scratch + 2 * blocks * p.heads * n_splits;
+    }
+    dispatch_float(act, [&](auto atag) {
+        using TA = decltype(atag);
+        dispatch_float(kvdt, [&](auto ktag) {
+            using TKV = decltype(ktag);
+            decode_kernel<TA, TKV, Source><<<dim3(unsigned(blocks), unsigned(p.kv_heads), unsigned(n_splits)),
+                                             kDecodeWarps * 32, 0, stream>>>(p, src, part);
+        });
+        LLAISYS_CUDA_CHECK(cudaGetLastError());
+        if (n_splits > 1) {
+            combine_kernel<TA, Source><<<dim3(unsigned(blocks), unsigned(p.heads)), kDecodeWarps * 32, 0, stream>>>(
+                p, src, part);
+        }
+    });
+    LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace llaisys::ops::nvidia::attention
