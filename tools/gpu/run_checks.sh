@@ -83,5 +83,5 @@ if stage sanitize; then
 fi
 
 if stage bench; then
-    timeout "${GPU_BENCH_LIMIT:-240}" python3 tools/gpu/bench_gpu.py --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
+    timeout "${GPU_BENCH_LIMIT:-240}" python3 tools/gpu/bench_gpu.py ${GPU_BENCH_ARGS:-} --out "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -40
 fi

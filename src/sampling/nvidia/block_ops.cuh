@@ -74,10 +74,30 @@ __device__ T block_reduce(T v, T *buf, Op op) {
     return r;
 }
 
+// Passes over a row read kUnroll elements per thread before using any: a loop that loads,
+// then compares, waits a memory round trip per element (one block walked a 151,936-wide row
+// at 127 us for a greedy argmax on an H200, from the step's own fresh logits in L2).
+constexpr uint32_t kUnroll = 8;
+
+// f(w[i], i) for every i in [0, n) this thread owns (i = threadIdx.x + j * kThreads), in
+// ascending i, with kUnroll loads in flight.
+template <class F>
+__device__ __forceinline__ void for_each_strided(const float *w, uint32_t n, F f) {
+    uint32_t i = threadIdx.x;
+    for (; i + (kUnroll - 1) * kThreads < n; i += kUnroll * kThreads) {
+        float v[kUnroll];
+#pragma unroll
+        for (uint32_t u = 0; u < kUnroll; u++) v[u] = w[i + u * kThreads];
+#pragma unroll
+        for (uint32_t u = 0; u < kUnroll; u++) f(v[u], i + u * kThreads);
+    }
+    for (; i < n; i += kThreads) f(w[i], i);
+}
+
 // max of w[0, n); NaNs are ignored (fmaxf).
 __device__ float block_max(const float *w, uint32_t n, Shared &sh) {
     float m = -INFINITY;
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) m = fmaxf(m, w[i]);
+    for_each_strided(w, n, [&](float v, uint32_t) { m = fmaxf(m, v); });
     return block_reduce(m, sh.fbuf, [](float a, float b) { return fmaxf(a, b); });
 }
 
@@ -96,13 +116,12 @@ __device__ __forceinline__ bool argmax_better(float bv, uint32_t bi, float av, u
 __device__ uint32_t block_argmax(const float *w, uint32_t n, Shared &sh) {
     float bv = -INFINITY;
     uint32_t bi = UINT32_MAX;  // loses every tie: a real index replaces it
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) {
-        const float v = w[i];
+    for_each_strided(w, n, [&](float v, uint32_t i) {
         if (argmax_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
         }
-    }
+    });
     const int t = int(threadIdx.x);
     sh.fbuf[t] = bv;
     sh.ubuf[t] = bi;

@@ -50,7 +50,7 @@ struct KernelArgs {
 __device__ float log_sum_exp(const float *w, uint32_t n, Shared &sh) {
     const float mx = block_max(w, n, sh);
     double s = 0.0;
-    for (uint32_t i = threadIdx.x; i < n; i += kThreads) s += exp(double(__fsub_rn(w[i], mx)));
+    for_each_strided(w, n, [&](float v, uint32_t) { s += exp(double(__fsub_rn(v, mx))); });
     s = block_reduce(s, sh.dbuf, [](double a, double b) { return a + b; });
     return __fadd_rn(mx, float(log(s)));
 }

@@ -52,10 +52,12 @@ struct PagedSource {
     __device__ size_t kv_begin(size_t s) const { return size_t(kv_start[s]); }
     __device__ size_t slot(size_t s, size_t j) const { return size_t(kv_slots[kv_begin(s) + j]); }
     // Entries of row s with kv_pos <= q_pos[t]: upper_bound over the ascending positions.
+    // A decode token sees its whole row (its own key is the last): one read answers that.
     __device__ size_t n_visible(size_t s, size_t t) const {
         const int64_t qp = q_pos[t];
         size_t lo = size_t(kv_start[s]), hi = size_t(kv_start[s + 1]);
         const size_t begin = lo;
+        if (lo == hi || kv_pos[hi - 1] <= qp) return hi - begin;
         while (lo < hi) {
             const size_t mid = lo + (hi - lo) / 2;
             if (kv_pos[mid] <= qp) lo = mid + 1;

@@ -83,17 +83,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Sou
     }
     const TK *kc = static_cast<const TK *>(p.k_cache);
     const TK *vc = static_cast<const TK *>(p.v_cache);
-    for (size_t j = j0 + warp; j < j1; j += kDecodeWarps) {
-        const size_t slot = src.slot(s, j);
-        const TK *kr = kc + (slot * p.kv_heads + kh) * d;
-        const TK *vr = vc + (slot * p.kv_heads + kh) * dv;
-        float kx[kLaneElems], vx[kLaneElems];
-#pragma unroll
-        for (int i = 0; i < kLaneElems; i++) {
-            const size_t c = lane + 32 * size_t(i);
-            kx[i] = c < d ? to_float(kr[c]) : 0.0f;
-            vx[i] = c < dv ? to_float(vr[c]) : 0.0f;
-        }
+    // The warp's keys are j0 + warp, + kDecodeWarps, ...: lane L reads the slot of the L-th of
+    // the next 32 at once, and the keys are taken two at a time, both K/V rows read before
+    // either is used (each read is otherwise a memory round trip of its own).
+    auto update = [&](const float(&kx)[kLaneElems], const float(&vx)[kLaneElems]) {
 #pragma unroll
         for (size_t g = 0; g < kDecodeMaxGroup; g++) {
             if (g < group) {
@@ -109,6 +102,31 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Sou
                 for (int i = 0; i < kLaneElems; i++) o[g][i] = fmaf(o[g][i], c, wgt * vx[i]);
                 m[g] = m_new;
             }
+        }
+    };
+    auto load = [&](long long slot, float(&kx)[kLaneElems], float(&vx)[kLaneElems]) {
+        const TK *kr = kc + (size_t(slot) * p.kv_heads + kh) * d;
+        const TK *vr = vc + (size_t(slot) * p.kv_heads + kh) * dv;
+#pragma unroll
+        for (int i = 0; i < kLaneElems; i++) {
+            const size_t c = lane + 32 * size_t(i);
+            kx[i] = c < d ? to_float(kr[c]) : 0.0f;
+            vx[i] = c < dv ? to_float(vr[c]) : 0.0f;
+        }
+    };
+    for (size_t jb = j0 + warp; jb < j1; jb += 32 * kDecodeWarps) {
+        const size_t jl = jb + size_t(lane) * kDecodeWarps;
+        const long long my_slot = jl < j1 ? (long long)src.slot(s, jl) : 0;
+        const unsigned nk = unsigned(min(size_t(32), (j1 - jb + kDecodeWarps - 1) / kDecodeWarps));
+        for (unsigned u = 0; u < nk; u += 2) {
+            const bool two = u + 1 < nk;
+            const long long sa = __shfl_sync(kFullMask, my_slot, int(u));
+            const long long sb = __shfl_sync(kFullMask, my_slot, int(two ? u + 1 : u));
+            float ka[kLaneElems], va[kLaneElems], kb[kLaneElems], vb[kLaneElems];
+            load(sa, ka, va);
+            load(sb, kb, vb);
+            update(ka, va);
+            if (two) update(kb, vb);
         }
     }
     // merge the warps
