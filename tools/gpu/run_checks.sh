@@ -3,7 +3,8 @@
 # beforehand (LLAISYS_LIBRARY, default build/nv90/libllaisys.so) against the GPU tests, then
 # compute-sanitizer over a slice of the op tests, then a short benchmark. Each stage has its
 # own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
-# Stages to run: GPU_STAGES="info tests profile sanitize bench" (default all). profile times
+# Stages to run: GPU_STAGES="info tests profile ncu-detail sanitize bench" (default all but
+# ncu-detail, which puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
 # decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
 # GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call), then puts
 # GPU_NCU_FORMATS' steps under ncu (tools/gpu/profile_decode.py).
@@ -70,6 +71,18 @@ if stage profile; then
         cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
         python3 tools/gpu/profile_decode.py --parse /tmp/ncu-$q.all --steps-profiled 2 --out "$OUT/kernels-$q.json" 2>&1 | head -24
     done
+fi
+
+if stage ncu-detail; then  # occupancy, stall reasons and memory charts of one layer's quantized GEMVs
+    M=/tmp/llaisys-profile-1.5b
+    timeout "${GPU_PROFILE_LIMIT:-90}" ncu --profile-from-start off --clock-control none -k "regex:${GPU_NCU_KERNEL:-gemv_kernel}" \
+        --launch-count "${GPU_NCU_LAUNCHES:-7}" --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis \
+        python3 tools/gpu/profile_decode.py --model-dir $M --quantize ${GPU_NCU_QUANT:-q4_k} --steps 3 --ncu-steps 1 \
+        > "$OUT/ncu-detail.txt" 2>&1
+    echo "ncu-detail rc=$?"
+    grep -E "gemv_kernel|decode_kernel|Duration|DRAM Throughput|Achieved Occupancy|Theoretical Occupancy|Block Limit Reg|Warp Cycles Per Issued|Issue Slots Busy" \
+        "$OUT/ncu-detail.txt" | head -80
 fi
 
 if stage sanitize; then
