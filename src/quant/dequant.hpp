@@ -22,8 +22,15 @@ void dequantize_block(const BlockQ4_K &b, float *out);
 void dequantize_block(const BlockQ5_K &b, float *out);
 void dequantize_block(const BlockQ6_K &b, float *out);
 
+// Host code, and device code too where nvcc compiles this header (the GPU dequantizer and GEMV).
+#ifdef __CUDACC__
+#define LLAISYS_HOST_DEVICE __host__ __device__
+#else
+#define LLAISYS_HOST_DEVICE
+#endif
+
 // Q4_K / Q5_K: the 6-bit scale and min of sub-block j (0..7) from the packed scales[12].
-inline void scale_min_k4(const uint8_t *scales, int j, uint8_t &sc, uint8_t &m) {
+LLAISYS_HOST_DEVICE inline void scale_min_k4(const uint8_t *scales, int j, uint8_t &sc, uint8_t &m) {
     if (j < 4) {
         sc = scales[j] & 63;
         m = scales[j + 4] & 63;

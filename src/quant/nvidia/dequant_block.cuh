@@ -18,6 +18,7 @@
 
 #include "../../device/nvidia/cuda_kernel_utils.cuh"
 #include "../blocks.hpp"
+#include "../dequant.hpp"
 
 namespace llaisys::quant::nvidia {
 
@@ -61,14 +62,8 @@ __device__ __forceinline__ void dequant8(const BlockQ8_0 &b, int e0, float *out)
 __device__ __forceinline__ void dequant8_k4(fp16_t dh, fp16_t dminh, const uint8_t *scales, const uint8_t *qs,
                                             const uint8_t *qh, int e0, float *out) {  // out [8]
     const int j = e0 / 32, i0 = e0 % 32;
-    uint8_t sc, m;  // scale_min_k4 of dequant.hpp
-    if (j < 4) {
-        sc = scales[j] & 63;
-        m = scales[j + 4] & 63;
-    } else {
-        sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
-        m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
-    }
+    uint8_t sc, m;
+    scale_min_k4(scales, j, sc, m);
     const float dl = x86_mul(to_float(dh), float(sc)), ml = x86_mul(to_float(dminh), float(m));
     const uint8_t *q = qs + 32 * (j / 2) + i0;
     const int shift = (j & 1) * 4;

@@ -185,14 +185,8 @@ __device__ __forceinline__ void unit_dot_k4(fp16_t dh, fp16_t dminh, const uint8
                                             const uint8_t *qh, int u, const float *x, size_t k, int m, bool vec,
                                             float *acc) {
     const int j = u / 2, half = u % 2;
-    uint8_t sc, mn;  // scale_min_k4 of dequant.hpp
-    if (j < 4) {
-        sc = scales[j] & 63;
-        mn = scales[j + 4] & 63;
-    } else {
-        sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
-        mn = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
-    }
+    uint8_t sc, mn;
+    quant::scale_min_k4(scales, j, sc, mn);
     const float dl = to_float(dh) * float(sc), ml = to_float(dminh) * float(mn);
     const uint8_t *q0 = qs + 32 * (j / 2) + kUnit * half;
     uint32_t q[4];
