@@ -34,7 +34,11 @@ if stage info; then
     } 2>&1 | tee "$OUT/info.txt"
 fi
 
-TESTS="test/core/test_nvidia_runtime.py test/core/test_allocator_cache.py test/core/test_runtime_api.py
+# the GPU server test's tokenizer (test/server/test_server_nvidia.py): a folder carried to the
+# machine with config.json and the tokenizer files of a Qwen2.5 model (doc/nvidia.md)
+TOK="${LLAISYS_TEST_TOKENIZER_DIR:-$PWD/gpu-carry/tokenizer}"
+[ -f "$TOK/tokenizer.json" ] && export LLAISYS_TEST_TOKENIZER_DIR="$TOK"
+TESTS="test/server/test_server_nvidia.py test/core/test_nvidia_runtime.py test/core/test_allocator_cache.py test/core/test_runtime_api.py
  test/ops/test_nvidia_ops.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
  test/sampling/test_sampler_nvidia.py test/sampling/test_sample_device.py test/sampling/test_sampler_nan.py
  test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py"
