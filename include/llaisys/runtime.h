@@ -47,6 +47,11 @@ LLAISYS_API const char *llaisysCpuIsa(void);
  * "0"; chosen once per process. */
 LLAISYS_API int llaisysCpuUsesAmx(void);
 
+/* 1 when this library was built with the AMX kernel of the quantized float path (CMake option
+ * LLAISYS_AMX, on where the compiler takes the AMX flags), 0 otherwise: without it
+ * llaisysCpuUsesAmx() is 0 on every CPU. */
+LLAISYS_API int llaisysCpuAmxBuilt(void);
+
 /* Threads of the CPU kernels (OpenMP), one count for the whole process, used by every call
  * into the library from any thread after it is set. The default is the number of physical
  * cores the process may run on (SMT siblings count once; affinity mask and cgroup CPU quota

@@ -22,6 +22,12 @@ def cpu_amx() -> bool:
     return bool(LIB.llaisysCpuUsesAmx())
 
 
+def amx_built() -> bool:
+    """Whether this library was built with the AMX kernel (CMake LLAISYS_AMX): without it
+    cpu_amx() is False on every CPU."""
+    return bool(LIB.llaisysCpuAmxBuilt())
+
+
 def set_num_threads(n: int) -> None:
     """Use `n` threads in the CPU kernels from the next call on, in every thread of the process.
 

@@ -77,6 +77,14 @@ const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
 
 int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 
+int llaisysCpuAmxBuilt(void) {
+#ifdef LLAISYS_NO_AMX
+    return 0;
+#else
+    return 1;
+#endif
+}
+
 static_assert(LLAISYS_MAX_THREADS == core::kMaxThreads);
 
 llaisysStatus_t llaisysSetNumThreads(int threads) {

@@ -179,6 +179,8 @@ def test_float_path_on_amx_tiles(forced):
     skip_unless_cpu_runs("avx512bf16")
     if not {"amx_tile", "amx_bf16"} <= cpu_flags():
         pytest.skip("no amx_tile / amx_bf16 in /proc/cpuinfo")
+    if not llaisys.runtime.amx_built():
+        pytest.skip("this library was built without the AMX kernel (CMake LLAISYS_AMX=OFF)")
     env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_QUANT_F32_ROWS", "LLAISYS_AMX")}
     if forced:
         env["LLAISYS_QUANT_F32_ROWS"] = "0"

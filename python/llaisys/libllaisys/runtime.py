@@ -44,3 +44,5 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuIsa.restype = ctypes.c_char_p
     lib.llaisysCpuUsesAmx.argtypes = []
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
+    lib.llaisysCpuAmxBuilt.argtypes = []
+    lib.llaisysCpuAmxBuilt.restype = ctypes.c_int
