@@ -48,10 +48,16 @@ def _report(path) -> tuple:
     return statuses, failed, errors
 
 
+# One worker: with two, schemathesis generates examples in two threads, and Hypothesis describes
+# strategies with ast.parse, whose recursion-depth bookkeeping CPython 3.11 keeps per interpreter,
+# not per thread (gh-106905): now and then a generation died with "SystemError: AST constructor
+# recursion depth mismatch", and its replay passed, which schemathesis reports as a
+# FlakyFailure (seen in CI runs of the whole suite on POST /tokenize, and reproduced on
+# POST /v1/responses). The server was never involved.
 def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_tiny_server, tmp_path):
     srv = start_tiny_server("--max-tokens-cap", "4", "--max-n", "2", "--max-model-len", "256")
     cmd = [sys.executable, "-m", "schemathesis.cli", "run", srv.url + "/openapi.json", "--max-examples",
-           str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "2", "--checks", ",".join(CHECKS),
+           str(MAX_EXAMPLES), "--seed", str(SEED), "--workers", "1", "--checks", ",".join(CHECKS),
            "--suppress-health-check", "all", "--continue-on-failure", "--request-timeout", "120",
            "--report", "ndjson", "--report-dir", str(tmp_path)]
     t0 = time.monotonic()
@@ -64,6 +70,8 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(start_tiny_s
     print(f"schemathesis: {n} requests in {wall:.0f} s; statuses {dict(statuses)}; failed checks {dict(failed)}")
     for e in errors:  # whole, here: pytest shortens a long assertion message to its first line
         print("schemathesis error:", json.dumps(e)[:4000])
+    if errors or failed or proc.returncode:  # schemathesis' own account, tracebacks included
+        print("---- schemathesis output ----\n" + proc.stdout[-20000:] + proc.stderr[-4000:])
     assert n >= MIN_REQUESTS, dict(statuses)
     assert not [s for s in statuses if s is None or s >= 500], dict(statuses)
     assert not failed, (dict(failed), proc.stdout[-8000:])
