@@ -138,6 +138,16 @@ __device__ __forceinline__ void unit_fma(const float (&v)[kUnit], float scale, c
     }
 }
 
+// acc[i] += scale * ((q - offset) . x_i): a unit of the formats with one scale per unit
+// (Q4_0, Q5_0, Q8_0, Q6_K).
+template <int MR>
+__device__ __forceinline__ void scaled_unit(const uint32_t (&q)[4], float offset, float scale, const float *x,
+                                            size_t k, int m, bool vec, float *acc) {
+    float v[kUnit];
+    unit_values(q, offset, v);
+    unit_fma<MR, true>(v, scale, x, k, m, vec, acc);
+}
+
 template <int MR>
 __device__ __forceinline__ void unit_dot(const BlockQ8_0 &b, int u, const float *x, size_t k, int m, bool vec,
                                          float *acc) {
@@ -145,9 +155,7 @@ __device__ __forceinline__ void unit_dot(const BlockQ8_0 &b, int u, const float 
     uint32_t q[4];
 #pragma unroll
     for (int w = 0; w < 4; w++) q[w] = ld4(qs + 4 * w) ^ 0x80808080u;  // int8 + 128
-    float v[kUnit];
-    unit_values(q, 128.0f, v);
-    unit_fma<MR, true>(v, to_float(b.d), x, k, m, vec, acc);
+    scaled_unit<MR>(q, 128.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
 template <int MR>
@@ -156,9 +164,7 @@ __device__ __forceinline__ void unit_dot(const BlockQ4_0 &b, int u, const float 
     uint32_t q[4];  // elements 16 u + t: the low (u = 0) or high (u = 1) nibbles of qs[t]
 #pragma unroll
     for (int w = 0; w < 4; w++) q[w] = (ld4(b.qs + 4 * w) >> (4 * u)) & 0x0F0F0F0Fu;
-    float v[kUnit];
-    unit_values(q, 8.0f, v);
-    unit_fma<MR, true>(v, to_float(b.d), x, k, m, vec, acc);
+    scaled_unit<MR>(q, 8.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
 template <int MR>
@@ -172,9 +178,7 @@ __device__ __forceinline__ void unit_dot(const BlockQ5_0 &b, int u, const float 
         const uint32_t hb = (h & 1u) | (h & 2u) << 7 | (h & 4u) << 14 | (h & 8u) << 21;
         q[w] = ((ld4(b.qs + 4 * w) >> (4 * u)) & 0x0F0F0F0Fu) | hb << 4;
     }
-    float v[kUnit];
-    unit_values(q, 16.0f, v);
-    unit_fma<MR, true>(v, to_float(b.d), x, k, m, vec, acc);
+    scaled_unit<MR>(q, 16.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
 // Q4_K / Q5_K unit u: sub-block j = u / 2, its elements 16 (u % 2) + t; q from the nibbles
@@ -229,9 +233,7 @@ __device__ __forceinline__ void unit_dot(const BlockQ6_K &b, int u, const float 
     for (int w = 0; w < 4; w++) {
         q[w] = ((ld4(ql + 4 * w) >> lo_shift) & 0x0F0F0F0Fu) | ((ld4(qh + 4 * w) >> hi_shift) & 0x03030303u) << 4;
     }
-    float v[kUnit];
-    unit_values(q, 32.0f, v);
-    unit_fma<MR, true>(v, to_float(b.d) * float(b.scales[u]), x, k, m, vec, acc);
+    scaled_unit<MR>(q, 32.0f, to_float(b.d) * float(b.scales[u]), x, k, m, vec, acc);
 }
 
 template <class B, int MR>
