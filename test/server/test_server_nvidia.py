@@ -15,10 +15,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-import requests
 
 from llaisys import DeviceType, runtime
-from server_helpers import MODEL_NAME, launch, stream_post, wait_idle
+from server_helpers import MODEL_NAME, error_of, launch, post, stream_post, wait_idle
 
 pytestmark = [pytest.mark.nvidia,
               pytest.mark.skipif(runtime.device_count(DeviceType.NVIDIA) == 0,
@@ -45,9 +44,12 @@ def server(tiny, tmp_path_factory, request):
         print(f"\n---- server log (port {srv.port}) ----\n{srv.log()[-20000:]}")
 
 
-def complete(srv, **body):
-    r = requests.post(srv.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": PROMPT,
-                                                          "temperature": 0, "max_tokens": 24, **body}, timeout=120)
+def body(**kw) -> dict:
+    return {"model": MODEL_NAME, "prompt": PROMPT, "temperature": 0, "max_tokens": 24, **kw}
+
+
+def complete(srv, **kw):
+    r = post(srv, "/v1/completions", body(**kw), timeout=120)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -58,8 +60,7 @@ def test_greedy_text_is_the_offline_engines_and_streams_the_same(server, tiny):
     got = complete(server)
     text = got["choices"][0]["text"]
     assert got["usage"]["completion_tokens"] > 0
-    events = stream_post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": PROMPT, "temperature": 0,
-                                                     "max_tokens": 24})
+    events = stream_post(server, "/v1/completions", body())
     assert events[-1][1] == "[DONE]"
     streamed = "".join(e["choices"][0]["text"] for _, e in events[:-1] if e.get("choices"))
     assert streamed == text
@@ -82,10 +83,8 @@ def test_concurrent_requests_batch_and_leave_nothing_held(server):
 
 
 def test_bad_request_is_a_400_and_the_server_goes_on(server):
-    r = requests.post(server.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": -1},
-                      timeout=60)
-    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
-    r = requests.post(server.url + "/v1/completions", json={"model": MODEL_NAME, "prompt": PROMPT,
-                                                            "logit_bias": {"99999999": 5}}, timeout=60)
-    assert r.status_code == 400
+    r = post(server, "/v1/completions", body(max_tokens=-1), timeout=60)
+    assert r.status_code == 400 and error_of(r)["type"] == "invalid_request_error"
+    r = post(server, "/v1/completions", body(logit_bias={"99999999": 5}), timeout=60)
+    assert r.status_code == 400 and error_of(r)["type"] == "invalid_request_error"
     assert complete(server)["choices"][0]["text"] == complete(server)["choices"][0]["text"]

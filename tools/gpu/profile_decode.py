@@ -51,7 +51,8 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1.5b", choices=list(SHAPES))
-    ap.add_argument("--quantize", choices=["q8_0", "q4_k"], default=None)
+    ap.add_argument("--quantize", choices=["bf16", "q8_0", "q4_k"], default="bf16",
+                    help="quantize the matrices at load (bf16: keep them)")
     ap.add_argument("--prompt", type=int, default=64)
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--ncu-steps", type=int, default=0, help="profile the last N steps (run under ncu)")
@@ -61,6 +62,7 @@ def main() -> None:
     ap.add_argument("--device", default="nvidia", choices=["cpu", "nvidia"], help="cpu: a check of this tool")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
+    a.quantize = None if a.quantize == "bf16" else a.quantize
     if a.parse:
         table = parse(a.parse, a.steps_profiled)
         total = sum(v["us"] for v in table.values())

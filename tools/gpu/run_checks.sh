@@ -54,8 +54,7 @@ if stage profile; then
     for lib in ${GPU_BASE_LIBRARY:+base} new; do
         [ $lib = base ] && L="$GPU_BASE_LIBRARY" || L="$LLAISYS_LIBRARY"
         for q in ${GPU_PROFILE_FORMATS:-bf16 q4_k q8_0}; do
-            [ $q = bf16 ] && Q="" || Q="--quantize $q"
-            LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M $Q \
+            LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q \
                 --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$lib-$q.json" > "$OUT/decode-$lib-$q.log" 2>&1
             echo "decode $lib $q rc=$?: $(tail -1 "$OUT/decode-$lib-$q.log")"
         done
@@ -67,9 +66,8 @@ if stage profile; then
         fi
     done
     for q in ${GPU_NCU_FORMATS-bf16 q4_k}; do
-        [ $q = bf16 ] && Q="" || Q="--quantize $q"
         timeout "${GPU_PROFILE_LIMIT:-90}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
-            --csv --log-file "$OUT/ncu-$q.csv" python3 tools/gpu/profile_decode.py --model-dir $M $Q --steps 8 --ncu-steps 2 \
+            --csv --log-file "$OUT/ncu-$q.csv" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q --steps 8 --ncu-steps 2 \
             > "$OUT/ncu-$q.log" 2>&1
         echo "ncu $q rc=$?"
         cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
