@@ -265,7 +265,7 @@ void dequant_item(uint16_t *wb, const Item &it, size_t k, F &&row_done) {
     if (it.rows < kRowsW) std::fill(wb, wb + kRowsW * k, uint16_t(0));
     const size_t nb = k / quant_block_size(s.dt);
     for (size_t r = 0; r < it.rows; r++) {
-        dequant_row(s.dt, wb + r * 32, s.data + (it.r0 + r) * s.row_bytes, nb);
+        dequant_row(s.dt, wb + r * 32, file_blocks(s, it.r0 + r, 0, nb, nullptr), nb);
         row_done(r);
     }
 }

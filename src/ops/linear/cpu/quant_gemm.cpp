@@ -29,6 +29,7 @@ namespace {
 constexpr size_t kKc = 256;      // k per dequantized block: one K-quant block, eight 32-blocks
 constexpr size_t kGroup = 24;    // weight rows per item: 4 AVX2 tiles of 6, 3 AVX-512 tiles of 8
 constexpr size_t kRowsMax = 256; // activation rows per item (the partial sums: 24 KiB)
+constexpr size_t kFileBytes = 288; // >= the file's bytes of kKc elements in any format (Q8_0: 272)
 
 using DequantFn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, size_t, size_t, size_t);
 using PanelFn = void (*)(float *, const float *, size_t, size_t, const float *, size_t, bool);
@@ -160,12 +161,18 @@ void linear_quant_f32(float *out, const float *x, const QuantRows *segs, size_t 
         const size_t r0 = g * kGroup, rows = std::min(kGroup, s.rows - r0), j0 = s.row0 + r0;
         const size_t p0 = mb * panels_per_item, p1 = std::min(n_xp, p0 + panels_per_item);
         const size_t bs = quant_block_size(s.dt);
-        const std::byte *w = s.data + r0 * s.row_bytes;  // [rows][row_bytes]
         alignas(64) float wbuf[kGroup * kKc];            // [rows][kKc] this k-block of W, dequantized
         alignas(64) float ctile[kRowsMax * kGroup];      // [p1 - p0][rows][nr] partial sums (out^T)
+        alignas(64) std::byte fbuf[kGroup * kFileBytes];  // [rows][kKc / bs] file blocks of an x16 segment
         for (size_t k0 = 0; k0 < k; k0 += kKc) {
             const size_t kc = std::min(kKc, k - k0);  // a multiple of bs: k is, and kKc is
-            kn.dequant(s.dt, wbuf, kKc, w, s.row_bytes, rows, k0 / bs, kc / bs);
+            if (s.x16) {  // this k-block's file blocks first (quant_x16.hpp)
+                const size_t ld = kc / bs * quant_block_bytes(s.dt);
+                for (size_t r = 0; r < rows; r++) file_blocks(s, r0 + r, k0 / bs, kc / bs, fbuf + r * ld);
+                kn.dequant(s.dt, wbuf, kKc, fbuf, ld, rows, 0, kc / bs);
+            } else {
+                kn.dequant(s.dt, wbuf, kKc, s.data + r0 * s.row_bytes, s.row_bytes, rows, k0 / bs, kc / bs);
+            }
             for (size_t p = p0; p < p1; p++)
                 kn.panel(ctile + (p - p0) * rows * nr, wbuf, kKc, rows, xp + (p * k + k0) * nr, kc, k0 > 0);
         }

@@ -57,16 +57,27 @@ constexpr bool reads_q8k(llaisysDataType_t dt) {
 #define LLAISYS_QUANT_DEQUANT_ROWS_DECL                                                                      \
     void dequant_rows(llaisysDataType_t dt, float *dst, size_t ldd, const std::byte *w, size_t row_bytes,     \
                       size_t rows, size_t b0, size_t nbk)
+// out[i * ldo + r] = lane r of group . x row i for r < rows, i < m: group [nb] x16 blocks of
+// dtype dt (quant_x16.hpp), xq as dot_rows reads it (quant_x16_*.cpp).
+#define LLAISYS_QUANT_DOT_X16_DECL                                                                           \
+    void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows,           \
+                 const std::byte *xq, size_t xq_stride, size_t m, size_t nb)
 namespace quant_scalar {
 LLAISYS_QUANT_DOT_ROWS_DECL;
 LLAISYS_QUANT_DEQUANT_ROWS_DECL;
+LLAISYS_QUANT_DOT_X16_DECL;
 }
 namespace quant_avx2 {
 LLAISYS_QUANT_DOT_ROWS_DECL;
 LLAISYS_QUANT_DEQUANT_ROWS_DECL;
+LLAISYS_QUANT_DOT_X16_DECL;
 }
 // AVX-512 VNNI (vpdpbusd on 256-bit vectors, AVX512VL): only where cpu_has_avx512_vnni().
-// (the float path dequantizes with quant_avx2's dequant_rows under AVX-512 too: 256-bit code)
-namespace quant_avx512 { LLAISYS_QUANT_DOT_ROWS_DECL; }
+// (the float path dequantizes with quant_avx2's dequant_rows under AVX-512 too: 256-bit code;
+// dot_x16 runs on 512-bit vectors)
+namespace quant_avx512 {
+LLAISYS_QUANT_DOT_ROWS_DECL;
+LLAISYS_QUANT_DOT_X16_DECL;
+}
 
 }  // namespace llaisys::ops::cpu

@@ -10,6 +10,7 @@
 #include "../../../utils/types.hpp"
 #include "quant_gemm.hpp"
 #include "quant_kernels.hpp"
+#include "quant_x16.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +22,7 @@ namespace {
 // Weight rows per work item: a chunk of this many rows stays in L1 while every activation
 // row passes over it (16 rows of Q4_K at k = 1536 are 14 KiB).
 constexpr size_t kChunkRows = 16;
+static_assert(kChunkRows == x16::kRows);
 
 // x [k] -> quantized blocks; the scale d = max|x| / 127 (NaN when the block holds a NaN or an
 // infinity, so that the outputs it feeds are NaN as in f32 arithmetic). Plain loops the
@@ -88,6 +90,15 @@ DotRowsFn dot_rows_fn() {
     return quant_scalar::dot_rows;
 }
 
+using DotX16Fn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, const std::byte *, size_t,
+                          size_t, size_t);
+
+DotX16Fn dot_x16_fn() {
+    if (cpu_has_avx512_vnni()) return quant_avx512::dot_x16;
+    if (active_isa() >= Isa::Avx2) return quant_avx2::dot_x16;
+    return quant_scalar::dot_x16;
+}
+
 }  // namespace
 
 QuantWeight::QuantWeight(size_t n, size_t k) : n_(n), k_(k) {
@@ -106,18 +117,29 @@ void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisys
     for (const Segment &s : segs_)
         LLAISYS_CHECK_ARG(row0 + rows <= s.row0 || s.row0 + s.rows <= row0, "quant weight: rows [", row0, ", ",
                           row0 + rows, ") overlap rows [", s.row0, ", ", s.row0 + s.rows, ") set before");
-    const size_t row_bytes = k_ / quant_block_size(dt) * quant_block_bytes(dt);
-    const size_t total = checked_mul(rows, row_bytes, "quant weight: bytes");
-    Segment seg{row0, rows, dt, row_bytes, {}};
+    const size_t nb = k_ / quant_block_size(dt), row_bytes = nb * quant_block_bytes(dt);
+    const bool packed = x16::enabled(dt);
+    const size_t groups = ceil_div(rows, x16::kRows), group_bytes = packed ? nb * x16::block_bytes(dt) : 0;
+    const size_t total = packed ? checked_mul(groups, group_bytes, "quant weight: bytes")
+                                : checked_mul(rows, row_bytes, "quant weight: bytes");
+    Segment seg{row0, rows, dt, row_bytes, {}, packed};
     seg.data.reset(static_cast<std::byte *>(host_alloc(checked_round_up(total, 64, "quant weight: bytes"))));
     const auto *src = static_cast<const std::byte *>(blocks);
     std::byte *dst = seg.data.get();
-    // copied in parallel: first touch places the pages with the threads that read them
+    // in parallel: first touch places the pages with the threads that read them
+    if (packed) {
 #pragma omp parallel for schedule(static) if (total > (size_t(1) << 20))
-    for (ptrdiff_t r = 0; r < ptrdiff_t(rows); r++) std::memcpy(dst + r * row_bytes, src + r * row_bytes, row_bytes);
+        for (ptrdiff_t g = 0; g < ptrdiff_t(groups); g++) {
+            const size_t r0 = size_t(g) * x16::kRows;
+            x16::pack(dt, dst + size_t(g) * group_bytes, src + r0 * row_bytes, std::min(x16::kRows, rows - r0), nb);
+        }
+    } else {
+#pragma omp parallel for schedule(static) if (total > (size_t(1) << 20))
+        for (ptrdiff_t r = 0; r < ptrdiff_t(rows); r++) std::memcpy(dst + r * row_bytes, src + r * row_bytes, row_bytes);
+    }
     auto at = std::lower_bound(segs_.begin(), segs_.end(), row0, [](const Segment &s, size_t r) { return s.row0 < r; });
     const size_t idx = size_t(at - segs_.begin());
-    views_.insert(views_.begin() + ptrdiff_t(idx), QuantRows{row0, rows, dt, row_bytes, seg.data.get()});
+    views_.insert(views_.begin() + ptrdiff_t(idx), QuantRows{row0, rows, dt, row_bytes, seg.data.get(), packed});
     segs_.insert(at, std::move(seg));
     rows_set_ += rows;
     bytes_ += total;
@@ -125,12 +147,26 @@ void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisys
 
 void QuantWeight::row_f32(size_t j, float *dst) const {
     LLAISYS_CHECK(j < n_, LLAISYS_STATUS_OUT_OF_RANGE, "quant weight: row ", j, " outside [0, ", n_, ")");
-    for (const Segment &s : segs_)
+    for (const QuantRows &s : views_)
         if (j >= s.row0 && j < s.row0 + s.rows) {
-            quant::dequantize_row(s.data.get() + (j - s.row0) * s.row_bytes, s.dt, dst, k_);
+            const size_t nb = k_ / quant_block_size(s.dt);
+            quant::dequantize_row(file_blocks(s, j - s.row0, 0, nb, nullptr), s.dt, dst, k_);
             return;
         }
     fail(LLAISYS_STATUS_INVALID_ARGUMENT, "quant weight: row ", j, " was never set");
+}
+
+const std::byte *file_blocks(const QuantRows &s, size_t r, size_t b0, size_t nbk, std::byte *scratch) {
+    const size_t bb = quant_block_bytes(s.dt);
+    if (!s.x16) return s.data + r * s.row_bytes + b0 * bb;
+    const size_t nb = s.row_bytes / bb;
+    if (!scratch) {
+        thread_local std::vector<std::byte> own;
+        if (own.size() < nbk * bb) own.resize(nbk * bb);
+        scratch = own.data();
+    }
+    x16::unpack_row(s.dt, scratch, s.data + r / x16::kRows * nb * x16::block_bytes(s.dt), r % x16::kRows, b0, nbk);
+    return scratch;
 }
 
 void linear_quant(float *out, const float *x, const QuantWeight &w, const std::byte *bias, llaisysDataType_t bias_dt,
@@ -170,6 +206,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     size_t items = 0;  // chunks of kChunkRows rows of one segment
     for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kChunkRows);
     const DotRowsFn dot = dot_rows_fn();
+    const DotX16Fn dot16 = dot_x16_fn();
 #pragma omp parallel for schedule(static)
     for (ptrdiff_t t = 0; t < ptrdiff_t(items); t++) {
         size_t c = size_t(t), si = 0;
@@ -179,7 +216,10 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
         const bool k_quant = reads_q8k(s.dt);
         const auto *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
         const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
-        dot(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
+        if (s.x16)  // chunk c is group c (kChunkRows == x16::kRows)
+            dot16(s.dt, out + j0, n, s.data + c * nb * x16::block_bytes(s.dt), rows, xq, stride, m, nb);
+        else
+            dot(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
         if (bias) {
             dispatch_float(bias_dt, [&](auto tag) {
                 const auto *b = reinterpret_cast<const decltype(tag) *>(bias) + j0;  // [rows]

@@ -3,11 +3,13 @@
 //
 // Layout. W [n, k] (row j is output j) is held as row ranges ("segments") set one by one,
 // each in one quant dtype: a fused q|k|v weight may hold Q4_K rows beside Q6_K rows. A
-// segment's rows are stored as GGUF stores them, row-major, k / block blocks a row:
-//   storage [rows][k / block] blocks of the segment's dtype (64-byte aligned).
-// Decode reads every weight byte once per call, in order, and the kernels (quant_kernels.hpp)
-// decode each block once per group of activation rows, so the file's own layout is already the
-// stream the kernels want; it also keeps row_f32 a plain dequantize.
+// segment of a format with an x16 layout (quant_x16.hpp: 16 rows interleaved, what the int8
+// kernels read fastest) is repacked into it; any other is stored as GGUF stores it, row-major,
+// k / block blocks a row:
+//   storage [rows][k / block] blocks of the segment's dtype (64-byte aligned), or
+//           [ceil(rows / 16)][k / block] x16 blocks.
+// Either way decode reads every weight byte once per call, in order. Readers that want the
+// file's blocks (the float path, the AMX tiles, row_f32) take them through file_blocks.
 #pragma once
 
 #include "../../../utils/host_alloc.hpp"
@@ -23,9 +25,15 @@ namespace llaisys::ops::cpu {
 struct QuantRows {
     size_t row0, rows;       // rows [row0, row0 + rows) of W
     llaisysDataType_t dt;    // their quant dtype
-    size_t row_bytes;        // k / block * block bytes
-    const std::byte *data;   // [rows][row_bytes] GGUF blocks
+    size_t row_bytes;        // k / block * block bytes (the file's row, also for x16)
+    const std::byte *data;   // [rows][row_bytes] GGUF blocks, or x16 groups (quant_x16.hpp)
+    bool x16 = false;        // data is [ceil(rows / 16)][k / block] x16 blocks
 };
+
+// The file's blocks [b0, b0 + nbk) of row r of s (r < s.rows): a pointer into s.data, or for an
+// x16 segment into scratch (room for nbk blocks, unpacked there; NULL: a buffer of the calling
+// thread's, valid until its next call).
+const std::byte *file_blocks(const QuantRows &s, size_t r, size_t b0, size_t nbk, std::byte *scratch);
 
 class QuantWeight {
 public:
@@ -43,7 +51,7 @@ public:
 
     size_t n() const { return n_; }
     size_t k() const { return k_; }
-    size_t bytes() const { return bytes_; }  // bytes of quantized rows held
+    size_t bytes() const { return bytes_; }  // bytes of quantized rows held (x16 groups as held)
 
     struct Free {
         void operator()(std::byte *p) const { host_free(p); }
@@ -53,7 +61,8 @@ public:
         size_t row0, rows;
         llaisysDataType_t dt;
         size_t row_bytes;                      // k / block * block bytes
-        std::unique_ptr<std::byte[], Free> data;  // [rows][row_bytes]
+        std::unique_ptr<std::byte[], Free> data;  // [rows][row_bytes], or x16 groups
+        bool x16;
     };
     const std::vector<Segment> &segments() const { return segs_; }  // ordered by row0
     const std::vector<QuantRows> &views() const { return views_; }  // views_[i] borrows segs_[i]

@@ -1,0 +1,56 @@
+// Block-quantized weight rows repacked 16 at a time ("x16"): the layout QuantWeight keeps the
+// formats below in, and the int8 kernels' best stream.
+//
+// In the file's own layout (one row after another) an int8 kernel holds one weight row per
+// vector and spends as many instructions per superblock on that row's scales, offsets and
+// horizontal sums as on its products, whatever the batch (quant_dot.inc: ~73 instructions per
+// Q4_K superblock and activation row). Here 16 rows' quants are interleaved 4 bytes at a time,
+// so one 512-bit vpdpbusd multiplies 4 k of 16 rows by one broadcast of 4 activation bytes,
+// each lane is one output (no horizontal sums), and a sub-block's 16 scales are one vector:
+// about a fifth of the instructions per superblock and row (llama.cpp's "repack" layouts,
+// ggml-cpu/repack.cpp, do the same with 8 rows).
+//
+// A segment of R rows becomes ceil(R / 16) groups, each nb = k / block blocks of 16 rows (a
+// group's blocks in k order, so decode reads one sequential stream a group); rows past R in the
+// last group are zero. Per block, by format:
+//
+//   Q4_K (2368 bytes; 16 x 144 = 2304 in the file: the scales are kept unpacked, one byte each)
+//     fp16 d[16], dmin[16]               row r's d and dmin
+//     u8   sc[8][16], mn[8][16]          sub-block j's 6-bit scale and min of row r
+//     u8   qs[4][8][64]                  qs[p][c][4 r + i] = the file's qs[32 p + 4 c + i] of row r:
+//                                        low nibble element 64 p + 4 c + i, high nibble + 32
+//
+// pack and unpack_row are exact inverses on any bytes (the file's block is rebuilt bit for bit),
+// so the float path, the AMX tiles and the embedding rows read x16 segments through unpack_row
+// with the dequantizers they already have.
+#pragma once
+
+#include "../../../quant/blocks.hpp"
+#include "llaisys.h"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace llaisys::ops::cpu::x16 {
+
+constexpr size_t kRows = 16;
+
+struct BlockQ4_K {
+    fp16_t d[kRows], dmin[kRows];
+    uint8_t sc[8][kRows], mn[8][kRows];
+    uint8_t qs[4][8][4 * kRows];
+};
+static_assert(sizeof(BlockQ4_K) == 2368 && sizeof(BlockQ4_K) % 64 == 0);
+
+// Whether QuantWeight repacks rows of dtype dt (LLAISYS_QUANT_X16=0, read once, turns it off for
+// every format: the file's layout and its kernels, for A/B runs and tests).
+bool enabled(llaisysDataType_t dt);
+// Bytes of one x16 block of dtype dt (dt supported).
+size_t block_bytes(llaisysDataType_t dt);
+// dst [nb] x16 blocks (one group) from the file's rows src [rows][nb blocks], 1 <= rows <= 16;
+// lanes from rows on are zero.
+void pack(llaisysDataType_t dt, std::byte *dst, const std::byte *src, size_t rows, size_t nb);
+// dst [nbk] the file's blocks [b0, b0 + nbk) of lane r of group (x16 blocks of dtype dt).
+void unpack_row(llaisysDataType_t dt, std::byte *dst, const std::byte *group, size_t lane, size_t b0, size_t nbk);
+
+}  // namespace llaisys::ops::cpu::x16

@@ -1,0 +1,93 @@
+// The x16 kernels (quant_x16.hpp) on 256-bit vectors (AVX2): a group's 16 rows as two halves of
+// 8 lanes, one after the other (16 vector registers hold one half's sums for 2 activation rows).
+// maddubs multiplies 2 k of 8 rows against the broadcast activation bytes into int16, summed
+// over a sub-block's 8 vectors before one madd widens them: 8 x 2 x 15 x 127 = 30480 cannot
+// saturate. Compile flags in CMakeLists.txt; nothing here has external linkage but dot_x16.
+#include <immintrin.h>
+
+#include "quant_kernels.hpp"
+#include "quant_x16.hpp"
+
+#include <cstring>
+
+namespace llaisys::ops::cpu::quant_avx2 {
+namespace {
+
+constexpr size_t kMr = 2;
+
+inline __m256 f16x8(const fp16_t *p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))); }
+inline __m256 u8x8(const uint8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(p))));
+}
+inline __m256i bcast4(const int8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+// out[i * ldo + r] (r < 8 lanes of half h, i < MR) = lane 8 h + r of w [nb] . x[i] [nb].
+template <size_t MR>
+void q4_k_half(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t h, size_t rows, const BlockQ8_K *const *x,
+               size_t nb) {
+    const __m256i lo4 = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ4_K &wb = w[b];
+        __m256 sb[MR];
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm256_setzero_ps();
+        for (size_t p = 0; p < 4; p++) {
+            __m256i s0[MR], s1[MR];  // int16 pair sums of sub-blocks 2p and 2p + 1
+            for (size_t i = 0; i < MR; i++) s0[i] = s1[i] = _mm256_setzero_si256();
+            for (size_t c = 0; c < 8; c++) {
+                const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i *>(wb.qs[p][c] + 32 * h));
+                const __m256i lo = _mm256_and_si256(v, lo4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), lo4);
+                for (size_t i = 0; i < MR; i++) {
+                    s0[i] = _mm256_add_epi16(s0[i], _mm256_maddubs_epi16(lo, bcast4(x[i][b].qs + 64 * p + 4 * c)));
+                    s1[i] = _mm256_add_epi16(s1[i], _mm256_maddubs_epi16(hi, bcast4(x[i][b].qs + 64 * p + 32 + 4 * c)));
+                }
+            }
+            const __m256 c0 = u8x8(wb.sc[2 * p] + 8 * h), c1 = u8x8(wb.sc[2 * p + 1] + 8 * h);
+            for (size_t i = 0; i < MR; i++) {
+                sb[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s0[i], ones)), c0, sb[i]);
+                sb[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(s1[i], ones)), c1, sb[i]);
+            }
+        }
+        __m256 mins[MR];
+        for (size_t i = 0; i < MR; i++) mins[i] = _mm256_setzero_ps();
+        for (size_t j = 0; j < 8; j++) {
+            const __m256 mj = u8x8(wb.mn[j] + 8 * h);
+            for (size_t i = 0; i < MR; i++) mins[i] = _mm256_fmadd_ps(mj, _mm256_set1_ps(x[i][b].dsums[j]), mins[i]);
+        }
+        const __m256 d = f16x8(wb.d + 8 * h), dmin = f16x8(wb.dmin + 8 * h);
+        for (size_t i = 0; i < MR; i++) {
+            acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(sb[i], d), _mm256_set1_ps(x[i][b].d), acc[i]);
+            acc[i] = _mm256_fnmadd_ps(mins[i], dmin, acc[i]);
+        }
+    }
+    for (size_t i = 0; i < MR; i++) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[i]);
+        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
+    }
+}
+
+}  // namespace
+
+void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
+             size_t xq_stride, size_t m, size_t nb) {
+    if (dt != LLAISYS_DTYPE_Q4_K) return;  // x16::enabled's formats only (no error path in this file)
+    const auto *w = reinterpret_cast<const x16::BlockQ4_K *>(group);
+    for (size_t h = 0; h * 8 < rows; h++) {
+        const size_t hr = rows - 8 * h < 8 ? rows - 8 * h : 8;
+        for (size_t i0 = 0; i0 < m; i0 += kMr) {
+            const BlockQ8_K *x[kMr];
+            for (size_t i = 0; i < kMr; i++)
+                x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i0 + i < m ? i : 0)) * xq_stride);
+            if (m - i0 >= 2) q4_k_half<2>(out + i0 * ldo + 8 * h, ldo, w, h, hr, x, nb);
+            else q4_k_half<1>(out + i0 * ldo + 8 * h, ldo, w, h, hr, x, nb);
+        }
+    }
+}
+
+}  // namespace llaisys::ops::cpu::quant_avx2

@@ -1,0 +1,125 @@
+// The x16 kernels (quant_x16.hpp) on 512-bit vectors with AVX-512 VNNI: each vector lane is one
+// of the group's 16 weight rows (one output), each vpdpbusd adds 4 k of all 16 rows against one
+// broadcast of 4 activation bytes. Compile flags in CMakeLists.txt; called only where
+// cpu_has_avx512_vnni(). As in quant_dot.inc nothing here has external linkage but dot_x16.
+//
+// Q4_K, per superblock and activation row: the 32 vectors of nibbles are split once per tile
+// (and, shift, and) and each feeds MR rows' vpdpbusd; the 8 sub-blocks' int32 sums are scaled by
+// their 16 scales in f32 (vpdpbusd sums of 32 products of 4-bit and 8-bit values cannot
+// overflow), the mins subtracted through the activations' dsums.
+// GCC 12 reports the _mm512_undefined source operand of the masked builtins behind the convert
+// intrinsics as (maybe-)uninitialized (as in gemm_avx512bf16.cpp).
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "../../../utils/cpu_isa.hpp"
+#include "quant_kernels.hpp"
+#include "quant_x16.hpp"
+
+#include <cstring>
+
+namespace llaisys::ops::cpu::quant_avx512 {
+namespace {
+
+constexpr size_t kMr = 4;
+  // activation rows per tile: 4 x (2 sums + 2 f32) + 8 vectors in use
+
+inline __m512 f16x16(const fp16_t *p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(p))); }
+inline __m512 u8x16(const uint8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(p))));
+}
+inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+// out[i * ldo + r] (r < rows, i < MR) = lane r of w [nb] . x[i] [nb]. pf > 0: every line of the
+// stream is prefetched in two passes, pf * 3 / 2 bytes ahead into L2 and pf * 3 / 8 into L1, as
+// the one-row walks do (quant_prefetch_bytes(); on the Intel Xeon VM two threads decoding the
+// 1.5B Q4_K_M went from 21.5-22.8 tok/s without to 25.0-26.2, 512 / 3072 and 1024 / 2048 bytes
+// measuring alike), by the first tile of a group only: the others find it in cache.
+template <size_t MR>
+void q4_k_tile(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, const BlockQ8_K *const *x, size_t nb,
+               size_t pf) {
+    const __m512i lo4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ4_K &wb = w[b];
+        const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
+        if (pf)
+            for (size_t off = 0; off < offsetof(x16::BlockQ4_K, qs); off += 64) {
+                _mm_prefetch(far + off, _MM_HINT_T1);
+                _mm_prefetch(near + off, _MM_HINT_T0);
+            }
+        __m512 sb[MR];  // sum over sub-blocks of scale * integer sum, per row
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm512_setzero_ps();
+        for (size_t p = 0; p < 4; p++) {
+            __m512i s0[MR], s1[MR];  // sub-blocks 2p (low nibbles) and 2p + 1 (high)
+            for (size_t i = 0; i < MR; i++) s0[i] = s1[i] = _mm512_setzero_si512();
+            for (size_t c = 0; c < 8; c++) {
+                if (pf) {
+                    const size_t off = offsetof(x16::BlockQ4_K, qs) + (8 * p + c) * 64;
+                    _mm_prefetch(far + off, _MM_HINT_T1);
+                    _mm_prefetch(near + off, _MM_HINT_T0);
+                }
+                const __m512i v = _mm512_load_si512(wb.qs[p][c]);
+                const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
+                for (size_t i = 0; i < MR; i++) {
+                    s0[i] = _mm512_dpbusd_epi32(s0[i], lo, bcast4(x[i][b].qs + 64 * p + 4 * c));
+                    s1[i] = _mm512_dpbusd_epi32(s1[i], hi, bcast4(x[i][b].qs + 64 * p + 32 + 4 * c));
+                }
+            }
+            const __m512 c0 = u8x16(wb.sc[2 * p]), c1 = u8x16(wb.sc[2 * p + 1]);
+            for (size_t i = 0; i < MR; i++) {
+                sb[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0[i]), c0, sb[i]);
+                sb[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s1[i]), c1, sb[i]);
+            }
+        }
+        __m512 mins[MR];  // sum over sub-blocks of min * d_x * sum(x)
+        for (size_t i = 0; i < MR; i++) mins[i] = _mm512_setzero_ps();
+        for (size_t j = 0; j < 8; j++) {
+            const __m512 mj = u8x16(wb.mn[j]);
+            for (size_t i = 0; i < MR; i++) mins[i] = _mm512_fmadd_ps(mj, _mm512_set1_ps(x[i][b].dsums[j]), mins[i]);
+        }
+        const __m512 d = f16x16(wb.d), dmin = f16x16(wb.dmin);
+        for (size_t i = 0; i < MR; i++) {
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(sb[i], d), _mm512_set1_ps(x[i][b].d), acc[i]);
+            acc[i] = _mm512_fnmadd_ps(mins[i], dmin, acc[i]);
+        }
+    }
+    const __mmask16 keep = __mmask16((1u << rows) - 1);
+    for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
+}
+
+template <size_t MR>
+void q4_k_tiles(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, const std::byte *xq,
+                size_t xq_stride, size_t m, size_t nb, size_t pf) {
+    for (size_t i0 = 0; i0 < m; i0 += MR) {
+        const size_t mr = m - i0 < MR ? m - i0 : MR;
+        const BlockQ8_K *x[MR];
+        for (size_t i = 0; i < MR; i++)
+            x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i < mr ? i : mr - 1)) * xq_stride);
+        float *o = out + i0 * ldo;
+        const size_t p = i0 == 0 ? pf : 0;
+        switch (mr) {
+        case 1: q4_k_tile<1>(o, ldo, w, rows, x, nb, p); break;
+        case 2: q4_k_tile<2>(o, ldo, w, rows, x, nb, p); break;
+        case 3: q4_k_tile<3>(o, ldo, w, rows, x, nb, p); break;
+        default: q4_k_tile<MR>(o, ldo, w, rows, x, nb, p); break;
+        }
+    }
+}
+
+}  // namespace
+
+void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
+             size_t xq_stride, size_t m, size_t nb) {
+    if (dt != LLAISYS_DTYPE_Q4_K) return;  // x16::enabled's formats only (no error path in this file)
+    const size_t pf = quant_prefetch_bytes();
+    q4_k_tiles<kMr>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb, pf);
+}
+
+}  // namespace llaisys::ops::cpu::quant_avx512
