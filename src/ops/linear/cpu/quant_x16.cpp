@@ -17,12 +17,13 @@ bool enabled(llaisysDataType_t dt) {
         const char *env = std::getenv("LLAISYS_QUANT_X16");
         return !(env && std::strcmp(env, "0") == 0);
     }();
-    return on && dt == LLAISYS_DTYPE_Q4_K;
+    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K);
 }
 
 size_t block_bytes(llaisysDataType_t dt) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_K: return sizeof(BlockQ4_K);
+    case LLAISYS_DTYPE_Q6_K: return sizeof(BlockQ6_K);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
 }
@@ -60,6 +61,31 @@ void unpack_q4_k(quant::BlockQ4_K *dst, const BlockQ4_K *group, size_t r, size_t
     }
 }
 
+void pack_q6_k(BlockQ6_K *dst, const quant::BlockQ6_K *src, size_t rows, size_t nb) {
+    for (size_t b = 0; b < nb; b++) {
+        BlockQ6_K &x = dst[b];
+        std::memset(&x, 0, sizeof x);
+        for (size_t r = 0; r < rows; r++) {
+            const quant::BlockQ6_K &f = src[r * nb + b];
+            for (size_t w = 0; w < 32; w++) std::memcpy(&x.ql[w][4 * r], f.ql + 4 * w, 4);
+            for (size_t w = 0; w < 16; w++) std::memcpy(&x.qh[w][4 * r], f.qh + 4 * w, 4);
+            for (size_t j = 0; j < 16; j++) x.sc[j][r] = f.scales[j];
+            x.d[r] = f.d;
+        }
+    }
+}
+
+void unpack_q6_k(quant::BlockQ6_K *dst, const BlockQ6_K *group, size_t r, size_t b0, size_t nbk) {
+    for (size_t b = 0; b < nbk; b++) {
+        const BlockQ6_K &x = group[b0 + b];
+        quant::BlockQ6_K &f = dst[b];
+        for (size_t w = 0; w < 32; w++) std::memcpy(f.ql + 4 * w, &x.ql[w][4 * r], 4);
+        for (size_t w = 0; w < 16; w++) std::memcpy(f.qh + 4 * w, &x.qh[w][4 * r], 4);
+        for (size_t j = 0; j < 16; j++) f.scales[j] = x.sc[j][r];
+        f.d = x.d[r];
+    }
+}
+
 }  // namespace
 
 void pack(llaisysDataType_t dt, std::byte *dst, const std::byte *src, size_t rows, size_t nb) {
@@ -67,6 +93,8 @@ void pack(llaisysDataType_t dt, std::byte *dst, const std::byte *src, size_t row
     switch (dt) {
     case LLAISYS_DTYPE_Q4_K:
         return pack_q4_k(reinterpret_cast<BlockQ4_K *>(dst), reinterpret_cast<const quant::BlockQ4_K *>(src), rows, nb);
+    case LLAISYS_DTYPE_Q6_K:
+        return pack_q6_k(reinterpret_cast<BlockQ6_K *>(dst), reinterpret_cast<const quant::BlockQ6_K *>(src), rows, nb);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
 }
@@ -76,6 +104,9 @@ void unpack_row(llaisysDataType_t dt, std::byte *dst, const std::byte *group, si
     case LLAISYS_DTYPE_Q4_K:
         return unpack_q4_k(reinterpret_cast<quant::BlockQ4_K *>(dst), reinterpret_cast<const BlockQ4_K *>(group), lane,
                            b0, nbk);
+    case LLAISYS_DTYPE_Q6_K:
+        return unpack_q6_k(reinterpret_cast<quant::BlockQ6_K *>(dst), reinterpret_cast<const BlockQ6_K *>(group), lane,
+                           b0, nbk);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
 }
@@ -83,36 +114,66 @@ void unpack_row(llaisysDataType_t dt, std::byte *dst, const std::byte *group, si
 }  // namespace x16
 
 namespace quant_scalar {
+namespace {
 
-// The same sums as the SIMD kernels, lane by lane: per sub-block the exact integer dot product,
-// scaled in f32.
-void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
-             size_t xq_stride, size_t m, size_t nb) {
-    LLAISYS_CHECK(dt == LLAISYS_DTYPE_Q4_K, LLAISYS_STATUS_INTERNAL, "x16: no kernel for ", dtype_name(dt));
-    const auto *w = reinterpret_cast<const x16::BlockQ4_K *>(group);
+// Lane r of an x16 block against one activation block: per sub-block the exact integer dot
+// product, scaled in f32, as the SIMD kernels sum it.
+float lane_dot(const x16::BlockQ4_K &w, size_t r, const BlockQ8_K &x) {
+    int32_t s[8] = {};  // per sub-block of 32
+    for (size_t p = 0; p < 4; p++)
+        for (size_t c = 0; c < 8; c++)
+            for (size_t t = 0; t < 4; t++) {
+                const uint8_t q = w.qs[p][c][4 * r + t];
+                s[2 * p] += int32_t(q & 0x0F) * x.qs[64 * p + 4 * c + t];
+                s[2 * p + 1] += int32_t(q >> 4) * x.qs[64 * p + 32 + 4 * c + t];
+            }
+    float sum = 0.0f, mins = 0.0f;
+    for (size_t j = 0; j < 8; j++) {
+        sum += float(s[j]) * float(w.sc[j][r]);
+        mins += float(w.mn[j][r]) * x.dsums[j];
+    }
+    return sum * to_f32(w.d[r]) * x.d - mins * to_f32(w.dmin[r]);
+}
+
+float lane_dot(const x16::BlockQ6_K &w, size_t r, const BlockQ8_K &x) {
+    int32_t s[16];  // per sub-block of 16, with the -32 offset: -32 sum(x)
+    for (size_t j = 0; j < 16; j++) s[j] = -32 * x.bsums[j];
+    for (size_t h = 0; h < 2; h++)          // half of 128
+        for (size_t t = 0; t < 4; t++)      // quarter of it: ql low / high nibbles, qh bits 2 t
+            for (size_t l = 0; l < 32; l++) {  // element 128 h + 32 t + l
+                const size_t lb = 64 * h + 32 * (t & 1) + l, hb = 32 * h + l;
+                const int lo = (w.ql[lb / 4][4 * r + lb % 4] >> (4 * (t / 2))) & 0x0F;
+                const int hi = (w.qh[hb / 4][4 * r + hb % 4] >> (2 * t)) & 0x03;
+                s[8 * h + 2 * t + l / 16] += (lo | hi << 4) * x.qs[128 * h + 32 * t + l];
+            }
+    float sum = 0.0f;
+    for (size_t j = 0; j < 16; j++) sum += float(s[j]) * float(w.sc[j][r]);
+    return sum * to_f32(w.d[r]) * x.d;
+}
+
+template <class W>
+void dot(float *out, size_t ldo, const W *w, size_t rows, const std::byte *xq, size_t xq_stride, size_t m,
+         size_t nb) {
     for (size_t i = 0; i < m; i++) {
         const auto *x = reinterpret_cast<const BlockQ8_K *>(xq + i * xq_stride);  // [nb]
         for (size_t r = 0; r < rows; r++) {
             float acc = 0.0f;
-            for (size_t b = 0; b < nb; b++) {
-                const x16::BlockQ4_K &wb = w[b];
-                int32_t s[8] = {};  // per sub-block
-                for (size_t p = 0; p < 4; p++)
-                    for (size_t c = 0; c < 8; c++)
-                        for (size_t t = 0; t < 4; t++) {
-                            const uint8_t q = wb.qs[p][c][4 * r + t];
-                            s[2 * p] += int32_t(q & 0x0F) * x[b].qs[64 * p + 4 * c + t];
-                            s[2 * p + 1] += int32_t(q >> 4) * x[b].qs[64 * p + 32 + 4 * c + t];
-                        }
-                float sum = 0.0f, mins = 0.0f;
-                for (size_t j = 0; j < 8; j++) {
-                    sum += float(s[j]) * float(wb.sc[j][r]);
-                    mins += float(wb.mn[j][r]) * x[b].dsums[j];
-                }
-                acc += sum * to_f32(wb.d[r]) * x[b].d - mins * to_f32(wb.dmin[r]);
-            }
+            for (size_t b = 0; b < nb; b++) acc += lane_dot(w[b], r, x[b]);
             out[i * ldo + r] = acc;
         }
+    }
+}
+
+}  // namespace
+
+void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
+             size_t xq_stride, size_t m, size_t nb) {
+    switch (dt) {
+    case LLAISYS_DTYPE_Q4_K:
+        return dot(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb);
+    case LLAISYS_DTYPE_Q6_K:
+        return dot(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride, m, nb);
+    default: fail(LLAISYS_STATUS_INTERNAL, "x16: no kernel for ", dtype_name(dt));
     }
 }
 

@@ -19,6 +19,11 @@
 //     u8   sc[8][16], mn[8][16]          sub-block j's 6-bit scale and min of row r
 //     u8   qs[4][8][64]                  qs[p][c][4 r + i] = the file's qs[32 p + 4 c + i] of row r:
 //                                        low nibble element 64 p + 4 c + i, high nibble + 32
+//   Q6_K (3392 bytes; 16 x 210 = 3360 in the file, padded to whole cache lines)
+//     u8   ql[32][64]                    ql[w][4 r + i] = the file's ql[4 w + i] of row r
+//     u8   qh[16][64]                    qh[w][4 r + i] = the file's qh[4 w + i] of row r
+//     i8   sc[16][16]                    sub-block j's scale of row r
+//     fp16 d[16]                         row r's d
 //
 // pack and unpack_row are exact inverses on any bytes (the file's block is rebuilt bit for bit),
 // so the float path, the AMX tiles and the embedding rows read x16 segments through unpack_row
@@ -41,6 +46,15 @@ struct BlockQ4_K {
     uint8_t qs[4][8][4 * kRows];
 };
 static_assert(sizeof(BlockQ4_K) == 2368 && sizeof(BlockQ4_K) % 64 == 0);
+
+struct BlockQ6_K {
+    uint8_t ql[32][4 * kRows];
+    uint8_t qh[16][4 * kRows];
+    int8_t sc[16][kRows];
+    fp16_t d[kRows];
+    uint8_t pad[32];
+};
+static_assert(sizeof(BlockQ6_K) == 3392 && sizeof(BlockQ6_K) % 64 == 0);
 
 // Whether QuantWeight repacks rows of dtype dt (LLAISYS_QUANT_X16=0, read once, turns it off for
 // every format: the file's layout and its kernels, for A/B runs and tests).

@@ -72,20 +72,83 @@ void q4_k_half(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t h, size_t
     }
 }
 
+// Q6_K: quarter T of a half, 4 k of 8 rows (quant_x16_avx512.cpp's q6_quarter).
+template <int T>
+inline __m256i q6_quarter(__m256i ql, __m256i qh) {
+    const __m256i lo = T < 2 ? ql : _mm256_srli_epi16(ql, 4);
+    const __m256i hi = T == 0 ? _mm256_slli_epi16(qh, 4)
+                       : T == 1 ? _mm256_slli_epi16(qh, 2)
+                       : T == 2 ? qh
+                                : _mm256_srli_epi16(qh, 2);
+    return _mm256_or_si256(_mm256_and_si256(lo, _mm256_set1_epi8(0x0F)), _mm256_and_si256(hi, _mm256_set1_epi8(0x30)));
+}
+
+template <int T, size_t MR>
+inline void q6_k_quarter(const x16::BlockQ6_K &wb, size_t h8, size_t h, const BlockQ8_K *const *x, size_t b,
+                         __m256 *sb) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (size_t half = 0; half < 2; half++) {
+        const size_t j = 8 * h + 2 * T + half;
+        __m256i s[MR];  // int32, the -32 offset first
+        for (size_t i = 0; i < MR; i++) s[i] = _mm256_set1_epi32(-32 * x[i][b].bsums[j]);
+        for (size_t c = 4 * half; c < 4 * half + 4; c++) {
+            const auto *ql = reinterpret_cast<const __m256i *>(wb.ql[16 * h + 8 * (T & 1) + c] + 32 * h8);
+            const auto *qh = reinterpret_cast<const __m256i *>(wb.qh[8 * h + c] + 32 * h8);
+            const __m256i q = q6_quarter<T>(_mm256_load_si256(ql), _mm256_load_si256(qh));
+            for (size_t i = 0; i < MR; i++)  // pairs of 63 x 127 fit int16
+                s[i] = _mm256_add_epi32(
+                    s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, bcast4(x[i][b].qs + 128 * h + 32 * T + 4 * c)), ones));
+        }
+        const __m256 sc = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i *>(wb.sc[j] + 8 * h8))));
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), sc, sb[i]);
+    }
+}
+
+template <size_t MR>
+void q6_k_half(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t h8, size_t rows, const BlockQ8_K *const *x,
+               size_t nb) {
+    __m256 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ6_K &wb = w[b];
+        __m256 sb[MR];
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm256_setzero_ps();
+        for (size_t h = 0; h < 2; h++) {
+            q6_k_quarter<0, MR>(wb, h8, h, x, b, sb);
+            q6_k_quarter<1, MR>(wb, h8, h, x, b, sb);
+            q6_k_quarter<2, MR>(wb, h8, h, x, b, sb);
+            q6_k_quarter<3, MR>(wb, h8, h, x, b, sb);
+        }
+        const __m256 d = f16x8(wb.d + 8 * h8);
+        for (size_t i = 0; i < MR; i++) acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(sb[i], d), _mm256_set1_ps(x[i][b].d), acc[i]);
+    }
+    for (size_t i = 0; i < MR; i++) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[i]);
+        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
+    }
+}
+
 }  // namespace
 
 void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
              size_t xq_stride, size_t m, size_t nb) {
-    if (dt != LLAISYS_DTYPE_Q4_K) return;  // x16::enabled's formats only (no error path in this file)
-    const auto *w = reinterpret_cast<const x16::BlockQ4_K *>(group);
+    // (x16::enabled's formats only: no error path in this file)
     for (size_t h = 0; h * 8 < rows; h++) {
         const size_t hr = rows - 8 * h < 8 ? rows - 8 * h : 8;
         for (size_t i0 = 0; i0 < m; i0 += kMr) {
             const BlockQ8_K *x[kMr];
             for (size_t i = 0; i < kMr; i++)
                 x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i0 + i < m ? i : 0)) * xq_stride);
-            if (m - i0 >= 2) q4_k_half<2>(out + i0 * ldo + 8 * h, ldo, w, h, hr, x, nb);
-            else q4_k_half<1>(out + i0 * ldo + 8 * h, ldo, w, h, hr, x, nb);
+            float *o = out + i0 * ldo + 8 * h;
+            const bool two = m - i0 >= 2;
+            if (dt == LLAISYS_DTYPE_Q4_K) {
+                const auto *w = reinterpret_cast<const x16::BlockQ4_K *>(group);
+                two ? q4_k_half<2>(o, ldo, w, h, hr, x, nb) : q4_k_half<1>(o, ldo, w, h, hr, x, nb);
+            } else if (dt == LLAISYS_DTYPE_Q6_K) {
+                const auto *w = reinterpret_cast<const x16::BlockQ6_K *>(group);
+                two ? q6_k_half<2>(o, ldo, w, h, hr, x, nb) : q6_k_half<1>(o, ldo, w, h, hr, x, nb);
+            }
         }
     }
 }

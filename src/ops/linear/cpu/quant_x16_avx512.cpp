@@ -94,9 +94,73 @@ void q4_k_tile(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, con
     for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
 }
 
+// Q6_K: quarter T of a half, 4 k of 16 rows, from its ql word (low nibbles for T < 2, high
+// for T >= 2) and its qh word (bits 2 T): (nibble) | (2 bits << 4), one select (vpternlogd).
+template <int T>
+inline __m512i q6_quarter(__m512i ql, __m512i qh) {
+    const __m512i lo = T < 2 ? ql : _mm512_srli_epi16(ql, 4);
+    const __m512i hi = T == 0 ? _mm512_slli_epi16(qh, 4)
+                       : T == 1 ? _mm512_slli_epi16(qh, 2)
+                       : T == 2 ? qh
+                                : _mm512_srli_epi16(qh, 2);
+    // bits 0-3 from lo, 4-5 from hi, 6-7 zero: select(0x0F ? lo : hi & 0x30)
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), lo, _mm512_and_si512(hi, _mm512_set1_epi8(0x30)), 0xCA);
+}
+
+// Quarter T of half h of a Q6_K x16 block: its two sub-blocks of 16 into sb (scale * sum).
+template <int T, size_t MR>
+inline void q6_k_quarter(const x16::BlockQ6_K &wb, size_t h, const BlockQ8_K *const *x, size_t b, __m512 *sb,
+                         const char *near, const char *far) {
+    for (size_t half = 0; half < 2; half++) {  // elements l = 16 half .. 16 half + 15: sub-block 8 h + 2 T + half
+        const size_t j = 8 * h + 2 * T + half;
+        if (near) {  // 64 iterations a block, 53 lines: the first 53 prefetch one each
+            const size_t line = 8 * (4 * h + T) + 4 * half;
+            for (size_t l = line; l < line + 4 && l < sizeof(x16::BlockQ6_K) / 64; l++) {
+                _mm_prefetch(far + 64 * l, _MM_HINT_T1);
+                _mm_prefetch(near + 64 * l, _MM_HINT_T0);
+            }
+        }
+        __m512i s[MR];  // the -32 offset first: -32 sum(x) of the sub-block
+        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(-32 * x[i][b].bsums[j]);
+        for (size_t c = 4 * half; c < 4 * half + 4; c++) {
+            const __m512i q = q6_quarter<T>(_mm512_load_si512(wb.ql[16 * h + 8 * (T & 1) + c]),
+                                            _mm512_load_si512(wb.qh[8 * h + c]));
+            for (size_t i = 0; i < MR; i++)
+                s[i] = _mm512_dpbusd_epi32(s[i], q, bcast4(x[i][b].qs + 128 * h + 32 * T + 4 * c));
+        }
+        const __m512 sc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(wb.sc[j]))));
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), sc, sb[i]);
+    }
+}
+
 template <size_t MR>
-void q4_k_tiles(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, const std::byte *xq,
-                size_t xq_stride, size_t m, size_t nb, size_t pf) {
+void q6_k_tile(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t rows, const BlockQ8_K *const *x, size_t nb,
+               size_t pf) {
+    __m512 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ6_K &wb = w[b];
+        const char *near = pf ? reinterpret_cast<const char *>(&wb) + pf * 3 / 8 : nullptr;
+        const char *far = pf ? near + pf * 9 / 8 : nullptr;
+        __m512 sb[MR];
+        for (size_t i = 0; i < MR; i++) sb[i] = _mm512_setzero_ps();
+        for (size_t h = 0; h < 2; h++) {
+            q6_k_quarter<0, MR>(wb, h, x, b, sb, near, far);
+            q6_k_quarter<1, MR>(wb, h, x, b, sb, near, far);
+            q6_k_quarter<2, MR>(wb, h, x, b, sb, near, far);
+            q6_k_quarter<3, MR>(wb, h, x, b, sb, near, far);
+        }
+        const __m512 d = f16x16(wb.d);
+        for (size_t i = 0; i < MR; i++) acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(sb[i], d), _mm512_set1_ps(x[i][b].d), acc[i]);
+    }
+    const __mmask16 keep = __mmask16((1u << rows) - 1);
+    for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
+}
+
+// Every activation row over one group, MR at a time (Tile<MR'> for the last m % MR).
+template <size_t MR, class W, template <size_t> class Tile>
+void tiles(float *out, size_t ldo, const W *w, size_t rows, const std::byte *xq, size_t xq_stride, size_t m,
+           size_t nb, size_t pf) {
     for (size_t i0 = 0; i0 < m; i0 += MR) {
         const size_t mr = m - i0 < MR ? m - i0 : MR;
         const BlockQ8_K *x[MR];
@@ -104,22 +168,39 @@ void q4_k_tiles(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, co
             x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i < mr ? i : mr - 1)) * xq_stride);
         float *o = out + i0 * ldo;
         const size_t p = i0 == 0 ? pf : 0;
-        switch (mr) {
-        case 1: q4_k_tile<1>(o, ldo, w, rows, x, nb, p); break;
-        case 2: q4_k_tile<2>(o, ldo, w, rows, x, nb, p); break;
-        case 3: q4_k_tile<3>(o, ldo, w, rows, x, nb, p); break;
-        default: q4_k_tile<MR>(o, ldo, w, rows, x, nb, p); break;
-        }
+        if (mr == MR) Tile<MR>::run(o, ldo, w, rows, x, nb, p);
+        else if (mr == 1) Tile<1>::run(o, ldo, w, rows, x, nb, p);
+        else if (MR > 2 && mr == 2) Tile<(MR > 2 ? 2 : 1)>::run(o, ldo, w, rows, x, nb, p);
+        else Tile<(MR > 3 ? 3 : 1)>::run(o, ldo, w, rows, x, nb, p);
     }
 }
+
+template <size_t MR>
+struct Q4K {
+    static void run(float *o, size_t ldo, const x16::BlockQ4_K *w, size_t rows, const BlockQ8_K *const *x, size_t nb,
+                    size_t pf) {
+        q4_k_tile<MR>(o, ldo, w, rows, x, nb, pf);
+    }
+};
+template <size_t MR>
+struct Q6K {
+    static void run(float *o, size_t ldo, const x16::BlockQ6_K *w, size_t rows, const BlockQ8_K *const *x, size_t nb,
+                    size_t pf) {
+        q6_k_tile<MR>(o, ldo, w, rows, x, nb, pf);
+    }
+};
 
 }  // namespace
 
 void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
              size_t xq_stride, size_t m, size_t nb) {
-    if (dt != LLAISYS_DTYPE_Q4_K) return;  // x16::enabled's formats only (no error path in this file)
     const size_t pf = quant_prefetch_bytes();
-    q4_k_tiles<kMr>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb, pf);
+    if (dt == LLAISYS_DTYPE_Q4_K)
+        tiles<kMr, x16::BlockQ4_K, Q4K>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride,
+                                        m, nb, pf);
+    else if (dt == LLAISYS_DTYPE_Q6_K)  // (x16::enabled's formats only: no error path in this file)
+        tiles<kMr, x16::BlockQ6_K, Q6K>(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride,
+                                        m, nb, pf);
 }
 
 }  // namespace llaisys::ops::cpu::quant_avx512
