@@ -239,7 +239,7 @@ def test_bias_and_activation_dtypes(fmt, act):
 
 
 # Formats a packed handle repacks 16 rows at a time (src/ops/linear/cpu/quant_x16.hpp).
-X16_FORMATS = {"q4_k", "q6_k"}
+X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

@@ -17,13 +17,16 @@ bool enabled(llaisysDataType_t dt) {
         const char *env = std::getenv("LLAISYS_QUANT_X16");
         return !(env && std::strcmp(env, "0") == 0);
     }();
-    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K);
+    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K || dt == LLAISYS_DTYPE_Q8_0 ||
+                  dt == LLAISYS_DTYPE_Q5_0);
 }
 
 size_t block_bytes(llaisysDataType_t dt) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_K: return sizeof(BlockQ4_K);
     case LLAISYS_DTYPE_Q6_K: return sizeof(BlockQ6_K);
+    case LLAISYS_DTYPE_Q8_0: return sizeof(BlockQ8_0);
+    case LLAISYS_DTYPE_Q5_0: return sizeof(BlockQ5_0);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
 }
@@ -86,6 +89,53 @@ void unpack_q6_k(quant::BlockQ6_K *dst, const BlockQ6_K *group, size_t r, size_t
     }
 }
 
+void pack_q8_0(BlockQ8_0 *dst, const quant::BlockQ8_0 *src, size_t rows, size_t nb) {
+    for (size_t b = 0; b < nb; b++) {
+        BlockQ8_0 &x = dst[b];
+        std::memset(&x, 0, sizeof x);
+        for (size_t r = 0; r < rows; r++) {
+            const quant::BlockQ8_0 &f = src[r * nb + b];
+            for (size_t e = 0; e < 32; e++) x.qs[e / 4][4 * r + e % 4] = uint8_t(f.qs[e]) ^ 0x80;
+            x.d[r] = f.d;
+        }
+    }
+}
+
+void unpack_q8_0(quant::BlockQ8_0 *dst, const BlockQ8_0 *group, size_t r, size_t b0, size_t nbk) {
+    for (size_t b = 0; b < nbk; b++) {
+        const BlockQ8_0 &x = group[b0 + b];
+        for (size_t e = 0; e < 32; e++) dst[b].qs[e] = int8_t(x.qs[e / 4][4 * r + e % 4] ^ 0x80);
+        dst[b].d = x.d[r];
+    }
+}
+
+void pack_q5_0(BlockQ5_0 *dst, const quant::BlockQ5_0 *src, size_t rows, size_t nb) {
+    for (size_t b = 0; b < nb; b++) {
+        BlockQ5_0 &x = dst[b];
+        std::memset(&x, 0, sizeof x);
+        for (size_t r = 0; r < rows; r++) {
+            const quant::BlockQ5_0 &f = src[r * nb + b];
+            for (size_t w = 0; w < 4; w++) std::memcpy(&x.qs[w][4 * r], f.qs + 4 * w, 4);
+            uint32_t qh;
+            std::memcpy(&qh, f.qh, 4);
+            for (size_t e = 0; e < 32; e++) x.qh[4 * r + e % 4] |= uint8_t(((qh >> e) & 1) << (e / 4));
+            x.d[r] = f.d;
+        }
+    }
+}
+
+void unpack_q5_0(quant::BlockQ5_0 *dst, const BlockQ5_0 *group, size_t r, size_t b0, size_t nbk) {
+    for (size_t b = 0; b < nbk; b++) {
+        const BlockQ5_0 &x = group[b0 + b];
+        quant::BlockQ5_0 &f = dst[b];
+        for (size_t w = 0; w < 4; w++) std::memcpy(f.qs + 4 * w, &x.qs[w][4 * r], 4);
+        uint32_t qh = 0;
+        for (size_t e = 0; e < 32; e++) qh |= uint32_t((x.qh[4 * r + e % 4] >> (e / 4)) & 1) << e;
+        std::memcpy(f.qh, &qh, 4);
+        f.d = x.d[r];
+    }
+}
+
 }  // namespace
 
 void pack(llaisysDataType_t dt, std::byte *dst, const std::byte *src, size_t rows, size_t nb) {
@@ -95,6 +145,10 @@ void pack(llaisysDataType_t dt, std::byte *dst, const std::byte *src, size_t row
         return pack_q4_k(reinterpret_cast<BlockQ4_K *>(dst), reinterpret_cast<const quant::BlockQ4_K *>(src), rows, nb);
     case LLAISYS_DTYPE_Q6_K:
         return pack_q6_k(reinterpret_cast<BlockQ6_K *>(dst), reinterpret_cast<const quant::BlockQ6_K *>(src), rows, nb);
+    case LLAISYS_DTYPE_Q8_0:
+        return pack_q8_0(reinterpret_cast<BlockQ8_0 *>(dst), reinterpret_cast<const quant::BlockQ8_0 *>(src), rows, nb);
+    case LLAISYS_DTYPE_Q5_0:
+        return pack_q5_0(reinterpret_cast<BlockQ5_0 *>(dst), reinterpret_cast<const quant::BlockQ5_0 *>(src), rows, nb);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
 }
@@ -106,6 +160,12 @@ void unpack_row(llaisysDataType_t dt, std::byte *dst, const std::byte *group, si
                            b0, nbk);
     case LLAISYS_DTYPE_Q6_K:
         return unpack_q6_k(reinterpret_cast<quant::BlockQ6_K *>(dst), reinterpret_cast<const BlockQ6_K *>(group), lane,
+                           b0, nbk);
+    case LLAISYS_DTYPE_Q8_0:
+        return unpack_q8_0(reinterpret_cast<quant::BlockQ8_0 *>(dst), reinterpret_cast<const BlockQ8_0 *>(group), lane,
+                           b0, nbk);
+    case LLAISYS_DTYPE_Q5_0:
+        return unpack_q5_0(reinterpret_cast<quant::BlockQ5_0 *>(dst), reinterpret_cast<const BlockQ5_0 *>(group), lane,
                            b0, nbk);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no repacked layout for ", dtype_name(dt));
     }
@@ -151,11 +211,27 @@ float lane_dot(const x16::BlockQ6_K &w, size_t r, const BlockQ8_K &x) {
     return sum * to_f32(w.d[r]) * x.d;
 }
 
-template <class W>
+float lane_dot(const x16::BlockQ8_0 &w, size_t r, const BlockQ8_32 &x) {
+    int32_t s = -128 * x.sum;  // the stored bytes are q + 128
+    for (size_t e = 0; e < 32; e++) s += int32_t(w.qs[e / 4][4 * r + e % 4]) * x.qs[e];
+    return float(s) * (to_f32(w.d[r]) * x.d);
+}
+
+float lane_dot(const x16::BlockQ5_0 &w, size_t r, const BlockQ8_32 &x) {
+    int32_t s = -16 * x.sum;  // the -16 offset
+    for (size_t e = 0; e < 32; e++) {
+        const int lo = (w.qs[e % 16 / 4][4 * r + e % 4] >> (4 * (e / 16))) & 0x0F;
+        const int hi = (w.qh[4 * r + e % 4] >> (e / 4)) & 1;
+        s += (lo | hi << 4) * x.qs[e];
+    }
+    return float(s) * (to_f32(w.d[r]) * x.d);
+}
+
+template <class X, class W>
 void dot(float *out, size_t ldo, const W *w, size_t rows, const std::byte *xq, size_t xq_stride, size_t m,
          size_t nb) {
     for (size_t i = 0; i < m; i++) {
-        const auto *x = reinterpret_cast<const BlockQ8_K *>(xq + i * xq_stride);  // [nb]
+        const auto *x = reinterpret_cast<const X *>(xq + i * xq_stride);  // [nb]
         for (size_t r = 0; r < rows; r++) {
             float acc = 0.0f;
             for (size_t b = 0; b < nb; b++) acc += lane_dot(w[b], r, x[b]);
@@ -170,9 +246,13 @@ void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *grou
              size_t xq_stride, size_t m, size_t nb) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_K:
-        return dot(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb);
+        return dot<BlockQ8_K>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb);
     case LLAISYS_DTYPE_Q6_K:
-        return dot(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride, m, nb);
+        return dot<BlockQ8_K>(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride, m, nb);
+    case LLAISYS_DTYPE_Q8_0:
+        return dot<BlockQ8_32>(out, ldo, reinterpret_cast<const x16::BlockQ8_0 *>(group), rows, xq, xq_stride, m, nb);
+    case LLAISYS_DTYPE_Q5_0:
+        return dot<BlockQ8_32>(out, ldo, reinterpret_cast<const x16::BlockQ5_0 *>(group), rows, xq, xq_stride, m, nb);
     default: fail(LLAISYS_STATUS_INTERNAL, "x16: no kernel for ", dtype_name(dt));
     }
 }

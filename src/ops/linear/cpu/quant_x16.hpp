@@ -25,6 +25,18 @@
 //     i8   sc[16][16]                    sub-block j's scale of row r
 //     fp16 d[16]                         row r's d
 //
+//   Q8_0 (544 bytes, as in the file)
+//     u8   qs[8][64]                     qs[c][4 r + i] = the file's qs[4 c + i] of row r, plus 128
+//                                        (vpdpbusd multiplies unsigned by signed bytes)
+//     fp16 d[16]
+//
+//   Q5_0 (352 bytes, as in the file)
+//     u8   qs[4][64]                     qs[w][4 r + i] = the file's qs[4 w + i] of row r
+//     u8   qh[64]                        bit c of qh[4 r + i] = fifth bit of element 4 c + i of row r
+//     fp16 d[16]
+//
+// (The 32-blocks' x16 blocks are not whole cache lines: their vector loads may cross one.)
+//
 // pack and unpack_row are exact inverses on any bytes (the file's block is rebuilt bit for bit),
 // so the float path, the AMX tiles and the embedding rows read x16 segments through unpack_row
 // with the dequantizers they already have.
@@ -55,6 +67,19 @@ struct BlockQ6_K {
     uint8_t pad[32];
 };
 static_assert(sizeof(BlockQ6_K) == 3392 && sizeof(BlockQ6_K) % 64 == 0);
+
+struct BlockQ8_0 {
+    uint8_t qs[8][4 * kRows];
+    fp16_t d[kRows];
+};
+static_assert(sizeof(BlockQ8_0) == 544);
+
+struct BlockQ5_0 {
+    uint8_t qs[4][4 * kRows];
+    uint8_t qh[4 * kRows];
+    fp16_t d[kRows];
+};
+static_assert(sizeof(BlockQ5_0) == 352);
 
 // Whether QuantWeight repacks rows of dtype dt (LLAISYS_QUANT_X16=0, read once, turns it off for
 // every format: the file's layout and its kernels, for A/B runs and tests).

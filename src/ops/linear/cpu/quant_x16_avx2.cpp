@@ -129,6 +129,72 @@ void q6_k_half(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t h8, size_
     }
 }
 
+// Q8_0: the stored q + 128 back to q, whose sign moves onto x (maddubs multiplies unsigned by
+// signed bytes: 2 x 128 x 127 fits int16).
+template <size_t MR>
+void q8_0_half(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t h8, size_t rows, const BlockQ8_32 *const *x,
+               size_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(char(0x80));
+    __m256 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ8_0 &wb = w[b];
+        __m256i s[MR];
+        for (size_t i = 0; i < MR; i++) s[i] = _mm256_setzero_si256();
+        for (size_t c = 0; c < 8; c++) {
+            const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qs[c] + 32 * h8)), bias);
+            const __m256i qa = _mm256_sign_epi8(q, q);
+            for (size_t i = 0; i < MR; i++)
+                s[i] = _mm256_add_epi32(
+                    s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(bcast4(x[i][b].qs + 4 * c), q)), ones));
+        }
+        const __m256 d = f16x8(wb.d + 8 * h8);
+        for (size_t i = 0; i < MR; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(d, _mm256_set1_ps(x[i][b].d)), acc[i]);
+    }
+    for (size_t i = 0; i < MR; i++) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[i]);
+        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
+    }
+}
+
+template <size_t MR>
+void q5_0_half(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t h8, size_t rows, const BlockQ8_32 *const *x,
+               size_t nb) {
+    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+    __m256 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ5_0 &wb = w[b];
+        __m256i s[MR];  // the -16 offset first
+        for (size_t i = 0; i < MR; i++) s[i] = _mm256_set1_epi32(-16 * x[i][b].sum);
+        const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qh + 32 * h8));
+        for (int c = 0; c < 8; c++) {
+            const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qs[c % 4] + 32 * h8));
+            const __m256i nib = _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), m4);
+            const __m256i hb = c <= 4 ? _mm256_slli_epi16(qh, 4 - c) : _mm256_srli_epi16(qh, c - 4);
+            const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(hb, m10));
+            for (size_t i = 0; i < MR; i++)  // 2 x 31 x 127 fits int16
+                s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, bcast4(x[i][b].qs + 4 * c)), ones));
+        }
+        const __m256 d = f16x8(wb.d + 8 * h8);
+        for (size_t i = 0; i < MR; i++)
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(d, _mm256_set1_ps(x[i][b].d)), acc[i]);
+    }
+    for (size_t i = 0; i < MR; i++) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[i]);
+        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
+    }
+}
+
+// x [kMr]: activation rows i0, i0 + 1, ... of xq (past m: row i0 again), of type X.
+template <class X>
+void rows_of(const std::byte *xq, size_t xq_stride, size_t m, size_t i0, const X **x) {
+    for (size_t i = 0; i < kMr; i++) x[i] = reinterpret_cast<const X *>(xq + (i0 + (i0 + i < m ? i : 0)) * xq_stride);
+}
+
 }  // namespace
 
 void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
@@ -137,17 +203,36 @@ void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *grou
     for (size_t h = 0; h * 8 < rows; h++) {
         const size_t hr = rows - 8 * h < 8 ? rows - 8 * h : 8;
         for (size_t i0 = 0; i0 < m; i0 += kMr) {
-            const BlockQ8_K *x[kMr];
-            for (size_t i = 0; i < kMr; i++)
-                x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i0 + i < m ? i : 0)) * xq_stride);
             float *o = out + i0 * ldo + 8 * h;
             const bool two = m - i0 >= 2;
-            if (dt == LLAISYS_DTYPE_Q4_K) {
+            const BlockQ8_K *xk[kMr];
+            const BlockQ8_32 *x32[kMr];
+            switch (dt) {
+            case LLAISYS_DTYPE_Q4_K: {
                 const auto *w = reinterpret_cast<const x16::BlockQ4_K *>(group);
-                two ? q4_k_half<2>(o, ldo, w, h, hr, x, nb) : q4_k_half<1>(o, ldo, w, h, hr, x, nb);
-            } else if (dt == LLAISYS_DTYPE_Q6_K) {
+                rows_of(xq, xq_stride, m, i0, xk);
+                two ? q4_k_half<2>(o, ldo, w, h, hr, xk, nb) : q4_k_half<1>(o, ldo, w, h, hr, xk, nb);
+                break;
+            }
+            case LLAISYS_DTYPE_Q6_K: {
                 const auto *w = reinterpret_cast<const x16::BlockQ6_K *>(group);
-                two ? q6_k_half<2>(o, ldo, w, h, hr, x, nb) : q6_k_half<1>(o, ldo, w, h, hr, x, nb);
+                rows_of(xq, xq_stride, m, i0, xk);
+                two ? q6_k_half<2>(o, ldo, w, h, hr, xk, nb) : q6_k_half<1>(o, ldo, w, h, hr, xk, nb);
+                break;
+            }
+            case LLAISYS_DTYPE_Q8_0: {
+                const auto *w = reinterpret_cast<const x16::BlockQ8_0 *>(group);
+                rows_of(xq, xq_stride, m, i0, x32);
+                two ? q8_0_half<2>(o, ldo, w, h, hr, x32, nb) : q8_0_half<1>(o, ldo, w, h, hr, x32, nb);
+                break;
+            }
+            case LLAISYS_DTYPE_Q5_0: {
+                const auto *w = reinterpret_cast<const x16::BlockQ5_0 *>(group);
+                rows_of(xq, xq_stride, m, i0, x32);
+                two ? q5_0_half<2>(o, ldo, w, h, hr, x32, nb) : q5_0_half<1>(o, ldo, w, h, hr, x32, nb);
+                break;
+            }
+            default: return;
             }
         }
     }

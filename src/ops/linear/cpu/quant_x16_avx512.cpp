@@ -157,15 +157,93 @@ void q6_k_tile(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t rows, con
     for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
 }
 
+// The 32-blocks: per block the int32 sum starts at the offset (Q8_0's stored bytes are q + 128,
+// Q5_0's quants q + 16: -128 or -16 times sum(x)) and is scaled once.
+template <size_t MR>
+void q8_0_tile(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
+               size_t pf) {
+    __m512 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ8_0 &wb = w[b];
+        if (pf) {
+            const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
+            for (size_t off = 0; off < sizeof wb; off += 64) {
+                _mm_prefetch(far + off, _MM_HINT_T1);
+                _mm_prefetch(near + off, _MM_HINT_T0);
+            }
+        }
+        __m512i s[MR];
+        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(-128 * x[i][b].sum);
+        for (size_t c = 0; c < 8; c++) {
+            const __m512i q = _mm512_loadu_si512(wb.qs[c]);
+            for (size_t i = 0; i < MR; i++) s[i] = _mm512_dpbusd_epi32(s[i], q, bcast4(x[i][b].qs + 4 * c));
+        }
+        const __m512 d = f16x16(wb.d);
+        for (size_t i = 0; i < MR; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), acc[i]);
+    }
+    const __mmask16 keep = __mmask16((1u << rows) - 1);
+    for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
+}
+
+// Q5_0: chunk C's quants, nibble (low for C < 4, high after) | fifth bit (bit C of qh's bytes) << 4.
+template <int C>
+inline __m512i q5_chunk(const x16::BlockQ5_0 &wb, __m512i qh) {
+    const __m512i v = _mm512_loadu_si512(wb.qs[C % 4]);
+    const __m512i nib = C < 4 ? v : _mm512_srli_epi16(v, 4);
+    const __m512i hb = C <= 4 ? _mm512_slli_epi16(qh, 4 - C) : _mm512_srli_epi16(qh, C - 4);
+    return _mm512_ternarylogic_epi32(_mm512_set1_epi8(0x0F), nib, _mm512_and_si512(hb, _mm512_set1_epi8(0x10)), 0xCA);
+}
+
+template <int C, size_t MR>
+inline void q5_step(const x16::BlockQ5_0 &wb, __m512i qh, const BlockQ8_32 *const *x, size_t b, __m512i *s) {
+    const __m512i q = q5_chunk<C>(wb, qh);
+    for (size_t i = 0; i < MR; i++) s[i] = _mm512_dpbusd_epi32(s[i], q, bcast4(x[i][b].qs + 4 * C));
+}
+
+template <size_t MR>
+void q5_0_tile(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
+               size_t pf) {
+    __m512 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const x16::BlockQ5_0 &wb = w[b];
+        if (pf) {
+            const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
+            for (size_t off = 0; off < sizeof wb; off += 64) {
+                _mm_prefetch(far + off, _MM_HINT_T1);
+                _mm_prefetch(near + off, _MM_HINT_T0);
+            }
+        }
+        __m512i s[MR];
+        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(-16 * x[i][b].sum);
+        const __m512i qh = _mm512_loadu_si512(wb.qh);
+        q5_step<0, MR>(wb, qh, x, b, s);
+        q5_step<1, MR>(wb, qh, x, b, s);
+        q5_step<2, MR>(wb, qh, x, b, s);
+        q5_step<3, MR>(wb, qh, x, b, s);
+        q5_step<4, MR>(wb, qh, x, b, s);
+        q5_step<5, MR>(wb, qh, x, b, s);
+        q5_step<6, MR>(wb, qh, x, b, s);
+        q5_step<7, MR>(wb, qh, x, b, s);
+        const __m512 d = f16x16(wb.d);
+        for (size_t i = 0; i < MR; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), acc[i]);
+    }
+    const __mmask16 keep = __mmask16((1u << rows) - 1);
+    for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
+}
+
 // Every activation row over one group, MR at a time (Tile<MR'> for the last m % MR).
-template <size_t MR, class W, template <size_t> class Tile>
+template <size_t MR, class X, class W, template <size_t> class Tile>
 void tiles(float *out, size_t ldo, const W *w, size_t rows, const std::byte *xq, size_t xq_stride, size_t m,
            size_t nb, size_t pf) {
     for (size_t i0 = 0; i0 < m; i0 += MR) {
         const size_t mr = m - i0 < MR ? m - i0 : MR;
-        const BlockQ8_K *x[MR];
+        const X *x[MR];
         for (size_t i = 0; i < MR; i++)
-            x[i] = reinterpret_cast<const BlockQ8_K *>(xq + (i0 + (i < mr ? i : mr - 1)) * xq_stride);
+            x[i] = reinterpret_cast<const X *>(xq + (i0 + (i < mr ? i : mr - 1)) * xq_stride);
         float *o = out + i0 * ldo;
         const size_t p = i0 == 0 ? pf : 0;
         if (mr == MR) Tile<MR>::run(o, ldo, w, rows, x, nb, p);
@@ -183,6 +261,20 @@ struct Q4K {
     }
 };
 template <size_t MR>
+struct Q8_0 {
+    static void run(float *o, size_t ldo, const x16::BlockQ8_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
+                    size_t pf) {
+        q8_0_tile<MR>(o, ldo, w, rows, x, nb, pf);
+    }
+};
+template <size_t MR>
+struct Q5_0 {
+    static void run(float *o, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
+                    size_t pf) {
+        q5_0_tile<MR>(o, ldo, w, rows, x, nb, pf);
+    }
+};
+template <size_t MR>
 struct Q6K {
     static void run(float *o, size_t ldo, const x16::BlockQ6_K *w, size_t rows, const BlockQ8_K *const *x, size_t nb,
                     size_t pf) {
@@ -195,12 +287,21 @@ struct Q6K {
 void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
              size_t xq_stride, size_t m, size_t nb) {
     const size_t pf = quant_prefetch_bytes();
-    if (dt == LLAISYS_DTYPE_Q4_K)
-        tiles<kMr, x16::BlockQ4_K, Q4K>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride,
-                                        m, nb, pf);
-    else if (dt == LLAISYS_DTYPE_Q6_K)  // (x16::enabled's formats only: no error path in this file)
-        tiles<kMr, x16::BlockQ6_K, Q6K>(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride,
-                                        m, nb, pf);
+    switch (dt) {  // (x16::enabled's formats only: no error path in this file)
+    case LLAISYS_DTYPE_Q4_K:
+        return tiles<kMr, BlockQ8_K, x16::BlockQ4_K, Q4K>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group),
+                                                         rows, xq, xq_stride, m, nb, pf);
+    case LLAISYS_DTYPE_Q6_K:
+        return tiles<kMr, BlockQ8_K, x16::BlockQ6_K, Q6K>(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group),
+                                                         rows, xq, xq_stride, m, nb, pf);
+    case LLAISYS_DTYPE_Q8_0:
+        return tiles<kMr, BlockQ8_32, x16::BlockQ8_0, Q8_0>(out, ldo, reinterpret_cast<const x16::BlockQ8_0 *>(group),
+                                                           rows, xq, xq_stride, m, nb, pf);
+    case LLAISYS_DTYPE_Q5_0:
+        return tiles<kMr, BlockQ8_32, x16::BlockQ5_0, Q5_0>(out, ldo, reinterpret_cast<const x16::BlockQ5_0 *>(group),
+                                                           rows, xq, xq_stride, m, nb, pf);
+    default: return;
+    }
 }
 
 }  // namespace llaisys::ops::cpu::quant_avx512
