@@ -79,7 +79,7 @@ void pack_x(float *xp, const float *x, size_t m, size_t k, size_t nr) {
 
 }  // namespace
 
-size_t quant_f32_min_rows(llaisysDataType_t dt) {
+size_t quant_f32_min_rows(llaisysDataType_t dt, bool x16) {
     static const long forced = [] {  // LLAISYS_QUANT_F32_ROWS=<m>, read once; -1 when unset
         const char *env = std::getenv("LLAISYS_QUANT_F32_ROWS");
         char *end = nullptr;
@@ -120,6 +120,19 @@ size_t quant_f32_min_rows(llaisysDataType_t dt) {
     // the dequantization, flat from 4 to 32 rows), gate_up, float path speedup at m = 4 / 8 / 16:
     //   Q4_K 0.33 / 0.66 / 1.35   Q6_K 0.41 / 0.84 / 1.59   Q8_0 0.66 / 1.47 / 2.87
     // and at m = 128 3.5x to 6.2x; int8 grows linearly in m, so the K-quants cross near 12.
+    // Rows in the x16 layout (quant_x16.hpp; Intel Xeon VM, 2026-11-27, 2 threads, one run;
+    // float path speedup over the x16 int8 kernels at m = 16 / 32 / 64 / 128):
+    //   AMX tiles, gate_up:      Q4_K 0.53 / 0.92 / 1.40 / 2.14   Q6_K 0.52 / 1.01 / 1.59 / 1.83
+    //                            Q8_0 0.40 / 0.70 / 1.05 / 1.16   Q5_0 0.39 / 0.75 / 1.12 / 1.39
+    //   AVX-512 VNNI, f32 FMAs:  0.37-0.57 at m = 512 (o; gate_up 0.36-0.61 at 64 and 256): never
+    //   AVX2 (LLAISYS_ISA=avx2 on the same CPU), o: Q4_K 0.56 / 0.72 / 0.73 / 0.79 (0.80 at 512)
+    //       Q6_K 0.73 / 0.93 / 1.09 / 1.14   Q8_0 0.64 / 0.83 / 0.90 / 1.05   Q5_0 0.54 / .. / 0.86 at 512
+    // (A full-width AMD core may differ: not measured.)
+    if (x16) {
+        if (cpu_uses_amx()) return 64;
+        if (cpu_has_avx512_vnni()) return SIZE_MAX;
+        return dt == LLAISYS_DTYPE_Q6_K ? 64 : dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;
+    }
     const bool k_quant = reads_q8k(dt);
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();

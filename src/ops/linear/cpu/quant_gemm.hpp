@@ -14,7 +14,8 @@ namespace llaisys::ops::cpu {
 // LLAISYS_QUANT_F32_ROWS=<m> (read once per process) puts every format's crossover at m: 0
 // forces the float path, a huge value the int8 one (tests and tools/bench_quant_linear.py
 // --crossover use it to run both paths on one shape).
-size_t quant_f32_min_rows(llaisysDataType_t dt);
+// x16: for rows in the x16 layout (quant_x16.hpp), whose int8 kernels hold on far longer.
+size_t quant_f32_min_rows(llaisysDataType_t dt, bool x16 = false);
 
 // out [m, n] f32 = x [m, k] f32 @ W^T (+ bias [n] of float dtype bias_dt when not null), W
 // the row ranges segs [n_segs] as linear_quant_rows takes them (already validated there).

@@ -65,7 +65,6 @@ constexpr bool reads_q8k(llaisysDataType_t dt) {
 namespace quant_scalar {
 LLAISYS_QUANT_DOT_ROWS_DECL;
 LLAISYS_QUANT_DEQUANT_ROWS_DECL;
-LLAISYS_QUANT_DOT_X16_DECL;
 }
 namespace quant_avx2 {
 LLAISYS_QUANT_DOT_ROWS_DECL;

@@ -93,10 +93,8 @@ DotRowsFn dot_rows_fn() {
 using DotX16Fn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, const std::byte *, size_t,
                           size_t, size_t);
 
-DotX16Fn dot_x16_fn() {
-    if (cpu_has_avx512_vnni()) return quant_avx512::dot_x16;
-    if (active_isa() >= Isa::Avx2) return quant_avx2::dot_x16;
-    return quant_scalar::dot_x16;
+DotX16Fn dot_x16_fn() {  // x16 segments exist from AVX2 on (x16::enabled)
+    return cpu_has_avx512_vnni() ? quant_avx512::dot_x16 : quant_avx2::dot_x16;
 }
 
 }  // namespace
@@ -181,7 +179,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
                   dtype_name(bias_dt), " is not f32, f16 or bf16");
     if (m == 0) return;
     size_t f32_from = 0;  // the float path wins from this many rows on, for every segment's dtype
-    for (size_t i = 0; i < n_segs; i++) f32_from = std::max(f32_from, quant_f32_min_rows(segs[i].dt));
+    for (size_t i = 0; i < n_segs; i++) f32_from = std::max(f32_from, quant_f32_min_rows(segs[i].dt, segs[i].x16));
     if (m >= f32_from) {
         linear_quant_f32(out, x, segs, n_segs, n, k, bias, bias_dt, m);
         return;

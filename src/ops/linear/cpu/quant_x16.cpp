@@ -1,21 +1,21 @@
-// x16 groups (quant_x16.hpp): packing, unpacking, and the kernel without SIMD (LLAISYS_ISA=scalar
-// and CPUs without AVX2), the plain-loop reference of quant_x16_avx2.cpp / quant_x16_avx512.cpp.
+// x16 groups (quant_x16.hpp): packing and unpacking. The kernels are quant_x16_avx2.cpp and
+// quant_x16_avx512.cpp; without AVX2 (LLAISYS_ISA=scalar) weights keep the file's layout, whose
+// plain-loop kernels run near the float path's speed where an x16 one ran 4-25x slower.
 #include "quant_x16.hpp"
 
 #include "../../../quant/dequant.hpp"
 #include "../../../utils/error.hpp"
-#include "quant_kernels.hpp"
+#include "../../../utils/cpu_isa.hpp"
 
 #include <cstdlib>
 #include <cstring>
 
-namespace llaisys::ops::cpu {
-namespace x16 {
+namespace llaisys::ops::cpu::x16 {
 
 bool enabled(llaisysDataType_t dt) {
     static const bool on = [] {
         const char *env = std::getenv("LLAISYS_QUANT_X16");
-        return !(env && std::strcmp(env, "0") == 0);
+        return !(env && std::strcmp(env, "0") == 0) && active_isa() >= Isa::Avx2;
     }();
     return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K || dt == LLAISYS_DTYPE_Q8_0 ||
                   dt == LLAISYS_DTYPE_Q5_0);
@@ -104,7 +104,12 @@ void pack_q8_0(BlockQ8_0 *dst, const quant::BlockQ8_0 *src, size_t rows, size_t 
 void unpack_q8_0(quant::BlockQ8_0 *dst, const BlockQ8_0 *group, size_t r, size_t b0, size_t nbk) {
     for (size_t b = 0; b < nbk; b++) {
         const BlockQ8_0 &x = group[b0 + b];
-        for (size_t e = 0; e < 32; e++) dst[b].qs[e] = int8_t(x.qs[e / 4][4 * r + e % 4] ^ 0x80);
+        for (size_t c = 0; c < 8; c++) {  // a word at a time: the float path and the tiles unpack per call
+            uint32_t v;
+            std::memcpy(&v, &x.qs[c][4 * r], 4);
+            v ^= 0x80808080u;
+            std::memcpy(dst[b].qs + 4 * c, &v, 4);
+        }
         dst[b].d = x.d[r];
     }
 }
@@ -129,8 +134,14 @@ void unpack_q5_0(quant::BlockQ5_0 *dst, const BlockQ5_0 *group, size_t r, size_t
         const BlockQ5_0 &x = group[b0 + b];
         quant::BlockQ5_0 &f = dst[b];
         for (size_t w = 0; w < 4; w++) std::memcpy(f.qs + 4 * w, &x.qs[w][4 * r], 4);
-        uint32_t qh = 0;
-        for (size_t e = 0; e < 32; e++) qh |= uint32_t((x.qh[4 * r + e % 4] >> (e / 4)) & 1) << e;
+        uint32_t qh = 0;  // bit c of byte i -> bit 4 c + i: each byte's 8 bits spread to every 4th
+        for (size_t i = 0; i < 4; i++) {
+            uint32_t t = x.qh[4 * r + i];
+            t = (t | t << 12) & 0x000F000Fu;
+            t = (t | t << 6) & 0x03030303u;
+            t = (t | t << 3) & 0x11111111u;
+            qh |= t << i;
+        }
         std::memcpy(f.qh, &qh, 4);
         f.d = x.d[r];
     }
@@ -171,91 +182,4 @@ void unpack_row(llaisysDataType_t dt, std::byte *dst, const std::byte *group, si
     }
 }
 
-}  // namespace x16
-
-namespace quant_scalar {
-namespace {
-
-// Lane r of an x16 block against one activation block: per sub-block the exact integer dot
-// product, scaled in f32, as the SIMD kernels sum it.
-float lane_dot(const x16::BlockQ4_K &w, size_t r, const BlockQ8_K &x) {
-    int32_t s[8] = {};  // per sub-block of 32
-    for (size_t p = 0; p < 4; p++)
-        for (size_t c = 0; c < 8; c++)
-            for (size_t t = 0; t < 4; t++) {
-                const uint8_t q = w.qs[p][c][4 * r + t];
-                s[2 * p] += int32_t(q & 0x0F) * x.qs[64 * p + 4 * c + t];
-                s[2 * p + 1] += int32_t(q >> 4) * x.qs[64 * p + 32 + 4 * c + t];
-            }
-    float sum = 0.0f, mins = 0.0f;
-    for (size_t j = 0; j < 8; j++) {
-        sum += float(s[j]) * float(w.sc[j][r]);
-        mins += float(w.mn[j][r]) * x.dsums[j];
-    }
-    return sum * to_f32(w.d[r]) * x.d - mins * to_f32(w.dmin[r]);
-}
-
-float lane_dot(const x16::BlockQ6_K &w, size_t r, const BlockQ8_K &x) {
-    int32_t s[16];  // per sub-block of 16, with the -32 offset: -32 sum(x)
-    for (size_t j = 0; j < 16; j++) s[j] = -32 * x.bsums[j];
-    for (size_t h = 0; h < 2; h++)          // half of 128
-        for (size_t t = 0; t < 4; t++)      // quarter of it: ql low / high nibbles, qh bits 2 t
-            for (size_t l = 0; l < 32; l++) {  // element 128 h + 32 t + l
-                const size_t lb = 64 * h + 32 * (t & 1) + l, hb = 32 * h + l;
-                const int lo = (w.ql[lb / 4][4 * r + lb % 4] >> (4 * (t / 2))) & 0x0F;
-                const int hi = (w.qh[hb / 4][4 * r + hb % 4] >> (2 * t)) & 0x03;
-                s[8 * h + 2 * t + l / 16] += (lo | hi << 4) * x.qs[128 * h + 32 * t + l];
-            }
-    float sum = 0.0f;
-    for (size_t j = 0; j < 16; j++) sum += float(s[j]) * float(w.sc[j][r]);
-    return sum * to_f32(w.d[r]) * x.d;
-}
-
-float lane_dot(const x16::BlockQ8_0 &w, size_t r, const BlockQ8_32 &x) {
-    int32_t s = -128 * x.sum;  // the stored bytes are q + 128
-    for (size_t e = 0; e < 32; e++) s += int32_t(w.qs[e / 4][4 * r + e % 4]) * x.qs[e];
-    return float(s) * (to_f32(w.d[r]) * x.d);
-}
-
-float lane_dot(const x16::BlockQ5_0 &w, size_t r, const BlockQ8_32 &x) {
-    int32_t s = -16 * x.sum;  // the -16 offset
-    for (size_t e = 0; e < 32; e++) {
-        const int lo = (w.qs[e % 16 / 4][4 * r + e % 4] >> (4 * (e / 16))) & 0x0F;
-        const int hi = (w.qh[4 * r + e % 4] >> (e / 4)) & 1;
-        s += (lo | hi << 4) * x.qs[e];
-    }
-    return float(s) * (to_f32(w.d[r]) * x.d);
-}
-
-template <class X, class W>
-void dot(float *out, size_t ldo, const W *w, size_t rows, const std::byte *xq, size_t xq_stride, size_t m,
-         size_t nb) {
-    for (size_t i = 0; i < m; i++) {
-        const auto *x = reinterpret_cast<const X *>(xq + i * xq_stride);  // [nb]
-        for (size_t r = 0; r < rows; r++) {
-            float acc = 0.0f;
-            for (size_t b = 0; b < nb; b++) acc += lane_dot(w[b], r, x[b]);
-            out[i * ldo + r] = acc;
-        }
-    }
-}
-
-}  // namespace
-
-void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *group, size_t rows, const std::byte *xq,
-             size_t xq_stride, size_t m, size_t nb) {
-    switch (dt) {
-    case LLAISYS_DTYPE_Q4_K:
-        return dot<BlockQ8_K>(out, ldo, reinterpret_cast<const x16::BlockQ4_K *>(group), rows, xq, xq_stride, m, nb);
-    case LLAISYS_DTYPE_Q6_K:
-        return dot<BlockQ8_K>(out, ldo, reinterpret_cast<const x16::BlockQ6_K *>(group), rows, xq, xq_stride, m, nb);
-    case LLAISYS_DTYPE_Q8_0:
-        return dot<BlockQ8_32>(out, ldo, reinterpret_cast<const x16::BlockQ8_0 *>(group), rows, xq, xq_stride, m, nb);
-    case LLAISYS_DTYPE_Q5_0:
-        return dot<BlockQ8_32>(out, ldo, reinterpret_cast<const x16::BlockQ5_0 *>(group), rows, xq, xq_stride, m, nb);
-    default: fail(LLAISYS_STATUS_INTERNAL, "x16: no kernel for ", dtype_name(dt));
-    }
-}
-
-}  // namespace quant_scalar
-}  // namespace llaisys::ops::cpu
+}  // namespace llaisys::ops::cpu::x16
