@@ -451,7 +451,8 @@ def main() -> None:
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
     print(bench_env.describe(report["machine"]), flush=True)
     for name in args.models:
-        model_dir = str(hub.resolve_model(name, quant=args.quant) if args.quant else hub.resolve_model(name))
+        # without --quant the bf16 directory, whatever a bare name resolves to on this CPU (hub.default_quant)
+        model_dir = str(hub.resolve_model(name, quant=args.quant or hub.DEFAULT_QUANT))
         samples = {b: [] for b in args.backends}
         for r in range(args.repeats):
             for b in args.backends:  # alternate: A B C, A B C, ...

@@ -22,6 +22,22 @@ def cpu_amx() -> bool:
     return bool(LIB.llaisysCpuUsesAmx())
 
 
+def cpu_vnni() -> bool:
+    """Whether the quantized weights' int8 kernels run on 512-bit AVX-512 VNNI (vpdpbusd) in this
+    process: the CPU lists avx512_vnni (/proc/cpuinfo) and cpu_isa() is avx512 or avx512bf16
+    (LLAISYS_ISA=avx2 or lower turns it off), as the library decides (cpu_has_avx512_vnni)."""
+    if not cpu_isa().startswith("avx512"):
+        return False
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "avx512_vnni" in line.split(":", 1)[1].split()
+    except OSError:
+        pass
+    return False
+
+
 def amx_built() -> bool:
     """Whether this library was built with the AMX kernel (CMake LLAISYS_AMX): without it
     cpu_amx() is False on every CPU."""

@@ -90,7 +90,9 @@ def test_info(capsys, tmp_path, monkeypatch):
     assert fields["isa"].split()[1] == runtime.cpu_isa()
     assert fields["threads"].split()[1] == str(runtime.num_threads())
     assert fields["amx"].split()[1] == ("yes:" if runtime.cpu_amx() else "no")
-    assert fields["amx"].endswith(f"a bare model name runs {'q4_k_m' if runtime.cpu_amx() else 'bf16'}")
+    assert fields["vnni"].split()[1] == ("yes:" if runtime.cpu_vnni() else "no")
+    quick = runtime.cpu_amx() or runtime.cpu_vnni()
+    assert fields["vnni"].endswith(f"a bare model name runs {'q4_k_m' if quick else 'bf16'}")
     assert fields["models"].split()[1] == str(tmp_path)
     for key in ("python", "cpu", "simd", "devices", "openmp"):
         assert key in fields

@@ -182,26 +182,33 @@ def test_verify_converted(tmp_path, damage):
         hub.verify_converted(tmp_path)
 
 
-DEFAULT_CHILD = "from llaisys import runtime; from llaisys.models import hub; print(runtime.cpu_amx(), hub.default_quant())"
+DEFAULT_CHILD = ("from llaisys import runtime; from llaisys.models import hub; "
+                 "print(runtime.cpu_amx(), runtime.cpu_vnni(), hub.default_quant())")
 
 
-@pytest.mark.parametrize("amx_env", ["0", None])
-def test_default_format_follows_the_amx_path(amx_env):
-    """A bare name runs the Q4_K_M file where the quantized float path runs on AMX tiles, the bf16
-    directory elsewhere (README, "Which format"); LLAISYS_AMX=0 gives the bf16 directory. The AMX
-    choice is made once per process, hence the children."""
+@pytest.mark.parametrize("env_set", [{"LLAISYS_AMX": "0"}, {}, {"LLAISYS_ISA": "avx2"}])
+def test_default_format_follows_the_quantized_kernels(env_set):
+    """A bare name runs the Q4_K_M file where the quantized kernels run on AVX-512 VNNI or AMX,
+    the bf16 directory elsewhere (README, "Which format"); LLAISYS_ISA=avx2 gives the bf16
+    directory, LLAISYS_AMX=0 leaves VNNI deciding. Both are read once per process, hence the
+    children."""
     import os
     import sys
 
-    env = {k: v for k, v in os.environ.items() if k != "LLAISYS_AMX"}
-    if amx_env is not None:
-        env["LLAISYS_AMX"] = amx_env
+    from cpu_features import cpu_flags
+
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_AMX", "LLAISYS_ISA")}
+    env.update(env_set)
     out = subprocess.run([sys.executable, "-c", DEFAULT_CHILD], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    amx, quant = out.stdout.split()
-    assert quant == ("q4_k_m" if amx == "True" else "bf16")
-    if amx_env == "0":
+    amx, vnni, quant = out.stdout.split()
+    assert quant == ("q4_k_m" if "True" in (amx, vnni) else "bf16")
+    if env_set:
         assert amx == "False"
+    if env_set.get("LLAISYS_ISA") == "avx2":
+        assert vnni == "False"
+    else:
+        assert vnni == str("avx512_vnni" in cpu_flags() and "avx512f" in cpu_flags())
 
 
 def test_resolve_model(tmp_path, monkeypatch):

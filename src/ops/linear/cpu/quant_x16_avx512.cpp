@@ -35,6 +35,12 @@ inline __m512i bcast4(const int8_t *p) {
     return _mm512_set1_epi32(v);
 }
 
+// One line of a weight stream, in both passes (q4_k_tile): into L2 from far, into L1 from near.
+inline void prefetch_line(const char *near, const char *far) {
+    _mm_prefetch(far, _MM_HINT_T1);
+    _mm_prefetch(near, _MM_HINT_T0);
+}
+
 // out[i * ldo + r] (r < rows, i < MR) = lane r of w [nb] . x[i] [nb]. pf > 0: every line of the
 // stream is prefetched in two passes, pf * 3 / 2 bytes ahead into L2 and pf * 3 / 8 into L1, as
 // the one-row walks do (quant_prefetch_bytes(); on the Intel Xeon VM two threads decoding the
@@ -51,8 +57,7 @@ void q4_k_tile(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, con
         const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
         if (pf)
             for (size_t off = 0; off < offsetof(x16::BlockQ4_K, qs); off += 64) {
-                _mm_prefetch(far + off, _MM_HINT_T1);
-                _mm_prefetch(near + off, _MM_HINT_T0);
+                prefetch_line(near + off, far + off);
             }
         __m512 sb[MR];  // sum over sub-blocks of scale * integer sum, per row
         for (size_t i = 0; i < MR; i++) sb[i] = _mm512_setzero_ps();
@@ -62,8 +67,7 @@ void q4_k_tile(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t rows, con
             for (size_t c = 0; c < 8; c++) {
                 if (pf) {
                     const size_t off = offsetof(x16::BlockQ4_K, qs) + (8 * p + c) * 64;
-                    _mm_prefetch(far + off, _MM_HINT_T1);
-                    _mm_prefetch(near + off, _MM_HINT_T0);
+                    prefetch_line(near + off, far + off);
                 }
                 const __m512i v = _mm512_load_si512(wb.qs[p][c]);
                 const __m512i lo = _mm512_and_si512(v, lo4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), lo4);
@@ -116,8 +120,7 @@ inline void q6_k_quarter(const x16::BlockQ6_K &wb, size_t h, const BlockQ8_K *co
         if (near) {  // 64 iterations a block, 53 lines: the first 53 prefetch one each
             const size_t line = 8 * (4 * h + T) + 4 * half;
             for (size_t l = line; l < line + 4 && l < sizeof(x16::BlockQ6_K) / 64; l++) {
-                _mm_prefetch(far + 64 * l, _MM_HINT_T1);
-                _mm_prefetch(near + 64 * l, _MM_HINT_T0);
+                prefetch_line(near + 64 * l, far + 64 * l);
             }
         }
         __m512i s[MR];  // the -32 offset first: -32 sum(x) of the sub-block
@@ -169,8 +172,7 @@ void q8_0_tile(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t rows, con
         if (pf) {
             const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
             for (size_t off = 0; off < sizeof wb; off += 64) {
-                _mm_prefetch(far + off, _MM_HINT_T1);
-                _mm_prefetch(near + off, _MM_HINT_T0);
+                prefetch_line(near + off, far + off);
             }
         }
         __m512i s[MR];
@@ -212,8 +214,7 @@ void q5_0_tile(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, con
         if (pf) {
             const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
             for (size_t off = 0; off < sizeof wb; off += 64) {
-                _mm_prefetch(far + off, _MM_HINT_T1);
-                _mm_prefetch(near + off, _MM_HINT_T0);
+                prefetch_line(near + off, far + off);
             }
         }
         __m512i s[MR];
