@@ -25,6 +25,15 @@ inline __m256i bcast4(const int8_t *p) {
     return _mm256_set1_epi32(v);
 }
 
+// out[i * ldo + r] = lane r of acc[i] for r < rows, i < mr.
+inline void store_rows(float *out, size_t ldo, const __m256 *acc, size_t mr, size_t rows) {
+    for (size_t i = 0; i < mr; i++) {
+        alignas(32) float v[8];
+        _mm256_store_ps(v, acc[i]);
+        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
+    }
+}
+
 // out[i * ldo + r] (r < 8 lanes of half h, i < MR) = lane 8 h + r of w [nb] . x[i] [nb].
 template <size_t MR>
 void q4_k_half(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t h, size_t rows, const BlockQ8_K *const *x,
@@ -65,11 +74,7 @@ void q4_k_half(float *out, size_t ldo, const x16::BlockQ4_K *w, size_t h, size_t
             acc[i] = _mm256_fnmadd_ps(mins[i], dmin, acc[i]);
         }
     }
-    for (size_t i = 0; i < MR; i++) {
-        alignas(32) float v[8];
-        _mm256_store_ps(v, acc[i]);
-        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
-    }
+    store_rows(out, ldo, acc, MR, rows);
 }
 
 // Q6_K: quarter T of a half, 4 k of 8 rows (quant_x16_avx512.cpp's q6_quarter).
@@ -122,25 +127,18 @@ void q6_k_half(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t h8, size_
         const __m256 d = f16x8(wb.d + 8 * h8);
         for (size_t i = 0; i < MR; i++) acc[i] = _mm256_fmadd_ps(_mm256_mul_ps(sb[i], d), _mm256_set1_ps(x[i][b].d), acc[i]);
     }
-    for (size_t i = 0; i < MR; i++) {
-        alignas(32) float v[8];
-        _mm256_store_ps(v, acc[i]);
-        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
-    }
+    store_rows(out, ldo, acc, MR, rows);
 }
 
+// The 32-blocks' integer sums of half h8 of one block into s (which start at kOffset sum(x)).
 // Q8_0: the stored q + 128 back to q, whose sign moves onto x (maddubs multiplies unsigned by
-// signed bytes: 2 x 128 x 127 fits int16).
-template <size_t MR>
-void q8_0_half(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t h8, size_t rows, const BlockQ8_32 *const *x,
-               size_t nb) {
-    const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(char(0x80));
-    __m256 acc[MR];
-    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const x16::BlockQ8_0 &wb = w[b];
-        __m256i s[MR];
-        for (size_t i = 0; i < MR; i++) s[i] = _mm256_setzero_si256();
+// signed bytes: 2 x 128 x 127 fits int16), so no offset.
+struct Q8_0Sums {
+    using W = x16::BlockQ8_0;
+    static constexpr int kOffset = 0;
+    template <size_t MR>
+    static void add(const W &wb, size_t h8, const BlockQ8_32 *const *x, size_t b, __m256i *s) {
+        const __m256i ones = _mm256_set1_epi16(1), bias = _mm256_set1_epi8(char(0x80));
         for (size_t c = 0; c < 8; c++) {
             const __m256i q = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qs[c] + 32 * h8)), bias);
             const __m256i qa = _mm256_sign_epi8(q, q);
@@ -148,45 +146,44 @@ void q8_0_half(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t h8, size_
                 s[i] = _mm256_add_epi32(
                     s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(qa, _mm256_sign_epi8(bcast4(x[i][b].qs + 4 * c), q)), ones));
         }
-        const __m256 d = f16x8(wb.d + 8 * h8);
-        for (size_t i = 0; i < MR; i++)
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(d, _mm256_set1_ps(x[i][b].d)), acc[i]);
     }
-    for (size_t i = 0; i < MR; i++) {
-        alignas(32) float v[8];
-        _mm256_store_ps(v, acc[i]);
-        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
-    }
-}
+};
 
-template <size_t MR>
-void q5_0_half(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t h8, size_t rows, const BlockQ8_32 *const *x,
-               size_t nb) {
-    const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
-    __m256 acc[MR];
-    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const x16::BlockQ5_0 &wb = w[b];
-        __m256i s[MR];  // the -16 offset first
-        for (size_t i = 0; i < MR; i++) s[i] = _mm256_set1_epi32(-16 * x[i][b].sum);
+// Q5_0: nibble | fifth bit << 4 as quant_x16_avx512.cpp builds it; 2 x 31 x 127 fits int16.
+struct Q5_0Sums {
+    using W = x16::BlockQ5_0;
+    static constexpr int kOffset = -16;
+    template <size_t MR>
+    static void add(const W &wb, size_t h8, const BlockQ8_32 *const *x, size_t b, __m256i *s) {
+        const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
         const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qh + 32 * h8));
         for (int c = 0; c < 8; c++) {
             const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(wb.qs[c % 4] + 32 * h8));
             const __m256i nib = _mm256_and_si256(c < 4 ? v : _mm256_srli_epi16(v, 4), m4);
             const __m256i hb = c <= 4 ? _mm256_slli_epi16(qh, 4 - c) : _mm256_srli_epi16(qh, c - 4);
             const __m256i q = _mm256_or_si256(nib, _mm256_and_si256(hb, m10));
-            for (size_t i = 0; i < MR; i++)  // 2 x 31 x 127 fits int16
+            for (size_t i = 0; i < MR; i++)
                 s[i] = _mm256_add_epi32(s[i], _mm256_madd_epi16(_mm256_maddubs_epi16(q, bcast4(x[i][b].qs + 4 * c)), ones));
         }
+    }
+};
+
+// A 32-block format's half h8 of a group: per block the int32 sums scaled once.
+template <class Sums, size_t MR>
+void b32_half(float *out, size_t ldo, const typename Sums::W *w, size_t h8, size_t rows, const BlockQ8_32 *const *x,
+              size_t nb) {
+    __m256 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm256_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const typename Sums::W &wb = w[b];
+        __m256i s[MR];
+        for (size_t i = 0; i < MR; i++) s[i] = _mm256_set1_epi32(Sums::kOffset * x[i][b].sum);
+        Sums::template add<MR>(wb, h8, x, b, s);
         const __m256 d = f16x8(wb.d + 8 * h8);
         for (size_t i = 0; i < MR; i++)
             acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i]), _mm256_mul_ps(d, _mm256_set1_ps(x[i][b].d)), acc[i]);
     }
-    for (size_t i = 0; i < MR; i++) {
-        alignas(32) float v[8];
-        _mm256_store_ps(v, acc[i]);
-        for (size_t r = 0; r < rows; r++) out[i * ldo + r] = v[r];
-    }
+    store_rows(out, ldo, acc, MR, rows);
 }
 
 // x [kMr]: activation rows i0, i0 + 1, ... of xq (past m: row i0 again), of type X.
@@ -223,13 +220,13 @@ void dot_x16(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *grou
             case LLAISYS_DTYPE_Q8_0: {
                 const auto *w = reinterpret_cast<const x16::BlockQ8_0 *>(group);
                 rows_of(xq, xq_stride, m, i0, x32);
-                two ? q8_0_half<2>(o, ldo, w, h, hr, x32, nb) : q8_0_half<1>(o, ldo, w, h, hr, x32, nb);
+                two ? b32_half<Q8_0Sums, 2>(o, ldo, w, h, hr, x32, nb) : b32_half<Q8_0Sums, 1>(o, ldo, w, h, hr, x32, nb);
                 break;
             }
             case LLAISYS_DTYPE_Q5_0: {
                 const auto *w = reinterpret_cast<const x16::BlockQ5_0 *>(group);
                 rows_of(xq, xq_stride, m, i0, x32);
-                two ? q5_0_half<2>(o, ldo, w, h, hr, x32, nb) : q5_0_half<1>(o, ldo, w, h, hr, x32, nb);
+                two ? b32_half<Q5_0Sums, 2>(o, ldo, w, h, hr, x32, nb) : b32_half<Q5_0Sums, 1>(o, ldo, w, h, hr, x32, nb);
                 break;
             }
             default: return;

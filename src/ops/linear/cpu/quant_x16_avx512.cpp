@@ -160,34 +160,19 @@ void q6_k_tile(float *out, size_t ldo, const x16::BlockQ6_K *w, size_t rows, con
     for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
 }
 
-// The 32-blocks: per block the int32 sum starts at the offset (Q8_0's stored bytes are q + 128,
-// Q5_0's quants q + 16: -128 or -16 times sum(x)) and is scaled once.
-template <size_t MR>
-void q8_0_tile(float *out, size_t ldo, const x16::BlockQ8_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
-               size_t pf) {
-    __m512 acc[MR];
-    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const x16::BlockQ8_0 &wb = w[b];
-        if (pf) {
-            const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
-            for (size_t off = 0; off < sizeof wb; off += 64) {
-                prefetch_line(near + off, far + off);
-            }
-        }
-        __m512i s[MR];
-        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(-128 * x[i][b].sum);
+// The 32-blocks' integer sums of one block into s (which start at the format's offset):
+// Q8_0's stored bytes are q + 128, so -128 sum(x); Q5_0's quants q + 16, so -16 sum(x).
+struct Q8_0Sums {
+    using W = x16::BlockQ8_0;
+    static constexpr int kOffset = -128;
+    template <size_t MR>
+    static void add(const W &wb, const BlockQ8_32 *const *x, size_t b, __m512i *s) {
         for (size_t c = 0; c < 8; c++) {
             const __m512i q = _mm512_loadu_si512(wb.qs[c]);
             for (size_t i = 0; i < MR; i++) s[i] = _mm512_dpbusd_epi32(s[i], q, bcast4(x[i][b].qs + 4 * c));
         }
-        const __m512 d = f16x16(wb.d);
-        for (size_t i = 0; i < MR; i++)
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), acc[i]);
     }
-    const __mmask16 keep = __mmask16((1u << rows) - 1);
-    for (size_t i = 0; i < MR; i++) _mm512_mask_storeu_ps(out + i * ldo, keep, acc[i]);
-}
+};
 
 // Q5_0: chunk C's quants, nibble (low for C < 4, high after) | fifth bit (bit C of qh's bytes) << 4.
 template <int C>
@@ -204,21 +189,11 @@ inline void q5_step(const x16::BlockQ5_0 &wb, __m512i qh, const BlockQ8_32 *cons
     for (size_t i = 0; i < MR; i++) s[i] = _mm512_dpbusd_epi32(s[i], q, bcast4(x[i][b].qs + 4 * C));
 }
 
-template <size_t MR>
-void q5_0_tile(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
-               size_t pf) {
-    __m512 acc[MR];
-    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
-    for (size_t b = 0; b < nb; b++) {
-        const x16::BlockQ5_0 &wb = w[b];
-        if (pf) {
-            const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
-            for (size_t off = 0; off < sizeof wb; off += 64) {
-                prefetch_line(near + off, far + off);
-            }
-        }
-        __m512i s[MR];
-        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(-16 * x[i][b].sum);
+struct Q5_0Sums {
+    using W = x16::BlockQ5_0;
+    static constexpr int kOffset = -16;
+    template <size_t MR>
+    static void add(const W &wb, const BlockQ8_32 *const *x, size_t b, __m512i *s) {
         const __m512i qh = _mm512_loadu_si512(wb.qh);
         q5_step<0, MR>(wb, qh, x, b, s);
         q5_step<1, MR>(wb, qh, x, b, s);
@@ -228,6 +203,24 @@ void q5_0_tile(float *out, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, con
         q5_step<5, MR>(wb, qh, x, b, s);
         q5_step<6, MR>(wb, qh, x, b, s);
         q5_step<7, MR>(wb, qh, x, b, s);
+    }
+};
+
+// A 32-block format's tile: per block the int32 sums (Sums::add, from the offset) scaled once.
+template <class Sums, size_t MR>
+void b32_tile(float *out, size_t ldo, const typename Sums::W *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
+              size_t pf) {
+    __m512 acc[MR];
+    for (size_t i = 0; i < MR; i++) acc[i] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; b++) {
+        const typename Sums::W &wb = w[b];
+        if (pf) {
+            const char *near = reinterpret_cast<const char *>(&wb) + pf * 3 / 8, *far = near + pf * 9 / 8;
+            for (size_t off = 0; off < sizeof wb; off += 64) prefetch_line(near + off, far + off);
+        }
+        __m512i s[MR];
+        for (size_t i = 0; i < MR; i++) s[i] = _mm512_set1_epi32(Sums::kOffset * x[i][b].sum);
+        Sums::template add<MR>(wb, x, b, s);
         const __m512 d = f16x16(wb.d);
         for (size_t i = 0; i < MR; i++)
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[i]), _mm512_mul_ps(d, _mm512_set1_ps(x[i][b].d)), acc[i]);
@@ -265,14 +258,14 @@ template <size_t MR>
 struct Q8_0 {
     static void run(float *o, size_t ldo, const x16::BlockQ8_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
                     size_t pf) {
-        q8_0_tile<MR>(o, ldo, w, rows, x, nb, pf);
+        b32_tile<Q8_0Sums, MR>(o, ldo, w, rows, x, nb, pf);
     }
 };
 template <size_t MR>
 struct Q5_0 {
     static void run(float *o, size_t ldo, const x16::BlockQ5_0 *w, size_t rows, const BlockQ8_32 *const *x, size_t nb,
                     size_t pf) {
-        q5_0_tile<MR>(o, ldo, w, rows, x, nb, pf);
+        b32_tile<Q5_0Sums, MR>(o, ldo, w, rows, x, nb, pf);
     }
 };
 template <size_t MR>
