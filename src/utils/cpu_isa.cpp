@@ -55,6 +55,20 @@ bool cpu_has_avx512_vnni() {
     return vnni;
 }
 
+bool cpu_has_avx_vnni() {
+    static const bool vnni = [] {
+        const char *env = std::getenv("LLAISYS_AVX_VNNI");
+        if (env && std::strcmp(env, "0") == 0) return false;
+#if defined(__x86_64__) || defined(__i386__)
+        unsigned a, b, c, d;  // CPUID leaf 7 sub-leaf 1: EAX bit 4 AVX-VNNI
+        return active_isa() >= Isa::Avx2 && __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 4));
+#else
+        return false;
+#endif
+    }();
+    return vnni;
+}
+
 namespace {
 
 // Whether the CPUID vendor string is `want` ("GenuineIntel", "AuthenticAMD"); false off x86.

@@ -17,6 +17,10 @@ const char *isa_name(Isa isa);
 // Whether the quantized kernels may use AVX-512 VNNI (vpdpbusd, with AVX512VL): the CPU has it
 // and active_isa() is Avx512 or above (LLAISYS_ISA=avx2 turns it off with the rest of AVX-512).
 bool cpu_has_avx512_vnni();
+// Whether the CPU has AVX-VNNI (the VEX vpdpbusd on 256-bit vectors: Intel Alder Lake and later
+// client cores, which lack AVX-512) and active_isa() is Avx2 or above; LLAISYS_AVX_VNNI=0 (read
+// once) turns it off, so both forms of the x16 AVX2 kernels can be tested on one machine.
+bool cpu_has_avx_vnni();
 // Whether the quantized linear's float path runs on AMX tiles (bf16 TDPBF16PS, quant_amx.cpp):
 // the CPU has AMX-TILE and AMX-BF16, Linux granted this process the tile state, active_isa() is
 // Avx512Bf16 (LLAISYS_ISA=avx512 or lower turns it off with it), LLAISYS_AMX is not "0" and the

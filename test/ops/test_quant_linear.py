@@ -97,11 +97,14 @@ print(json.dumps(res))
 X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
 
 
-def run_child(isa, code, split="0"):
+def run_child(isa, code, split="0", avx_vnni="0"):
     """The child's results on SIMD path isa; split: LLAISYS_SPLIT_256, the 32-blocks' kernel form
-    (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows)."""
+    (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows); avx_vnni:
+    LLAISYS_AVX_VNNI, whether the x16 kernels under avx2 take the VEX vpdpbusd (1, where the CPU
+    has it) or vpmaddubsw (0)."""
     skip_unless_cpu_runs(isa)
-    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split),
+    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split,
+                                                                  LLAISYS_AVX_VNNI=avx_vnni),
                            capture_output=True, text=True, timeout=900)
     assert child.returncode == 0, child.stderr[-4000:]
     lines = child.stdout.splitlines()
@@ -109,12 +112,14 @@ def run_child(isa, code, split="0"):
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("isa,split", [("scalar", "0"), ("avx2", "0"), ("avx2", "1"), ("avx512", "0"),
-                                       ("avx512", "1")])
-def test_every_format_within_the_activation_quantization_bound(isa, split):
+@pytest.mark.parametrize("isa,split,avx_vnni", [("scalar", "0", "0"), ("avx2", "0", "0"), ("avx2", "1", "0"),
+                                                ("avx2", "0", "1"), ("avx512", "0", "0"), ("avx512", "1", "0")])
+def test_every_format_within_the_activation_quantization_bound(isa, split, avx_vnni):
     if isa == "avx512" and "avx512_vnni" not in cpu_flags():
         pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels cannot run here")
-    res = run_child(isa, CHILD, split)
+    if avx_vnni == "1" and "avx_vnni" not in cpu_flags():
+        pytest.skip("no avx_vnni in /proc/cpuinfo: the AVX-VNNI x16 kernels cannot run here")
+    res = run_child(isa, CHILD, split, avx_vnni)
     assert set(res) == {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)
@@ -189,8 +194,8 @@ def x16_f32_from(fmt, isa):
     crossovers, all within 2 < m <= 128)."""
     if isa == "scalar" or fmt not in X16_FORMATS:
         return 128  # not repacked: as the tensor's own bytes
-    if isa.startswith("avx512") and "avx512_vnni" in cpu_flags():
-        return float("inf")
+    if isa.startswith("avx512") and "avx512_vnni" in cpu_flags() or isa == "avx2" and "avx_vnni" in cpu_flags():
+        return float("inf")  # the VNNI kernels (LLAISYS_AVX_VNNI unset: on where the CPU has it)
     return {"q6_k": 64, "q8_0": 128}.get(fmt, float("inf"))
 
 

@@ -127,10 +127,13 @@ size_t quant_f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   AVX-512 VNNI, f32 FMAs:  0.37-0.57 at m = 512 (o; gate_up 0.36-0.61 at 64 and 256): never
     //   AVX2 (LLAISYS_ISA=avx2 on the same CPU), o: Q4_K 0.56 / 0.72 / 0.73 / 0.79 (0.80 at 512)
     //       Q6_K 0.73 / 0.93 / 1.09 / 1.14   Q8_0 0.64 / 0.83 / 0.90 / 1.05   Q5_0 0.54 / .. / 0.86 at 512
+    //   AVX-VNNI (the same, LLAISYS_ISA=avx2 with the VEX vpdpbusd), o, m = 16 / 64 / 128 / 256:
+    //       Q4_K 0.36 / 0.48 / 0.49 / 0.50   Q6_K 0.59 / 0.85 / 0.85 / 0.84
+    //       Q8_0 0.36 / 0.47 / 0.48 / 0.45   Q5_0 0.43 / 0.62 / 0.62 / 0.61: never
     // (A full-width AMD core may differ: not measured.)
     if (x16) {
         if (cpu_uses_amx()) return 64;
-        if (cpu_has_avx512_vnni()) return SIZE_MAX;
+        if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
         return dt == LLAISYS_DTYPE_Q6_K ? 64 : dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;
     }
     const bool k_quant = reads_q8k(dt);

@@ -71,6 +71,8 @@ LLAISYS_QUANT_DOT_ROWS_DECL;
 LLAISYS_QUANT_DEQUANT_ROWS_DECL;
 LLAISYS_QUANT_DOT_X16_DECL;
 }
+// AVX-VNNI (the VEX vpdpbusd, 256-bit): only where cpu_has_avx_vnni() (quant_x16_avxvnni.cpp).
+namespace quant_avxvnni { LLAISYS_QUANT_DOT_X16_DECL; }
 // AVX-512 VNNI (vpdpbusd on 256-bit vectors, AVX512VL): only where cpu_has_avx512_vnni().
 // (the float path dequantizes with quant_avx2's dequant_rows under AVX-512 too: 256-bit code;
 // dot_x16 runs on 512-bit vectors)
