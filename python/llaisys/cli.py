@@ -12,7 +12,7 @@ from .cli_models import add_convert_gguf_parser, add_download_parser, add_export
 THREADS_HELP = "threads for the CPU kernels (default: the physical cores)"
 QUANT_HELP = "which download of a known model to run: q4_k_m (its GGUF, as it is), q8_0 (a Q8_0 GGUF) or bf16 " \
              "(the converted directory) (default: models.hub.default_quant(): q4_k_m where the CPU runs the quantized " \
-             "kernels on AVX-512 VNNI or AMX, else bf16)"
+             "kernels on AVX-512 VNNI, AVX-VNNI or AMX, else bf16)"
 QUANTIZE_HELP = "quantize an HF directory's linear weights and embedding at load: q8_0, or q4_k (the Q4_K_M recipe)"
 
 

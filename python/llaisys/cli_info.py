@@ -76,7 +76,7 @@ def info_lines() -> list:
         f"isa       {runtime.cpu_isa()}  "
         + (f"(forced by LLAISYS_ISA={forced})" if forced else "(the best this CPU has; LLAISYS_ISA forces a lower one)"),
         f"amx       {'yes: quantized prefill and batches run on AMX tiles (LLAISYS_AMX=0 turns it off)' if runtime.cpu_amx() else 'no'}",
-        f"vnni      {'yes: quantized weights run 16 rows a vector (avx512_vnni)' if runtime.cpu_vnni() else 'no'}"
+        f"vnni      {'yes: quantized weights run on vpdpbusd (avx512_vnni or avx_vnni; LLAISYS_AVX_VNNI=0 turns the second off)' if runtime.cpu_vnni() else 'no'}"
         f"  -> a bare model name runs {hub.default_quant()}",
         f"threads   {runtime.num_threads()}  "
         + (f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; " if os.environ.get("OMP_NUM_THREADS") else "(")

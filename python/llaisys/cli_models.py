@@ -22,7 +22,7 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?", default=hub.DEFAULT_MODEL, help=f"model name (default {hub.DEFAULT_MODEL})")
     p.add_argument("--quant", default=None, choices=list(hub.QUANTS),
                    help="the format to produce (default: what serve runs here, models.hub.default_quant(): "
-                        "q4_k_m where the CPU runs the quantized kernels on AVX-512 VNNI or AMX, else bf16)")
+                        "q4_k_m where the CPU runs the quantized kernels on AVX-512 VNNI, AVX-VNNI or AMX, else bf16)")
     p.add_argument("--list", action="store_true", help="list the known models and which formats are cached")
     p.add_argument("--keep-gguf", action="store_true",
                    help="with --quant bf16/q8_0: keep a GGUF this download fetched beside the converted model "

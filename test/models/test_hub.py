@@ -186,18 +186,19 @@ DEFAULT_CHILD = ("from llaisys import runtime; from llaisys.models import hub; "
                  "print(runtime.cpu_amx(), runtime.cpu_vnni(), hub.default_quant())")
 
 
-@pytest.mark.parametrize("env_set", [{"LLAISYS_AMX": "0"}, {}, {"LLAISYS_ISA": "avx2"}])
+@pytest.mark.parametrize("env_set", [{"LLAISYS_AMX": "0"}, {}, {"LLAISYS_ISA": "avx2"},
+                                     {"LLAISYS_ISA": "avx2", "LLAISYS_AVX_VNNI": "0"}, {"LLAISYS_ISA": "scalar"}])
 def test_default_format_follows_the_quantized_kernels(env_set):
-    """A bare name runs the Q4_K_M file where the quantized kernels run on AVX-512 VNNI or AMX,
-    the bf16 directory elsewhere (README, "Which format"); LLAISYS_ISA=avx2 gives the bf16
-    directory, LLAISYS_AMX=0 leaves VNNI deciding. Both are read once per process, hence the
-    children."""
+    """A bare name runs the Q4_K_M file where the quantized kernels run on vpdpbusd (AVX-512 VNNI,
+    AVX-VNNI) or AMX, the bf16 directory elsewhere (README, "Which format"); LLAISYS_ISA=avx2
+    leaves AVX-VNNI deciding, LLAISYS_AVX_VNNI=0 turns that off, LLAISYS_AMX=0 leaves VNNI
+    deciding. All are read once per process, hence the children."""
     import os
     import sys
 
     from cpu_features import cpu_flags
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_AMX", "LLAISYS_ISA")}
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_AMX", "LLAISYS_ISA", "LLAISYS_AVX_VNNI")}
     env.update(env_set)
     out = subprocess.run([sys.executable, "-c", DEFAULT_CHILD], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -205,10 +206,10 @@ def test_default_format_follows_the_quantized_kernels(env_set):
     assert quant == ("q4_k_m" if "True" in (amx, vnni) else "bf16")
     if env_set:
         assert amx == "False"
-    if env_set.get("LLAISYS_ISA") == "avx2":
-        assert vnni == "False"
-    else:
-        assert vnni == str("avx512_vnni" in cpu_flags() and "avx512f" in cpu_flags())
+    flags = cpu_flags()
+    avx512_vnni = "avx512_vnni" in flags and "avx512f" in flags and "LLAISYS_ISA" not in env_set
+    avx_vnni = "avx_vnni" in flags and env_set.get("LLAISYS_AVX_VNNI") != "0"
+    assert vnni == str(env_set.get("LLAISYS_ISA") != "scalar" and (avx512_vnni or avx_vnni))
 
 
 def test_resolve_model(tmp_path, monkeypatch):

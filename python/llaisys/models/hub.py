@@ -360,11 +360,12 @@ def _export(spec: ModelSpec, quant: str, progress: bool, keep_gguf: bool) -> Pat
 def default_quant() -> str:
     """The format a known model's bare name resolves to on this machine, by measurement (README,
     "Which format"; doc/benchmarks.md): the published Q4_K_M file where the quantized kernels run
-    on AVX-512 VNNI or AMX (llaisys.runtime.cpu_vnni(), cpu_amx(): on an AVX-512 Xeon without
-    AMX the 0.5B file prefills 2.0x, decodes 2.0x and serves 16 streams 2.2x as fast as the bf16
-    directory, which holds the same weights; with AMX more), else DEFAULT_QUANT, the bf16
-    directory (on AVX2 it prefilled and served batches faster than the file, measured before the
-    x16 layout; not measured since)."""
+    on vpdpbusd (llaisys.runtime.cpu_vnni(): AVX-512 VNNI, or AVX-VNNI on Intel's client cores)
+    or AMX tiles (cpu_amx()): on an AVX-512 Xeon without AMX the 0.5B file prefills 2.0x,
+    decodes 2.0x and serves 16 streams 2.2x as fast as the bf16 directory, which holds the same
+    weights; on the same cores limited to AVX2 + AVX-VNNI 1.5-1.7x). Else DEFAULT_QUANT, the
+    bf16 directory (on an AVX2 VM it prefilled and served batches faster than the file, measured
+    before the x16 layout)."""
     from ..runtime import cpu_amx, cpu_vnni
 
     return "q4_k_m" if cpu_amx() or cpu_vnni() else DEFAULT_QUANT
