@@ -52,6 +52,12 @@ LLAISYS_API int llaisysCpuUsesAmx(void);
  * llaisysCpuUsesAmx() is 0 on every CPU. */
 LLAISYS_API int llaisysCpuAmxBuilt(void);
 
+/* 1 when the block-quantized weights' int8 kernels run on vpdpbusd in this process: AVX-512
+ * VNNI (llaisysCpuIsa() "avx512" or "avx512bf16" on a CPU with it), or AVX-VNNI (Intel's client
+ * cores without AVX-512; not with llaisysCpuIsa() "scalar" or the environment variable
+ * LLAISYS_AVX_VNNI=0); 0 otherwise. Chosen once per process. */
+LLAISYS_API int llaisysCpuQuantVnni(void);
+
 /* Threads of the CPU kernels (OpenMP), one count for the whole process, used by every call
  * into the library from any thread after it is set. The default is the number of physical
  * cores the process may run on (SMT siblings count once; affinity mask and cgroup CPU quota

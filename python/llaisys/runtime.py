@@ -23,28 +23,10 @@ def cpu_amx() -> bool:
 
 
 def cpu_vnni() -> bool:
-    """Whether the quantized weights' int8 kernels run on vpdpbusd in this process, as the library
-    decides (cpu_has_avx512_vnni, cpu_has_avx_vnni): AVX-512 VNNI where the CPU lists avx512_vnni
-    (/proc/cpuinfo) and cpu_isa() is avx512 or avx512bf16, or AVX-VNNI (Intel's client cores
-    without AVX-512) where it lists avx_vnni, cpu_isa() is not scalar and LLAISYS_AVX_VNNI is not
-    0. LLAISYS_ISA=scalar turns both off, avx2 the first."""
-    import os
-
-    isa = cpu_isa()
-    if isa == "scalar":
-        return False
-    flags: list = []
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = line.split(":", 1)[1].split()
-                    break
-    except OSError:
-        return False
-    if isa.startswith("avx512") and "avx512_vnni" in flags:
-        return True
-    return "avx_vnni" in flags and os.environ.get("LLAISYS_AVX_VNNI") != "0"
+    """Whether the quantized weights' int8 kernels run on vpdpbusd in this process: AVX-512 VNNI
+    (cpu_isa() avx512 or avx512bf16), or AVX-VNNI on Intel's client cores without AVX-512 (off
+    with LLAISYS_AVX_VNNI=0 or LLAISYS_ISA=scalar); the library's own choice."""
+    return bool(LIB.llaisysCpuQuantVnni())
 
 
 def amx_built() -> bool:

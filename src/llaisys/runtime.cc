@@ -77,6 +77,8 @@ const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
 
 int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 
+int llaisysCpuQuantVnni(void) { return cpu_has_avx512_vnni() || cpu_has_avx_vnni() ? 1 : 0; }
+
 int llaisysCpuAmxBuilt(void) {
 #ifdef LLAISYS_NO_AMX
     return 0;

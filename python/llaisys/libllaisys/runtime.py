@@ -44,5 +44,7 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuIsa.restype = ctypes.c_char_p
     lib.llaisysCpuUsesAmx.argtypes = []
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
+    lib.llaisysCpuQuantVnni.argtypes = []
+    lib.llaisysCpuQuantVnni.restype = ctypes.c_int
     lib.llaisysCpuAmxBuilt.argtypes = []
     lib.llaisysCpuAmxBuilt.restype = ctypes.c_int

@@ -121,7 +121,7 @@ void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisys
     const size_t groups = ceil_div(rows, x16::kRows), group_bytes = packed ? nb * x16::block_bytes(dt) : 0;
     const size_t total = packed ? checked_mul(groups, group_bytes, "quant weight: bytes")
                                 : checked_mul(rows, row_bytes, "quant weight: bytes");
-    Segment seg{row0, rows, dt, row_bytes, {}, packed};
+    Segment seg{row0, rows, {}};
     seg.data.reset(static_cast<std::byte *>(host_alloc(checked_round_up(total, 64, "quant weight: bytes"))));
     const auto *src = static_cast<const std::byte *>(blocks);
     std::byte *dst = seg.data.get();

@@ -56,16 +56,12 @@ public:
     struct Free {
         void operator()(std::byte *p) const { host_free(p); }
     };
-    // One row range in one dtype.
+    // The storage of one row range (its dtype and layout: the view of the same index).
     struct Segment {
         size_t row0, rows;
-        llaisysDataType_t dt;
-        size_t row_bytes;                      // k / block * block bytes
         std::unique_ptr<std::byte[], Free> data;  // [rows][row_bytes], or x16 groups
-        bool x16;
     };
-    const std::vector<Segment> &segments() const { return segs_; }  // ordered by row0
-    const std::vector<QuantRows> &views() const { return views_; }  // views_[i] borrows segs_[i]
+    const std::vector<QuantRows> &views() const { return views_; }  // ordered by row0; views_[i] borrows segs_[i]
 
 private:
     size_t n_, k_, rows_set_ = 0, bytes_ = 0;
