@@ -7,6 +7,7 @@
 #include "../../../utils/checked.hpp"
 #include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/error.hpp"
+#include "../../../utils/parallel.hpp"
 #include "../../../utils/types.hpp"
 #include "quant_gemm.hpp"
 #include "quant_kernels.hpp"
@@ -206,9 +207,9 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kChunkRows);
     const DotRowsFn dot = dot_rows_fn();
     const DotX16Fn dot16 = dot_x16_fn();
-#pragma omp parallel for schedule(static)
-    for (ptrdiff_t t = 0; t < ptrdiff_t(items); t++) {
-        size_t c = size_t(t), si = 0;
+    // each thread streams its own share of the groups; one done first takes the others' last
+    parallel_for_stealing(items, [&](size_t t) {
+        size_t c = t, si = 0;
         while (c >= ceil_div(segs[si].rows, kChunkRows)) c -= ceil_div(segs[si++].rows, kChunkRows);
         const auto &s = segs[si];
         const size_t r0 = c * kChunkRows, rows = std::min(kChunkRows, s.rows - r0), j0 = s.row0 + r0;
@@ -226,7 +227,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
                     for (size_t r = 0; r < rows; r++) out[i * n + j0 + r] += to_f32(b[r]);
             });
         }
-    }
+    });
 }
 
 }  // namespace llaisys::ops::cpu
