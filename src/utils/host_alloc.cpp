@@ -1,6 +1,9 @@
 #include "host_alloc.hpp"
 
+#include <cstdint>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <new>
 
 #ifdef __linux__
@@ -22,6 +25,24 @@ bool huge_pages_wanted() {
     }();
     return wanted;
 }
+
+constexpr size_t kSlab = size_t(64) << 20;  // 32 huge pages, reserved; only the ones written are backed
+
+size_t round_up(size_t bytes, size_t to) { return (bytes + to - 1) / to * to; }
+
+// The slabs of host_alloc_weight: base address -> buffers still in it; `open` is the one being
+// filled (nullptr: none), `used` its bytes handed out.
+struct Slabs {
+    std::mutex mutex;
+    std::map<uintptr_t, size_t> live;
+    std::byte *open = nullptr;
+    size_t used = 0;
+};
+
+Slabs &slabs() {
+    static Slabs *s = new Slabs;  // never destroyed: weights may be freed by static destructors
+    return *s;
+}
 }  // namespace
 
 void *host_alloc(size_t bytes) {
@@ -36,5 +57,45 @@ void *host_alloc(size_t bytes) {
 }
 
 void host_free(void *p) { std::free(p); }
+
+void *host_alloc_weight(size_t bytes) {
+#ifdef __SANITIZE_ADDRESS__
+    return host_alloc(bytes);  // each buffer its own, inside AddressSanitizer's redzones
+#endif
+    if (!huge_pages_wanted()) return host_alloc(bytes);
+    bytes = round_up(bytes ? bytes : 1, kLine);
+    if (bytes > kSlab / 4) return host_alloc(round_up(bytes, kHuge));  // its own huge pages, the last one whole
+    Slabs &s = slabs();
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (!s.open || s.used + bytes > kSlab) {
+        s.open = static_cast<std::byte *>(host_alloc(kSlab));  // 2 MiB aligned, advised for huge pages
+        s.used = 0;
+        s.live[reinterpret_cast<uintptr_t>(s.open)] = 0;
+    }
+    std::byte *p = s.open + s.used;
+    s.used += bytes;
+    s.live[reinterpret_cast<uintptr_t>(s.open)]++;
+    return p;
+}
+
+void host_free_weight(void *p) {
+    if (!p) return;
+    Slabs &s = slabs();
+    std::unique_lock<std::mutex> lock(s.mutex);
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = s.live.upper_bound(a);  // the slab holding p, if any, is the one before
+    if (it == s.live.begin() || a >= std::prev(it)->first + kSlab) {
+        lock.unlock();
+        host_free(p);  // a buffer of its own
+        return;
+    }
+    --it;
+    if (--it->second > 0) return;
+    auto *base = reinterpret_cast<std::byte *>(it->first);
+    s.live.erase(it);
+    if (base == s.open) s.open = nullptr;
+    lock.unlock();
+    host_free(base);
+}
 
 }  // namespace llaisys

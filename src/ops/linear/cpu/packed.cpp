@@ -33,7 +33,7 @@ PackedWeight::PackedWeight(size_t n, size_t k, llaisysDataType_t dtype)
     size_t elems = checked_mul(n_panels(), checked_mul(nr_, k_padded(), "packed weight: panel"), "packed weight: elements");
     bytes_ = checked_mul(elems, dtype_size(dtype), "packed weight: bytes");
     const size_t alloc = checked_round_up(bytes_, 64, "packed weight: bytes");
-    data_.reset(static_cast<std::byte *>(host_alloc(alloc)));
+    data_.reset(static_cast<std::byte *>(host_alloc_weight(alloc)));
     // Only the tail panel is cleared (its padding columns must read as zero); every other
     // element is written by set_rows (pair panels' odd-k padding too), and touching 1 GB here
     // would only add to the load.

@@ -70,7 +70,7 @@ public:
 private:
     size_t k_padded() const { return pairs() ? ceil_div(k_, 2) * 2 : k_; }  // k_ <= SIZE_MAX / nr_ (checked)
     struct Free {
-        void operator()(std::byte *p) const { host_free(p); }
+        void operator()(std::byte *p) const { host_free_weight(p); }
     };
     size_t n_, k_, nr_;
     llaisysDataType_t dtype_;

@@ -123,7 +123,7 @@ void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisys
     const size_t total = packed ? checked_mul(groups, group_bytes, "quant weight: bytes")
                                 : checked_mul(rows, row_bytes, "quant weight: bytes");
     Segment seg{row0, rows, {}};
-    seg.data.reset(static_cast<std::byte *>(host_alloc(checked_round_up(total, 64, "quant weight: bytes"))));
+    seg.data.reset(static_cast<std::byte *>(host_alloc_weight(checked_round_up(total, 64, "quant weight: bytes"))));
     const auto *src = static_cast<const std::byte *>(blocks);
     std::byte *dst = seg.data.get();
     // in parallel: first touch places the pages with the threads that read them

@@ -54,7 +54,7 @@ public:
     size_t bytes() const { return bytes_; }  // bytes of quantized rows held (x16 groups as held)
 
     struct Free {
-        void operator()(std::byte *p) const { host_free(p); }
+        void operator()(std::byte *p) const { host_free_weight(p); }
     };
     // The storage of one row range (its dtype and layout: the view of the same index).
     struct Segment {
