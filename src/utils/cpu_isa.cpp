@@ -69,6 +69,19 @@ bool cpu_has_avx_vnni() {
     return vnni;
 }
 
+bool cpu_has_gfni() {
+    static const bool gfni = [] {
+        const char *env = std::getenv("LLAISYS_GFNI");
+        if (env && std::strcmp(env, "0") == 0) return false;
+#if defined(__x86_64__) || defined(__i386__)
+        return cpu_has_avx512_vnni() && __builtin_cpu_supports("gfni");
+#else
+        return false;
+#endif
+    }();
+    return gfni;
+}
+
 namespace {
 
 // Whether the CPUID vendor string is `want` ("GenuineIntel", "AuthenticAMD"); false off x86.

@@ -21,6 +21,10 @@ bool cpu_has_avx512_vnni();
 // client cores, which lack AVX-512) and active_isa() is Avx2 or above; LLAISYS_AVX_VNNI=0 (read
 // once) turns it off, so both forms of the x16 AVX2 kernels can be tested on one machine.
 bool cpu_has_avx_vnni();
+// Whether the AVX-512 x16 kernels may use GFNI (vgf2p8affineqb: Ice Lake, Sapphire Rapids, Zen 4;
+// Cascade Lake has AVX-512 VNNI without it): the CPU has it and cpu_has_avx512_vnni();
+// LLAISYS_GFNI=0 (read once) turns it off, so both builds can be tested on one machine.
+bool cpu_has_gfni();
 // Whether the quantized linear's float path runs on AMX tiles (bf16 TDPBF16PS, quant_amx.cpp):
 // the CPU has AMX-TILE and AMX-BF16, Linux granted this process the tile state, active_isa() is
 // Avx512Bf16 (LLAISYS_ISA=avx512 or lower turns it off with it), LLAISYS_AMX is not "0" and the

@@ -97,14 +97,15 @@ print(json.dumps(res))
 X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
 
 
-def run_child(isa, code, split="0", avx_vnni="0"):
+def run_child(isa, code, split="0", avx_vnni="0", gfni="1"):
     """The child's results on SIMD path isa; split: LLAISYS_SPLIT_256, the 32-blocks' kernel form
     (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows); avx_vnni:
     LLAISYS_AVX_VNNI, whether the x16 kernels under avx2 take the VEX vpdpbusd (1, where the CPU
-    has it) or vpmaddubsw (0)."""
+    has it) or vpmaddubsw (0); gfni: LLAISYS_GFNI, whether the AVX-512 x16 kernels take their
+    GFNI build (1, where the CPU has it) or the one without (0)."""
     skip_unless_cpu_runs(isa)
     child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split,
-                                                                  LLAISYS_AVX_VNNI=avx_vnni),
+                                                                  LLAISYS_AVX_VNNI=avx_vnni, LLAISYS_GFNI=gfni),
                            capture_output=True, text=True, timeout=900)
     assert child.returncode == 0, child.stderr[-4000:]
     lines = child.stdout.splitlines()
@@ -112,14 +113,18 @@ def run_child(isa, code, split="0", avx_vnni="0"):
     return json.loads(lines[-1])
 
 
-@pytest.mark.parametrize("isa,split,avx_vnni", [("scalar", "0", "0"), ("avx2", "0", "0"), ("avx2", "1", "0"),
-                                                ("avx2", "0", "1"), ("avx512", "0", "0"), ("avx512", "1", "0")])
-def test_every_format_within_the_activation_quantization_bound(isa, split, avx_vnni):
+@pytest.mark.parametrize("isa,split,avx_vnni,gfni", [("scalar", "0", "0", "0"), ("avx2", "0", "0", "0"),
+                                                     ("avx2", "1", "0", "0"), ("avx2", "0", "1", "0"),
+                                                     ("avx512", "0", "0", "0"), ("avx512", "0", "0", "1"),
+                                                     ("avx512", "1", "0", "0")])
+def test_every_format_within_the_activation_quantization_bound(isa, split, avx_vnni, gfni):
     if isa == "avx512" and "avx512_vnni" not in cpu_flags():
         pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels cannot run here")
     if avx_vnni == "1" and "avx_vnni" not in cpu_flags():
         pytest.skip("no avx_vnni in /proc/cpuinfo: the AVX-VNNI x16 kernels cannot run here")
-    res = run_child(isa, CHILD, split, avx_vnni)
+    if gfni == "1" and "gfni" not in cpu_flags():
+        pytest.skip("no gfni in /proc/cpuinfo: the GFNI build of the AVX-512 x16 kernels cannot run here")
+    res = run_child(isa, CHILD, split, avx_vnni, gfni)
     assert set(res) == {"q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)

@@ -80,5 +80,7 @@ namespace quant_avx512 {
 LLAISYS_QUANT_DOT_ROWS_DECL;
 LLAISYS_QUANT_DOT_X16_DECL;
 }
+// The same x16 kernels with GFNI: only where cpu_has_avx512_vnni() and cpu_has_gfni().
+namespace quant_avx512_gfni { LLAISYS_QUANT_DOT_X16_DECL; }
 
 }  // namespace llaisys::ops::cpu

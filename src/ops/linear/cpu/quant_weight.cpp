@@ -95,7 +95,7 @@ using DotX16Fn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *,
                           size_t, size_t);
 
 DotX16Fn dot_x16_fn() {  // x16 segments exist from AVX2 on (x16::enabled)
-    if (cpu_has_avx512_vnni()) return quant_avx512::dot_x16;
+    if (cpu_has_avx512_vnni()) return cpu_has_gfni() ? quant_avx512_gfni::dot_x16 : quant_avx512::dot_x16;
     return cpu_has_avx_vnni() ? quant_avxvnni::dot_x16 : quant_avx2::dot_x16;
 }
 
