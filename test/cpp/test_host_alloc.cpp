@@ -2,6 +2,7 @@
 // every size are 64-byte aligned, never overlap, keep what was written while others come and
 // go, and freeing in any order (from several threads) neither crashes nor frees a slab early.
 #include "../../src/utils/host_alloc.hpp"
+#include "unit.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -11,15 +12,6 @@
 #include <thread>
 #include <vector>
 
-static int failures = 0, checks = 0;
-#define EXPECT(cond, what)                                                          \
-    do {                                                                            \
-        checks++;                                                                   \
-        if (!(cond)) {                                                              \
-            failures++;                                                             \
-            std::fprintf(stderr, "FAIL %s:%d %s\n", __FILE__, __LINE__, what);      \
-        }                                                                           \
-    } while (0)
 
 struct Buf {
     unsigned char *p;
@@ -76,6 +68,5 @@ int main() {
     }
     for (auto &th : threads) th.join();
     llaisys::host_free_weight(nullptr);
-    std::printf("%d checks, %d failures\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return finish();
 }

@@ -2,6 +2,7 @@
 // once whatever the team, a slow thread's share is finished by the others from its back, and a
 // team smaller than the shares (no owner for some) still covers every item.
 #include "../../src/utils/parallel.hpp"
+#include "unit.hpp"
 
 #include <omp.h>
 
@@ -11,15 +12,6 @@
 #include <thread>
 #include <vector>
 
-static int failures = 0, checks = 0;
-#define EXPECT(cond, what)                                                          \
-    do {                                                                            \
-        checks++;                                                                   \
-        if (!(cond)) {                                                              \
-            failures++;                                                             \
-            std::fprintf(stderr, "FAIL %s:%d %s\n", __FILE__, __LINE__, what);      \
-        }                                                                           \
-    } while (0)
 
 // Runs the loop over n items; counts[i] how often item i ran, ran_by[i] the thread that ran it.
 static void run(size_t n, std::vector<int> &counts, std::vector<int> &ran_by, int slow_thread = -1) {
@@ -78,6 +70,5 @@ int main() {
 #pragma omp critical
         EXPECT(all_once(c), "every item exactly once from inside a parallel region");
     }
-    std::printf("%d checks, %d failures\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return finish();
 }
