@@ -63,6 +63,7 @@ void *host_alloc_weight(size_t bytes) {
     return host_alloc(bytes);  // each buffer its own, inside AddressSanitizer's redzones
 #endif
     if (!huge_pages_wanted()) return host_alloc(bytes);
+    if (bytes > SIZE_MAX - kHuge) throw std::bad_alloc();  // (the rounding below would wrap)
     bytes = round_up(bytes ? bytes : 1, kLine);
     if (bytes > kSlab / 4) return host_alloc(round_up(bytes, kHuge));  // its own huge pages, the last one whole
     Slabs &s = slabs();
@@ -70,11 +71,10 @@ void *host_alloc_weight(size_t bytes) {
     if (!s.open || s.used + bytes > kSlab) {
         s.open = static_cast<std::byte *>(host_alloc(kSlab));  // 2 MiB aligned, advised for huge pages
         s.used = 0;
-        s.live[reinterpret_cast<uintptr_t>(s.open)] = 0;
     }
     std::byte *p = s.open + s.used;
     s.used += bytes;
-    s.live[reinterpret_cast<uintptr_t>(s.open)]++;
+    s.live[reinterpret_cast<uintptr_t>(s.open)]++;  // (a new slab's entry starts at 0)
     return p;
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <random>
 #include <thread>
 #include <vector>
@@ -68,5 +69,12 @@ int main() {
     }
     for (auto &th : threads) th.join();
     llaisys::host_free_weight(nullptr);
+    bool threw = false;
+    try {
+        llaisys::host_alloc_weight(SIZE_MAX - 100);
+    } catch (const std::bad_alloc &) {
+        threw = true;
+    }
+    EXPECT(threw, "a size that rounding would wrap is refused, not allocated small");
     return finish();
 }
