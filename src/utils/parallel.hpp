@@ -61,7 +61,11 @@ void parallel_for_stealing(size_t n, Fn &&fn) {
         for (size_t i = 0; i < n; i++) fn(i);
         return;
     }
-    std::unique_ptr<detail::Share[]> share(new detail::Share[shares]);
+    // on the stack for the usual teams (decode runs ~110 of these loops a step), else the heap
+    constexpr size_t kOnStack = 16;
+    detail::Share on_stack[kOnStack];
+    std::unique_ptr<detail::Share[]> on_heap(shares > kOnStack ? new detail::Share[shares] : nullptr);
+    detail::Share *share = on_heap ? on_heap.get() : on_stack;
     for (size_t t = 0; t < shares; t++) share[t].set(n * t / shares, n * (t + 1) / shares);
     // A team smaller than `shares` (omp_set_dynamic, a nested region) leaves some shares without
     // an owner: the thieves take them whole.
