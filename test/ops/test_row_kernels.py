@@ -1,6 +1,7 @@
-"""The f32 row kernels (src/ops/cpu_simd) on every SIMD path the CPU can run: SwiGLU, and the
-sampler's greedy argmax (the NaN rule: first NaN, else first maximum) and log-sum-exp over a
-whole vocabulary. The path is chosen once per process, so each runs in a child process under
+"""The f32 row kernels (src/ops/cpu_simd) on every SIMD path the CPU can run: SwiGLU, the
+residual add + RMSNorm (f32, f16 and bf16 weights), and the sampler's greedy argmax (the NaN
+rule: first NaN, else first maximum) and log-sum-exp over a whole vocabulary. (The activation
+quantizers are checked byte for byte by ctest's test_quantize_rows.) The path is chosen once per process, so each runs in a child process under
 LLAISYS_ISA; float64 numpy is the reference."""
 
 import json
@@ -18,7 +19,20 @@ from llaisys import ops
 from llaisys.models.qwen2 import RowSampling
 from llaisys.sampler import sample
 rng = np.random.default_rng(0)
-res = {"swiglu": 0.0, "logprob": 0.0, "greedy_ok": True}
+res = {"swiglu": 0.0, "logprob": 0.0, "greedy_ok": True, "norm": 0.0, "residual_ok": True}
+for n in (1, 15, 16, 17, 896, 1537):
+    for wdt in ("f32", "f16", "bf16"):
+        r = (rng.standard_normal((2, n)) * 3).astype(np.float32)
+        x = rng.standard_normal((2, n)).astype(np.float32)
+        w = llaisys.Tensor.from_numpy(rng.standard_normal(n).astype(np.float32), wdt)
+        wd = w.numpy().astype(np.float64)  # the weight as stored (rounded to f16 / bf16)
+        res_t, out = llaisys.Tensor.from_numpy(r), llaisys.Tensor((2, n), "f32")
+        ops.add_rms_norm(out, res_t, llaisys.Tensor.from_numpy(x), w, 1e-6)
+        summed = r + x  # f32, as the kernel stores it
+        res["residual_ok"] &= bool(np.array_equal(res_t.numpy(), summed))
+        sd = summed.astype(np.float64)
+        ref = sd / np.sqrt((sd * sd).mean(-1, keepdims=True) + 1e-6) * wd
+        res["norm"] = max(res["norm"], float((np.abs(out.numpy() - ref) / (1e-6 + 1e-5 * np.abs(ref))).max()))
 for n in (1, 7, 16, 17, 33, 4097, 8960):
     g = (rng.standard_normal((3, n)) * 6).astype(np.float32)
     g[0, : min(n, 4)] = [-200.0, 200.0, -88.0, 0.0][: min(n, 4)]  # exp's clamps, both signs
@@ -59,5 +73,7 @@ def test_row_kernels_on_every_simd_path(isa):
     assert child.returncode == 0, child.stderr[-4000:]
     res = json.loads(child.stdout.splitlines()[-1])
     assert res["greedy_ok"], f"greedy argmax on {isa}"
+    assert res["residual_ok"], f"add_rms_norm's residual on {isa}"
+    assert res["norm"] <= 1.0, f"add_rms_norm on {isa}: error {res['norm']:.3g} x the bound"
     assert res["swiglu"] <= 1.0, f"swiglu on {isa}: error {res['swiglu']:.3g} x the bound"
     assert res["logprob"] <= 1.0, f"logprob on {isa}: error {res['logprob']:.3g} x 1e-5"

@@ -9,12 +9,12 @@
 #include "../../../utils/error.hpp"
 #include "../../../utils/parallel.hpp"
 #include "../../../utils/types.hpp"
+#include "../../cpu_simd/row_kernels.hpp"
 #include "quant_gemm.hpp"
 #include "quant_kernels.hpp"
 #include "quant_x16.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 namespace llaisys::ops::cpu {
@@ -24,63 +24,6 @@ namespace {
 // row passes over it (16 rows of Q4_K at k = 1536 are 14 KiB).
 constexpr size_t kChunkRows = 16;
 static_assert(kChunkRows == x16::kRows);
-
-// x [k] -> quantized blocks; the scale d = max|x| / 127 (NaN when the block holds a NaN or an
-// infinity, so that the outputs it feeds are NaN as in f32 arithmetic). Plain loops the
-// compiler vectorizes: decode quantizes a whole row per linear, once per layer.
-template <size_t BS>
-float block_scale(const float *x) {
-    float amax = 0.0f, z = 0.0f;  // z: 0, or NaN if some x is not finite
-#pragma omp simd reduction(max : amax) reduction(+ : z)
-    for (size_t i = 0; i < BS; i++) {
-        amax = std::max(amax, std::fabs(x[i]));
-        z += x[i] * 0.0f;
-    }
-    return z == 0.0f ? amax / 127.0f : NAN;
-}
-
-// round(v) to nearest even for |v| <= 127.5 (adding 1.5 * 2^23 leaves the integer in the low
-// mantissa bits; no libm call, so the loops vectorize), as int8.
-inline int8_t q8(float v) {
-    const float r = v + 12582912.0f;
-    int32_t i;
-    std::memcpy(&i, &r, 4);
-    return int8_t(std::clamp(i - 0x4B400000, -127, 127));
-}
-
-void quantize_row_q8_32(const float *x, BlockQ8_32 *out, size_t nb) {
-    for (size_t b = 0; b < nb; b++, x += 32) {
-        const float d = block_scale<32>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
-        int sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (size_t i = 0; i < 32; i++) {
-            const int8_t q = q8(x[i] * id);
-            out[b].qs[i] = q;
-            sum += q;
-        }
-        out[b].d = d;
-        out[b].sum = sum;
-    }
-}
-
-void quantize_row_q8_k(const float *x, BlockQ8_K *out, size_t nb) {
-    for (size_t b = 0; b < nb; b++, x += quant::kBlockK) {
-        const float d = block_scale<quant::kBlockK>(x), id = d > 0.0f ? 1.0f / d : 0.0f;
-        for (size_t s = 0; s < quant::kBlockK / 16; s++) {
-            int sum = 0;
-#pragma omp simd reduction(+ : sum)
-            for (size_t i = 16 * s; i < 16 * s + 16; i++) {
-                const int8_t q = q8(x[i] * id);
-                out[b].qs[i] = q;
-                sum += q;
-            }
-            out[b].bsums[s] = int16_t(sum);
-        }
-        for (size_t j = 0; j < quant::kBlockK / 32; j++)
-            out[b].dsums[j] = d * float(out[b].bsums[2 * j] + out[b].bsums[2 * j + 1]);
-        out[b].d = d;
-    }
-}
 
 using DotRowsFn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, size_t, const std::byte *,
                            size_t, size_t, size_t);
@@ -197,10 +140,12 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     if (xqk.size() < m * nbk) xqk.resize(m * nbk);
     BlockQ8_32 *q32 = xq32.data();
     BlockQ8_K *qk = xqk.data();
+    const auto quantize = simd::row_kernels().quantize_q8_32;
+    const auto quantize_k = simd::row_kernels().quantize_q8_k;
 #pragma omp parallel for schedule(static) if (m * k >= 65536)
     for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
-        if (need32) quantize_row_q8_32(x + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
-        if (needk) quantize_row_q8_k(x + size_t(i) * k, qk + size_t(i) * nbk, nbk);
+        if (need32) quantize(x + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
+        if (needk) quantize_k(x + size_t(i) * k, qk + size_t(i) * nbk, nbk);
     }
 
     size_t items = 0;  // chunks of kChunkRows rows of one segment

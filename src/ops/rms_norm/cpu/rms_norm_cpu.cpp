@@ -1,6 +1,7 @@
 #include "rms_norm_cpu.hpp"
 
 #include "../../../utils/types.hpp"
+#include "../../cpu_simd/row_kernels.hpp"
 
 #include <cmath>
 
@@ -75,6 +76,16 @@ void rms_norm_heads(std::byte *x, llaisysDataType_t dtype, const std::byte *w, l
 
 void add_rms_norm(std::byte *out, std::byte *residual, const std::byte *in, llaisysDataType_t act,
                   const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t d, float eps) {
+    if (act == LLAISYS_DTYPE_F32) {  // the model's residual stream: the SIMD row kernel
+        dispatch_float(wdt, [](auto) {});  // (an unsupported weight dtype fails here)
+        const auto kernel = simd::row_kernels().add_rms_norm;
+        auto *o = reinterpret_cast<float *>(out), *r = reinterpret_cast<float *>(residual);
+        const auto *x = reinterpret_cast<const float *>(in);
+#pragma omp parallel for schedule(static) if (m * d > 8192)
+        for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++)
+            kernel(o + size_t(i) * d, r + size_t(i) * d, x + size_t(i) * d, weight, wdt, d, eps);
+        return;
+    }
     dispatch_float(act, [&](auto tag) {
         using T = decltype(tag);
         dispatch_float(wdt, [&](auto wtag) {
