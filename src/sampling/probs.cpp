@@ -20,7 +20,7 @@ void processed_probs(const float *logits, size_t n_rows, size_t vocab, const lla
             float *out = probs + size_t(r) * vocab;  // [vocab]
             std::fill(out, out + vocab, 0.0f);
             const size_t top = prepare_row(s, logits + size_t(r) * vocab, vocab, p);  // steps 0-4
-            if (p.temperature == 0.0f || !std::isfinite(s.w[top])) {  // decided without a draw
+            if (p.temperature == 0.0f || !std::isfinite(s.logits[top])) {  // decided without a draw
                 out[top] = 1.0f;
                 continue;
             }

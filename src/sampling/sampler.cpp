@@ -40,9 +40,9 @@ void apply_mask(std::vector<float> &w, const uint32_t *mask, size_t vocab) {
     }
 }
 
-void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, Penalties &pen) {
+// Steps 1-3 (pen: penalties(p, pen) already taken).
+void apply_penalties(std::vector<float> &w, const llaisysSamplingParams_t &p, const Penalties &pen) {
     for (size_t i = 0; i < p.n_bias; i++) w[size_t(p.bias_ids[i])] += p.bias_values[i];
-    penalties(p, pen);
     for (int64_t id : pen.repeated) {
         float &l = w[size_t(id)];
         l = l > 0.0f ? l / p.repetition_penalty : l * p.repetition_penalty;
@@ -72,18 +72,25 @@ int64_t draw(RowScratch &s, size_t vocab, const llaisysSamplingParams_t &p) {
 size_t first_argmax(const float *v, size_t n) { return ops::cpu::simd::row_kernels().argmax(v, n); }
 
 size_t prepare_row(RowScratch &s, const float *row, size_t vocab, const llaisysSamplingParams_t &p) {
-    s.w.assign(row, row + vocab);
-    if (p.allowed_mask) apply_mask(s.w, p.allowed_mask, vocab);  // step 0
-    apply_penalties(s.w, p, s.pen);
+    penalties(p, s.pen);
+    s.logits = row;
+    // A plain row (greedy decode's, most sampled ones) is read where it is: copying a 152k
+    // vocabulary (608 KB, in fresh pages each step) cost a 0.5B decode step ~2%.
+    if (p.allowed_mask || p.n_bias || !s.pen.repeated.empty() || !s.pen.counted.empty()) {
+        s.w.assign(row, row + vocab);
+        if (p.allowed_mask) apply_mask(s.w, p.allowed_mask, vocab);  // step 0
+        apply_penalties(s.w, p, s.pen);
+        s.logits = s.w.data();
+    }
     // Step 4, and the NaN rule for every row: the argmax is a NaN iff the row has one.
-    size_t top = first_argmax(s.w.data(), vocab);
+    size_t top = first_argmax(s.logits, vocab);
     // every allowed logit is -inf: the argmax (index 0) may be masked; take the first allowed
-    if (p.allowed_mask && s.w[top] == -std::numeric_limits<float>::infinity()) top = first_allowed(p, vocab);
+    if (p.allowed_mask && s.logits[top] == -std::numeric_limits<float>::infinity()) top = first_allowed(p, vocab);
     return top;
 }
 
 double filter_row(RowScratch &s, size_t vocab, const llaisysSamplingParams_t &p, size_t &keep) {
-    std::vector<float> &w = s.w;
+    const float *w = s.logits;
     std::vector<int32_t> &cand = s.cand;
     float inv_t = 1.0f / p.temperature;
     cand.resize(vocab);
@@ -264,8 +271,8 @@ void sample(const float *logits, size_t n_rows, size_t vocab, const llaisysSampl
             const int64_t top = int64_t(prepare_row(s, row, vocab, p));
             // The same for a row whose largest value is +inf or which is all -inf: softmax has no
             // value there (inf - inf), so the draw is the argmax too (first +inf; index 0).
-            const bool nan_row = std::isnan(s.w[size_t(top)]);
-            const bool no_softmax = !std::isfinite(s.w[size_t(top)]);
+            const bool nan_row = std::isnan(s.logits[size_t(top)]);
+            const bool no_softmax = !std::isfinite(s.logits[size_t(top)]);
             int64_t chosen = p.temperature == 0.0f || no_softmax ? top : draw(s, vocab, p);
             out.token_ids[r] = chosen;
             bool want_lp = out.logprobs != nullptr || (p.n_logprobs > 0 && out.top_ids != nullptr);
