@@ -58,6 +58,10 @@ def kernel_path(isa: str, weight_dtype: str) -> KernelPath:
     dispatch: PackedWeight packs for active_isa(), except that under avx512bf16 only bf16 is
     packed for the dot products (f16/f32 fall back to avx512); linear_packed_panels then runs
     that ISA's kernel. Activations are f32 throughout."""
+    if weight_dtype == "quantized":  # a GGUF's blocks: int8 dot products (quant_x16*.inc)
+        ceiling = {"avx512": "int8_vnni_zmm", "avx512bf16": "int8_vnni_zmm"}.get(isa, "int8_maddubs_ymm")
+        return KernelPath(isa, weight_dtype, f"block-quantized weights on {isa}: int8 dot products (decode; "
+                          "prefill's float or AMX path is not judged against this)", ceiling)
     if weight_dtype not in _WIDEN:
         raise ValueError(f"weight_dtype must be one of {sorted(_WIDEN)}, got {weight_dtype!r}")
     how = _WIDEN[weight_dtype]
@@ -88,11 +92,18 @@ def measure(threads: int, quick: bool = False) -> dict:
     return json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
 
 
-def weight_traffic(model_dir: str) -> dict:
-    """Bytes read per decoded token, FLOPs per prefill token and the weight dtype, from the files."""
+def weight_traffic(model_path) -> dict:
+    """Bytes read per decoded token, FLOPs per prefill token and the weight dtype, from the files
+    (a model directory, or a GGUF file as bench_compare.py --quant runs it)."""
     from llaisys.models.loader import load_model  # validates and memory-maps; reads no weights
 
-    loaded = load_model(model_dir)
+    if str(model_path).lower().endswith(".gguf"):
+        from llaisys.models.gguf_model import load_gguf
+
+        loaded = load_gguf(model_path).loaded
+    else:
+        loaded = load_model(model_path)
+    quantized = any(str(t.dtype) not in ("f32", "f16", "bf16") for t in loaded.tensors.values())
     cfg = loaded.config
     sizes = {name: t.data.nbytes for name, t in loaded.tensors.items()}
     counts = {name: t.data.size for name, t in loaded.tensors.items()}
@@ -101,7 +112,7 @@ def weight_traffic(model_dir: str) -> dict:
     read_bytes = sum(sizes.values()) - (0 if tied else sizes[embed])
     params_per_token = sum(counts.values()) - counts[embed] - counts.get("lm_head.weight", 0)
     return {"decode_bytes_per_token": read_bytes, "prefill_flops_per_token": 2 * params_per_token,
-            "weight_dtype": loaded.dtype}
+            "weight_dtype": "quantized" if quantized else loaded.dtype}
 
 
 def figures_from(doc) -> list:
@@ -112,6 +123,7 @@ def figures_from(doc) -> list:
     if not isinstance(doc, dict) or not isinstance(doc.get("models"), dict):
         raise ValueError("--models-json: expected bench_models.py's list of rows or bench_compare.py's report")
     rows = []
+    quant = (doc.get("spec") or {}).get("quant")  # bench_compare.py --quant: the GGUF file of that format
     for name, backends in doc["models"].items():
         runs = backends.get("llaisys") or []
         pre = [r["prefill"] for r in runs if "prefill" in r]
@@ -122,7 +134,7 @@ def figures_from(doc) -> list:
         if pre or dec:
             rows.append({"model": name, "prefill_tok_s": statistics.median(pre) if pre else None,
                          "decode_tok_s": statistics.median(dec) if dec else None, "threads": doc.get("threads"),
-                         **({"isa": isa} if isa else {})})
+                         **({"isa": isa} if isa else {}), **({"quant": quant} if quant else {})})
     return rows
 
 
@@ -214,7 +226,8 @@ def main() -> None:
     if figures:
         from llaisys.models import hub
 
-        rows = [judge(r, weight_traffic(hub.resolve_model(r["model"])), lim, isa) for r in figures]
+        rows = [judge(r, weight_traffic(hub.resolve_model(r["model"], quant=r.get("quant"))), lim, isa)
+                for r in figures]
         print_tables(rows)
     with open(args.out, "w") as f:
         json.dump({"machine": {**lim, "isa": isa}, "models": rows}, f, indent=2)
