@@ -90,9 +90,17 @@ static std::vector<float> make_row(size_t k, int kind, std::mt19937 &rng) {
     return x;
 }
 
+// The blocks the path's quantizer and the definition make of x (nb blocks of B), byte for byte
+// (a NaN d compared by its bits; both start from zeroed padding).
 template <class B>
-static bool same(const std::vector<B> &a, const std::vector<B> &b) {
-    return std::memcmp(a.data(), b.data(), a.size() * sizeof(B)) == 0;  // NaN d compared by bits
+static bool same_blocks(const std::vector<float> &x, size_t nb, void (*path)(const float *, B *, size_t),
+                        void (*ref)(const float *, B *, size_t)) {
+    std::vector<B> a(nb), b(nb);
+    std::memset(a.data(), 0, nb * sizeof(B));
+    std::memset(b.data(), 0, nb * sizeof(B));
+    path(x.data(), a.data(), nb);
+    ref(x.data(), b.data(), nb);
+    return std::memcmp(a.data(), b.data(), nb * sizeof(B)) == 0;
 }
 
 static void check_path(const llaisys::ops::cpu::simd::RowKernels &rk, const char *name) {
@@ -101,18 +109,8 @@ static void check_path(const llaisys::ops::cpu::simd::RowKernels &rk, const char
         for (int kind = 0; kind < 7; kind++) {
             for (int rep = 0; rep < 20; rep++) {
                 const std::vector<float> x = make_row(k, kind, rng);
-                std::vector<BlockQ8_32> a(k / 32), b(k / 32);
-                std::memset(a.data(), 0, a.size() * sizeof(BlockQ8_32));
-                std::memset(b.data(), 0, b.size() * sizeof(BlockQ8_32));
-                rk.quantize_q8_32(x.data(), a.data(), k / 32);
-                ref_q8_32(x.data(), b.data(), k / 32);
-                EXPECT(same(a, b), name);
-                std::vector<BlockQ8_K> ak(k / 256), bk(k / 256);
-                std::memset(ak.data(), 0, ak.size() * sizeof(BlockQ8_K));
-                std::memset(bk.data(), 0, bk.size() * sizeof(BlockQ8_K));
-                rk.quantize_q8_k(x.data(), ak.data(), k / 256);
-                ref_q8_k(x.data(), bk.data(), k / 256);
-                EXPECT(same(ak, bk), name);
+                EXPECT(same_blocks<BlockQ8_32>(x, k / 32, rk.quantize_q8_32, ref_q8_32), name);
+                EXPECT(same_blocks<BlockQ8_K>(x, k / 256, rk.quantize_q8_k, ref_q8_k), name);
             }
         }
     }
