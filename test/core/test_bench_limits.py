@@ -120,3 +120,30 @@ def test_models_json_is_judged_against_the_path_that_ran(tmp_path, qwen05_dir, l
             assert r["prefill_fraction"] == round(r["prefill_gflop_s"] / peak, 3)
         bw = doc["machine"]["read_bandwidth_gb_s"] * 1e9
         assert r["decode_fraction"] == round(10.0 * r["decode_bytes_per_token"] / bw, 3)
+
+
+def test_quant_report_is_judged_against_the_gguf_that_ran(tmp_path, qwen05_gguf, limits):
+    """bench_compare.py --quant reports: decode is held against the bytes of the GGUF file that
+    ran (every weight but an untied token embedding), whatever format the name resolves to by
+    default, and the path named is the int8 one."""
+    import gguf
+
+    from llaisys.models import hub
+
+    reader = gguf.GGUFReader(str(qwen05_gguf))
+    tied = "output.weight" not in {t.name for t in reader.tensors}
+    want = sum(int(t.n_bytes) for t in reader.tensors if tied or t.name != "token_embd.weight")
+    assert Path(hub.resolve_model(QWEN05, quant="q4_k_m")) == Path(qwen05_gguf)
+    report = {"threads": 2, "spec": {"quant": "q4_k_m"},
+              "models": {QWEN05: {"llaisys": [{"decode": 10.0, "meta": {"isa": "avx2"}}]}}}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    out = tmp_path / "limits.json"
+    proc = subprocess.run([sys.executable, str(TOOL), "--quick", "--threads", "2", "--models-json",
+                           str(tmp_path / "report.json"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, LLAISYS_ISA="scalar"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    row = json.loads(out.read_text())["models"][0]
+    assert row["decode_bytes_per_token"] == want
+    assert row["weight_dtype"] == "quantized" and row["path"]["ceiling"] == "int8_maddubs_ymm"
+    assert row["decode_gb_s"] == round(10.0 * want / 1e9, 2)
+
