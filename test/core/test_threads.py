@@ -158,6 +158,33 @@ def test_the_count_reaches_every_calling_thread():
     assert other2 == 1 + 1  # ... and of 2 after the count changed
 
 
+@pytest.mark.parametrize("fmt", ["q5_0", "q4_k", "q8_0"])
+def test_quantized_linear_is_identical_across_thread_counts(restore_threads, fmt):
+    """Decode's rows (m = 1, 3: every thread quantizes the activations into its own copy, and a
+    thread that steals another's row group reads its own) and a wide batch (m = 9 at k = 8192:
+    one shared copy), through a packed weight, bit for bit at every team size."""
+    from llaisys import ops
+    from llaisys.tensor import Tensor
+
+    rng = np.random.default_rng(5)
+    n = 16 * 9 + 5  # row groups of 16 that do not split evenly, and a partial last one
+    for m, k in ((1, 1024), (3, 4864), (9, 8192)):
+        x, w = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+        with Tensor.from_numpy(w) as wf, Tensor((n, k), fmt) as wq, Tensor.from_numpy(x) as tx:
+            ops.quantize(wq, wf)
+            packed = ops.PackedLinear(wq)
+            results = []
+            for threads in (1, 2, 3, 8):
+                runtime.set_num_threads(threads)
+                with Tensor((m, n), "f32") as out:
+                    packed(out, tx)
+                    results.append(out.numpy())
+            packed.close()
+        for r in results[1:]:
+            np.testing.assert_array_equal(r, results[0])
+        assert np.isfinite(results[0]).all()
+
+
 @pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 def test_linear_is_identical_across_thread_counts(restore_threads, dtype):
     from llaisys import ops
