@@ -88,6 +88,18 @@ def test_bench_compare_report_gives_llaisys_medians_and_isa(tool):
         tool.figures_from({"rows": []})
 
 
+def judge_json(tmp_path, doc) -> tuple[dict, str]:
+    """bench_limits.py --quick --models-json over `doc` (written to a file), as a process with
+    LLAISYS_ISA=scalar; the JSON it wrote and its stdout."""
+    (tmp_path / "models.json").write_text(json.dumps(doc))
+    out = tmp_path / "limits.json"
+    proc = subprocess.run([sys.executable, str(TOOL), "--quick", "--threads", "2", "--models-json",
+                           str(tmp_path / "models.json"), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, env=dict(os.environ, LLAISYS_ISA="scalar"))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(out.read_text()), proc.stdout
+
+
 @pytest.mark.slow
 def test_models_json_is_judged_against_the_path_that_ran(tmp_path, qwen05_dir, limits):
     """End to end: bench_models.py-style rows from an avx2 run, an avx512bf16 run and a run
@@ -96,19 +108,13 @@ def test_models_json_is_judged_against_the_path_that_ran(tmp_path, qwen05_dir, l
     rows = [{"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0, "isa": "avx2"},
             {"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0, "isa": "avx512bf16"},
             {"model": QWEN05, "prefill_tok_s": 100.0, "decode_tok_s": 10.0}]
-    (tmp_path / "models.json").write_text(json.dumps(rows))
-    out = tmp_path / "limits.json"
-    proc = subprocess.run([sys.executable, str(TOOL), "--quick", "--threads", "2", "--models-json",
-                           str(tmp_path / "models.json"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ, LLAISYS_ISA="scalar"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    doc = json.loads(out.read_text())
+    doc, stdout = judge_json(tmp_path, rows)
     assert set(doc["machine"]["peaks"]) == set(FAMILIES)
     avx2, bf16, scalar = doc["models"]
     assert doc["machine"]["isa"] == "scalar" and scalar["path"]["ceiling"] == "f32_muladd_scalar"
     assert avx2["path"]["ceiling"] == "f32_fma_ymm" and avx2["weight_dtype"] == "bf16"
     assert bf16["path"]["ceiling"] == "bf16_dot_zmm"
-    assert "bf16 weights on avx2: widened to f32" in proc.stdout
+    assert "bf16 weights on avx2: widened to f32" in stdout
     for r in (avx2, bf16, scalar):
         assert r["prefill_gflop_s"] == round(100.0 * r["prefill_flops_per_token"] / 1e9, 1)
         assert 0.70e9 < r["prefill_flops_per_token"] < 0.73e9  # 2 x 358M parameters past the tied embedding
@@ -136,13 +142,7 @@ def test_quant_report_is_judged_against_the_gguf_that_ran(tmp_path, qwen05_gguf,
     assert Path(hub.resolve_model(QWEN05, quant="q4_k_m")) == Path(qwen05_gguf)
     report = {"threads": 2, "spec": {"quant": "q4_k_m"},
               "models": {QWEN05: {"llaisys": [{"decode": 10.0, "meta": {"isa": "avx2"}}]}}}
-    (tmp_path / "report.json").write_text(json.dumps(report))
-    out = tmp_path / "limits.json"
-    proc = subprocess.run([sys.executable, str(TOOL), "--quick", "--threads", "2", "--models-json",
-                           str(tmp_path / "report.json"), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, env=dict(os.environ, LLAISYS_ISA="scalar"))
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    row = json.loads(out.read_text())["models"][0]
+    row = judge_json(tmp_path, report)[0]["models"][0]
     assert row["decode_bytes_per_token"] == want
     assert row["weight_dtype"] == "quantized" and row["path"]["ceiling"] == "int8_maddubs_ymm"
     assert row["decode_gb_s"] == round(10.0 * want / 1e9, 2)
