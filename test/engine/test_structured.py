@@ -36,11 +36,40 @@ WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters"
     (StructuredSpec.json_schema({"type": "strin"}), "strin"),
     (StructuredSpec.json_schema({"type": "string", "format": "no-such-format"}), "format"),
     (StructuredSpec("xml", "<a/>"), "kind must be one of"),
+    (StructuredSpec("json_schema", "[" * 100_000 + "]" * 100_000), "nests too deeply"),
 ])
 def test_bad_specs_name_the_field(spec, text):
     with pytest.raises(SamplingParamsError) as e:
         SamplingParams(structured=spec)
     assert e.value.param == "structured" and text in str(e.value)
+
+
+def test_unbounded_integers_get_the_safe_range():
+    """Integers a schema leaves open are generated within |n| <= 2^53 - 1 (16 digits): a
+    sampled row otherwise wrote digits until max_tokens. A bound the schema gives is kept, and
+    data (enum, const, default, examples) is not touched."""
+    from llaisys.engine.structured import SAFE_INT, _bound_integers
+
+    data = {"type": "integer"}
+    schema = {"type": "object", "$defs": {"n": {"type": ["integer", "null"]}}, "properties": {
+        "a": {"type": "integer"},
+        "b": {"type": "integer", "minimum": 0},
+        "c": {"type": "integer", "exclusiveMaximum": 10},
+        "d": {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}},
+        "e": {"const": data, "default": data, "enum": [data], "examples": [data]},
+        "f": {"type": "number"}}}
+    out = _bound_integers(schema)["properties"]
+    assert (out["a"]["minimum"], out["a"]["maximum"]) == (-SAFE_INT, SAFE_INT) and SAFE_INT == 2 ** 53 - 1
+    assert (out["b"]["minimum"], out["b"]["maximum"]) == (0, SAFE_INT)
+    assert out["c"] == {"type": "integer", "exclusiveMaximum": 10, "minimum": -SAFE_INT}
+    assert out["d"]["items"]["anyOf"][0]["maximum"] == SAFE_INT and "maximum" not in out["d"]["items"]["anyOf"][1]
+    assert schema["$defs"]["n"]["minimum"] == -SAFE_INT
+    assert data == {"type": "integer"} and out["f"] == {"type": "number"}
+    deep = {"type": "integer"}
+    for _ in range(5000):  # deeper than Python's recursion limit: the walk is iterative
+        deep = {"type": "array", "items": deep}
+    _bound_integers(deep)
+    assert grammar_of(StructuredSpec.json_schema(schema))
 
 
 def test_lenient_schema_ignores_what_strict_refuses():

@@ -85,13 +85,44 @@ def _llg():
     return llguidance
 
 
+# Integers a schema leaves unbounded are generated within JSON's safe range (|n| <= 2^53 - 1, at
+# most 16 digits, as llama.cpp's JSON grammars bound them): unbounded, a small model sampling
+# at temperature 1 wrote "minutes": 4500000000... until max_tokens.
+SAFE_INT = 2 ** 53 - 1
+_DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values there are data, not schemas
+
+
+def _bound_integers(schema):
+    """Gives every integer schema in `schema` (changed in place) without a lower (upper) bound
+    -SAFE_INT (SAFE_INT); returns it. Iterative: the depth of a request's schema is its own."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        t = node.get("type")
+        if t == "integer" or (isinstance(t, list) and "integer" in t):
+            if "minimum" not in node and "exclusiveMinimum" not in node:
+                node["minimum"] = -SAFE_INT
+            if "maximum" not in node and "exclusiveMaximum" not in node:
+                node["maximum"] = SAFE_INT
+        stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+    return schema
+
+
 def _json_grammar(schema_text: str, strict: bool, param: str) -> str:
     try:
         schema = json.loads(schema_text)
     except ValueError as e:
         raise StructuredOutputError(param, f"{param}: the schema is not valid JSON ({e})") from None
+    except RecursionError:  # the decoder nests a frame per level; the text may hold 10^5 levels
+        raise StructuredOutputError(param, f"{param}: the schema nests too deeply") from None
     if not isinstance(schema, (dict, bool)):
         raise StructuredOutputError(param, f"{param}: a JSON schema must be an object, got {type(schema).__name__}")
+    schema = _bound_integers(schema)
     options = dict(JSON_OPTIONS, lenient=not strict)
     try:
         return _llg().LLMatcher.grammar_from_json_schema(schema, defaults=options)
