@@ -4,6 +4,7 @@ that leaves while queued giving its queue place back."""
 
 import http.client
 import json
+import re
 import threading
 import time
 
@@ -89,9 +90,10 @@ def test_a_flood_gets_fast_429s_with_retry_after(server):
     assert not any(wait_idle(server, 60, headers=KEY).values())
 
 
-def _long_stream(server, user):
+def _long_stream(server, user, max_tokens=200):
+    """A streamed completion that holds a slot until cancelled (or max_tokens run out)."""
     conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-    conn.request("POST", "/v1/completions", json.dumps({"prompt": "Tell a story.", "max_tokens": 200,
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": "Tell a story.", "max_tokens": max_tokens,
                                                         "ignore_eos": True, "stream": True, "user": user}),
                  {"Content-Type": "application/json", **KEY})
     resp = conn.getresponse()
@@ -131,8 +133,15 @@ def test_token_budget_per_user(server):
     assert r.status_code == 200  # the budget is per user
 
 
+def _admission(server, which: str) -> float:
+    """llaisys:admission_<which> from /metrics (queued: waiting at the server for a slot)."""
+    text = requests.get(server.url + "/metrics", headers=KEY, timeout=30).text
+    return float(re.search(rf"^llaisys:admission_{which} (\S+)$", text, re.MULTILINE).group(1))
+
+
 def test_a_client_leaving_the_queue_frees_its_place(server):
-    conn, resp, rid = _long_stream(server, "holder")  # holds the only slot
+    # holds the only slot for as long as the test needs it (it is cancelled at the end)
+    conn, resp, rid = _long_stream(server, "holder", max_tokens=3000)
     try:
         import socket
 
@@ -141,13 +150,11 @@ def test_a_client_leaving_the_queue_frees_its_place(server):
         queued.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        b"Authorization: Bearer secret-1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         deadline = time.monotonic() + 30
-        while True:  # the queue's one place is taken once a third request is refused
-            r = post(server, "/v1/chat/completions", chat_body(repeat_word("y"), user="third"), headers=KEY)
-            assert r.status_code == 429, r.text
-            if error_of(r)["code"] == "queue_full" or time.monotonic() > deadline:
-                break
-            time.sleep(0.1)
-        assert error_of(r)["code"] == "queue_full"
+        while _admission(server, "queued") < 1:  # the raw request has reached the queue's one place
+            assert time.monotonic() < deadline, "the queued request never reached the server's queue"
+            time.sleep(0.05)
+        r = post(server, "/v1/chat/completions", chat_body(repeat_word("y"), user="third"), headers=KEY)
+        assert r.status_code == 429 and error_of(r)["code"] == "queue_full", r.text
         queued.close()
         got = {}
 

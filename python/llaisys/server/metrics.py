@@ -127,10 +127,16 @@ class ServerMetrics:
         self.tracked_users = Gauge(PREFIX + "admission_tracked_users", "Identities the admission control keeps "
                                    "state for (in flight, or charged within the token-budget window); bounded by "
                                    "--max-tracked-users plus the requests in flight.", **reg)
+        self.admission_queued = Gauge(PREFIX + "admission_queued", "Requests waiting at the server for a slot "
+                                      "(--max-queue bounds them; beyond it a request is refused with 429).", **reg)
+        self.admission_active = Gauge(PREFIX + "admission_active", "Requests holding a slot (in the engine, "
+                                      "running or in its queue); --max-concurrent-requests bounds them.", **reg)
 
     def track_admission(self, admission) -> None:
-        """Report `admission`'s tracked identities at every scrape."""
+        """Report `admission`'s tracked identities, queued and active requests at every scrape."""
         self.tracked_users.set_function(lambda: admission.num_tracked_users)
+        self.admission_queued.set_function(lambda: admission.num_queued)
+        self.admission_active.set_function(lambda: admission.num_active)
 
     def _label(self, model: Optional[str]) -> str:
         return model if model and model in self._engines() else UNKNOWN_MODEL
