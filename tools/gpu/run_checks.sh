@@ -3,8 +3,9 @@
 # beforehand (LLAISYS_LIBRARY, default build/nv90/libllaisys.so) against the GPU tests, then
 # compute-sanitizer over a slice of the op tests, then a short benchmark. Each stage has its
 # own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
-# Stages to run: GPU_STAGES="info tests profile ncu-detail sanitize bench" (default all but
-# ncu-detail, which puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
+# Stages to run: GPU_STAGES="info tests profile variants splits ncu-detail sanitize bench" (default
+# all but variants, splits and ncu-detail; variants times decode under GPU_VARIANTS' environments,
+# splits runs the quantized GEMV's tests at each LLAISYS_GEMV_SPLIT; ncu-detail puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
 # decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
 # GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call), then puts
 # GPU_NCU_FORMATS' steps under ncu (tools/gpu/profile_decode.py).
@@ -72,6 +73,28 @@ if stage profile; then
         echo "ncu $q rc=$?"
         cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
         python3 tools/gpu/profile_decode.py --parse /tmp/ncu-$q.all --steps-profiled 2 --out "$OUT/kernels-$q.json" 2>&1 | head -24
+    done
+fi
+
+if stage variants; then  # GPU_VARIANTS="name:VAR=v[,VAR2=w] ...": decode steps of this library under each environment
+    M=/tmp/llaisys-profile-1.5b
+    for v in ${GPU_VARIANTS:-}; do
+        name=${v%%:*}; envs=${v#*:}
+        for q in ${GPU_PROFILE_FORMATS:-bf16 q4_k q8_0}; do
+            env ${envs//,/ } timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q \
+                --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$name-$q.json" > "$OUT/decode-$name-$q.log" 2>&1
+            echo "decode $name ($envs) $q rc=$?: $(tail -1 "$OUT/decode-$name-$q.log")"
+        done
+    done
+fi
+
+if stage splits; then  # the quantized GEMV's other row splits (LLAISYS_GEMV_SPLIT) against the same tests
+    for sp in ${GPU_SPLITS:-1 2}; do
+        LLAISYS_GEMV_SPLIT=$sp timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+            --timeout 120 -rfE --tb=short -n "${GPU_TEST_WORKERS:-4}" test/ops/test_quant_nvidia.py test/parity/test_quant_model.py \
+            > "$OUT/pytest-split$sp.log" 2>&1
+        echo "pytest LLAISYS_GEMV_SPLIT=$sp rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-split$sp.log" | head -20
+        tail -1 "$OUT/pytest-split$sp.log"
     done
 fi
 

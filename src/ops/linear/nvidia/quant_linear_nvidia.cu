@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <vector>
 
 namespace llaisys::ops::nvidia {
@@ -236,33 +237,75 @@ __device__ __forceinline__ void unit_dot(const BlockQ6_K &b, int u, const float 
     scaled_unit<MR>(q, 32.0f, to_float(b.d) * float(b.scales[u]), x, k, m, vec, acc);
 }
 
-template <class B, int MR>
+// The weight rows of one launch: up to kMaxGroupSegs segments of one format, which tile the
+// launch's rows [0, rows) in order (segment s starts at row0[s]; row0[0] = 0). A fused
+// weight's parts (q|k|v, gate|up) are separate allocations, one launch for all of them.
+constexpr int kMaxGroupSegs = 4;
+template <class B>
+struct SegGroup {
+    const B *w[kMaxGroupSegs];
+    unsigned row0[kMaxGroupSegs];
+    unsigned rows;
+    int n;
+};
+
+// WPR warps share a row (split-K: warp s of the row takes blocks [nb s / WPR, nb (s + 1) /
+// WPR) and the partial sums meet in shared memory), kGemvWarps / WPR rows a block. Splitting
+// serves the projections with fewer rows than the GPU holds warps (q|k|v, o, down on the 1.5B):
+// one warp a row left most SMs idle, each warp walking its whole row.
+template <class B, int MR, int WPR>
 __global__ void __launch_bounds__(kGemvThreads)
-    gemv_kernel(float *out, size_t ldo, const float *x, size_t k, int m, const B *w, size_t rows, size_t nb,
+    gemv_kernel(float *out, size_t ldo, const float *x, size_t k, int m, SegGroup<B> g, size_t nb,
                 const void *bias, int bias_dt, bool x_vec) {
+    static_assert(kGemvWarps % WPR == 0, "a block holds whole rows");
     __shared__ uint4 buf[kGemvWarps][kWarpChunk / 16 + 2];
-    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const size_t row = size_t(blockIdx.x) * kGemvWarps + warp;
-    if (row >= rows) return;  // the whole warp; nothing below waits for the block
-    const B *wr = w + row * nb;
+    __shared__ float part[WPR > 1 ? kGemvWarps : 1][MR];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % WPR;
+    const size_t row = size_t(blockIdx.x) * (kGemvWarps / WPR) + warp / WPR;
+    const bool live = row < g.rows;
+    if (WPR == 1 && !live) return;  // the whole warp; nothing below waits for the block
     float acc[MR];
 #pragma unroll
     for (int i = 0; i < MR; i++) acc[i] = 0.0f;
-    for (size_t b0 = 0; b0 < nb; b0 += kChunkBlocks<B>) {
-        const size_t cb = min(kChunkBlocks<B>, nb - b0);
-        const uint8_t *p0 = reinterpret_cast<const uint8_t *>(wr + b0);
-        __syncwarp();  // every lane is done with the last chunk
-        stage_bytes(buf[warp], p0, p0 + cb * sizeof(B), lane, 32);
-        __syncwarp();
-        const uint8_t *sb = reinterpret_cast<const uint8_t *>(buf[warp]) + (reinterpret_cast<uintptr_t>(p0) & 15);
-        for (unsigned u = lane; u < cb * kUnits<B>; u += 32) {
-            const B &blk = *reinterpret_cast<const B *>(sb + (u / kUnits<B>)*sizeof(B));
-            unit_dot<MR>(blk, int(u % kUnits<B>), x + (b0 * kUnits<B> + u) * kUnit, k, m, x_vec, acc);
+    if (live) {
+        const B *w0 = g.w[0];
+        unsigned r0 = 0;
+#pragma unroll
+        for (int t = 1; t < kMaxGroupSegs; t++) {  // constant indices: the group stays in parameter space
+            if (t < g.n && row >= g.row0[t]) w0 = g.w[t], r0 = g.row0[t];
+        }
+        const B *wr = w0 + (row - r0) * nb;
+        const size_t b_end = nb * (sub + 1) / WPR;
+        for (size_t b0 = nb * sub / WPR; b0 < b_end; b0 += kChunkBlocks<B>) {
+            const size_t cb = min(kChunkBlocks<B>, b_end - b0);
+            const uint8_t *p0 = reinterpret_cast<const uint8_t *>(wr + b0);
+            __syncwarp();  // every lane is done with the last chunk
+            stage_bytes(buf[warp], p0, p0 + cb * sizeof(B), lane, 32);
+            __syncwarp();
+            const uint8_t *sb = reinterpret_cast<const uint8_t *>(buf[warp]) + (reinterpret_cast<uintptr_t>(p0) & 15);
+            for (unsigned u = lane; u < cb * kUnits<B>; u += 32) {
+                const B &blk = *reinterpret_cast<const B *>(sb + (u / kUnits<B>)*sizeof(B));
+                unit_dot<MR>(blk, int(u % kUnits<B>), x + (b0 * kUnits<B> + u) * kUnit, k, m, x_vec, acc);
+            }
         }
     }
 #pragma unroll
     for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
-    if (lane == 0) {
+    if (WPR > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
+        }
+        __syncthreads();  // every warp of the block reaches it (no early return when WPR > 1)
+        if (sub != 0) return;
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            acc[i] = part[warp][i];
+#pragma unroll
+            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
+        }
+    }
+    if (lane == 0 && live) {
         const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
 #pragma unroll
         for (int i = 0; i < MR; i++) {
@@ -293,37 +336,74 @@ void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std
     LLAISYS_CUDA_CHECK(cudaGetLastError());
 }
 
-template <class B, int MR>
-void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const B *w, size_t rows, size_t nb,
-                 const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
-    const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && k % 4 == 0;  // float4 activation loads
-    gemv_kernel<B, MR><<<unsigned(ceil_div(rows, kGemvWarps)), kGemvThreads, 0, stream>>>(out, ldo, x, k, m, w, rows,
-                                                                                         nb, bias, int(bias_dt), x_vec);
+// Warps a row takes: 4 while one warp a row would not fill the GPU once (and every warp
+// gets a block of the row), else 1. LLAISYS_GEMV_SPLIT=1|2|4 fixes it (for measurements).
+int warps_per_row(size_t rows, size_t nb, int device_id) {
+    static const int forced = [] {
+        const char *e = std::getenv("LLAISYS_GEMV_SPLIT");
+        const int v = e ? std::atoi(e) : 0;
+        return v == 1 || v == 2 || v == 4 ? v : 0;
+    }();
+    static int sms[64] = {};
+    int &sm = sms[device_id & 63];
+    if (sm == 0) LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device_id));
+    int wpr = forced ? forced : rows < size_t(sm) * 32 ? 4 : 1;
+    while (wpr > 1 && nb < size_t(wpr)) wpr /= 2;
+    return wpr;
 }
 
-// The GEMV over every segment, activation rows in chunks of at most kQuantGemvRows.
+template <class B, int MR, int WPR>
+void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const SegGroup<B> &g, size_t nb,
+                 const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
+    const bool x_vec = reinterpret_cast<uintptr_t>(x) % 16 == 0 && k % 4 == 0;  // float4 activation loads
+    const size_t rows = g.rows;
+    gemv_kernel<B, MR, WPR><<<unsigned(ceil_div(rows, kGemvWarps / WPR)), kGemvThreads, 0, stream>>>(
+        out, ldo, x, k, m, g, nb, bias, int(bias_dt), x_vec);
+}
+
+template <class B, int MR>
+void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const SegGroup<B> &g, size_t nb,
+                 const void *bias, llaisysDataType_t bias_dt, int wpr, cudaStream_t stream) {
+    if (wpr == 4) launch_gemv<B, MR, 4>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
+    else if (wpr == 2) launch_gemv<B, MR, 2>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
+    else launch_gemv<B, MR, 1>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
+}
+
+// The GEMV over every segment, activation rows in chunks of at most kQuantGemvRows: one
+// launch for each run of consecutive segments of one format (at most kMaxGroupSegs).
 // out [m, n] f32, x [m, k] f32.
 void gemv(float *out, const float *x, const cpu::QuantRows *segs, size_t n_segs, size_t n, size_t k,
-          const std::byte *bias, llaisysDataType_t bias_dt, size_t m, cudaStream_t stream) {
-    for (size_t i0 = 0; i0 < m; i0 += kQuantGemvRows) {
-        const int mc = int(std::min(kQuantGemvRows, m - i0));
-        for (size_t s = 0; s < n_segs; s++) {
-            const cpu::QuantRows &seg = segs[s];
-            if (seg.rows == 0) continue;
-            const size_t nb = k / quant_block_size(seg.dt);
-            float *o = out + i0 * n + seg.row0;
-            const float *xc = x + i0 * k;
-            const void *b = bias ? bias + seg.row0 * dtype_size(bias_dt) : nullptr;
-            quant::dispatch_quant(seg.dt, [&](auto tag) {
+          const std::byte *bias, llaisysDataType_t bias_dt, size_t m, int device_id, cudaStream_t stream) {
+    for (size_t s0 = 0; s0 < n_segs;) {
+        size_t s1 = s0 + 1;  // the group: segments [s0, s1)
+        while (s1 < n_segs && s1 - s0 < size_t(kMaxGroupSegs) && segs[s1].dt == segs[s0].dt) s1++;
+        const size_t row0 = segs[s0].row0, rows = segs[s1 - 1].row0 + segs[s1 - 1].rows - row0;
+        const size_t nb = k / quant_block_size(segs[s0].dt);
+        if (rows > 0) {
+            const int wpr = warps_per_row(rows, nb, device_id);
+            quant::dispatch_quant(segs[s0].dt, [&](auto tag) {
                 using B = decltype(tag);
-                const B *w = reinterpret_cast<const B *>(seg.data);
-                if (mc <= 1) launch_gemv<B, 1>(o, n, xc, k, mc, w, seg.rows, nb, b, bias_dt, stream);
-                else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, k, mc, w, seg.rows, nb, b, bias_dt, stream);
-                else if (mc <= 4) launch_gemv<B, 4>(o, n, xc, k, mc, w, seg.rows, nb, b, bias_dt, stream);
-                else launch_gemv<B, 8>(o, n, xc, k, mc, w, seg.rows, nb, b, bias_dt, stream);
+                SegGroup<B> g{};
+                g.n = int(s1 - s0);
+                for (size_t s = s0; s < s1; s++) {
+                    g.w[s - s0] = reinterpret_cast<const B *>(segs[s].data);
+                    g.row0[s - s0] = unsigned(segs[s].row0 - row0);
+                }
+                g.rows = unsigned(rows);
+                for (size_t i0 = 0; i0 < m; i0 += kQuantGemvRows) {
+                    const int mc = int(std::min(kQuantGemvRows, m - i0));
+                    float *o = out + i0 * n + row0;
+                    const float *xc = x + i0 * k;
+                    const void *b = bias ? bias + row0 * dtype_size(bias_dt) : nullptr;
+                    if (mc <= 1) launch_gemv<B, 1>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else if (mc <= 4) launch_gemv<B, 4>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else launch_gemv<B, 8>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    LLAISYS_CUDA_CHECK(cudaGetLastError());
+                }
             });
-            LLAISYS_CUDA_CHECK(cudaGetLastError());
         }
+        s0 = s1;
     }
 }
 
@@ -355,6 +435,8 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
     if (m == 0 || n == 0) return;
     dispatch_float(act, [](auto) {});  // validates act
     if (bias) dispatch_float(bias_dt, [](auto) {});
+    LLAISYS_CHECK(m <= size_t(INT_MAX) && n <= size_t(INT_MAX) && k <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED,
+                  "linear: [", m, ", ", k, "] x [", n, ", ", k, "]^T exceeds the kernels' 32-bit sizes");
     DeviceState &st = device_state(device_id);
     const bool f32 = act == LLAISYS_DTYPE_F32;
 
@@ -370,13 +452,11 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
             x = reinterpret_cast<const float *>(buf);
             acc = reinterpret_cast<float *>(buf + x_bytes);
         }
-        gemv(acc, x, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, stream);
+        gemv(acc, x, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, device_id, stream);
         if (!f32) add_bias(out, act, acc, bias, bias_dt, m, n, stream);
         return;
     }
 
-    LLAISYS_CHECK(m <= size_t(INT_MAX) && n <= size_t(INT_MAX) && k <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED,
-                  "linear: [", m, ", ", k, "] x [", n, ", ", k, "]^T exceeds cuBLAS's 32-bit sizes");
     const llaisysDataType_t gdt = act == LLAISYS_DTYPE_F16 ? LLAISYS_DTYPE_F16 : LLAISYS_DTYPE_BF16;
     const size_t panel_rows = std::min(n, std::max<size_t>(1, kPanelBytes / (k * 2)));
     const size_t in_bytes = act == gdt ? 0 : align_up(m * k * 2);        // [m, k] gdt

@@ -19,11 +19,12 @@ constexpr size_t kQuantGemvRows = 8;
 // ranges segs [n_segs] (a host array, ordered by row0, together covering [0, n) once; each
 // segment's data a DEVICE pointer to [rows][k / block] GGUF blocks of its dtype). out and in
 // of dtype act (f32, f16 or bf16), DEVICE buffers.
-//   m <= kQuantGemvRows (decode): one block per weight row stages the row's blocks in shared
-//     memory (16-byte loads), dequantizes them there (bit for bit as llaisysDequantize) and
-//     multiplies them with every activation row in f32 (FMA, f32 accumulation, a block
-//     reduction); 16-bit activations are widened to f32 first (exact). The result is
-//     W_dequantized x in in f32, up to the summation order.
+//   m <= kQuantGemvRows (decode): a warp per weight row (four warps share a row, split-K, when
+//     the launch has fewer rows than 32 per SM) stages the row's blocks in shared memory (16-byte
+//     loads) and multiplies its values with every activation row in f32 (FMA, f32 accumulation,
+//     a warp reduction); 16-bit activations are widened to f32 first (exact). One launch covers
+//     up to four consecutive segments of one format (q|k|v, gate|up). The result is
+//     W_dequantized x in in f32, up to the summation order and one rounding of each weight.
 //   m > kQuantGemvRows (prefill): W is dequantized panel by panel (at most kPanelBytes) into
 //     a scratch buffer in bf16 (f16 for f16 activations), the activations rounded to that
 //     dtype once per call, and each panel multiplied through cublasGemmEx (tensor cores, f32
