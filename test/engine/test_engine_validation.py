@@ -153,3 +153,18 @@ def test_admission_rejections_state_both_numbers():
         check_fits(cfg, 0, 5)
     assert check_fits(cfg, 30, None) == 34  # max_tokens=None: up to what the pool holds
     assert check_fits(EngineConfig(max_model_len=100), 30, None) == 70
+
+
+def test_gpu_memory_utilization_is_a_per_instance_share():
+    """vLLM's meaning: utilization x total for this instance (weights, step workspace and KV
+    together); memory other processes hold does not shrink the share, but the KV cache must
+    fit in what is free."""
+    from llaisys.engine.worker import kv_budget_from
+
+    GiB = 1 << 30
+    # 140 GiB GPU, 8 GiB held by other processes: 0.05 gives 7 GiB - 1 GiB weights - 0.1 GiB step
+    assert kv_budget_from(0.05, 140 * GiB, 131 * GiB, 1 * GiB, GiB // 10) == int(0.05 * 140 * GiB) - GiB - GiB // 10
+    with pytest.raises(ValueError, match="leaves no room for the KV cache"):
+        kv_budget_from(0.05, 140 * GiB, 131 * GiB, 7 * GiB, GiB // 10)
+    with pytest.raises(ValueError, match="only 2 GiB|only 2048 MiB.*lower gpu_memory_utilization"):
+        kv_budget_from(0.9, 140 * GiB, 2 * GiB, 1 * GiB, GiB // 10)

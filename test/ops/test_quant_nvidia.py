@@ -5,8 +5,10 @@ x @ dequantize(W)^T in float64 (gguf-py's dequantizer), for all six formats.
 - dequantize: bit-identical to the CPU (itself bit-identical to gguf-py), for f32, f16 and bf16
   outputs, random blocks, the edge blocks of quant_cases (NaN / Inf / subnormal scales) and
   real rows of the cached GGUF files.
-- linear, decode (m <= 8, the dequantize-in-register GEMV): exact products summed in f32, so
-  each output is within 1e-5 |x| . |W| of the float64 product (as the CPU's float path).
+- linear, decode (m <= 8): Q8_0, Q4_K and Q6_K run the int8 GEMV (activations quantized to
+  int8 blocks of 32, dp4a), within the CPU int8 path's per-format bound; the other formats run
+  the dequantize-in-register GEMV (exact products summed in f32, so within 1e-5 |x| . |W| of
+  the float64 product, as the CPU's float path), as do all six under LLAISYS_GEMV_INT8=0.
 - linear, prefill (m > 8, 16-bit panels through cuBLAS): each operand rounded once to bf16
   (f16 for f16 activations), so each product moves by at most (2^-8 + 2^-16) of |x_i w_i|:
   within 4e-3 |x| . |W|. Both paths stay inside the CPU int8 path's per-format bound
@@ -15,6 +17,8 @@ x @ dequantize(W)^T in float64 (gguf-py's dequantizer), for all six formats.
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
@@ -31,6 +35,8 @@ NV = DeviceType.NVIDIA
 pytestmark = pytest.mark.skipif(rt.device_count(NV) == 0, reason="no NVIDIA GPU in this build/machine")
 
 GEMV_ROWS = 8  # ops/linear/nvidia/quant_linear_nvidia.hpp kQuantGemvRows
+# the formats whose decode runs the int8 GEMV (the library reads LLAISYS_GEMV_INT8 once)
+INT8_GEMV = set() if os.environ.get("LLAISYS_GEMV_INT8", "1").startswith("0") else {"q8_0", "q4_k", "q6_k"}
 F32_BOUND = 1e-5  # decode: |err| <= F32_BOUND |x| . |W|
 BF16_BOUND = 4e-3  # prefill: |err| <= BF16_BOUND |x| . |W|
 OUT_ULP = {"f32": 0.0, "f16": 1e-3, "bf16": 8e-3}  # relative: a 16-bit output's one rounding
@@ -62,6 +68,13 @@ def int8_bound(x: np.ndarray, W: np.ndarray, fmt: str) -> np.ndarray:
     bs = act_block(fmt)
     d = np.abs(x).reshape(m, k // bs, bs).max(-1) / 127
     return 0.5 * d @ np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1).T + 1e-4 * np.abs(x) @ np.abs(W).T
+
+
+def decode_bound(xd: np.ndarray, W: np.ndarray, fmt: str) -> np.ndarray:
+    """[m, n] the decode GEMV's bound: the int8 path's, or the float path's F32_BOUND."""
+    if fmt in INT8_GEMV:
+        return int8_bound(xd, W, fmt)
+    return F32_BOUND * (np.abs(xd) @ np.abs(W).T)
 
 
 def gpu_linear(raw, fmt, n, k, x: np.ndarray, act: str, bias=None, bias_dtype="f32") -> np.ndarray:
@@ -147,7 +160,7 @@ def test_linear_f32_within_its_bound(fmt, m):
         scale = np.abs(xd) @ np.abs(W).T
         err = np.abs(got - ref)
         assert np.isfinite(got).all()
-        bound = (F32_BOUND if m <= GEMV_ROWS else BF16_BOUND) * scale
+        bound = decode_bound(xd, W, fmt) if m <= GEMV_ROWS else BF16_BOUND * scale
         assert (err <= bound).all(), (fmt, k, m, float((err / scale).max()))
         assert (err <= int8_bound(xd, W, fmt)).all(), (fmt, k, m)
 
@@ -165,7 +178,7 @@ def test_linear_bias_and_activation_dtypes(fmt, act, m):
     xd = as_act(x, act)
     ref = xd @ W.T + bias
     scale = np.abs(xd) @ np.abs(W).T
-    bound = (F32_BOUND if m <= GEMV_ROWS else BF16_BOUND) * scale + OUT_ULP[act] * np.abs(ref) + 1e-6
+    bound = (decode_bound(xd, W, fmt) if m <= GEMV_ROWS else BF16_BOUND * scale) + OUT_ULP[act] * np.abs(ref) + 1e-6
     assert (np.abs(got - ref) <= bound).all(), (fmt, act, m)
 
 
@@ -187,8 +200,7 @@ def test_linear_real_rows(m):
             W = gguf.quants.dequantize(raw, qtype(fmt)).astype(np.float64)
             x = rng.standard_normal((m, k))
             got = gpu_linear(raw, fmt, n, k, x, "f32")
-            scale = np.abs(x) @ np.abs(W).T
-            bound = (F32_BOUND if m <= GEMV_ROWS else BF16_BOUND) * scale
+            bound = decode_bound(x, W, fmt) if m <= GEMV_ROWS else BF16_BOUND * (np.abs(x) @ np.abs(W).T)
             assert (np.abs(got - x @ W.T) <= bound).all(), (model, fmt, m)
             seen += 1
     if seen == 0:
@@ -207,3 +219,23 @@ def test_linear_empty_and_checked():
         with llaisys.Tensor((2, 256), "f32") as x, llaisys.Tensor((2, 8), "f32", device=NV) as out, \
                 pytest.raises(llaisys.LlaisysError, match="device"):
             ops.linear(out, x, w)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_decode_nonfinite_activations_stay_in_their_row(fmt):
+    """A NaN or an infinity in one activation row makes that row's outputs non-finite, never a
+    finite wrong number, and leaves the other rows as they are alone."""
+    rng = np.random.default_rng(13)
+    n, k, m = 21, 512, 3
+    raw, W = weight(fmt, n, k, rng)
+    x = rng.standard_normal((m, k))
+    alone = gpu_linear(raw, fmt, n, k, x[2:], "f32")
+    for bad in (np.nan, np.inf):
+        xb = x.copy()
+        xb[1, 37] = bad
+        got = gpu_linear(raw, fmt, n, k, xb, "f32")
+        assert not np.isfinite(got[1]).any(), (fmt, bad)
+        assert np.isfinite(got[[0, 2]]).all(), (fmt, bad)
+        assert np.array_equal(got[2], alone[0]), (fmt, bad)  # a row's result does not depend on the others
+        ref = x[0] @ W.T
+        assert (np.abs(got[0] - ref) <= decode_bound(x[:1], W, fmt)[0]).all(), (fmt, bad)

@@ -5,7 +5,7 @@
 # own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
 # Stages to run: GPU_STAGES="info tests profile variants splits ncu-detail sanitize bench" (default
 # all but variants, splits and ncu-detail; variants times decode under GPU_VARIANTS' environments,
-# splits runs the quantized GEMV's tests at each LLAISYS_GEMV_SPLIT; ncu-detail puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
+# splits runs the quantized GEMV's tests at each LLAISYS_GEMV_SPLIT and LLAISYS_GEMV_INT8=0; ncu-detail puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
 # decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
 # GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call), then puts
 # GPU_NCU_FORMATS' steps under ncu (tools/gpu/profile_decode.py).
@@ -88,13 +88,13 @@ if stage variants; then  # GPU_VARIANTS="name:VAR=v[,VAR2=w] ...": decode steps 
     done
 fi
 
-if stage splits; then  # the quantized GEMV's other row splits (LLAISYS_GEMV_SPLIT) against the same tests
-    for sp in ${GPU_SPLITS:-1 2}; do
-        LLAISYS_GEMV_SPLIT=$sp timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+if stage splits; then  # the quantized GEMV's other paths (row splits, the float path) against the same tests
+    for e in ${GPU_SPLITS:-LLAISYS_GEMV_SPLIT=1 LLAISYS_GEMV_SPLIT=2 LLAISYS_GEMV_INT8=0}; do
+        env $e timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" \
             --timeout 120 -rfE --tb=short -n "${GPU_TEST_WORKERS:-4}" test/ops/test_quant_nvidia.py test/parity/test_quant_model.py \
-            > "$OUT/pytest-split$sp.log" 2>&1
-        echo "pytest LLAISYS_GEMV_SPLIT=$sp rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-split$sp.log" | head -20
-        tail -1 "$OUT/pytest-split$sp.log"
+            > "$OUT/pytest-$e.log" 2>&1
+        echo "pytest $e rc=$?"; grep -E "^(FAILED|ERROR)" "$OUT/pytest-$e.log" | head -20
+        tail -1 "$OUT/pytest-$e.log"
     done
 fi
 

@@ -39,6 +39,24 @@ def parse_bytes(value: Union[int, str]) -> int:
     return n
 
 
+def kv_budget_from(utilization: float, total: int, free: int, own: int, work: int) -> int:
+    """The KV budget of one instance given `utilization` of a GPU of `total` bytes, as vLLM
+    sizes it: the instance may hold utilization x total in all, of which its weights (`own`,
+    what it allocated so far) and one step's workspace (`work`) are spent; memory other
+    processes or instances hold does not count against it, but what is left must be free now."""
+    budget = int(utilization * total) - own - work
+    mib = lambda b: f"{b / (1 << 20):.0f} MiB"  # noqa: E731
+    if budget <= 0:
+        raise ValueError(f"gpu_memory_utilization {utilization} leaves no room for the KV cache: it allows "
+                         f"{mib(utilization * total)} of {mib(total)}, the weights hold {mib(own)} and a step "
+                         f"needs {mib(work)}")
+    if budget + work > free:
+        raise ValueError(f"gpu_memory_utilization {utilization} asks for {mib(budget + work)} more for the KV cache "
+                         f"and a step, but only {mib(free)} of {mib(total)} are free (other processes hold the "
+                         f"rest): lower gpu_memory_utilization or free GPU memory")
+    return budget
+
+
 def as_device(device: Union[str, DeviceType]) -> DeviceType:
     if isinstance(device, DeviceType):
         return device
@@ -97,7 +115,15 @@ class Worker:
         else:
             loaded = load_model(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
             self.tokenizer = Tokenizer.from_dir(self.path)
-        self.model = Model(loaded, device=as_device(cfg.device))
+        device = as_device(cfg.device)
+        self._in_use_before = None  # device memory in use before the weights (gpu_memory_utilization)
+        if u is not None:
+            from .. import runtime
+
+            runtime.empty_cache(device, 0)
+            free, total = runtime.memory_info(device, 0)
+            self._in_use_before = total - free
+        self.model = Model(loaded, device=device)
         del loaded  # the core holds its own copy of every weight
         self.load_seconds = time.monotonic() - t0
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()
@@ -131,22 +157,17 @@ class Worker:
         return int(1.25 * (per_token * max_num_batched_tokens + per_sample * max_num_seqs)) + (64 << 20)
 
     def kv_budget_for(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
-        """Bytes for K and V: kv_cache_memory, or on a GPU with gpu_memory_utilization, that
-        fraction of the GPU's memory less what is in use now (weights, other processes) and the
-        step workspace."""
+        """Bytes for K and V: kv_cache_memory, or on a GPU with gpu_memory_utilization, this
+        instance's share of the GPU (kv_budget_from)."""
         if self.gpu_memory_utilization is None:
             return self.kv_budget
         from .. import runtime
 
         runtime.empty_cache(self.model.device, self.model.device_id)  # cached free blocks would count as used
         free, total = runtime.memory_info(self.model.device, self.model.device_id)
-        in_use = total - free
-        work = self.workspace_bytes(max_num_batched_tokens, max_num_seqs)
-        budget = int(self.gpu_memory_utilization * total) - in_use - work
-        if budget <= 0:
-            raise ValueError(f"gpu_memory_utilization {self.gpu_memory_utilization} leaves no room for the KV cache: "
-                             f"{in_use >> 20} MiB of {total >> 20} MiB are in use and a step needs {work >> 20} MiB")
-        return budget
+        own = max(0, (total - free) - (self._in_use_before or 0))
+        return kv_budget_from(self.gpu_memory_utilization, total, free, own,
+                              self.workspace_bytes(max_num_batched_tokens, max_num_seqs))
 
     def num_blocks(self, block_size: int, max_num_batched_tokens: int = 2048, max_num_seqs: int = 32) -> int:
         budget = self.kv_budget_for(max_num_batched_tokens, max_num_seqs)

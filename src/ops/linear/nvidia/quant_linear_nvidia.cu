@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 namespace llaisys::ops::nvidia {
@@ -314,6 +315,180 @@ __global__ void __launch_bounds__(kGemvThreads)
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// The int8 GEMV (Q8_0, Q4_K, Q6_K): llama.cpp's route. The activations are quantized once a
+// call to int8 blocks of 32 (scale amax / 127, round to nearest even), and each lane multiplies
+// a unit of weight bytes, read from global memory where they are (no staging), with __dp4a:
+// four multiply-adds an instruction on the integers, one scale a unit. About a quarter of the
+// float path's instructions an element, and every lane's loads are in flight at once. The
+// error is the CPU int8 path's: within 0.5 d_x |W| per activation block, d_x <= amax / 127.
+
+constexpr int kXBlock = 32;  // activation elements per int8 scale
+
+// xq [m, k] int8, xd [m, k / 32] f32: one warp a block of 32, one element a lane. A block
+// holding a NaN or an infinity gets a NaN scale, so its products are NaN, as the float path's.
+__global__ void quantize_x_kernel(int8_t *xq, float *xd, const float *x, size_t blocks) {
+    const size_t b = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+    if (b >= blocks) return;  // whole warps
+    const unsigned lane = threadIdx.x & 31;
+    const float v = x[b * kXBlock + lane];
+    const float amax = warp_max(fabsf(v));
+    const bool bad = __any_sync(0xffffffffu, !isfinite(v));
+    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    xq[b * kXBlock + lane] = bad ? int8_t(0) : int8_t(__float2int_rn(v * id));
+    if (lane == 0) xd[b] = bad ? __int_as_float(0x7fc00000) : d;
+}
+
+template <class B>
+constexpr size_t kBlockElems = quant::block_elems<B>();
+template <class B>
+constexpr int kQUnits = 0;  // int8 units a block (0: the format has no int8 kernel)
+template <>
+constexpr int kQUnits<BlockQ8_0> = 2;  // 16 elements
+template <>
+constexpr int kQUnits<BlockQ4_K> = 8;  // 16 elements of sub-block 2p and 16 of 2p + 1
+template <>
+constexpr int kQUnits<BlockQ6_K> = 16;  // 16 elements, one scale
+
+// Four bytes from two 2-byte aligned halves (Q8_0's and Q6_K's blocks are 34 and 210 bytes).
+__device__ __forceinline__ int ld4_2(const uint8_t *p) {
+    const uint16_t *h = reinterpret_cast<const uint16_t *>(p);
+    return int(uint32_t(h[0]) | uint32_t(h[1]) << 16);
+}
+
+__device__ __forceinline__ int dot16(const int (&q)[4], const int4 &xv, int c) {
+    c = __dp4a(q[0], xv.x, c);
+    c = __dp4a(q[1], xv.y, c);
+    c = __dp4a(q[2], xv.z, c);
+    return __dp4a(q[3], xv.w, c);
+}
+
+// acc[i] += unit u of block `blk` (at element e0 of the row) . x_i, for i < m.
+template <int MR>
+__device__ __forceinline__ void qunit(const BlockQ8_0 &b, int u, size_t e0, const int8_t *xq, const float *xd,
+                                      size_t k, int m, float *acc) {
+    int q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) q[w] = ld4_2(reinterpret_cast<const uint8_t *>(b.qs) + 16 * u + 4 * w);
+    const float dw = to_float(b.d);
+    const size_t e = e0 + kUnit * u;
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        if (i < m) {
+            const int4 xv = *reinterpret_cast<const int4 *>(xq + size_t(i) * k + e);
+            acc[i] = fmaf(dw * xd[(size_t(i) * k + e) / kXBlock], float(dot16(q, xv, 0)), acc[i]);
+        }
+    }
+}
+
+template <int MR>
+__device__ __forceinline__ void qunit(const BlockQ4_K &b, int u, size_t e0, const int8_t *xq, const float *xd,
+                                      size_t k, int m, float *acc) {
+    const int p = u / 2, h = u % 2;
+    const uint4 qv = *reinterpret_cast<const uint4 *>(b.qs + 32 * p + kUnit * h);
+    const int qw[4] = {int(qv.x), int(qv.y), int(qv.z), int(qv.w)};
+    int lo[4], hi[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) lo[w] = qw[w] & 0x0F0F0F0F, hi[w] = (qw[w] >> 4) & 0x0F0F0F0F;
+    uint8_t sc0, m0, sc1, m1;
+    quant::scale_min_k4(b.scales, 2 * p, sc0, m0);
+    quant::scale_min_k4(b.scales, 2 * p + 1, sc1, m1);
+    const float d = to_float(b.d), dmin = to_float(b.dmin);
+    const float ds0 = d * float(sc0), dm0 = dmin * float(m0), ds1 = d * float(sc1), dm1 = dmin * float(m1);
+    const int ones[4] = {0x01010101, 0x01010101, 0x01010101, 0x01010101};
+    const size_t e = e0 + 64 * p + kUnit * h;  // sub-block 2p's elements; 2p + 1's are 32 on
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        if (i < m) {
+            const int8_t *xr = xq + size_t(i) * k + e;
+            const int4 x0 = *reinterpret_cast<const int4 *>(xr), x1 = *reinterpret_cast<const int4 *>(xr + 32);
+            const float *dx = xd + (size_t(i) * k + e) / kXBlock;
+            const float s0 = ds0 * float(dot16(lo, x0, 0)) - dm0 * float(dot16(ones, x0, 0));
+            const float s1 = ds1 * float(dot16(hi, x1, 0)) - dm1 * float(dot16(ones, x1, 0));
+            acc[i] = fmaf(dx[0], s0, fmaf(dx[1], s1, acc[i]));
+        }
+    }
+}
+
+template <int MR>
+__device__ __forceinline__ void qunit(const BlockQ6_K &b, int u, size_t e0, const int8_t *xq, const float *xd,
+                                      size_t k, int m, float *acc) {
+    const int h = u / 8, r0 = kUnit * (u % 8);  // as the float path's unit_dot
+    const uint8_t *ql = b.ql + 64 * h + r0 % 64;
+    const uint8_t *qh = b.qh + 32 * h + r0 % 32;
+    const int lo_shift = 4 * (r0 / 64), hi_shift = 2 * (r0 / 32);
+    int q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t v = ((uint32_t(ld4_2(ql + 4 * w)) >> lo_shift) & 0x0F0F0F0Fu) |
+                           ((uint32_t(ld4_2(qh + 4 * w)) >> hi_shift) & 0x03030303u) << 4;
+        q[w] = int(__vsub4(v, 0x20202020u));  // q - 32 in each byte: -32 .. 31
+    }
+    const float dw = to_float(b.d) * float(b.scales[u]);
+    const size_t e = e0 + kUnit * u;
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        if (i < m) {
+            const int4 xv = *reinterpret_cast<const int4 *>(xq + size_t(i) * k + e);
+            acc[i] = fmaf(dw * xd[(size_t(i) * k + e) / kXBlock], float(dot16(q, xv, 0)), acc[i]);
+        }
+    }
+}
+
+// The int8 twin of gemv_kernel (same rows, warps and split-K; lanes take units in turn).
+template <class B, int MR, int WPR>
+__global__ void __launch_bounds__(kGemvThreads)
+    gemv_int8_kernel(float *out, size_t ldo, const int8_t *xq, const float *xd, size_t k, int m, SegGroup<B> g,
+                     size_t nb, const void *bias, int bias_dt) {
+    static_assert(kGemvWarps % WPR == 0, "a block holds whole rows");
+    __shared__ float part[WPR > 1 ? kGemvWarps : 1][MR];
+    const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % WPR;
+    const size_t row = size_t(blockIdx.x) * (kGemvWarps / WPR) + warp / WPR;
+    const bool live = row < g.rows;
+    if (WPR == 1 && !live) return;
+    float acc[MR];
+#pragma unroll
+    for (int i = 0; i < MR; i++) acc[i] = 0.0f;
+    if (live) {
+        const B *w0 = g.w[0];
+        unsigned r0 = 0;
+#pragma unroll
+        for (int t = 1; t < kMaxGroupSegs; t++) {
+            if (t < g.n && row >= g.row0[t]) w0 = g.w[t], r0 = g.row0[t];
+        }
+        const B *wr = w0 + (row - r0) * nb;
+        const size_t u_end = nb * (sub + 1) / WPR * kQUnits<B>;
+#pragma unroll 2
+        for (size_t u = nb * sub / WPR * kQUnits<B> + lane; u < u_end; u += 32) {
+            const size_t blk = u / kQUnits<B>;
+            qunit<MR>(wr[blk], int(u % kQUnits<B>), blk * kBlockElems<B>, xq, xd, k, m, acc);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
+    if (WPR > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
+        }
+        __syncthreads();
+        if (sub != 0) return;
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            acc[i] = part[warp][i];
+#pragma unroll
+            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
+        }
+    }
+    if (lane == 0 && live) {
+        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
+        }
+    }
+}
+
 // out [m, n] = round(acc [m, n] + bias [n]); acc may be out itself (f32), bias may be null.
 template <class TO>
 __global__ void bias_kernel(TO *out, const float *acc, const void *bias, int bias_dt, size_t m, size_t n) {
@@ -334,6 +509,27 @@ void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std
                                                                           int(bias_dt), m, n);
     });
     LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
+
+// The activations quantized for the int8 kernels: q [m, k] int8, d [m, k / 32] f32; q null
+// where none of the call's formats has an int8 kernel (or LLAISYS_GEMV_INT8=0).
+struct QuantX {
+    const int8_t *q = nullptr;
+    const float *d = nullptr;
+};
+
+bool int8_format(llaisysDataType_t dt) {
+    return dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K;
+}
+
+// Whether the int8 kernels run: by default; LLAISYS_GEMV_INT8=0 keeps the float path (for
+// measurements and for its tests).
+bool int8_enabled() {
+    static const bool on = [] {
+        const char *e = std::getenv("LLAISYS_GEMV_INT8");
+        return !(e && e[0] == '0');
+    }();
+    return on;
 }
 
 // Warps a row takes: 4 while one warp a row would not fill the GPU once (and every warp
@@ -361,9 +557,26 @@ void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const 
         out, ldo, x, k, m, g, nb, bias, int(bias_dt), x_vec);
 }
 
+template <class B, int MR, int WPR>
+void launch_gemv_int8(float *out, size_t ldo, const QuantX &qx, size_t k, int m, const SegGroup<B> &g, size_t nb,
+                      const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
+    gemv_int8_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kGemvWarps / WPR)), kGemvThreads, 0, stream>>>(
+        out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
+}
+
+// The int8 kernel where the format has one and the activations were quantized (qx.q set),
+// else the float one.
 template <class B, int MR>
-void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const SegGroup<B> &g, size_t nb,
-                 const void *bias, llaisysDataType_t bias_dt, int wpr, cudaStream_t stream) {
+void launch_gemv(float *out, size_t ldo, const float *x, const QuantX &qx, size_t k, int m, const SegGroup<B> &g,
+                 size_t nb, const void *bias, llaisysDataType_t bias_dt, int wpr, cudaStream_t stream) {
+    if constexpr (kQUnits<B> > 0) {
+        if (qx.q) {
+            if (wpr == 4) launch_gemv_int8<B, MR, 4>(out, ldo, qx, k, m, g, nb, bias, bias_dt, stream);
+            else if (wpr == 2) launch_gemv_int8<B, MR, 2>(out, ldo, qx, k, m, g, nb, bias, bias_dt, stream);
+            else launch_gemv_int8<B, MR, 1>(out, ldo, qx, k, m, g, nb, bias, bias_dt, stream);
+            return;
+        }
+    }
     if (wpr == 4) launch_gemv<B, MR, 4>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
     else if (wpr == 2) launch_gemv<B, MR, 2>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
     else launch_gemv<B, MR, 1>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
@@ -372,7 +585,7 @@ void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const 
 // The GEMV over every segment, activation rows in chunks of at most kQuantGemvRows: one
 // launch for each run of consecutive segments of one format (at most kMaxGroupSegs).
 // out [m, n] f32, x [m, k] f32.
-void gemv(float *out, const float *x, const cpu::QuantRows *segs, size_t n_segs, size_t n, size_t k,
+void gemv(float *out, const float *x, QuantX qx, const cpu::QuantRows *segs, size_t n_segs, size_t n, size_t k,
           const std::byte *bias, llaisysDataType_t bias_dt, size_t m, int device_id, cudaStream_t stream) {
     for (size_t s0 = 0; s0 < n_segs;) {
         size_t s1 = s0 + 1;  // the group: segments [s0, s1)
@@ -390,15 +603,22 @@ void gemv(float *out, const float *x, const cpu::QuantRows *segs, size_t n_segs,
                     g.row0[s - s0] = unsigned(segs[s].row0 - row0);
                 }
                 g.rows = unsigned(rows);
+                QuantX gx = qx;  // the int8 kernels' loads need 16-byte (Q4_K) or 2-byte aligned blocks
+                for (size_t s = s0; s < s1; s++) {
+                    if (reinterpret_cast<uintptr_t>(segs[s].data) % (std::is_same_v<B, BlockQ4_K> ? 16 : 2) != 0) {
+                        gx = QuantX{};
+                    }
+                }
                 for (size_t i0 = 0; i0 < m; i0 += kQuantGemvRows) {
                     const int mc = int(std::min(kQuantGemvRows, m - i0));
                     float *o = out + i0 * n + row0;
                     const float *xc = x + i0 * k;
+                    const QuantX xi = gx.q ? QuantX{gx.q + i0 * k, gx.d + i0 * k / kXBlock} : QuantX{};
                     const void *b = bias ? bias + row0 * dtype_size(bias_dt) : nullptr;
-                    if (mc <= 1) launch_gemv<B, 1>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
-                    else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
-                    else if (mc <= 4) launch_gemv<B, 4>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
-                    else launch_gemv<B, 8>(o, n, xc, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    if (mc <= 1) launch_gemv<B, 1>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else if (mc <= 4) launch_gemv<B, 4>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
+                    else launch_gemv<B, 8>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
                     LLAISYS_CUDA_CHECK(cudaGetLastError());
                 }
             });
@@ -442,9 +662,14 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
 
     if (m <= kQuantGemvRows || k == 0) {
         // f32 activations and out in place; 16-bit ones widened, the product in f32 scratch
+        bool int8 = false;  // activations quantized once for the int8 kernels
+        for (size_t s = 0; s < n_segs; s++) int8 = int8 || (segs[s].rows > 0 && int8_format(segs[s].dt));
+        int8 = int8 && int8_enabled() && k > 0 && k % kXBlock == 0;
         const size_t x_bytes = f32 ? 0 : align_up(m * k * sizeof(float));
         const size_t acc_bytes = f32 ? 0 : align_up(m * n * sizeof(float));
-        std::byte *buf = f32 ? nullptr : scratch(st, device_id, x_bytes + acc_bytes);
+        const size_t q_bytes = int8 ? align_up(m * k) : 0, d_bytes = int8 ? align_up(m * k / kXBlock * 4) : 0;
+        const size_t total = x_bytes + acc_bytes + q_bytes + d_bytes;
+        std::byte *buf = total ? scratch(st, device_id, total) : nullptr;
         const float *x = reinterpret_cast<const float *>(in);
         float *acc = reinterpret_cast<float *>(out);
         if (!f32) {
@@ -452,7 +677,16 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
             x = reinterpret_cast<const float *>(buf);
             acc = reinterpret_cast<float *>(buf + x_bytes);
         }
-        gemv(acc, x, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, device_id, stream);
+        QuantX qx;
+        if (int8) {
+            int8_t *q = reinterpret_cast<int8_t *>(buf + x_bytes + acc_bytes);
+            float *d = reinterpret_cast<float *>(buf + x_bytes + acc_bytes + q_bytes);
+            const size_t blocks = m * k / kXBlock;
+            quantize_x_kernel<<<unsigned(ceil_div(blocks * 32, kThreads)), kThreads, 0, stream>>>(q, d, x, blocks);
+            LLAISYS_CUDA_CHECK(cudaGetLastError());
+            qx = QuantX{q, d};
+        }
+        gemv(acc, x, qx, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, device_id, stream);
         if (!f32) add_bias(out, act, acc, bias, bias_dt, m, n, stream);
         return;
     }
