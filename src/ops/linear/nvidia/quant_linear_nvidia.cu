@@ -254,6 +254,50 @@ struct SegGroup {
 // WPR) and the partial sums meet in shared memory), kGemvWarps / WPR rows a block. Splitting
 // serves the projections with fewer rows than the GPU holds warps (q|k|v, o, down on the 1.5B):
 // one warp a row left most SMs idle, each warp walking its whole row.
+// Row `row`'s blocks in its segment of the group.
+template <class B>
+__device__ __forceinline__ const B *group_row(const SegGroup<B> &g, size_t row, size_t nb) {
+    const B *w0 = g.w[0];
+    unsigned r0 = 0;
+#pragma unroll
+    for (int t = 1; t < kMaxGroupSegs; t++) {  // constant indices: the group stays in parameter space
+        if (t < g.n && row >= g.row0[t]) w0 = g.w[t], r0 = g.row0[t];
+    }
+    return w0 + (row - r0) * nb;
+}
+
+// The end of a GEMV row: the lanes' sums added across the warp, then (WPR > 1) across the
+// row's warps through part [kGemvWarps][MR], and written with the bias by one lane. Every
+// warp of the block calls it when WPR > 1 (it holds a block barrier).
+template <int MR, int WPR>
+__device__ __forceinline__ void finish_row(float (&acc)[MR], float (*part)[MR], unsigned lane, unsigned warp,
+                                           bool live, size_t row, float *out, size_t ldo, int m, const void *bias,
+                                           int bias_dt) {
+#pragma unroll
+    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
+    if (WPR > 1) {
+        if (lane == 0) {
+#pragma unroll
+            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
+        }
+        __syncthreads();
+        if (warp % WPR != 0) return;
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            acc[i] = part[warp][i];
+#pragma unroll
+            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
+        }
+    }
+    if (lane == 0 && live) {
+        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
+#pragma unroll
+        for (int i = 0; i < MR; i++) {
+            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
+        }
+    }
+}
+
 template <class B, int MR, int WPR>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_kernel(float *out, size_t ldo, const float *x, size_t k, int m, SegGroup<B> g, size_t nb,
@@ -269,13 +313,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int i = 0; i < MR; i++) acc[i] = 0.0f;
     if (live) {
-        const B *w0 = g.w[0];
-        unsigned r0 = 0;
-#pragma unroll
-        for (int t = 1; t < kMaxGroupSegs; t++) {  // constant indices: the group stays in parameter space
-            if (t < g.n && row >= g.row0[t]) w0 = g.w[t], r0 = g.row0[t];
-        }
-        const B *wr = w0 + (row - r0) * nb;
+        const B *wr = group_row(g, row, nb);
         const size_t b_end = nb * (sub + 1) / WPR;
         for (size_t b0 = nb * sub / WPR; b0 < b_end; b0 += kChunkBlocks<B>) {
             const size_t cb = min(kChunkBlocks<B>, b_end - b0);
@@ -290,29 +328,7 @@ __global__ void __launch_bounds__(kGemvThreads)
             }
         }
     }
-#pragma unroll
-    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
-    if (WPR > 1) {
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
-        }
-        __syncthreads();  // every warp of the block reaches it (no early return when WPR > 1)
-        if (sub != 0) return;
-#pragma unroll
-        for (int i = 0; i < MR; i++) {
-            acc[i] = part[warp][i];
-#pragma unroll
-            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
-        }
-    }
-    if (lane == 0 && live) {
-        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
-#pragma unroll
-        for (int i = 0; i < MR; i++) {
-            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
-        }
-    }
+    finish_row<MR, WPR>(acc, part, lane, warp, live, row, out, ldo, m, bias, bias_dt);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -450,13 +466,7 @@ __global__ void __launch_bounds__(kGemvThreads)
 #pragma unroll
     for (int i = 0; i < MR; i++) acc[i] = 0.0f;
     if (live) {
-        const B *w0 = g.w[0];
-        unsigned r0 = 0;
-#pragma unroll
-        for (int t = 1; t < kMaxGroupSegs; t++) {
-            if (t < g.n && row >= g.row0[t]) w0 = g.w[t], r0 = g.row0[t];
-        }
-        const B *wr = w0 + (row - r0) * nb;
+        const B *wr = group_row(g, row, nb);
         const size_t u_end = nb * (sub + 1) / WPR * kQUnits<B>;
 #pragma unroll 2
         for (size_t u = nb * sub / WPR * kQUnits<B> + lane; u < u_end; u += 32) {
@@ -464,29 +474,7 @@ __global__ void __launch_bounds__(kGemvThreads)
             qunit<MR>(wr[blk], int(u % kQUnits<B>), blk * kBlockElems<B>, xq, xd, k, m, acc);
         }
     }
-#pragma unroll
-    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
-    if (WPR > 1) {
-        if (lane == 0) {
-#pragma unroll
-            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
-        }
-        __syncthreads();
-        if (sub != 0) return;
-#pragma unroll
-        for (int i = 0; i < MR; i++) {
-            acc[i] = part[warp][i];
-#pragma unroll
-            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
-        }
-    }
-    if (lane == 0 && live) {
-        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
-#pragma unroll
-        for (int i = 0; i < MR; i++) {
-            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
-        }
-    }
+    finish_row<MR, WPR>(acc, part, lane, warp, live, row, out, ldo, m, bias, bias_dt);
 }
 
 // out [m, n] = round(acc [m, n] + bias [n]); acc may be out itself (f32), bias may be null.
