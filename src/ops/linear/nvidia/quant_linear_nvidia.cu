@@ -223,18 +223,23 @@ __device__ __forceinline__ void unit_dot(const BlockQ5_K &b, int u, const float 
 // Q6_K unit u = elements 16 u + t, scale scales[u]: half h = u / 8, r0 = 16 (u % 8); low 4 bits
 // from ql[64 h + r0 % 64 + t] (low nibble for r0 < 64, else high), high 2 bits from
 // qh[32 h + r0 % 32 + t] at bit 2 (r0 / 32).
-template <int MR>
-__device__ __forceinline__ void unit_dot(const BlockQ6_K &b, int u, const float *x, size_t k, int m, bool vec,
-                                         float *acc) {
+template <class Load>
+__device__ __forceinline__ void q6k_unit(const BlockQ6_K &b, int u, Load load4, uint32_t (&q)[4]) {
     const int h = u / 8, r0 = kUnit * (u % 8);
     const uint8_t *ql = b.ql + 64 * h + r0 % 64;
     const uint8_t *qh = b.qh + 32 * h + r0 % 32;
     const int lo_shift = 4 * (r0 / 64), hi_shift = 2 * (r0 / 32);
-    uint32_t q[4];
 #pragma unroll
     for (int w = 0; w < 4; w++) {
-        q[w] = ((ld4(ql + 4 * w) >> lo_shift) & 0x0F0F0F0Fu) | ((ld4(qh + 4 * w) >> hi_shift) & 0x03030303u) << 4;
+        q[w] = ((load4(ql + 4 * w) >> lo_shift) & 0x0F0F0F0Fu) | ((load4(qh + 4 * w) >> hi_shift) & 0x03030303u) << 4;
     }
+}
+
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ6_K &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    uint32_t q[4];
+    q6k_unit(b, u, [](const uint8_t *p) { return ld4(p); }, q);
     scaled_unit<MR>(q, 32.0f, to_float(b.d) * float(b.scales[u]), x, k, m, vec, acc);
 }
 
@@ -429,17 +434,11 @@ __device__ __forceinline__ void qunit(const BlockQ4_K &b, int u, size_t e0, cons
 template <int MR>
 __device__ __forceinline__ void qunit(const BlockQ6_K &b, int u, size_t e0, const int8_t *xq, const float *xd,
                                       size_t k, int m, float *acc) {
-    const int h = u / 8, r0 = kUnit * (u % 8);  // as the float path's unit_dot
-    const uint8_t *ql = b.ql + 64 * h + r0 % 64;
-    const uint8_t *qh = b.qh + 32 * h + r0 % 32;
-    const int lo_shift = 4 * (r0 / 64), hi_shift = 2 * (r0 / 32);
+    uint32_t v[4];  // the float path's unit values, read through 2-byte loads
+    q6k_unit(b, u, [](const uint8_t *p) { return uint32_t(ld4_2(p)); }, v);
     int q[4];
 #pragma unroll
-    for (int w = 0; w < 4; w++) {
-        const uint32_t v = ((uint32_t(ld4_2(ql + 4 * w)) >> lo_shift) & 0x0F0F0F0Fu) |
-                           ((uint32_t(ld4_2(qh + 4 * w)) >> hi_shift) & 0x03030303u) << 4;
-        q[w] = int(__vsub4(v, 0x20202020u));  // q - 32 in each byte: -32 .. 31
-    }
+    for (int w = 0; w < 4; w++) q[w] = int(__vsub4(v[w], 0x20202020u));  // q - 32 in each byte: -32 .. 31
     const float dw = to_float(b.d) * float(b.scales[u]);
     const size_t e = e0 + kUnit * u;
 #pragma unroll
