@@ -384,6 +384,20 @@ __device__ __forceinline__ int dot16(const int (&q)[4], const int4 &xv, int c) {
     return __dp4a(q[3], xv.w, c);
 }
 
+// acc[i] += dw d_x (q . xq_i) over the 16 elements from e on: a unit of the formats with one
+// scale per unit (Q8_0, Q6_K).
+template <int MR>
+__device__ __forceinline__ void int8_unit(const int (&q)[4], float dw, size_t e, const int8_t *xq, const float *xd,
+                                          size_t k, int m, float *acc) {
+#pragma unroll
+    for (int i = 0; i < MR; i++) {
+        if (i < m) {
+            const int4 xv = *reinterpret_cast<const int4 *>(xq + size_t(i) * k + e);
+            acc[i] = fmaf(dw * xd[(size_t(i) * k + e) / kXBlock], float(dot16(q, xv, 0)), acc[i]);
+        }
+    }
+}
+
 // acc[i] += unit u of block `blk` (at element e0 of the row) . x_i, for i < m.
 template <int MR>
 __device__ __forceinline__ void qunit(const BlockQ8_0 &b, int u, size_t e0, const int8_t *xq, const float *xd,
@@ -392,14 +406,7 @@ __device__ __forceinline__ void qunit(const BlockQ8_0 &b, int u, size_t e0, cons
 #pragma unroll
     for (int w = 0; w < 4; w++) q[w] = ld4_2(reinterpret_cast<const uint8_t *>(b.qs) + 16 * u + 4 * w);
     const float dw = to_float(b.d);
-    const size_t e = e0 + kUnit * u;
-#pragma unroll
-    for (int i = 0; i < MR; i++) {
-        if (i < m) {
-            const int4 xv = *reinterpret_cast<const int4 *>(xq + size_t(i) * k + e);
-            acc[i] = fmaf(dw * xd[(size_t(i) * k + e) / kXBlock], float(dot16(q, xv, 0)), acc[i]);
-        }
-    }
+    int8_unit<MR>(q, dw, e0 + kUnit * u, xq, xd, k, m, acc);
 }
 
 template <int MR>
@@ -440,14 +447,7 @@ __device__ __forceinline__ void qunit(const BlockQ6_K &b, int u, size_t e0, cons
 #pragma unroll
     for (int w = 0; w < 4; w++) q[w] = int(__vsub4(v[w], 0x20202020u));  // q - 32 in each byte: -32 .. 31
     const float dw = to_float(b.d) * float(b.scales[u]);
-    const size_t e = e0 + kUnit * u;
-#pragma unroll
-    for (int i = 0; i < MR; i++) {
-        if (i < m) {
-            const int4 xv = *reinterpret_cast<const int4 *>(xq + size_t(i) * k + e);
-            acc[i] = fmaf(dw * xd[(size_t(i) * k + e) / kXBlock], float(dot16(q, xv, 0)), acc[i]);
-        }
-    }
+    int8_unit<MR>(q, dw, e0 + kUnit * u, xq, xd, k, m, acc);
 }
 
 // The int8 twin of gemv_kernel (same rows, warps and split-K; lanes take units in turn).
