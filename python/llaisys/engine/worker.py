@@ -118,8 +118,6 @@ class Worker:
         device = as_device(cfg.device)
         self._in_use_before = None  # device memory in use before the weights (gpu_memory_utilization)
         if u is not None:
-            from .. import runtime
-
             runtime.empty_cache(device, 0)
             free, total = runtime.memory_info(device, 0)
             self._in_use_before = total - free
@@ -161,8 +159,6 @@ class Worker:
         instance's share of the GPU (kv_budget_from)."""
         if self.gpu_memory_utilization is None:
             return self.kv_budget
-        from .. import runtime
-
         runtime.empty_cache(self.model.device, self.model.device_id)  # cached free blocks would count as used
         free, total = runtime.memory_info(self.model.device, self.model.device_id)
         own = max(0, (total - free) - (self._in_use_before or 0))
