@@ -13,6 +13,7 @@
 #include "gemm_common.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <type_traits>
@@ -527,9 +528,12 @@ int warps_per_row(size_t rows, size_t nb, int device_id) {
         const int v = e ? std::atoi(e) : 0;
         return v == 1 || v == 2 || v == 4 ? v : 0;
     }();
-    static int sms[64] = {};
-    int &sm = sms[device_id & 63];
-    if (sm == 0) LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device_id));
+    static std::atomic<int> sms[64];  // SMs per device, read once (any thread may race to fill one)
+    int sm = device_id >= 0 && device_id < 64 ? sms[device_id].load(std::memory_order_relaxed) : 0;
+    if (sm == 0) {
+        LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device_id));
+        if (device_id >= 0 && device_id < 64) sms[device_id].store(sm, std::memory_order_relaxed);
+    }
     int wpr = forced ? forced : rows < size_t(sm) * 32 ? 4 : 1;
     while (wpr > 1 && nb < size_t(wpr)) wpr /= 2;
     return wpr;
