@@ -96,6 +96,12 @@ def metrics_of(srv: Server, headers=None) -> dict:
     return out
 
 
+def server_gauge(srv: Server, name: str, headers=None) -> float:
+    """The unlabelled gauge llaisys:<name> (the server's own, e.g. admission_queued) from /metrics."""
+    text = requests.get(srv.url + "/metrics", headers=headers, timeout=30).text
+    return float(re.search(rf"^llaisys:{name} (\S+)$", text, re.MULTILINE).group(1))
+
+
 def wait_idle(srv: Server, timeout: float = 120.0, headers=None) -> dict:
     """Poll /metrics until nothing runs, nothing waits and no KV block is held; the last reading."""
     deadline = time.monotonic() + timeout

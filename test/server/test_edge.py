@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from server_helpers import MODEL_NAME, error_of, sse_events
+from server_helpers import MODEL_NAME, error_of, server_gauge, sse_events
 
 CAP = 96
 CHAT = "/v1/chat/completions"
@@ -246,12 +246,6 @@ def test_token_budgets_are_an_lru_map_with_a_cap_and_expire():
     assert list(adm._spent) == ["late"]
 
 
-def _tracked(srv) -> float:
-    m = re.search(r"^llaisys:admission_tracked_users (\S+)$",
-                  requests.get(srv.url + "/metrics", timeout=30).text, re.MULTILINE)
-    return float(m.group(1))
-
-
 @pytest.mark.slow  # a server of its own and ~400 requests
 def test_admission_state_stays_bounded_through_the_server(start_tiny_server):
     srv = start_tiny_server("--max-concurrent-requests", "1", "--max-queue", "0", "--per-user-token-budget", "1",
@@ -260,7 +254,7 @@ def test_admission_state_stays_bounded_through_the_server(start_tiny_server):
         r = post(srv, COMP, {"prompt": [1, 2], "max_tokens": 1, "user": f"spender-{i}"})
         assert r.status_code == 200, r.text
     assert post(srv, COMP, {"prompt": [1], "max_tokens": 1, "user": "spender-39"}).status_code == 429
-    assert _tracked(srv) == 10
+    assert server_gauge(srv, "admission_tracked_users") == 10
     codes = []
     with ThreadPoolExecutor(8) as pool:
         for round_ in range(8):  # the holder runs; meanwhile every other request is refused at once
@@ -272,4 +266,4 @@ def test_admission_state_stays_bounded_through_the_server(start_tiny_server):
             if codes.count(429) >= 150:
                 break
     assert codes.count(429) >= 150, codes
-    assert _tracked(srv) <= 10  # the spenders (LRU-capped); nothing for the refused users
+    assert server_gauge(srv, "admission_tracked_users") <= 10  # the spenders (LRU-capped); nothing for the refused users

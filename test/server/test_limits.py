@@ -4,7 +4,6 @@ that leaves while queued giving its queue place back."""
 
 import http.client
 import json
-import re
 import threading
 import time
 
@@ -12,7 +11,7 @@ import openai
 import pytest
 import requests
 
-from server_helpers import MODEL_NAME, chat_body, error_of, post, repeat_word, wait_idle
+from server_helpers import MODEL_NAME, chat_body, error_of, post, repeat_word, server_gauge, wait_idle
 
 pytestmark = pytest.mark.slow
 
@@ -133,12 +132,6 @@ def test_token_budget_per_user(server):
     assert r.status_code == 200  # the budget is per user
 
 
-def _admission(server, which: str) -> float:
-    """llaisys:admission_<which> from /metrics (queued: waiting at the server for a slot)."""
-    text = requests.get(server.url + "/metrics", headers=KEY, timeout=30).text
-    return float(re.search(rf"^llaisys:admission_{which} (\S+)$", text, re.MULTILINE).group(1))
-
-
 def test_a_client_leaving_the_queue_frees_its_place(server):
     # holds the only slot for as long as the test needs it (it is cancelled at the end)
     conn, resp, rid = _long_stream(server, "holder", max_tokens=3000)
@@ -150,7 +143,7 @@ def test_a_client_leaving_the_queue_frees_its_place(server):
         queued.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                        b"Authorization: Bearer secret-1\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
         deadline = time.monotonic() + 30
-        while _admission(server, "queued") < 1:  # the raw request has reached the queue's one place
+        while server_gauge(server, "admission_queued", headers=KEY) < 1:  # the raw request has reached the queue's one place
             assert time.monotonic() < deadline, "the queued request never reached the server's queue"
             time.sleep(0.05)
         r = post(server, "/v1/chat/completions", chat_body(repeat_word("y"), user="third"), headers=KEY)

@@ -116,8 +116,8 @@ class Worker:
             loaded = load_model(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
             self.tokenizer = Tokenizer.from_dir(self.path)
         device = as_device(cfg.device)
-        self._in_use_before = None  # device memory in use before the weights (gpu_memory_utilization)
-        if u is not None:
+        self._in_use_before = 0  # device memory in use before the weights (gpu_memory_utilization)
+        if u is not None:  # the model below goes on device 0
             runtime.empty_cache(device, 0)
             free, total = runtime.memory_info(device, 0)
             self._in_use_before = total - free
@@ -161,7 +161,7 @@ class Worker:
             return self.kv_budget
         runtime.empty_cache(self.model.device, self.model.device_id)  # cached free blocks would count as used
         free, total = runtime.memory_info(self.model.device, self.model.device_id)
-        own = max(0, (total - free) - (self._in_use_before or 0))
+        own = max(0, (total - free) - self._in_use_before)
         return kv_budget_from(self.gpu_memory_utilization, total, free, own,
                               self.workspace_bytes(max_num_batched_tokens, max_num_seqs))
 
