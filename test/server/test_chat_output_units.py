@@ -177,10 +177,71 @@ def test_reasoning_then_tool_call():
     assert reassemble(bodies)["tool_calls"] == msg["tool_calls"]
 
 
-def test_cut_inside_a_call_is_length():
-    setup = ChatSetup(tools=check_tools([WEATHER], "auto", None))
-    msg, reason, _ = run(setup, CALL[:60], 12, final_reason="length")
-    assert reason == "length" and msg["tool_calls"][0]["function"]["arguments"].startswith('{"city": "P')
+@pytest.mark.parametrize("choice", ["auto", "required"])
+def test_a_cut_call_is_dropped_and_never_content(choice):
+    """max_tokens inside a call: the cut call is not returned and its markup is not content;
+    the complete calls before it are, with finish_reason tool_calls (the 0.5B under
+    "required" at max_tokens 32 leaked '\n<tool_call>\n{...' into content)."""
+    setup = ChatSetup(tools=check_tools([WEATHER], choice, None))
+    for cut in (11, 14, 30, 60, len(CALL) - 3):  # after the tag (one token), before the head, in the head, ...
+        msg, reason, bodies = run(setup, CALL[:cut], cut, final_reason="length")
+        assert reason == "length" and "tool_calls" not in msg and msg["content"] == "", (cut, msg)
+        assert bodies == []
+        msg, reason, bodies = run(setup, CALL + "\n" + CALL.replace("Paris", "Oslo")[:cut], cut, final_reason="length")
+        assert reason == "tool_calls" and msg["content"] is None, (cut, msg)
+        assert [json.loads(c["function"]["arguments"])["city"] for c in msg["tool_calls"]] == ["Paris"]
+        got = reassemble(bodies)
+        assert got["tool_calls"] == msg["tool_calls"] and got["content"] == ""
+    # text before the cut call stays content, the markup does not; a bare call cut is dropped too
+    msg, reason, _ = run(setup, "Checking.\n" + CALL[:40], 3, final_reason="length")
+    assert msg["content"] == "Checking.\n" and reason == "length"
+    msg, reason, _ = run(setup, '{"name": "get_weather", "arguments": {"city": "Pa', 4, final_reason="length")
+    assert msg["content"] == "" and "tool_calls" not in msg
+
+
+def test_a_stop_string_inside_a_call_drops_it():
+    setup = ChatSetup(R1, True, tools=check_tools([WEATHER], "auto", None), stops=["Par"])
+    msg, reason, _ = run(setup, "ok</think>" + CALL, 13)
+    assert msg["content"] is None or "<tool_call>" not in msg["content"]
+    assert "tool_calls" not in msg and reason == "stop"
+
+
+def test_a_repeated_call_ends_the_list():
+    """The 0.5B under "required" with parallel calls wrote get_weather(Paris) again and again
+    until max_tokens: a call equal to an earlier one (same name, same arguments JSON, key order
+    and spacing aside) ends the choice and is not returned."""
+    other = CALL.replace('"Paris"', '"Rome"')
+    same = CALL.replace('{"city": "Paris", "unit": {"c": [1, 2]}}', '{"unit": {"c": [1,2]}, "city": "Paris"}')
+    for seed in range(4):
+        setup = ChatSetup(tools=check_tools([WEATHER, TIME], "required", None))
+        co = setup.new_output()
+        bodies = []
+        for p in pieces("\n".join([CALL, other, same, CALL.replace("Paris", "Tokyo")]), seed):
+            bodies += delta_bodies(co.feed(p))
+            if co.stopped:
+                break
+        assert co.stopped and co.finish_reason(None) == "tool_calls"  # the route aborts: engine reason None
+        msg = co.message()
+        assert [json.loads(c["function"]["arguments"])["city"] for c in msg["tool_calls"]] == ["Paris", "Rome"]
+        assert reassemble(bodies)["tool_calls"] == msg["tool_calls"] and msg["content"] is None
+
+
+def test_calls_are_bounded():
+    from llaisys.engine.structured_tools import MAX_TOOL_CALLS
+
+    text = "\n".join(CALL.replace("Paris", f"City{i}") for i in range(MAX_TOOL_CALLS + 3))
+    co = ChatSetup(tools=check_tools([WEATHER], "auto", None)).new_output()
+    for p in pieces(text, 1):
+        co.feed(p)
+        if co.stopped:
+            break
+    assert co.stopped and len(co.calls) == MAX_TOOL_CALLS == 8 and co.finish_reason(None) == "tool_calls"
+
+
+def test_a_block_whose_arguments_do_not_parse_is_not_a_call():
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": }}\n</tool_call>'
+    msg, reason, _ = run(ChatSetup(tools=check_tools([WEATHER], "auto", None)), text, 14)
+    assert msg["content"] == text and "tool_calls" not in msg and reason == "stop"
 
 
 def test_tool_checks_name_the_parameter():

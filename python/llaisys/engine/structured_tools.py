@@ -1,20 +1,47 @@
 """The structured-output constraint for forced tool calls (``tool_choice`` "required" or a named
-function), in Qwen2.5's tool-call format."""
+function), in Qwen2.5's tool-call format, and the checks every request's tools get.
+
+Strictness follows OpenAI: a function is strict only with ``"strict": true``. A strict
+function's parameters must meet OpenAI's strict rules (every object ``additionalProperties:
+false``, every property required; ``strict_schema.check_strict_schema``), checked whether or
+not the call is forced, and a keyword the grammar compiler does not implement is refused. A
+function without ``strict`` (or ``false``) is lenient: such keywords (``uniqueItems``...) are
+ignored when its calls are forced.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Optional
 
+from .strict_schema import check_strict_schema
 from .structured import JSON_OPTIONS, StructuredOutputError, StructuredSpec, grammar_of
 
 # Qwen2.5's markers around each call: its special tokens <tool_call> and </tool_call> (by
 # name, as the model emits them), each followed / preceded by a newline
 CALL_RULE = 'call: <tool_call> "\\n" body "\\n" </tool_call>'
+# Most calls one reply may hold (forced: the grammar's repetition bound; "auto": the parser
+# ends the list there). Small models given parallel calls repeat or invent calls until
+# max_tokens; 8 is more than any request here needs at once.
+MAX_TOOL_CALLS = 8
+ARGUMENTS_BASE = "#/properties/arguments"  # where a function's parameters sit in its call's schema
+_DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values there are data, not schemas
+_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
+
+
+def check_strict_tool(params: dict, index: int) -> None:
+    """OpenAI's strict rules on the parameters of tools[index] (``"strict": true``);
+    StructuredOutputError whose param is "tools" and whose message names the JSON path of the
+    first breach (``tools[0].function.parameters.properties.x: ...``)."""
+    try:
+        check_strict_schema(params, f"tools[{index}].function.parameters")
+    except StructuredOutputError as e:
+        raise StructuredOutputError("tools", str(e)) from None
 
 
 def _functions(tools) -> dict:
-    """name -> (parameters schema, strict) of OpenAI `tools`; StructuredOutputError naming "tools"."""
+    """name -> (parameters schema, strict) of OpenAI `tools`; StructuredOutputError naming
+    "tools" for a malformed list or a strict function whose parameters break the strict rules."""
     if not isinstance(tools, list) or not tools:
         raise StructuredOutputError("tools", "tools must be a non-empty list of function tools")
     out = {}
@@ -27,11 +54,14 @@ def _functions(tools) -> dict:
         if name in out:
             raise StructuredOutputError("tools", f"tools[{i}]: function name {name!r} is given twice")
         params = fn.get("parameters")
+        strict = fn.get("strict") is True  # OpenAI's default: absent = not strict
         if params is None:
-            params = {"type": "object", "properties": {}}
+            params = {"type": "object", "properties": {}, "additionalProperties": False}
         if not isinstance(params, dict):
             raise StructuredOutputError("tools", f"tools[{i}].function.parameters must be a JSON schema object")
-        out[name] = (params, fn.get("strict") is not False)
+        if strict:
+            check_strict_tool(params, i)
+        out[name] = (params, strict)
     return out
 
 
@@ -52,9 +82,37 @@ def _chosen(tool_choice, names) -> Optional[list]:
     return [name]
 
 
+def rebase_refs(schema, base: str):
+    """A copy of `schema` whose local references ("$ref": "#" or "#/...") still resolve once
+    the schema sits at JSON pointer `base` of an enclosing schema ("#/$defs/A" becomes
+    base + "/$defs/A"): pydantic's `$defs` and recursive "#" references. Data ("enum",
+    "const", "default", "examples") is not touched, nor is `schema` itself. Iterative: the
+    depth is the request's."""
+    holder = [schema]
+    stack = [(holder, 0, False)]  # (container, key, whether the node is a name -> schema map)
+    while stack:
+        parent, key, name_map = stack.pop()
+        node = parent[key]
+        if isinstance(node, list):
+            node = parent[key] = list(node)
+            stack.extend((node, i, False) for i in range(len(node)))
+        elif isinstance(node, dict):
+            node = parent[key] = dict(node)
+            for k, v in node.items():
+                if name_map:  # every value is a schema, whatever its name
+                    stack.append((node, k, False))
+                elif k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
+                    node[k] = base + v[1:]
+                elif k not in _DATA_KEYWORDS and isinstance(v, (dict, list)):
+                    stack.append((node, k, k in _NAME_MAPS))
+    return holder[0]
+
+
 def _call_schema(name: str, params: dict, strict: bool) -> dict:
-    """The JSON of one call: {"name": <name>, "arguments": <params>}, in that order, compact."""
-    return {"type": "object", "properties": {"name": {"const": name}, "arguments": params},
+    """The JSON of one call: {"name": <name>, "arguments": <params>}, in that order, compact;
+    the parameters' local references rebased to where they now sit."""
+    return {"type": "object", "properties": {"name": {"const": name},
+                                             "arguments": rebase_refs(params, ARGUMENTS_BASE)},
             "required": ["name", "arguments"], "additionalProperties": False,
             "x-guidance": dict(JSON_OPTIONS, lenient=not strict)}
 
@@ -69,8 +127,8 @@ def tool_call_spec(tools, tool_choice, parallel: bool = True) -> Optional[Struct
       tool_choice: ``"required"`` (any of the tools), ``{"type": "function", "function":
         {"name": str}}`` (that one), or ``"auto"`` / ``"none"`` / None (returns None: the
         model is free, nothing is constrained).
-      parallel: ``parallel_tool_calls``: True allows one or more calls, False exactly one. A
-        named function always gets exactly one call.
+      parallel: ``parallel_tool_calls``: True allows one to MAX_TOOL_CALLS calls, False
+        exactly one. A named function always gets exactly one call.
 
     Returns a ``StructuredSpec`` (kind "lark") for ``SamplingParams(structured=...)`` whose
     output is exactly, with nothing before or after it::
@@ -80,25 +138,26 @@ def tool_call_spec(tools, tool_choice, parallel: bool = True) -> Optional[Struct
     where <tool_call> and </tool_call> are the tokenizer's added tokens of that text (as
     Qwen2.5 emits them, and as its decode shows them; a tokenizer without them cannot build
     the matcher: ``LLMEngine.check_request`` refuses the request), repeated with "\\n"
-    between calls when ``parallel``, after which the model can only end (eos; the engine
-    stops the sequence as soon as the grammar is complete). Small models given ``parallel``
-    may repeat calls until ``max_tokens``; ``parallel=False`` always ends after one call. The JSON is
-    compact (", " and ": " separators), "name" comes first and is one of the allowed
-    functions, and "arguments" always parses (``json.loads``) and matches that function's
-    ``parameters`` schema; a function with ``"strict": false`` lets llguidance skip schema
-    keywords it does not implement, otherwise they are an error. Parse the text between the
-    markers with ``json.loads``.
+    between calls when ``parallel`` (at most MAX_TOOL_CALLS calls), after which the model
+    can only end (eos; the engine stops the sequence as soon as the grammar is complete).
+    Small models given ``parallel`` may repeat a call: the server's parser ends the list at
+    the first repeat (server/tool_parser.py). The JSON is compact (", " and ": "
+    separators), "name" comes first and is one of the allowed functions, and "arguments"
+    always parses (``json.loads``) and matches that function's ``parameters`` schema
+    (local ``$ref``s such as pydantic's ``#/$defs/...`` included); a strict function
+    (``"strict": true``) refuses schema keywords llguidance does not implement, others
+    ignore them. Parse the text between the markers with ``json.loads``.
 
     Raises ``StructuredOutputError`` (a ValueError) whose ``param`` is "tools" for a
-    malformed tool list or a parameters schema llguidance rejects, and "tool_choice" for an
-    unknown name or a malformed choice."""
+    malformed tool list, a strict function breaking OpenAI's strict rules or a parameters
+    schema llguidance rejects, and "tool_choice" for an unknown name or a malformed choice."""
     names = _functions(tools)
     chosen = _chosen(tool_choice, names)
     if chosen is None:
         return None
     alts = " | ".join(f"fn_{i}" for i in range(len(chosen)))
     many = parallel and tool_choice == "required"
-    rules = ["start: call (\"\\n\" call)*" if many else "start: call",
+    rules = [f"start: call (\"\\n\" call){{0,{MAX_TOOL_CALLS - 1}}}" if many else "start: call",
              CALL_RULE, f"body: {alts}"]
     for i, name in enumerate(chosen):
         params, strict = names[name]

@@ -8,8 +8,11 @@ answer part through the stop-string matcher, then the tool-call parser (``tool_c
 Stop strings are matched here, on the answer only, when a reasoning parser is on (the
 engine then gets none: it would match them inside the reasoning too); otherwise the engine
 matches them as before. A server-side stop, or the end of the first call when
-``parallel_tool_calls`` is false, ends the choice: ``stopped`` turns true and the route
-aborts the engine request once every choice has ended.
+``parallel_tool_calls`` is false, a call repeating an earlier one or the MAX_TOOL_CALLS-th
+call (the parser's ``ended``) ends the choice: ``stopped`` turns true and the route aborts
+the engine request once every choice has ended. A choice that returns calls finishes with
+"tool_calls", also when the engine stopped it at max_tokens after them (the cut call that
+was being written is dropped by the parser).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Optional
 
 from .reasoning import ReasoningSplitter
 from .tool_calls import ToolConfig
-from .tool_parser import ToolCallParser
+from .tool_parser import MAX_TOOL_CALLS, ToolCallParser
 
 
 @dataclass
@@ -28,8 +31,8 @@ class ChoiceDelta:
 
     reasoning: str = ""  # reasoning_content text
     content: str = ""  # answer text
-    started: list = field(default_factory=list)  # tool_calls.Call objects whose id and name are new
-    arguments: list = field(default_factory=list)  # (call index, arguments text)
+    started: list = field(default_factory=list)  # tool_calls.Call objects completed now (id and name new)
+    arguments: list = field(default_factory=list)  # (call index, arguments text), after its call's head
 
     def __bool__(self) -> bool:
         return bool(self.reasoning or self.content or self.started or self.arguments)
@@ -71,10 +74,11 @@ class ChoiceOutput:
         self.splitter = ReasoningSplitter(reasoning_parser, opened) if reasoning_parser else None
         self.stop = StopMatcher(stops or [], include_stop)
         self.tools = tools if tools is not None and tools.parse else None
-        self.parser = ToolCallParser(self.tools.names) if self.tools else None
+        self.parser = ToolCallParser(self.tools.names, MAX_TOOL_CALLS if self.tools.parallel else 1) \
+            if self.tools else None
         self.reasoning = ""  # reasoning text so far
         self.content = ""  # answer text so far
-        self.stopped = False  # ended here (stop string, or the one call parallel_tool_calls=false allows)
+        self.stopped = False  # ended here (stop string, the end of the call list: see the module doc)
         self.done = False  # final output seen
         self.engine_output = None  # the engine's latest CompletionOutput of this choice (set by the route)
 
@@ -93,11 +97,8 @@ class ChoiceOutput:
         if self.parser is not None:
             ev = self.parser.feed(answer, final_here)
             d.content, d.started, d.arguments = ev.content, ev.started, ev.arguments
-            if ev.finished and not self.tools.parallel:
+            if ev.ended:
                 self.stopped = True
-                d.arguments = [a for a in d.arguments if a[0] == 0]
-                d.started = [c for c in d.started if c.index == 0]
-                del self.parser.calls[1:]
         else:
             d.content = answer
         if self.stop.matched:
@@ -111,8 +112,9 @@ class ChoiceOutput:
         return self.parser.calls if self.parser is not None else []
 
     def finish_reason(self, engine_reason: Optional[str]) -> Optional[str]:
-        """The reported finish_reason, from the engine's ("stop" | "length" | ...) and ours."""
-        if self.calls and (self.stopped or engine_reason == "stop"):
+        """The reported finish_reason, from the engine's ("stop" | "length" | "abort" | None) and
+        ours: "tool_calls" whenever calls are returned (an explicit cancel stays "abort")."""
+        if self.calls and (self.stopped or engine_reason in ("stop", "length")):
             return "tool_calls"
         if self.stopped:
             return "stop"

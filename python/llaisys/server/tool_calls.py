@@ -2,14 +2,22 @@
 ready for the model's own chat template, and the model's `<tool_call>{json}</tool_call>`
 blocks (Qwen2.5's format, also Hermes' and Qwen3's) parsed into OpenAI `tool_calls`.
 
-The parser reads text as it streams and emits, per call, first its id and function name
-(once `{"name": "...", "arguments": ` is known), then the arguments text in pieces as the
-model writes it. The arguments string is exactly the JSON text the model wrote between
-`"arguments": ` and the closing `}`, so the streamed pieces join to the non-streamed value.
-Text before the first call is the message's content; a block that does not hold a call
-(`{"name": str, "arguments": object}`) is left in the content as written. An answer that
-opens with such an object without the tags (Qwen2.5-Coder 0.5B answers so) is read as a call
-too, when the name is one of the request's functions; it ends where the object closes.
+The parser reads text as it streams and emits each call once it is complete: its id and
+function name, then its arguments text (a stream sends the head chunk and the arguments chunk
+together). The arguments string is exactly the JSON text the model wrote between
+`"arguments": ` and the closing `}`, so the streamed value is the non-streamed one. A call
+cut by max_tokens or a stop string is dropped: no half-written call is returned, and its
+markup never reaches the content. A call repeating an earlier one of the reply (same name,
+same arguments JSON) ends the list and is dropped, as does the MAX_TOOL_CALLS-th call (8;
+1 with parallel_tool_calls false); the route then stops the generation.
+Text before the first call is the message's content; a closed block that does not hold a
+call (`{"name": <a request function>, "arguments": <a JSON object>}`) is left in the content
+as written. An answer that opens with such an object without the tags (Qwen2.5-Coder 0.5B
+answers so) is read as a call too, when the name is one of the request's functions; it ends
+where the object closes.
+
+Strictness is OpenAI's: a function is strict only with `"strict": true`, and its parameters
+must then follow OpenAI's strict rules (checked here for every request, 400 naming `tools`).
 """
 
 from __future__ import annotations
@@ -62,6 +70,8 @@ def check_tools(tools, tool_choice, parallel) -> Optional[ToolConfig]:
         if params is not None and params.get("type", "object") != "object":
             raise bad_request(f"tools[{i}].function.parameters must be a JSON Schema of type 'object'",
                               param="tools")
+        if t["function"].get("strict") is True and params is not None:  # whatever tool_choice is, as OpenAI
+            _check_strict(params, i)
     named = None
     if isinstance(tool_choice, dict):
         named = tool_choice["function"]["name"]
@@ -73,6 +83,18 @@ def check_tools(tools, tool_choice, parallel) -> Optional[ToolConfig]:
         return None
     choice = "named" if named is not None else (tool_choice or "auto")
     return ToolConfig(tools=tools, choice=choice, named=named, parallel=True if parallel is None else parallel)
+
+
+def _check_strict(params: dict, index: int) -> None:
+    """OpenAI's strict rules on a `"strict": true` function's parameters; 400 naming `tools`
+    whose message gives the JSON path of the breach."""
+    from ..engine.structured import StructuredOutputError
+    from ..engine.structured_tools import check_strict_tool
+
+    try:
+        check_strict_tool(params, index)
+    except StructuredOutputError as e:
+        raise bad_request(str(e), param="tools") from None
 
 
 def template_messages(messages: list) -> list:

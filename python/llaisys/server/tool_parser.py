@@ -1,6 +1,14 @@
 """The parser of tool calls in a model's streamed answer (see tool_calls.py for the format
-and the rules): content text, and per call its head (id, name) then its arguments text in
-pieces, exactly as the model wrote it."""
+and the rules): content text, and the complete calls, each with its id, name and arguments
+exactly as the model wrote them.
+
+A call is released only once it is complete (its `</tool_call>`, or the close of a bare
+call's object) and its arguments parse as a JSON object: a call cut by max_tokens, a stop
+string or the end of the output is dropped, never returned half written, and its markup never
+reaches the content. The list of calls ends (``ended``; the caller stops the generation) at a
+call identical to an earlier one (same name, same arguments JSON), which is dropped: small
+models repeat a call until max_tokens; and after ``max_calls`` calls.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..engine.structured_tools import MAX_TOOL_CALLS
 from .reasoning import partial_suffix
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
@@ -52,46 +61,66 @@ class _ObjectEnd:
 
 @dataclass
 class Call:
-    """One parsed call as it streams."""
+    """One parsed, complete call."""
 
     index: int  # position among this choice's calls
     id: str  # call_...
     name: str
-    arguments: str = ""  # the arguments text emitted so far
+    arguments: str = ""  # the arguments JSON text, as the model wrote it
 
 
 @dataclass
 class ToolEvents:
-    """One feed's output: new content text, calls that started, argument pieces."""
+    """One feed's output: new content text, calls completed."""
 
     content: str = ""
-    started: list = field(default_factory=list)  # Call objects whose name is now known
-    arguments: list = field(default_factory=list)  # (call index, new arguments text)
-    finished: list = field(default_factory=list)  # calls whose `</tool_call>` came
+    started: list = field(default_factory=list)  # Call objects completed by this feed (id and name new)
+    arguments: list = field(default_factory=list)  # (call index, its whole arguments text), per started call
+    finished: list = field(default_factory=list)  # the same calls (a call is released whole)
+    ended: bool = False  # the list of calls ended here: a repeated call, or max_calls reached
+
+
+def _same_key(name: str, arguments: str) -> tuple:
+    """What two calls must share to be the same call: the name and the arguments' JSON value."""
+    try:
+        return name, json.dumps(json.loads(arguments), sort_keys=True)
+    except (ValueError, RecursionError):
+        return name, arguments
+
+
+def _object_arguments(text: str) -> bool:
+    """Whether `text` parses as a JSON object (a call's arguments must)."""
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 class ToolCallParser:
     """Splits one choice's answer text into content and tool calls (see the module doc)."""
 
-    def __init__(self, names: Optional[list] = None):
+    def __init__(self, names: Optional[list] = None, max_calls: int = MAX_TOOL_CALLS):
         self.names = names  # the request's function names (None: any)
-        self.calls: list = []  # Call, in order
+        self.max_calls = max_calls  # calls after which the list ends (1 for parallel_tool_calls false)
+        self.calls: list = []  # complete Calls, in order
+        self.ended = False  # the list ended (a repeat, or max_calls): nothing more is read
+        self._keys: set = set()  # _same_key of each call in self.calls
         self._buf = ""  # text not yet assigned
         self._in_call = False  # inside <tool_call> ... </tool_call>
-        self._call: Optional[Call] = None  # the current block's call once its head parsed
         self._body = ""  # the current block's text after <tool_call>
         self._ws = ""  # whitespace-only content held back
-        self._head_len = 0  # length of `{"name": "...", "arguments": ` in _body
         self._at_start = True  # nothing of the answer read yet: a bare call may open it
         self._bare = False  # inside a bare call (no <tool_call> tag): it ends where its JSON object does
         self._scan = None  # the bare call's _ObjectEnd
 
     def feed(self, text: str, final: bool = False) -> ToolEvents:
         ev = ToolEvents()
+        if self.ended:
+            return ev
         self._buf += text
-        while self._buf:
+        while self._buf and not self.ended:
             if not self._in_call and self._at_start:
-                if not self._start_bare(ev, final):
+                if not self._start_bare(final):
                     break
                 continue
             if self._bare:
@@ -99,11 +128,10 @@ class ToolCallParser:
                 if end is None:
                     self._body += self._buf
                     self._buf = ""
-                    self._advance(ev, final=False)
                     break
                 self._body += self._buf[:end + 1]
                 self._buf = self._buf[end + 1:]
-                self._end_block(ev, closed=True)
+                self._end_block(ev)
                 continue
             if not self._in_call:
                 i = self._buf.find(OPEN)
@@ -114,26 +142,27 @@ class ToolCallParser:
                     break
                 self._emit_content(ev, self._buf[:i])
                 self._buf = self._buf[i + len(OPEN):]
-                self._in_call, self._body, self._call = True, "", None
+                self._in_call, self._body = True, ""
                 continue
             j = self._buf.find(CLOSE)
             if j >= 0:
                 self._body += self._buf[:j]
                 self._buf = self._buf[j + len(CLOSE):]
-                self._end_block(ev, closed=True)
+                self._end_block(ev)
                 continue
             keep = 0 if final else partial_suffix(self._buf, CLOSE)
             self._body += self._buf[:len(self._buf) - keep]
             self._buf = self._buf[len(self._buf) - keep:]
-            self._advance(ev, final=False)
             break
-        if final and self._in_call:  # the output ended inside a block (max_tokens, EOS)
-            self._end_block(ev, closed=False)
-        if final:
+        if self.ended:
+            ev.ended, self._buf = True, ""
+            return ev
+        if final:  # an unfinished block (max_tokens, a stop string, EOS inside it) is dropped
+            self._in_call, self._bare, self._body = False, False, ""
             self._emit_content(ev, "", final=True)
         return ev
 
-    def _start_bare(self, ev: ToolEvents, final: bool) -> bool:
+    def _start_bare(self, final: bool) -> bool:
         """At the answer's start: a bare `{"name": <a tool>, "arguments": ...}` (small models
         often leave out the tags) is read as a call. False: wait for more text."""
         lead = self._buf.lstrip()
@@ -149,15 +178,19 @@ class ToolCallParser:
         if m is None and not final and len(lead) < BARE_HEAD_WAIT:
             return False  # not decided yet
         self._at_start = False
-        try:
-            known = m is not None and (self.names is None or json.loads(f'"{m.group(1)}"') in self.names)
-        except ValueError:
-            known = False
-        if known:
-            self._in_call, self._bare, self._body, self._call = True, True, "", None
+        if m is not None and self._known(m.group(1)) is not None:
+            self._in_call, self._bare, self._body = True, True, ""
             self._buf = lead
             self._scan = _ObjectEnd()
         return True
+
+    def _known(self, quoted: str) -> Optional[str]:
+        """The function name of a head's quoted name if it is one of the request's, else None."""
+        try:
+            name = json.loads(f'"{quoted}"')
+        except ValueError:
+            return None
+        return name if self.names is None or name in self.names else None
 
     def _emit_content(self, ev: ToolEvents, text: str, final: bool = False) -> None:
         """Content text; whitespace is held until text follows it (whitespace around calls is
@@ -172,39 +205,28 @@ class ToolCallParser:
             return
         ev.content += text
 
-    def _advance(self, ev: ToolEvents, final: bool, closed: bool = False) -> None:
-        """Start the call once its head is known and emit the arguments text that is certain."""
-        if self._call is None:
-            m = _HEAD.match(self._body)
-            if m is None:
-                return
-            try:
-                name = json.loads(f'"{m.group(1)}"')
-            except ValueError:
-                return
-            if self.names is not None and name not in self.names:
-                return
-            self._call = Call(len(self.calls), new_call_id(), name)
-            self._head_len = m.end()
-            self.calls.append(self._call)
-            ev.started.append(self._call)
-        rest = self._body[self._head_len:]
-        if closed:  # the arguments end before the object's closing brace
-            stripped = rest.rstrip()
-            certain = stripped[:-1].rstrip() if stripped.endswith("}") else stripped
-        else:  # hold back trailing whitespace and a `}` that may close the call object
-            stripped = rest.rstrip()
-            certain = stripped[:-1] if stripped.endswith("}") else stripped
-        new = certain[len(self._call.arguments):]
-        if new and certain.startswith(self._call.arguments):
-            self._call.arguments = certain
-            ev.arguments.append((self._call.index, new))
-
-    def _end_block(self, ev: ToolEvents, closed: bool) -> None:
-        self._advance(ev, final=True, closed=closed)
-        call = self._call
-        if call is None:  # not a call: the block stays in the content as written
-            self._emit_content(ev, OPEN + self._body + (CLOSE if closed else ""))
-        elif closed:
-            ev.finished.append(call)
-        self._in_call, self._body, self._call, self._bare = False, "", None, False
+    def _end_block(self, ev: ToolEvents) -> None:
+        """A block closed: a new call, the end of the list (a repeat), or content as written."""
+        body, bare = self._body, self._bare
+        self._in_call, self._body, self._bare = False, "", False
+        m = _HEAD.match(body)
+        name = self._known(m.group(1)) if m is not None else None
+        arguments = ""
+        if name is not None:  # the arguments end before the call object's closing brace
+            arguments = body[m.end():].rstrip()
+            arguments = arguments[:-1].rstrip() if arguments.endswith("}") else arguments
+        if name is None or not _object_arguments(arguments):  # not a call: stays in the content
+            self._emit_content(ev, body if bare else OPEN + body + CLOSE)
+            return
+        key = _same_key(name, arguments)
+        if key in self._keys:
+            self.ended = True
+            return
+        self._keys.add(key)
+        call = Call(len(self.calls), new_call_id(), name, arguments)
+        self.calls.append(call)
+        ev.started.append(call)
+        ev.arguments.append((call.index, arguments))
+        ev.finished.append(call)
+        if len(self.calls) >= self.max_calls:
+            self.ended = True
