@@ -30,7 +30,8 @@ log = logging.getLogger("llaisys.server")
 access_log = logging.getLogger("llaisys.server.access")
 
 OPEN_PATHS = ("/health", "/openapi.json")  # answered without an API key (the web page's files too)
-_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "request_too_large", 415: "unsupported_media_type"}
+_HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 408: "request_timeout", 413: "request_too_large",
+               415: "unsupported_media_type"}
 MAX_JSON_DEPTH = 32  # deepest nesting of arrays and objects a body may have (requests need 4)
 
 
@@ -162,6 +163,13 @@ class ServerState:
         key = g.get("key_id", "")
         parts = ([f"key:{key}"] if key else []) + ([f"user:{user}"] if user else [])
         return "/".join(parts) or "anonymous"
+
+    def tenant(self, user: Optional[str]) -> str:
+        """Whose quota of sessions and stored responses the caller uses: its API key, else
+        `user`, else its address (`user` is a claim without keys: sessions.py's global caps
+        still evict from whoever holds the most)."""
+        key = g.get("key_id", "")
+        return f"key:{key}" if key else (f"user:{user}" if user else f"addr:{request.remote_addr}")
 
     def read_json(self) -> dict:
         """The request body as a JSON object: 415 unless it is sent as application/json (UTF-8),

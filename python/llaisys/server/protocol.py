@@ -18,6 +18,7 @@ from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingP
 from ..engine.structured import StructuredOutputError
 from ..engine.structured_format import response_format_spec
 from .errors import bad_request, missing
+from .messages import rendered_message
 from .tool_calls import ToolConfig, check_tools
 from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, request_schemas, validate
 
@@ -159,13 +160,14 @@ def _message_text(content) -> str:
 
 
 def parse_messages(raw, name: str = "messages") -> list:
-    """Chat messages (validated by the schema) with content parts flattened to text, then the
-    tokenizer's own rules (tool_calls only on assistant turns, ...); 400 naming `name` otherwise."""
+    """Chat messages (validated by the schema) with content parts flattened to text and only
+    the fields templates render (messages.py), then the tokenizer's own rules (tool_calls only
+    on assistant turns, ...); 400 naming `name` otherwise."""
     from ..models.tokenizer import validate_messages
 
     if raw is None:
         raise missing(name)
-    raw = [dict(m, content=_message_text(m.get("content")),
+    raw = [dict(rendered_message(m), content=_message_text(m.get("content")),  # unknown keys dropped
                 **({"role": "system"} if m.get("role") == "developer" else {})) for m in raw]  # OpenAI's
     # developer role is the system prompt of its newer models; chat templates know only system
     try:

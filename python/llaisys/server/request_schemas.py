@@ -31,7 +31,9 @@ MESSAGE = _obj({
     "name": _str(maxLength=MAX_NAME_LEN),
     "tool_calls": {"type": ["array", "null"], "maxItems": 128},
     "tool_call_id": _str(maxLength=MAX_NAME_LEN),
-}, ("role",))
+    "reasoning_content": {"type": ["string", "null"], "description": "an assistant turn's reasoning (rendered by "
+                                                                       "templates that read it, e.g. Qwen3's)"},
+}, ("role",), "a chat message; other keys are ignored (neither rendered nor stored)")
 MESSAGES = {"type": "array", "items": MESSAGE, "minItems": 1, "maxItems": MAX_MESSAGES, "x-code": "invalid_value",
             "description": "the conversation, oldest first"}
 

@@ -30,7 +30,7 @@ from .generation import Generation
 from .protocol import check_body, get_field, parse_chat
 from .respond import SSE_HEADERS, Run
 from .responses_events import EventWriter, response_object
-from .sessions import SessionStoreFull
+from .sessions import SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("responses", __name__)
 
@@ -211,17 +211,20 @@ def create_response():
     rid = _new("resp")
     session = None
     try:
+        if get_field(body, "store", True):  # kept as a session under the response's id once it succeeds
+            conversation = req.messages if get_field(body, "instructions") is None else req.messages[1:]
+            try:
+                st.sessions.begin_turn(rid, owner, conversation, st.tenant(get_field(body, "user")))
+            except SessionStoreFull as e:
+                raise unavailable(str(e), code="sessions_full", retry_after=1) from None
+            except SessionTooLarge as e:  # the conversation with previous_response_id's history
+                raise bad_request(str(e).replace(f"session {rid!r}", "the stored response"), param="input",
+                                  code="session_too_large") from None
+            session = (rid, owner)
         text, setup = chat_prompt(req, served, req.messages)
         ids = served.engine.tokenizer.encode(text)
         sp = _sampling(req, len(ids), served, "input", **output_overrides(req, setup))
         sp = with_tool_constraint(sp, req.tools)
-        if get_field(body, "store", True):  # kept as a session under the response's id once it succeeds
-            conversation = req.messages if get_field(body, "instructions") is None else req.messages[1:]
-            try:
-                st.sessions.begin_turn(rid, owner, conversation)
-            except SessionStoreFull as e:
-                raise unavailable(str(e), code="sessions_full", retry_after=1) from None
-            session = (rid, owner)
         gen = Generation(served.engine, rid, owner, deadline, gone, st.cancels)
         g.log_fields["id"] = rid
         gen.start([(ids, text)], [sp])

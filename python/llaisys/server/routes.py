@@ -24,7 +24,7 @@ from .chat_output import ChatSetup
 from .reasoning import opened_in_prompt, resolve_parser
 from .respond import Run
 from .tool_calls import template_messages, with_tool_constraint
-from .sessions import SessionBusy, SessionStoreFull
+from .sessions import SessionBusy, SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("openai", __name__)
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default max_tokens on /v1/completions (chat has none)
@@ -87,9 +87,9 @@ def chat_prompt(req, served, messages: list) -> tuple:
     return text, setup
 
 
-def _begin_session(session_id: str, owner: str, messages: list) -> list:
+def _begin_session(session_id: str, owner: str, messages: list, tenant: str) -> list:
     try:
-        return state().sessions.begin_turn(session_id, owner, messages)
+        return state().sessions.begin_turn(session_id, owner, messages, tenant)
     except KeyError:
         raise not_found(f"session {session_id!r} does not exist", code="session_not_found",
                         param="session_id") from None
@@ -97,6 +97,8 @@ def _begin_session(session_id: str, owner: str, messages: list) -> list:
         raise APIError(409, str(e), code="session_busy", param="session_id") from None
     except SessionStoreFull as e:
         raise unavailable(str(e), code="sessions_full", retry_after=1) from None
+    except SessionTooLarge as e:
+        raise bad_request(str(e), param="messages", code="session_too_large") from None
     except ValueError as e:
         raise bad_request(str(e), param="session_id") from None
 
@@ -112,7 +114,7 @@ def chat_completions():
     try:
         messages = req.messages
         if req.session_id is not None:
-            messages = _begin_session(req.session_id, owner, messages)
+            messages = _begin_session(req.session_id, owner, messages, st.tenant(req.user))
             session = (req.session_id, owner)
         text, setup = chat_prompt(req, served, messages)
         ids = served.engine.tokenizer.encode(text)

@@ -77,8 +77,24 @@ def add_serve_parser(sub) -> None:
     s.add_argument("--max-n", type=int, default=8, help="most completions per prompt (n)")
     s.add_argument("--max-tokens-cap", type=int, default=None,
                    help="most tokens a request may ask for; also the default (default: up to the context)")
-    s.add_argument("--max-sessions", type=int, default=1024, help="server-side sessions kept")
+    s.add_argument("--max-sessions", type=int, default=1024,
+                   help="server-side sessions and stored responses kept in all; beyond, one of the tenant holding "
+                        "the most is evicted")
+    s.add_argument("--max-sessions-per-tenant", type=int, default=256,
+                   help="sessions and stored responses one tenant (API key, else `user`, else client address) "
+                        "keeps; beyond, its own least recently used is evicted")
+    s.add_argument("--max-session-bytes", default="4MiB",
+                   help="most bytes of messages one session or stored response holds (400 beyond)")
+    s.add_argument("--session-memory", default="512MiB",
+                   help="most bytes of messages all sessions and stored responses hold; beyond, the tenant "
+                        "holding the most loses its least recently used")
     s.add_argument("--session-ttl", type=float, default=3600.0, help="seconds an idle session is kept")
+    s.add_argument("--header-timeout", type=float, default=10.0,
+                   help="seconds a connection has to send its request line and headers (408 or closed beyond)")
+    s.add_argument("--body-timeout", type=float, default=30.0,
+                   help="seconds a request body may stall with no byte arriving (408 beyond)")
+    s.add_argument("--max-connections-per-client", type=int, default=128,
+                   help="connections open at once from one client address (beyond: 429 and closed; 0: no cap)")
     s.add_argument("--drain-timeout", type=float, default=30.0, help="seconds in-flight requests get on shutdown")
     s.add_argument("--reasoning-parser", default="auto", choices=list(REASONING_PARSERS),
                    help="split <think> reasoning into reasoning_content: auto (by the chat template), deepseek_r1, "
@@ -98,6 +114,7 @@ def build_state(args):
     from .limits import ServerLimits
     from .protocol import Limits
     from .registry import ModelSpec, Registry, parse_model_arg
+    from ..engine.worker import parse_bytes
     from .sessions import SessionStore
 
     specs = [parse_model_arg(m) for m in list(args.models) + list(args.model)]
@@ -139,7 +156,10 @@ def build_state(args):
     return ServerState(Registry(specs, engine_kwargs), limits=limits,
                        request_limits=Limits(max_n=args.max_n, max_tokens_cap=args.max_tokens_cap),
                        api_keys=tuple(keys), cors_origins=tuple(args.cors_origin),
-                       sessions=SessionStore(args.max_sessions, args.session_ttl),
+                       sessions=SessionStore(args.max_sessions, args.session_ttl,
+                                             max_per_tenant=args.max_sessions_per_tenant,
+                                             max_session_bytes=parse_bytes(args.max_session_bytes),
+                                             max_total_bytes=parse_bytes(args.session_memory)),
                        reasoning_parser=args.reasoning_parser)
 
 
@@ -181,20 +201,20 @@ def run_serve(args) -> int:
         from ..ray.cli import run_serve_ray
 
         return run_serve_ray(args)
-    from werkzeug.serving import make_server
-
     from .app import create_app
+    from .connections import ConnectionLimits, LimitedWSGIServer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server writes its own request lines
     try:
         st = build_state(args)
+        conn_limits = ConnectionLimits(args.header_timeout, args.body_timeout, args.max_connections_per_client)
     except ValueError as e:
         print(f"llaisys serve: error: {e}", file=sys.stderr)
         return 2
     app = create_app(st)
     try:
-        server = make_server(args.host, args.port, app, threaded=True)
+        server = LimitedWSGIServer(args.host, args.port, app, conn_limits)
     except OSError as e:
         print(f"llaisys serve: cannot bind {args.host}:{args.port}: {e}", file=sys.stderr)
         return 2
