@@ -113,7 +113,38 @@ def _bound_integers(schema):
     return schema
 
 
-def _json_grammar(schema_text: str, strict: bool, param: str) -> str:
+def _check_numbers(schema, param: str) -> None:
+    """Numeric bounds the grammar cannot honour are refused: llguidance generates integers as
+    64-bit (a wider bound was clamped, and 9223372036854775807 broke a minimum of 1e300), and a
+    bound must be a finite number. Iterative."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        t = node.get("type")
+        integer = t == "integer" or (isinstance(t, list) and "integer" in t)
+        for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
+            v = node.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                continue
+            if v != v or v in (float("inf"), float("-inf")):
+                raise StructuredOutputError(param, f"{param}: {key} must be a finite number, got {v}")
+            if integer and key != "multipleOf" and not -I64 <= v <= I64 - 1:
+                raise StructuredOutputError(param, f"{param}: integer {key} {v:.6g} is outside the 64-bit range "
+                                                   f"[-2^63, 2^63 - 1] that structured output can generate")
+        stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+
+
+I64 = 2 ** 63
+
+
+def _json_schema(schema_text: str, param: str):
+    """The parsed schema, checked against the limits and numeric bounds, integers bounded."""
+    from .structured_limits import check_schema_limits
     try:
         schema = json.loads(schema_text)
     except ValueError as e:
@@ -122,12 +153,9 @@ def _json_grammar(schema_text: str, strict: bool, param: str) -> str:
         raise StructuredOutputError(param, f"{param}: the schema nests too deeply") from None
     if not isinstance(schema, (dict, bool)):
         raise StructuredOutputError(param, f"{param}: a JSON schema must be an object, got {type(schema).__name__}")
-    schema = _bound_integers(schema)
-    options = dict(JSON_OPTIONS, lenient=not strict)
-    try:
-        return _llg().LLMatcher.grammar_from_json_schema(schema, defaults=options)
-    except (ValueError, TypeError) as e:
-        raise StructuredOutputError(param, f"{param}: {e}") from None
+    check_schema_limits(schema, param)
+    _check_numbers(schema, param)
+    return _bound_integers(schema)
 
 
 def grammar_of(spec: StructuredSpec, param: str = "structured") -> str:
@@ -162,26 +190,95 @@ def _grammar_cached(spec: StructuredSpec, param: str) -> str:
 
 
 def _compile(spec: StructuredSpec, param: str) -> str:
-    llg = _llg()
+    """Checks spec against the limits here (Python), then compiles it on the compile thread."""
+    from .structured_compile import in_compile_thread
+    from .structured_limits import check_grammar_limits
     if spec.kind == "json_object":
-        g = _json_grammar('{"type": "object"}', True, param)
+        arg = {"type": "object"}
     elif spec.kind == "json_schema":
-        g = _json_grammar(spec.value, spec.strict, param)
-    elif spec.kind == "regex":
-        g = llg.LLMatcher.grammar_from_regex(spec.value)
+        arg = _json_schema(spec.value, param)
     else:
-        text = spec.value
+        arg = spec.value
+        if spec.kind in ("lark", "gbnf"):
+            check_grammar_limits(arg, spec.kind, param)
+    return in_compile_thread(param, _compile_native, spec, arg, param)
+
+
+def _compile_native(spec: StructuredSpec, arg, param: str) -> str:
+    """The llguidance calls of _compile (on the compile thread): the grammar, validated, and
+    its start state checked for a first step (a grammar without any finite text fails there)."""
+    llg = _llg()
+    if spec.kind in ("json_object", "json_schema"):
+        options = dict(JSON_OPTIONS, lenient=not spec.strict)
+        try:
+            g = llg.LLMatcher.grammar_from_json_schema(arg, defaults=options)
+        except (ValueError, TypeError) as e:
+            raise StructuredOutputError(param, f"{param}: {plain_error(str(e))}") from None
+    elif spec.kind == "regex":
+        g = llg.LLMatcher.grammar_from_regex(arg)
+    else:
         if spec.kind == "gbnf":
             from llguidance.gbnf_to_lark import gbnf_to_lark
             try:
-                text = gbnf_to_lark(text)
+                arg = gbnf_to_lark(arg)
             except Exception as e:  # the converter raises its own error types
-                raise StructuredOutputError(param, f"{param}: invalid GBNF grammar: {e}") from None
-        g = llg.LLMatcher.grammar_from_lark(text)
+                raise StructuredOutputError(param, f"{param}: invalid GBNF grammar: {plain_error(str(e))}") from None
+        g = llg.LLMatcher.grammar_from_lark(arg)
     error = llg.LLMatcher.validate_grammar(g)
     if error and not error.startswith("WARNING"):
-        raise StructuredOutputError(param, f"{param}: invalid {spec.kind.replace('_', ' ')}: {error.strip()}")
+        raise StructuredOutputError(param, f"{param}: invalid {spec.kind.replace('_', ' ')}: {plain_error(error)}")
+    error = start_error(llg.LLMatcher(_byte_tokenizer(), g, log_level=0), _BYTE_WORDS)
+    if error is not None and "special token" not in error:  # special tokens: checked with the model's
+        raise StructuredOutputError(param, f"{param}: {error}")
     return g
+
+
+_UNSATISFIABLE = "the schema or grammar accepts no finite text (a $ref or rule that refers to itself " \
+                 "without a way to end)"
+# llguidance's internal errors -> a plain sentence (their text carries parser state dumps)
+_PLAIN = (("NoExtensionBias", _UNSATISFIABLE),
+          ("Too many items", "the schema or grammar cannot be completed within the parser's limits (a "
+                             "required field or rule that recurses without end, or very short repeated tokens)"))
+
+
+def plain_error(error: str) -> str:
+    """llguidance's error text as a sentence for a user: internal names mapped, state dumps cut."""
+    for needle, sentence in _PLAIN:
+        if needle in error:
+            return sentence
+    return error.split("<state>")[0].strip()[:500]
+
+
+def start_error(ll, n_words: int):
+    """None if the LLMatcher `ll` can take a first step, else why not (plain)."""
+    if ll.is_error():
+        return plain_error(ll.get_error())
+    mask = np.zeros(n_words, np.uint32)
+    ll.unsafe_compute_mask_ptr(mask.ctypes.data, mask.nbytes)
+    if ll.is_error():
+        return plain_error(ll.get_error())
+    if not mask.any():
+        return _UNSATISFIABLE
+    return None
+
+
+_byte_tok = None  # llguidance.LLTokenizer over the 256 bytes and one eos (the start check of _compile)
+_BYTE_WORDS = (257 + 31) // 32  # mask words of _byte_tokenizer
+
+
+def _byte_tokenizer():
+    """A model-free tokenizer for the start check: every byte is a token, plus an eos."""
+    global _byte_tok
+    if _byte_tok is None:
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+        vocab = {c: i for i, c in enumerate(sorted(pre_tokenizers.ByteLevel.alphabet()))}
+        tk = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+        tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tk.decoder = decoders.ByteLevel()
+        tk.add_special_tokens([AddedToken("<|eos|>", special=True)])
+        eos = tk.token_to_id("<|eos|>")
+        _byte_tok = _llg().LLTokenizer(tk.to_str(), n_vocab=eos + 1, eos_token=[eos])
+    return _byte_tok
 
 
 def mask_words(vocab_size: int) -> int:
@@ -204,7 +301,8 @@ class Matcher:
             self._ll.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
             self._check()
             if not self._mask.any():  # the sampler refuses an empty mask: say why here
-                raise StructuredOutputError("structured", "structured output: the grammar allows no next token")
+                raise StructuredOutputError("structured", "structured output failed: the grammar allows no next "
+                                                          "token")
             self._fresh = True
         return self._mask
 
@@ -213,7 +311,8 @@ class Matcher:
         self._fresh = False
         if not self._ll.consume_token(int(token_id)):
             self._check()
-            raise StructuredOutputError("structured", f"token {token_id} is not allowed by the grammar")
+            raise StructuredOutputError("structured", f"structured output failed: token {token_id} is not allowed "
+                                                      f"by the grammar")
 
     @property
     def done(self) -> bool:
@@ -222,7 +321,7 @@ class Matcher:
 
     def _check(self) -> None:
         if self._ll.is_error():
-            raise StructuredOutputError("structured", f"structured output failed: {self._ll.get_error()}")
+            raise StructuredOutputError("structured", f"structured output failed: {plain_error(self._ll.get_error())}")
 
 
 def _backend_tokenizer(tokenizer):
@@ -276,6 +375,14 @@ class StructuredBackend:
             self._tok = ll_tokenizer(self._tokenizer, self.vocab_size, self._eos)
         return self._tok
 
+    def _start_state(self, grammar: str):
+        """The LLMatcher at the start of `grammar`, checked for a first step (compile thread)."""
+        start = _llg().LLMatcher(self._ll_tok(), grammar, log_level=0)
+        error = start_error(start.deep_copy(), mask_words(self.vocab_size))
+        if error is not None:
+            raise StructuredOutputError("structured", f"structured output: {error}")
+        return start
+
     def matcher(self, spec: StructuredSpec) -> Matcher:
         """A new Matcher at the start of spec's grammar; StructuredOutputError if it cannot be made."""
         g = grammar_of(spec)
@@ -284,9 +391,8 @@ class StructuredBackend:
             if start is not None:
                 self._start.move_to_end(g)
         if start is None:
-            start = _llg().LLMatcher(self._ll_tok(), g, log_level=0)
-            if start.is_error():
-                raise StructuredOutputError("structured", f"structured output: {start.get_error()}")
+            from .structured_compile import in_compile_thread
+            start = in_compile_thread("structured", self._start_state, g)
             with self._lock:
                 self._start[g] = start
                 while len(self._start) > GRAMMAR_CACHE_SIZE:
