@@ -9,6 +9,12 @@ never stalls a decode. When the pool runs out of blocks the most recently admitt
 request is preempted: its blocks are freed and it goes back to the front of the queue, to be
 recomputed from prompt + output so far (its sampled tokens stay).
 
+Steps are also sized in time: while a request decodes (or more than one request is runnable),
+prefill chunks are cut so the step takes about ``config.decode_gap_ms``, by a cost model fitted
+to the steps that ran (``step_cost.StepCost``, which the engine feeds). A long prompt then
+arrives beside a stream as several short steps, each carrying the stream's next token, instead
+of one step of ``max_num_batched_tokens`` that holds the stream for seconds.
+
 Pooling (embedding) requests are scheduled exactly like generation: they spend the same
 budget, are chunked, hold blocks and are preempted the same way. Every token of their chunks
 is a hidden-state row of the step (``pooling_req_ids``); they never sample and finish when the
@@ -28,6 +34,7 @@ from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
+from .step_cost import StepCost
 
 log = logging.getLogger(__name__)
 
@@ -87,8 +94,11 @@ def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, processor, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, config: EngineConfig, processor, clock: Callable[[], float] = time.monotonic,
+                 step_cost: Optional[StepCost] = None):
         self.config = config
+        self.step_cost = step_cost  # StepCost the engine feeds with measured steps (None: token budget only)
+        self._time_left: Optional[float] = None  # seconds of prefill this schedule() may still add (None: no cap)
         self.processor = processor  # OutputProcessor: appends sampled tokens and checks stops
         self.clock = clock
         self.kv = KVCacheManager(config.num_blocks, config.block_size, config.enable_prefix_caching,
@@ -117,6 +127,7 @@ class Scheduler:
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(finished_req_ids=self._finished_ids)
         self._finished_ids = set()
+        self._time_left = self._prefill_seconds()
         budget = self._schedule_running(out, self.config.max_num_batched_tokens)
         if not out.preempted_req_ids:  # out of blocks: admit nothing new this step
             self._schedule_waiting(out, budget)
@@ -124,11 +135,27 @@ class Scheduler:
         out.trims = self.kv.take_trims()
         return out
 
+    def _prefill_seconds(self) -> Optional[float]:
+        """Seconds of prefill this step may carry: the time target less the step's fixed part
+        and its decode rows, when a request decodes or more than one is runnable; else None."""
+        cost, target = self.step_cost, self.config.decode_gap_ms / 1e3
+        if cost is None or target <= 0:
+            return None
+        decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
+        if not decoding and len(self.running) + len(self.waiting) < 2:
+            return None  # one prompt alone: its chunks take the whole token budget
+        rows = sum(cost.row_seconds(1 + len(r.spec_token_ids), r.num_computed_tokens) for r in decoding)
+        return target - cost.fixed_seconds() - rows
+
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
         n = req.num_tokens - num_computed
         if self.config.long_prefill_token_threshold:
             n = min(n, self.config.long_prefill_token_threshold)
-        return min(n, budget)
+        n = min(n, budget)
+        if n > 1 and self._time_left is not None:  # a prefill chunk, cut to the time this step has left
+            n = self.step_cost.chunk_tokens(self._time_left, num_computed, n)
+            self._time_left -= self.step_cost.row_seconds(n, num_computed)
+        return n
 
     def _add_row(self, out: SchedulerOutput, req: Request, n: int, drafts: Optional[list] = None) -> None:
         rid = req.request_id
@@ -268,7 +295,7 @@ class Scheduler:
         for tok, lp in zip(tokens, lps):
             status = self.processor.append_token(req, int(tok), lp, now)
             if status is not None:
-                self.finish(req, status)
+                self.finish(req, status, req.error)  # the processor's reason (a grammar failure) is kept
                 break
         return True
 
@@ -289,7 +316,7 @@ class Scheduler:
             if status is not None:  # the K/V of positions < base + j is that of the request's tokens
                 req.num_computed_tokens = min(base + j, req.num_tokens)
                 self.kv.cache_blocks(req)
-                self.finish(req, status)
+                self.finish(req, status, req.error)
                 return True
         # positions base .. base + accepted - 1 hold the accepted drafts; the last emitted token is new
         req.num_computed_tokens = base + max(len(tokens) - 1, 0)

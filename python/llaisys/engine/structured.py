@@ -29,7 +29,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class StructuredSpec:
     kind: str  # one of KINDS
     value: str = ""  # json_schema: the schema as JSON text; regex: the pattern; lark/gbnf: the grammar
     strict: bool = True  # json_schema: False lets llguidance ignore keywords it does not implement
+    # the request field the spec came from ("response_format", "tools"), named by errors met
+    # while generating under it; not part of the spec's identity (equality, cache keys)
+    param: str = field(default="structured", compare=False)
 
     @classmethod
     def json_object(cls) -> "StructuredSpec":
@@ -281,6 +284,9 @@ def _byte_tokenizer():
     return _byte_tok
 
 
+FAILED = "structured output failed:"  # marks a failure while generating (server/generation.py)
+
+
 def mask_words(vocab_size: int) -> int:
     """uint32 words of an allowed mask over logits of width vocab_size."""
     return (vocab_size + 31) // 32
@@ -289,8 +295,9 @@ def mask_words(vocab_size: int) -> int:
 class Matcher:
     """One sequence's place in its grammar: the next draw's allowed mask, and the advance."""
 
-    def __init__(self, ll, n_words: int):
+    def __init__(self, ll, n_words: int, param: str = "structured"):
         self._ll = ll  # llguidance.LLMatcher, owned
+        self._param = param  # the request field errors name (StructuredSpec.param)
         self._mask = np.zeros(n_words, np.uint32)  # [n_words] the next draw's allowed ids
         self._fresh = False  # _mask is that of the current position
 
@@ -301,8 +308,7 @@ class Matcher:
             self._ll.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
             self._check()
             if not self._mask.any():  # the sampler refuses an empty mask: say why here
-                raise StructuredOutputError("structured", "structured output failed: the grammar allows no next "
-                                                          "token")
+                raise self._error("the grammar allows no next token")
             self._fresh = True
         return self._mask
 
@@ -311,8 +317,7 @@ class Matcher:
         self._fresh = False
         if not self._ll.consume_token(int(token_id)):
             self._check()
-            raise StructuredOutputError("structured", f"structured output failed: token {token_id} is not allowed "
-                                                      f"by the grammar")
+            raise self._error(f"token {token_id} is not allowed by the grammar")
 
     @property
     def done(self) -> bool:
@@ -321,7 +326,12 @@ class Matcher:
 
     def _check(self) -> None:
         if self._ll.is_error():
-            raise StructuredOutputError("structured", f"structured output failed: {plain_error(self._ll.get_error())}")
+            raise self._error(plain_error(self._ll.get_error()))
+
+    def _error(self, why: str) -> StructuredOutputError:
+        """The error of a failure while generating: "<param>: structured output failed: <why>"
+        (the server answers it as a 400 naming param, see server/generation.py)."""
+        return StructuredOutputError(self._param, f"{self._param}: {FAILED} {why}")
 
 
 def _backend_tokenizer(tokenizer):
@@ -375,29 +385,29 @@ class StructuredBackend:
             self._tok = ll_tokenizer(self._tokenizer, self.vocab_size, self._eos)
         return self._tok
 
-    def _start_state(self, grammar: str):
+    def _start_state(self, grammar: str, param: str):
         """The LLMatcher at the start of `grammar`, checked for a first step (compile thread)."""
         start = _llg().LLMatcher(self._ll_tok(), grammar, log_level=0)
         error = start_error(start.deep_copy(), mask_words(self.vocab_size))
         if error is not None:
-            raise StructuredOutputError("structured", f"structured output: {error}")
+            raise StructuredOutputError(param, f"{param}: {error}")
         return start
 
     def matcher(self, spec: StructuredSpec) -> Matcher:
         """A new Matcher at the start of spec's grammar; StructuredOutputError if it cannot be made."""
-        g = grammar_of(spec)
+        g = grammar_of(spec, spec.param)
         with self._lock:
             start = self._start.get(g)
             if start is not None:
                 self._start.move_to_end(g)
         if start is None:
             from .structured_compile import in_compile_thread
-            start = in_compile_thread("structured", self._start_state, g)
+            start = in_compile_thread(spec.param, self._start_state, g, spec.param)
             with self._lock:
                 self._start[g] = start
                 while len(self._start) > GRAMMAR_CACHE_SIZE:
                     self._start.popitem(last=False)
-        return Matcher(start.deep_copy(), mask_words(self.vocab_size))
+        return Matcher(start.deep_copy(), mask_words(self.vocab_size), spec.param)
 
 
 def warm_structured(backend: StructuredBackend, name: str) -> None:

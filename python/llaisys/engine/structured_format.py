@@ -15,15 +15,19 @@ Accepted shapes (anything else is a StructuredOutputError with param "response_f
                                                        dialect) or GBNF context-free grammar
 
 ``strict`` true compiles the schema exactly: a keyword llguidance does not implement is an
-error. Absent, null or false (OpenAI's default), such keywords are ignored; what is enforced is
+error, and the schema must follow OpenAI's strict rules (strict_schema.py: every object sets
+``additionalProperties: false`` and lists all its properties in ``required``; the error names
+the offending object's JSON path, e.g. ``response_format.json_schema.schema.properties.a``). Absent, null or false (OpenAI's default), such keywords are ignored; what is enforced is
 always enforced. A missing ``schema`` allows any JSON value.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Optional
 
+from .strict_schema import check_strict_schema
 from .structured import MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec, grammar_of
 
 PARAM = "response_format"
@@ -92,6 +96,8 @@ def response_format_spec(rf) -> Optional[StructuredSpec]:
         strict = js.get("strict")
         if strict is not None and not isinstance(strict, bool):
             _fail(f"json_schema.strict must be a boolean or null, got {strict!r:.80}")
+        if strict:  # OpenAI's rules: every object closed (additionalProperties false), all fields required
+            check_strict_schema(schema, f"{PARAM}.json_schema.schema" if js is not rf else f"{PARAM}.schema")
         spec = StructuredSpec.json_schema(schema, strict=bool(strict))
     elif kind == "regex":
         spec = StructuredSpec.regex(_text_field(rf, "regex"))
@@ -100,5 +106,6 @@ def response_format_spec(rf) -> Optional[StructuredSpec]:
         if syntax not in ("lark", "gbnf"):
             _fail(f"grammar syntax must be 'lark' or 'gbnf', got {syntax!r:.80}")
         spec = StructuredSpec(syntax, _text_field(rf, "grammar"))
+    spec = dataclasses.replace(spec, param=PARAM)  # errors while generating name response_format
     grammar_of(spec, PARAM)  # StructuredOutputError naming response_format
     return spec

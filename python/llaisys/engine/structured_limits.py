@@ -172,7 +172,10 @@ def _embedded_schemas(text: str, param: str) -> str:
             schema, end = dec.raw_decode(text, m.end())
         except (ValueError, RecursionError):
             continue  # llguidance reports the malformed directive
-        check_schema_limits(schema, f"{param} (%json)")
+        try:
+            check_schema_limits(schema, param)
+        except StructuredOutputError as e:  # say it was the embedded schema
+            raise StructuredOutputError(param, str(e).replace(f"{param}: ", f"{param}: %json: ", 1)) from None
         out.append(text[pos:m.start()])
         pos = end
     out.append(text[pos:])

@@ -9,6 +9,7 @@ out (the client going away mid-stream, an exception, a timeout) frees the KV blo
 from __future__ import annotations
 
 import queue
+import re
 import select
 import socket
 import threading
@@ -17,6 +18,8 @@ from typing import Callable, Iterator, Optional
 
 from ..engine.async_engine import EngineDeadError
 from ..engine.sampling_params import SamplingParamsError
+from ..engine.structured import FAILED as _FAILED
+from ..engine.structured import StructuredOutputError
 from .errors import APIError, bad_request, unavailable
 
 POLL_S = 0.25  # how often a waiting reader checks its client, deadline and cancel flag
@@ -39,6 +42,11 @@ def client_gone_check(environ: dict) -> Callable[[], bool]:
             return True
 
     return gone
+
+
+# "<param>: structured output failed: ..." (engine/structured.py's Matcher): the request's grammar
+# could not go on; a 400 naming its field, not an engine fault
+_GRAMMAR_FAILED = re.compile(r"\b(response_format|tools|tool_choice|structured): " + re.escape(_FAILED))
 
 
 class CancelRegistry:
@@ -107,6 +115,9 @@ class Generation:
             self.close()
             raise unavailable(str(e), code="engine_unavailable") from None
         except SamplingParamsError as e:
+            self.close()
+            raise bad_request(str(e), param=e.param) from None
+        except StructuredOutputError as e:  # the constraint cannot be built for this tokenizer
             self.close()
             raise bad_request(str(e), param=e.param) from None
         except ValueError as e:  # ids out of vocabulary, too long for the KV pool
@@ -184,6 +195,9 @@ class Generation:
         errors = [o.error or "internal error" for o in self.finals.values()
                   if any(c.finish_reason == "error" for c in o.outputs)]
         if errors:
+            grammar = _GRAMMAR_FAILED.search(errors[0])  # the request's own constraint failed: its fault
+            if grammar:
+                return bad_request(errors[0][grammar.start(1):], param=grammar.group(1))
             return APIError(500, f"generation failed: {errors[0]}", code="engine_error")
         aborted = any(c.finish_reason == "abort" for o in self.finals.values() for c in o.outputs)
         if not aborted or self.abort_cause in ("cancel", "stop"):  # "stop": the server ended every choice
