@@ -30,6 +30,18 @@ def chat(sid: str, **message) -> dict:
             "messages": [dict({"role": "user", "content": "hi"}, **message)]}
 
 
+def test_rendered_message_keeps_only_rendered_fields():
+    from llaisys.server.messages import rendered_message
+
+    m = {"role": "assistant", "content": None, "refusal": None, "annotations": [], "junk": "x" * 100,
+         "reasoning_content": "r", "tool_calls": [{"id": "c1", "type": "function", "junk": 1,
+                                                    "function": {"name": "f", "arguments": "{}", "junk": 2}}, 7]}
+    assert rendered_message(m) == {"role": "assistant", "content": None, "reasoning_content": "r",
+                                   "tool_calls": [{"id": "c1", "type": "function",
+                                                   "function": {"name": "f", "arguments": "{}"}}, 7]}
+    assert "junk" in m  # the caller's dict is not changed
+
+
 @pytest.fixture(scope="module")
 def server(start_tiny_server):
     return start_tiny_server()

@@ -36,9 +36,9 @@ from .errors import APIError
 log = logging.getLogger("llaisys.server")
 
 
-class BodyTimeout(RequestTimeout, TimeoutError):
-    """The body stalled: inside the app a 408 (werkzeug's HTTPException); in werkzeug's own
-    reads after the response (it drains what is left of the body) a dropped connection."""
+class BodyTimeout(RequestTimeout):
+    """The body stalled while the app read it: a 408 (werkzeug's HTTPException, which its
+    LimitedStream lets through, where an OSError would become a 400 "client disconnected")."""
 
 
 @dataclass
@@ -65,6 +65,7 @@ class _TimedReader(io.RawIOBase):
         self.deadline: Optional[float] = deadline  # monotonic time the headers must be in by; None: body phase
         self.idle_s = idle_s  # body phase: longest wait for the next byte
         self.received = 0  # bytes read so far
+        self.in_app = False  # the app is running (a body timeout is its 408, not a dropped connection)
 
     def readable(self) -> bool:
         return True
@@ -80,7 +81,7 @@ class _TimedReader(io.RawIOBase):
         try:
             n = self.sock.recv_into(buf)
         except TimeoutError:
-            if self.deadline is None:  # inside the app: a 408 it answers (werkzeug's HTTPException)
+            if self.in_app:  # a 408 the app answers; elsewhere (werkzeug draining the body) a drop
                 raise BodyTimeout(f"no request body byte received for {self.idle_s:g} s") from None
             raise
         finally:
@@ -99,11 +100,10 @@ class TimedRequestHandler(WSGIRequestHandler):
         self._reader = _TimedReader(self.connection, time.monotonic() + lim.header_timeout_s, lim.body_timeout_s)
         self.rfile = io.BufferedReader(self._reader)
 
-    def handle_one_request(self) -> None:
-        try:
-            super().handle_one_request()
-        except TimeoutError:  # the request line timed out (http.server catches only the headers' own)
-            self._timed_out()
+    def make_environ(self) -> dict:
+        environ = super().make_environ()
+        environ["llaisys.reader"] = self._reader  # for _timed_app
+        return environ
 
     def parse_request(self) -> bool:
         ok = super().parse_request()  # reads the headers
@@ -111,7 +111,8 @@ class TimedRequestHandler(WSGIRequestHandler):
         return ok
 
     def log_error(self, format: str, *args) -> None:
-        if format.startswith("Request timed out"):  # http.server's own catch, in the headers
+        if format.startswith("Request timed out"):  # http.server's catch of a TimeoutError: only
+            # reads are timed, and past the headers the app and werkzeug handle their own
             self._timed_out()
             return
         super().log_error(format, *args)
@@ -132,7 +133,7 @@ class LimitedWSGIServer(ThreadedWSGIServer):
         self.conn_limits = conn_limits
         self._per_client: dict = {}  # client address -> connections open (> 0 only)
         self._count_lock = threading.Lock()
-        super().__init__(host, port, app, TimedRequestHandler)
+        super().__init__(host, port, _timed_app(app), TimedRequestHandler)
 
     def process_request(self, request, client_address) -> None:
         addr = client_address[0] if isinstance(client_address, tuple) else str(client_address)
@@ -174,6 +175,22 @@ class LimitedWSGIServer(ThreadedWSGIServer):
     def num_connections(self) -> int:
         with self._count_lock:
             return sum(self._per_client.values())
+
+
+def _timed_app(app):
+    """`app`, marking its connection's reader as in the app while it runs (the body is read there)."""
+
+    def wrapped(environ, start_response):
+        reader = environ.get("llaisys.reader")
+        if reader is None:
+            return app(environ, start_response)
+        reader.in_app = True
+        try:
+            return app(environ, start_response)
+        finally:
+            reader.in_app = False
+
+    return wrapped
 
 
 def _plain_response(err: APIError) -> bytes:
