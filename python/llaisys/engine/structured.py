@@ -67,7 +67,10 @@ class StructuredSpec:
     def json_schema(cls, schema, strict: bool = True) -> "StructuredSpec":
         """schema: a dict (or its JSON text)."""
         if isinstance(schema, (dict, bool)):
-            schema = json.dumps(schema)  # key order kept: properties are generated in it
+            try:
+                schema = json.dumps(schema)  # key order kept: properties are generated in it
+            except RecursionError:  # the encoder nests a frame per level
+                raise StructuredOutputError("structured", "structured: the schema nests too deeply") from None
         return cls("json_schema", schema, bool(strict))
 
     @classmethod
