@@ -197,3 +197,48 @@ def test_bad_response_format_is_a_400_before_the_engine(server, rf):
         assert r.status_code == 400, r.text
         assert r.json()["error"]["param"].startswith("response_format"), r.text
     assert prompt_tokens_admitted(server) == before  # nothing was admitted
+
+
+def _ref_chain(n):
+    defs = {f"d{i}": {"type": "object", "properties": {"a": {"$ref": f"#/$defs/d{i + 1}"}}} for i in range(n)}
+    defs[f"d{n}"] = {"type": "string"}
+    return {"$ref": "#/$defs/d0", "$defs": defs}
+
+
+def test_grammar_bombs_are_400s_while_greedy_streams_go_on_unchanged(server):
+    """Issue #39's acceptance: a 1,000-deep $ref chain and 5,000-rule Lark / GBNF chains (each
+    segfaulted the process) answer 400 while 4 greedy streams run; their text is the same as
+    when they run alone."""
+    from server_helpers import sse_events
+
+    bombs = [{"type": "json_schema", "json_schema": {"name": "x", "schema": _ref_chain(1000)}},
+             {"type": "grammar", "grammar": "start: r0\n" + "".join(f'r{i}: "x" r{i + 1}\n' for i in range(5000))
+              + 'r5000: "y"\n'},
+             {"type": "grammar", "syntax": "gbnf", "grammar": "root ::= r0\n" + "".join(
+                 f'r{i} ::= "x" r{i + 1}\n' for i in range(5000)) + 'r5000 ::= "y"\n'}]
+    url = server.url + "/v1/chat/completions"
+    prompts = [f"Count from {i} to {i + 9} in words." for i in range(4)]
+
+    def stream(p):
+        body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": p}], "max_tokens": 24,
+                "temperature": 0, "stream": True}
+        with requests.post(url, json=body, stream=True, timeout=600) as r:
+            assert r.status_code == 200, r.text
+            return "".join(e["choices"][0]["delta"].get("content") or "" for _, e in sse_events(r)
+                           if e != "[DONE]" and e.get("choices"))
+
+    def bomb(rf):
+        return requests.post(url, json={"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}],
+                                        "max_tokens": 4, "response_format": rf}, timeout=120)
+
+    alone = [stream(p) for p in prompts]
+    with ThreadPoolExecutor(8) as pool:
+        streams = [pool.submit(stream, p) for p in prompts]
+        answers = [pool.submit(bomb, rf) for rf in bombs * 2]
+        together = [f.result() for f in streams]
+        for f in answers:
+            r = f.result()
+            assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+            assert "exceeds the limit" in r.json()["error"]["message"]
+    assert together == alone
+    assert server.proc.poll() is None
