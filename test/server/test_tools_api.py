@@ -2,10 +2,18 @@
 through the official `openai` client where it has the call: a weather-tool conversation
 with tool_choice="required" (call -> tool result -> answer), streamed calls reassembling to
 the non-streamed ones, a named tool_choice, the 400s naming their parameter, GET
-/v1/models/{id}, the developer role, OpenAI's defaults and ranges, /v1/responses."""
+/v1/models/{id}, the developer role, OpenAI's defaults and ranges, /v1/responses; and
+tool calls that behave (issue #39): tool_choice "required" at temperature 1 over ten seeds
+ends with complete, non-repeated calls and finish_reason tool_calls, a call cut by
+max_tokens is dropped without its markup reaching content, pydantic-style `$defs` tools can
+be forced, tools are strict only with strict: true."""
 
 import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
+import jsonschema
 import openai
 import pytest
 import requests
@@ -202,3 +210,145 @@ def test_responses_errors_name_their_parameter(server):
                         ({"input": "x", "text": {"format": {"type": "xml"}}}, "text")):
         r = post(server, "/v1/responses", body)
         assert r.status_code == 400 and r.json()["error"]["param"] == param, (body, r.text)
+
+
+# ---- tool calls that behave (issue #39) -------------------------------------------------------
+MARKUP = ("<tool_call>", "</tool_call>", '{"name"')
+
+
+def _clean_calls(message, params: dict) -> list:
+    """The message's calls, checked: each parses and matches its function's schema, none
+    repeats, and the content holds no call markup. Returns [(name, arguments dict)]."""
+    for m in MARKUP:
+        assert m not in (message.content or ""), message
+    calls = [(c.function.name, json.loads(c.function.arguments)) for c in message.tool_calls or []]
+    for name, args in calls:
+        jsonschema.validate(args, params[name])
+    keys = [(n, json.dumps(a, sort_keys=True)) for n, a in calls]
+    assert len(set(keys)) == len(keys), keys
+    return calls
+
+
+def _streamed_message(stream):
+    """(message, finish_reason) a streamed chat answer adds up to, shaped as the client's."""
+    calls, reason, content = _collect(stream)
+    tcs = [SimpleNamespace(function=SimpleNamespace(**c)) for c in calls]
+    return SimpleNamespace(content=content or None, tool_calls=tcs or None), reason
+
+
+def _ask(client, stream: bool, **kw):
+    """(message, finish_reason) of one chat request, streamed or not."""
+    if stream:
+        return _streamed_message(client.chat.completions.create(stream=True, **kw))
+    ch = client.chat.completions.create(**kw).choices[0]
+    return ch.message, ch.finish_reason
+
+
+def test_required_tool_calls_end_cleanly_over_ten_seeds(client):
+    """The 0.5B under tool_choice "required" with parallel calls called get_weather(Paris),
+    then London, Tokyo... and Paris again, until max_tokens: finish_reason "length" and the
+    last call cut mid-JSON. Now every reply ends with complete, distinct calls (at most 8) and
+    finish_reason tool_calls, streamed (odd seeds) or not. The ten requests run at once (the
+    server batches them)."""
+    params = {"get_weather": WEATHER["function"]["parameters"]}
+
+    def one(seed):
+        return _ask(client, seed % 2 == 1, model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice="required",
+                    temperature=1, seed=seed, max_tokens=100)
+
+    t0 = time.monotonic()
+    with ThreadPoolExecutor(10) as pool:
+        replies = list(pool.map(one, range(10)))
+    n_calls = []
+    for seed, (msg, reason) in enumerate(replies):
+        calls = _clean_calls(msg, params)
+        assert reason == "tool_calls" and 1 <= len(calls) <= 8 and msg.content is None, (seed, msg)
+        n_calls.append(len(calls))
+    print(f"\nrequired x10 at temperature 1: calls per reply {n_calls}, {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.parametrize("choice", ["required", "auto"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_cut_by_max_tokens_is_dropped(client, choice, stream):
+    """max_tokens 32 under "required": the second call was cut and its markup
+    ('\n<tool_call>\n{...') leaked into content. Under "auto", max_tokens 12 cuts the first
+    call: no call, no markup, finish_reason length."""
+    max_tokens = 32 if choice == "required" else 12
+    msg, reason = _ask(client, stream, model=MODEL_NAME, messages=ASK, tools=[WEATHER], tool_choice=choice,
+                       temperature=0, max_tokens=max_tokens)
+    calls = _clean_calls(msg, {"get_weather": WEATHER["function"]["parameters"]})
+    if choice == "required":
+        assert reason == "tool_calls" and calls and msg.content is None, msg
+    else:
+        assert reason == "length" and not calls and not (msg.content or "").strip(), msg
+
+
+# pydantic 2's model_json_schema() of Trip(start: Place, stops: list[Stop], unit: Unit =
+# "celsius") with Place(city: str, country: Optional[str] = None), Stop(place: Place,
+# nights: int), Unit an enum (test/engine/test_structured_tools.py writes the same)
+TRIP_PARAMS = {"$defs": {
+    "Place": {"properties": {"city": {"title": "City", "type": "string"}, "country": {
+        "anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Country"}},
+        "required": ["city"], "title": "Place", "type": "object"},
+    "Stop": {"properties": {"place": {"$ref": "#/$defs/Place"}, "nights": {"title": "Nights", "type": "integer"}},
+             "required": ["place", "nights"], "title": "Stop", "type": "object"},
+    "Unit": {"enum": ["celsius", "fahrenheit"], "title": "Unit", "type": "string"}},
+    "properties": {"start": {"$ref": "#/$defs/Place"},
+                   "stops": {"items": {"$ref": "#/$defs/Stop"}, "title": "Stops", "type": "array"},
+                   "unit": {"$ref": "#/$defs/Unit", "default": "celsius"}},
+    "required": ["start", "stops"], "title": "Trip", "type": "object"}
+TRIP = {"type": "function", "function": {"name": "plan_trip", "description": "Plan a trip",
+                                         "parameters": TRIP_PARAMS}}
+
+
+def test_pydantic_defs_tools_can_be_forced(client):
+    """Forced ("required", and a named tool, streamed), a tool whose parameters use $defs /
+    $ref was a 400 "Pointer '/$defs/Place' does not exist"."""
+    params = {"plan_trip": TRIP_PARAMS, "get_weather": WEATHER["function"]["parameters"]}
+
+    def one(choice):
+        return _ask(client, isinstance(choice, dict), model=MODEL_NAME, tools=[WEATHER, TRIP], tool_choice=choice,
+                    temperature=0, max_tokens=80, parallel_tool_calls=False,
+                    messages=[{"role": "user", "content": "Plan a trip from Paris with two nights in Rome."}])
+
+    with ThreadPoolExecutor(2) as pool:
+        replies = list(pool.map(one, ["required", {"type": "function", "function": {"name": "plan_trip"}}]))
+    for msg, reason in replies:
+        calls = _clean_calls(msg, params)
+        assert reason == "tool_calls" and len(calls) == 1 and msg.content is None, msg
+    assert _clean_calls(replies[1][0], params)[0][0] == "plan_trip"
+
+
+def test_tools_are_strict_only_when_they_say_so(server):
+    """OpenAI's default is strict false: uniqueItems (which the grammar compiler does not
+    implement) was a 400 under a forced call; with strict true OpenAI's strict rules apply,
+    whatever tool_choice is."""
+    tags = {"type": "object", "properties": {"tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2,
+                                                      "uniqueItems": True}},
+            "required": ["tags"], "additionalProperties": False}
+    fn = {"name": "tag", "parameters": tags}
+    body = {"messages": [{"role": "user", "content": "Tag this: a red car."}], "max_tokens": 24, "temperature": 0,
+            "tool_choice": "required", "tools": [{"type": "function", "function": fn}]}
+    r = post(server, "/v1/chat/completions", body)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
+    r = post(server, "/v1/chat/completions", dict(body, tools=[{"type": "function", "function": dict(fn, strict=True)}]))
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools" and "uniqueItems" in r.text
+    loose = {"type": "object", "properties": {"city": {"type": "string"}}}
+    for choice in ("auto", "required"):
+        r = post(server, "/v1/chat/completions", dict(body, tool_choice=choice, tools=[
+            {"type": "function", "function": {"name": "f", "parameters": loose, "strict": True}}]))
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["param"] == "tools" and "tools[0].function.parameters" in err["message"], err
+
+
+def test_responses_required_calls_are_complete_and_distinct(client):
+    tool = {"type": "function", **WEATHER["function"]}
+    r = client.responses.create(model=MODEL_NAME, input="What is the weather in Paris?", tools=[tool],
+                                tool_choice="required", temperature=1, top_p=1, max_output_tokens=32,
+                                extra_body={"seed": 1})
+    calls = [o for o in r.output if o.type == "function_call"]
+    assert r.status == "completed" and calls and not [o for o in r.output if o.type == "message"], r.output
+    keys = [(c.name, json.dumps(json.loads(c.arguments), sort_keys=True)) for c in calls]
+    assert len(set(keys)) == len(keys)
