@@ -9,7 +9,9 @@
 - ``previous_response_id`` continues a stored response: every stored response (``store``,
   default true) is a server-side session (sessions.py) keyed by its id, holding the
   conversation up to and including its answer, so the next turn's prompt starts with the
-  same tokens and the prefix cache finds them. Another caller's id is a 404.
+  same tokens and the prefix cache finds them. Another caller's id is a 404. Stored
+  responses count against the caller's tenant quota and the per-session byte cap like any
+  session (a conversation past it is 400 ``session_too_large``, checked before rendering).
 - ``tools`` (function tools, flat shape), ``tool_choice``, ``parallel_tool_calls``,
   ``max_output_tokens``, ``temperature``, ``top_p``, ``seed``, ``user``.
 - The answer's output items: a ``reasoning`` item (reasoning models, ``reasoning_text``
