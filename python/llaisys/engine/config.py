@@ -17,6 +17,10 @@ KV_DTYPES = ("f32", "f16", "bf16")
 # with logits closer to f32's than bf16's (10 mantissa bits against 7); llama.cpp's default too.
 DEFAULT_KV_DTYPE = "f16"
 
+# The step time aimed at while requests decode beside a prefill: a stream's largest gap stays
+# within ~2x of it (the fit's error, the loop's own time); doc/benchmarks.md "Fair steps".
+DEFAULT_DECODE_GAP_MS = 500.0
+
 
 def check_kv_dtype(value) -> str:
     """The KV dtype's name, or a ValueError naming kv_dtype."""
@@ -52,6 +56,9 @@ class EngineConfig:
     enable_prefix_caching: Optional[bool] = None
     # most tokens one request may compute in one step (its prefill chunk); 0: no cap but the budget
     long_prefill_token_threshold: int = 0
+    # while a request decodes (or several are runnable), prefill chunks are cut so a step takes
+    # about this many ms, by the step times measured so far (scheduler.py); 0: token budget only
+    decode_gap_ms: float = DEFAULT_DECODE_GAP_MS
     kv_layout: str = "block"  # "block" (paged, block tables) or "slot" (unified cells, seq ids)
     seed: Optional[int] = None  # seeds the per-request seeds the engine picks; None: from the OS
 
@@ -62,6 +69,9 @@ class EngineConfig:
         _check_int("block_size", self.block_size, 1)
         _check_int("num_blocks", self.num_blocks, 1)
         _check_int("long_prefill_token_threshold", self.long_prefill_token_threshold, 0)
+        if isinstance(self.decode_gap_ms, bool) or not isinstance(self.decode_gap_ms, (int, float)) \
+                or not 0 <= self.decode_gap_ms < float("inf"):
+            raise ValueError(f"decode_gap_ms must be a number >= 0 (0: off), got {self.decode_gap_ms!r}")
         if self.max_num_batched_tokens < self.max_num_seqs:
             # every running sequence computes at least one token per step
             raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "

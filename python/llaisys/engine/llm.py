@@ -6,7 +6,7 @@ import itertools
 from typing import Iterator, Optional, Sequence, Union
 
 from ..models import hub
-from .config import DEFAULT_KV_DTYPE, EngineConfig
+from .config import DEFAULT_DECODE_GAP_MS, DEFAULT_KV_DTYPE, EngineConfig
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput
 from .pooling_params import PoolingParams
@@ -33,13 +33,15 @@ class LLM:
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
                  seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None,
                  threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None,
-                 speculative=None, num_speculative_tokens: Optional[int] = None):
+                 speculative=None, num_speculative_tokens: Optional[int] = None,
+                 decode_gap_ms: float = DEFAULT_DECODE_GAP_MS):
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
         # None keeps the current count, by default the physical cores.
         # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
         # "q4_k" quantizes an HF directory's matrices at load (WorkerConfig)
         # speculative: "ngram", "draft:MODEL" or a spec.SpeculativeConfig (doc/engine.md, "Speculative
         # decoding"); num_speculative_tokens: the most draft tokens per row and step (1..16)
+        # decode_gap_ms: the step time prefill chunks are cut to while requests decode (EngineConfig)
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
         self.spec = None
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
@@ -55,7 +57,7 @@ class LLM:
                                        max_model_len=max_model_len or limit, block_size=block_size,
                                        num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
-                                       kv_layout=self.worker.kv_layout, seed=seed)
+                                       decode_gap_ms=decode_gap_ms, kv_layout=self.worker.kv_layout, seed=seed)
             runner = self.worker.make_runner(self.config)
             if spec_cfg is not None:
                 self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)

@@ -16,6 +16,7 @@ from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
+from .step_cost import StepCost, attention_pairs
 from .structured import StructuredBackend
 from .step_input import StepInput, build_step_input, select_rows, unpack_result
 from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode,  # noqa: F401
@@ -61,7 +62,8 @@ class LLMEngine:
         self.processor = OutputProcessor(_tolerant_decode(tokenizer, self.vocab_size))
         # matchers of structured-output requests (llguidance, built on first use)
         self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
-        self.scheduler = Scheduler(config, self.processor, clock)
+        self.step_cost = StepCost()  # step seconds by tokens and attention pairs, fitted as steps run
+        self.scheduler = Scheduler(config, self.processor, clock, self.step_cost)
         self.scheduler.spec_stats = None if speculative is None else speculative.stats  # read by the metrics
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
@@ -205,8 +207,12 @@ class LLMEngine:
         try:
             t0 = time.perf_counter()
             result = self.runner.execute(batch)
+            seconds = time.perf_counter() - t0
+            if batch.n_tokens:
+                pairs = sum(attention_pairs(n, out.num_computed_tokens[rid]) for rid, n in out.num_scheduled_tokens.items())
+                self.step_cost.observe(batch.n_tokens, pairs, seconds)
             if self.spec is not None:
-                self.spec.observe_step(batch.n_tokens, batch.n_seqs, time.perf_counter() - t0)
+                self.spec.observe_step(batch.n_tokens, batch.n_seqs, seconds)
             return unpack_result(batch, result, verify)
         except Exception as e:
             if batch.n_seqs == 0:  # only frees: no request to blame
