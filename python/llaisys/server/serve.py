@@ -50,6 +50,11 @@ def add_serve_parser(sub) -> None:
                         "memory (default there: 0.9; replaces --kv-cache-memory)")
     e.add_argument("--max-num-seqs", type=int, default=32, help="most sequences per engine step")
     e.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget of one engine step")
+    from ..engine.config import DEFAULT_DECODE_GAP_MS
+
+    e.add_argument("--decode-gap-ms", type=float, default=DEFAULT_DECODE_GAP_MS,
+                   help="while requests decode, prefill chunks are cut so a step takes about this long, by the "
+                        "step times measured (default: %(default)s; 0: the token budget alone)")
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
     e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
     e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
@@ -132,6 +137,7 @@ def build_state(args):
                          kv_dtype=args.kv_dtype,
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
+                         decode_gap_ms=args.decode_gap_ms,
                          seed=args.seed)
     if args.speculative is not None or args.num_speculative_tokens is not None:
         from ..engine.spec import parse_speculative
