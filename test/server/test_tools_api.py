@@ -332,7 +332,8 @@ def test_tools_are_strict_only_when_they_say_so(server):
     r = post(server, "/v1/chat/completions", body)
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["finish_reason"] == "tool_calls"
-    r = post(server, "/v1/chat/completions", dict(body, tools=[{"type": "function", "function": dict(fn, strict=True)}]))
+    strict = [{"type": "function", "function": dict(fn, strict=True)}]
+    r = post(server, "/v1/chat/completions", dict(body, tools=strict))
     assert r.status_code == 400 and r.json()["error"]["param"] == "tools" and "uniqueItems" in r.text
     loose = {"type": "object", "properties": {"city": {"type": "string"}}}
     for choice in ("auto", "required"):
