@@ -90,3 +90,18 @@ def test_parallel_calls_are_bounded_in_the_grammar():
     assert one.startswith("start: call\n")
     body = json.loads(one.split("%json ", 1)[1])
     assert body["properties"]["arguments"]["additionalProperties"] is False
+
+
+def test_open_integers_in_tool_parameters_are_bounded_and_impossible_bounds_refused():
+    from llaisys.engine.structured import SAFE_INT
+    from llaisys.engine.structured_tools import _call_schema
+
+    params = {"type": "object", "properties": {"n": {"type": "integer"}, "m": {"type": "integer", "minimum": 0}}}
+    args = _call_schema("f", params, False)["properties"]["arguments"]
+    assert args["properties"]["n"] == {"type": "integer", "minimum": -SAFE_INT, "maximum": SAFE_INT}
+    assert args["properties"]["m"] == {"type": "integer", "minimum": 0, "maximum": SAFE_INT}
+    assert params["properties"]["n"] == {"type": "integer"}  # the request's own schema is not changed
+    huge = {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1e300}}}
+    with pytest.raises(StructuredOutputError) as e:
+        tool_call_spec([{"type": "function", "function": {"name": "f", "parameters": huge}}], "required")
+    assert e.value.param == "tools"

@@ -15,7 +15,8 @@ import json
 from typing import Optional
 
 from .strict_schema import check_strict_schema
-from .structured import JSON_OPTIONS, StructuredOutputError, StructuredSpec, grammar_of
+from .structured import JSON_OPTIONS, StructuredOutputError, StructuredSpec, _bound_integers, _check_numbers, \
+    grammar_of
 
 # Qwen2.5's markers around each call: its special tokens <tool_call> and </tool_call> (by
 # name, as the model emits them), each followed / preceded by a newline
@@ -110,9 +111,12 @@ def rebase_refs(schema, base: str):
 
 def _call_schema(name: str, params: dict, strict: bool) -> dict:
     """The JSON of one call: {"name": <name>, "arguments": <params>}, in that order, compact;
-    the parameters' local references rebased to where they now sit."""
-    return {"type": "object", "properties": {"name": {"const": name},
-                                             "arguments": rebase_refs(params, ARGUMENTS_BASE)},
+    the parameters' local references rebased to where they now sit, their open integers bounded
+    to JSON's safe range (as response_format's: unbounded, a small model writes digits until
+    max_tokens) and bounds the grammar cannot honour refused, naming "tools"."""
+    arguments = _bound_integers(rebase_refs(params, ARGUMENTS_BASE))  # a copy: the request's schema stays
+    _check_numbers(arguments, "tools")
+    return {"type": "object", "properties": {"name": {"const": name}, "arguments": arguments},
             "required": ["name", "arguments"], "additionalProperties": False,
             "x-guidance": dict(JSON_OPTIONS, lenient=not strict)}
 
