@@ -7,8 +7,8 @@ A step of T tokens whose rows attend A (query, key) pairs in all takes about
 
 w0 is the step's fixed part (on a CPU, reading every weight once), w1 each token's share of the
 linears, w2 attention's share, which grows with the context a chunk starts at. The weights are
-a least-squares fit over the most recent ``WINDOW`` steps (clamped to >= 0, and refit without a
-term whose weight came out negative), refreshed every ``REFIT_EVERY`` observations.
+a non-negative least-squares fit over the most recent ``WINDOW`` steps, refreshed every
+``REFIT_EVERY`` observations.
 
 What the scheduler asks is ``chunk_tokens(seconds, start)``: the longest prefill chunk starting at
 context position ``start`` that fits in ``seconds``. It never plans past twice the longest step
@@ -57,24 +57,25 @@ class StepCost:
             self._fit()
 
     def _fit(self) -> None:
+        """Non-negative least squares over the window: with three terms, the best of the fits
+        on each subset of terms whose weights all come out >= 0 (exact, and cheap)."""
         self._since_fit = 0
         x = np.array(self._obs)  # [n_obs, 3] tokens, pairs, seconds
-        cols = [np.ones(len(x)), x[:, 0], x[:, 1]]
-        keep = [0, 1, 2]
-        while keep:  # drop the term whose weight is negative (noise on a narrow sample), refit
-            a = np.stack([cols[k] for k in keep], axis=1)
-            scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns of similar size for lstsq
-            w, *_ = np.linalg.lstsq(a / scale, x[:, 2], rcond=None)
-            w = w / scale
-            if (w >= 0).all():
-                break
-            keep.pop(int(np.argmin(w)))
-        full = np.zeros(3)
-        for k, v in zip(keep, w if keep else []):
-            full[k] = v
-        if not full.any():  # degenerate sample: one mean cost per token
-            full[1] = x[:, 2].sum() / x[:, 0].sum()
-        self._w = full
+        a = np.stack([np.ones(len(x)), x[:, 0], x[:, 1]], axis=1)  # [n_obs, 3] the terms
+        scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns of similar size for lstsq
+        best, best_err = None, np.inf
+        for keep in ([0, 1, 2], [0, 1], [0, 2], [1, 2], [0], [1], [2]):
+            w, *_ = np.linalg.lstsq(a[:, keep] / scale[keep], x[:, 2], rcond=None)
+            if (w < 0).any():
+                continue
+            full = np.zeros(3)
+            full[keep] = w / scale[keep]
+            err = float(np.sum((a @ full - x[:, 2]) ** 2))
+            if err < best_err:
+                best, best_err = full, err
+        if best is None:  # every subset fits a negative weight: one mean cost per token
+            best = np.array([0.0, x[:, 2].sum() / x[:, 0].sum(), 0.0])
+        self._w = best
         self.fitted = True
 
     def seconds(self, tokens: int, pairs: int) -> float:
