@@ -27,9 +27,9 @@ QUESTIONS = ["a pancake recipe", "how to change a tyre", "planting a tree", "a m
 
 def _timed_masks(stats: dict):
     """Wrap Matcher.mask to add its wall time to stats['mask_s']; returns the undo."""
-    from llaisys.engine import structured
+    from llaisys.engine import structured_matcher
 
-    orig = structured.Matcher.mask
+    orig = structured_matcher.Matcher.mask
 
     def mask(self):
         t = time.perf_counter()
@@ -38,14 +38,14 @@ def _timed_masks(stats: dict):
         finally:
             stats["mask_s"] += time.perf_counter() - t
 
-    structured.Matcher.mask = mask
-    return lambda: setattr(structured.Matcher, "mask", orig)
+    structured_matcher.Matcher.mask = mask
+    return lambda: setattr(structured_matcher.Matcher, "mask", orig)
 
 
 def run(llm, batch: int, tokens: int, constrained: bool, tag: str) -> dict:
     """Decode step times of one batch; {'tok_s', 'steps', 'mask_ms_per_step'}."""
     from llaisys.engine import SamplingParams
-    from llaisys.engine.structured import StructuredSpec
+    from llaisys.engine.structured_spec import StructuredSpec
 
     spec = StructuredSpec.json_schema(SCHEMA) if constrained else None
     sp = SamplingParams(max_tokens=tokens, ignore_eos=True, structured=spec)

@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llaisys.engine import structured_limits as L
-from llaisys.engine.structured import StructuredOutputError, StructuredSpec, grammar_of
+from llaisys.engine.structured import grammar_of
+from llaisys.engine.structured_spec import StructuredOutputError, StructuredSpec
 
 INTERNAL = ("NoExtensionBias", "<state>", "Too many items", "Parser:")
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from llaisys.engine import SamplingParams, SamplingParamsError
-from llaisys.engine.structured import StructuredOutputError, StructuredSpec, grammar_of
+from llaisys.engine.structured import grammar_of
 from llaisys.engine.structured_format import response_format_spec
+from llaisys.engine.structured_spec import StructuredOutputError, StructuredSpec
 from llaisys.engine.structured_tools import tool_call_spec
 
 PERSON = {"type": "object", "properties": {

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from llaisys.engine.strict_schema import check_strict_schema
-from llaisys.engine.structured import StructuredBackend, StructuredOutputError, StructuredSpec, grammar_of
+from llaisys.engine.structured import grammar_of
 from llaisys.engine.structured_format import response_format_spec
+from llaisys.engine.structured_matcher import StructuredBackend
+from llaisys.engine.structured_spec import StructuredOutputError, StructuredSpec
 from llaisys.engine import structured_limits as L
 
 QWEN_VOCAB, QWEN_EOS = 151936, 151645

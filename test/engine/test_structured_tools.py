@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llaisys.engine.structured import StructuredOutputError
+from llaisys.engine.structured_spec import StructuredOutputError
 from llaisys.engine.structured_tools import MAX_TOOL_CALLS, rebase_refs, tool_call_spec
 
 # pydantic 2's Trip.model_json_schema() for Place(city: str, country: Optional[str] = None),

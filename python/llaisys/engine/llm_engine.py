@@ -17,7 +17,7 @@ from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
 from .step_cost import StepCost, attention_pairs
-from .structured import StructuredBackend
+from .structured_matcher import StructuredBackend
 from .step_input import StepInput, build_step_input, select_rows, unpack_result
 from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode,  # noqa: F401
                         snapshot_pooling_params, snapshot_sampling_params)

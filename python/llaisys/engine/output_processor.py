@@ -26,7 +26,7 @@ from typing import Callable, Optional
 from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
 from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
-from .structured import StructuredOutputError
+from .structured_spec import StructuredOutputError
 
 log = logging.getLogger(__name__)
 

@@ -116,7 +116,7 @@ class Request:
     spec_token_ids: list = field(default_factory=list)  # [k] draft ids ([] : no speculation this step)
     spec_probs: Optional[np.ndarray] = None  # [k, vocab] f32 the draft distributions (None: point masses)
     spec_state: Optional[object] = None  # spec.decoder.SpecRequestState: its recent acceptance
-    # structured output: the grammar's engine.structured.Matcher, at the position after the
+    # structured output: the grammar's engine.structured_matcher.Matcher, at the position after the
     # output so far (advanced by the OutputProcessor); None: unconstrained
     structured: Optional[object] = None
 

@@ -91,7 +91,7 @@ class SamplingParams:
     logprobs: Optional[int] = None  # None: none; N in 0..20: the sampled token's logprob + top N
     logit_bias: Optional[dict] = None  # token id -> bias in [-100, 100] added to its logit
     skip_special_tokens: bool = True  # leave special tokens out of the text
-    # structured output: a StructuredSpec (engine/structured.py) the text must match; None: free
+    # structured output: a StructuredSpec (engine/structured_spec.py) the text must match; None: free
     structured: Optional[object] = None
     # speculative decoding of this request: None follows the engine, False opts out, True
     # requires it (LLMEngine refuses the request when the engine has none)
@@ -214,7 +214,8 @@ class SamplingParams:
     def _check_structured(self) -> None:
         if self.structured is None:
             return
-        from .structured import StructuredOutputError, grammar_of  # llguidance only when used
+        from .structured import grammar_of  # llguidance only when used
+        from .structured_spec import StructuredOutputError
         try:
             grammar_of(self.structured)
         except StructuredOutputError as e:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import re
 
-from .structured import StructuredOutputError
+from .structured_spec import StructuredOutputError
 
 # keyword -> how its value holds subschemas: "one" a schema, "list" a list of schemas,
 # "map" a dict of name -> schema

@@ -19,71 +19,26 @@ spending a step on the eos token. JSON is generated compactly with ", " and ": "
 Cost: compiled grammars are cached (a bounded LRU of matchers in their start state, deep-copied
 per sequence); the tokenizer's llguidance form is built once per tokenizer (seconds, on the
 first constrained request). A mask costs ~0.1-1 ms per row per step on this CPU.
+
+Modules: structured_spec.py (the spec and its error), this one (a spec to its validated
+grammar: ``grammar_of``), structured_limits.py and structured_compile.py (the bounds checked
+before compiling, and the thread it runs on), structured_matcher.py (``Matcher``,
+``StructuredBackend``), structured_format.py and structured_tools.py (specs from requests).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import threading
-import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 import numpy as np
 
-KINDS = ("json_object", "json_schema", "regex", "lark", "gbnf")
-MAX_SPEC_CHARS = 256 * 1024  # longest schema / grammar text a request may send
+from .structured_compile import in_compile_thread
+from .structured_limits import check_grammar_limits, check_schema_limits
+from .structured_spec import JSON_OPTIONS, KINDS, MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec
+
 GRAMMAR_CACHE_SIZE = 128  # compiled grammars kept per backend (LRU)
-# JSON generation options (llguidance JsonCompileOptions): compact, fixed separators
-JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-
-
-class StructuredOutputError(ValueError):
-    """An invalid or unsupported structured-output spec; ``param`` names the request field."""
-
-    def __init__(self, param: str, message: str):
-        super().__init__(message)
-        self.param = param
-
-
-@dataclass(frozen=True)
-class StructuredSpec:
-    """What a request's output must match. Build one with the classmethods."""
-
-    kind: str  # one of KINDS
-    value: str = ""  # json_schema: the schema as JSON text; regex: the pattern; lark/gbnf: the grammar
-    strict: bool = True  # json_schema: False lets llguidance ignore keywords it does not implement
-    # the request field the spec came from ("response_format", "tools"), named by errors met
-    # while generating under it; not part of the spec's identity (equality, cache keys)
-    param: str = field(default="structured", compare=False)
-
-    @classmethod
-    def json_object(cls) -> "StructuredSpec":
-        return cls("json_object")
-
-    @classmethod
-    def json_schema(cls, schema, strict: bool = True) -> "StructuredSpec":
-        """schema: a dict (or its JSON text)."""
-        if isinstance(schema, (dict, bool)):
-            try:
-                schema = json.dumps(schema)  # key order kept: properties are generated in it
-            except RecursionError:  # the encoder nests a frame per level
-                raise StructuredOutputError("structured", "structured: the schema nests too deeply") from None
-        return cls("json_schema", schema, bool(strict))
-
-    @classmethod
-    def regex(cls, pattern: str) -> "StructuredSpec":
-        return cls("regex", pattern)
-
-    @classmethod
-    def lark(cls, grammar: str) -> "StructuredSpec":
-        return cls("lark", grammar)
-
-    @classmethod
-    def gbnf(cls, grammar: str) -> "StructuredSpec":
-        return cls("gbnf", grammar)
 
 
 def _llg():
@@ -150,7 +105,6 @@ I64 = 2 ** 63
 
 def _json_schema(schema_text: str, param: str):
     """The parsed schema, checked against the limits and numeric bounds, integers bounded."""
-    from .structured_limits import check_schema_limits
     try:
         schema = json.loads(schema_text)
     except ValueError as e:
@@ -197,8 +151,6 @@ def _grammar_cached(spec: StructuredSpec, param: str) -> str:
 
 def _compile(spec: StructuredSpec, param: str) -> str:
     """Checks spec against the limits here (Python), then compiles it on the compile thread."""
-    from .structured_compile import in_compile_thread
-    from .structured_limits import check_grammar_limits
     if spec.kind == "json_object":
         arg = {"type": "object"}
     elif spec.kind == "json_schema":
@@ -285,144 +237,3 @@ def _byte_tokenizer():
         eos = tk.token_to_id("<|eos|>")
         _byte_tok = _llg().LLTokenizer(tk.to_str(), n_vocab=eos + 1, eos_token=[eos])
     return _byte_tok
-
-
-FAILED = "structured output failed:"  # marks a failure while generating (server/generation.py)
-
-
-def mask_words(vocab_size: int) -> int:
-    """uint32 words of an allowed mask over logits of width vocab_size."""
-    return (vocab_size + 31) // 32
-
-
-class Matcher:
-    """One sequence's place in its grammar: the next draw's allowed mask, and the advance."""
-
-    def __init__(self, ll, n_words: int, param: str = "structured"):
-        self._ll = ll  # llguidance.LLMatcher, owned
-        self._param = param  # the request field errors name (StructuredSpec.param)
-        self._mask = np.zeros(n_words, np.uint32)  # [n_words] the next draw's allowed ids
-        self._fresh = False  # _mask is that of the current position
-
-    def mask(self) -> np.ndarray:
-        """[n_words] uint32 allowed-id bits for the next token (computed once per position;
-        the caller must not change it). Raises StructuredOutputError if the matcher failed."""
-        if not self._fresh:
-            self._ll.unsafe_compute_mask_ptr(self._mask.ctypes.data, self._mask.nbytes)
-            self._check()
-            if not self._mask.any():  # the sampler refuses an empty mask: say why here
-                raise self._error("the grammar allows no next token")
-            self._fresh = True
-        return self._mask
-
-    def advance(self, token_id: int) -> None:
-        """Consume a sampled token; StructuredOutputError if the grammar does not allow it."""
-        self._fresh = False
-        if not self._ll.consume_token(int(token_id)):
-            self._check()
-            raise self._error(f"token {token_id} is not allowed by the grammar")
-
-    @property
-    def done(self) -> bool:
-        """The grammar is complete and nothing may follow (or the matcher failed)."""
-        return self._ll.is_stopped()
-
-    def _check(self) -> None:
-        if self._ll.is_error():
-            raise self._error(plain_error(self._ll.get_error()))
-
-    def _error(self, why: str) -> StructuredOutputError:
-        """The error of a failure while generating: "<param>: structured output failed: <why>"
-        (the server answers it as a 400 naming param, see server/generation.py)."""
-        return StructuredOutputError(self._param, f"{self._param}: {FAILED} {why}")
-
-
-def _backend_tokenizer(tokenizer):
-    """The `tokenizers.Tokenizer` behind llaisys' Tokenizer (or a tokenizers.Tokenizer itself)."""
-    for t in (tokenizer, getattr(tokenizer, "backend", None)):
-        if t is not None and callable(getattr(t, "to_str", None)):
-            return t
-    raise StructuredOutputError("structured", "structured output needs a HuggingFace `tokenizers` tokenizer; "
-                                              f"{type(tokenizer).__name__} has none")
-
-
-_ll_tokenizers: "OrderedDict[tuple, object]" = OrderedDict()  # (json digest, n_vocab, eos) -> LLTokenizer
-_ll_lock = threading.Lock()
-
-
-def ll_tokenizer(tokenizer, vocab_size: int, eos_token_ids) -> object:
-    """llguidance's form of `tokenizer` over logits of width vocab_size with these eos ids;
-    built once per (tokenizer, width, eos) and kept (at most 4)."""
-    text = _backend_tokenizer(tokenizer).to_str()
-    eos = tuple(sorted(int(t) for t in eos_token_ids))
-    if not eos:
-        raise StructuredOutputError("structured", "structured output needs an end-of-sequence token id")
-    key = (hashlib.sha256(text.encode()).hexdigest(), int(vocab_size), eos)
-    with _ll_lock:  # one build at a time: a second caller waits for the first and reuses it
-        tok = _ll_tokenizers.get(key)
-        if tok is None:
-            tok = _llg().LLTokenizer(text, n_vocab=int(vocab_size), eos_token=list(eos))
-            _ll_tokenizers[key] = tok
-            while len(_ll_tokenizers) > 4:
-                _ll_tokenizers.popitem(last=False)
-        return tok
-
-
-class StructuredBackend:
-    """Matchers for one engine: its tokenizer, logits width and eos ids."""
-
-    def __init__(self, tokenizer, vocab_size: int, eos_token_ids):
-        self._tokenizer = tokenizer
-        self.vocab_size = int(vocab_size)  # the model's logits width (>= the tokenizer's vocabulary)
-        self._eos = frozenset(eos_token_ids)
-        self._tok = None  # llguidance.LLTokenizer, built on first use
-        self._start: "OrderedDict[str, object]" = OrderedDict()  # grammar -> LLMatcher at its start (LRU)
-        self._lock = threading.Lock()
-
-    def warm(self) -> None:
-        """Build the tokenizer's llguidance form now (seconds) instead of on the first request."""
-        self._ll_tok()
-
-    def _ll_tok(self):
-        if self._tok is None:
-            self._tok = ll_tokenizer(self._tokenizer, self.vocab_size, self._eos)
-        return self._tok
-
-    def _start_state(self, grammar: str, param: str):
-        """The LLMatcher at the start of `grammar`, checked for a first step (compile thread)."""
-        start = _llg().LLMatcher(self._ll_tok(), grammar, log_level=0)
-        error = start_error(start.deep_copy(), mask_words(self.vocab_size))
-        if error is not None:
-            raise StructuredOutputError(param, f"{param}: {error}")
-        return start
-
-    def matcher(self, spec: StructuredSpec) -> Matcher:
-        """A new Matcher at the start of spec's grammar; StructuredOutputError if it cannot be made."""
-        g = grammar_of(spec, spec.param)
-        with self._lock:
-            start = self._start.get(g)
-            if start is not None:
-                self._start.move_to_end(g)
-        if start is None:
-            from .structured_compile import in_compile_thread
-            start = in_compile_thread(spec.param, self._start_state, g, spec.param)
-            with self._lock:
-                self._start[g] = start
-                while len(self._start) > GRAMMAR_CACHE_SIZE:
-                    self._start.popitem(last=False)
-        return Matcher(start.deep_copy(), mask_words(self.vocab_size), spec.param)
-
-
-def warm_structured(backend: StructuredBackend, name: str) -> None:
-    """Build `backend`'s llguidance tokenizer now, while a server loads its model. The build holds
-    the GIL for seconds (2-7 s for Qwen2's 151k vocabulary on 2 loaded cores), so left to the
-    first structured request it would stall every stream of the process once. A model whose
-    tokenizer cannot do structured output still serves; such requests get their 400."""
-    log = logging.getLogger(__name__)
-    t0 = time.monotonic()
-    try:
-        backend.warm()
-    except StructuredOutputError as e:
-        log.info("model %s: no structured output (%s)", name, e)
-        return
-    log.info("model %s: structured-output tokenizer built in %.1f s", name, time.monotonic() - t0)

@@ -21,7 +21,7 @@ import threading
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 
-from .structured import StructuredOutputError
+from .structured_spec import StructuredOutputError
 
 STACK_BYTES = 64 << 20  # the compile thread's stack (see the module docstring for the measurements)
 COMPILE_TIMEOUT_S = 30.0  # longest a request waits for its grammar to compile (queue included)

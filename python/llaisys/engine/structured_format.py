@@ -28,7 +28,8 @@ import re
 from typing import Optional
 
 from .strict_schema import check_strict_schema
-from .structured import MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec, grammar_of
+from .structured import grammar_of
+from .structured_spec import MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec
 
 PARAM = "response_format"
 TYPES = ("text", "json_object", "json_schema", "regex", "grammar")

@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 
-from .structured import StructuredOutputError
+from .structured_spec import StructuredOutputError
 
 MAX_JSON_DEPTH = 100  # nesting of a schema document (objects and arrays); llguidance's reader stops at 128
 MAX_SCHEMA_DEPTH = 2000  # JSON levels along the deepest path following $ref (crash: ~2,800 at 8 MiB)

@@ -15,8 +15,8 @@ import json
 from typing import Optional
 
 from .strict_schema import check_strict_schema
-from .structured import JSON_OPTIONS, StructuredOutputError, StructuredSpec, _bound_integers, _check_numbers, \
-    grammar_of
+from .structured import _bound_integers, _check_numbers, grammar_of
+from .structured_spec import JSON_OPTIONS, StructuredOutputError, StructuredSpec
 
 # Qwen2.5's markers around each call: its special tokens <tool_call> and </tool_call> (by
 # name, as the model emits them), each followed / preceded by a newline

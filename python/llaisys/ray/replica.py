@@ -31,7 +31,7 @@ from typing import Optional
 
 from ..engine.async_engine import AsyncEngine, EngineDeadError
 from ..engine.sampling_params import SamplingParamsError
-from ..engine.structured import warm_structured
+from ..engine.structured_matcher import warm_structured
 
 log = logging.getLogger("llaisys.ray")
 

@@ -18,8 +18,8 @@ from typing import Callable, Iterator, Optional
 
 from ..engine.async_engine import EngineDeadError
 from ..engine.sampling_params import SamplingParamsError
-from ..engine.structured import FAILED as _FAILED
-from ..engine.structured import StructuredOutputError
+from ..engine.structured_matcher import FAILED as _FAILED
+from ..engine.structured_spec import StructuredOutputError
 from .errors import APIError, bad_request, unavailable
 
 POLL_S = 0.25  # how often a waiting reader checks its client, deadline and cancel flag
@@ -44,8 +44,8 @@ def client_gone_check(environ: dict) -> Callable[[], bool]:
     return gone
 
 
-# "<param>: structured output failed: ..." (engine/structured.py's Matcher): the request's grammar
-# could not go on; a 400 naming its field, not an engine fault
+# "<param>: structured output failed: ..." (engine/structured_matcher.py's Matcher): the request's
+# grammar could not go on; a 400 naming its field, not an engine fault
 _GRAMMAR_FAILED = re.compile(r"\b(response_format|tools|tool_choice|structured): " + re.escape(_FAILED))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingParamsError
-from ..engine.structured import StructuredOutputError
+from ..engine.structured_spec import StructuredOutputError
 from ..engine.structured_format import response_format_spec
 from .errors import bad_request, missing
 from .messages import rendered_message

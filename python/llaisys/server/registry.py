@@ -77,7 +77,7 @@ class Registry:
         """Load every model and start its engine loop; on failure record why (state "failed")."""
         from ..engine import LLM
         from ..engine.async_engine import AsyncEngine
-        from ..engine.structured import warm_structured
+        from ..engine.structured_matcher import warm_structured
 
         try:
             for m in self.models.values():

@@ -88,7 +88,7 @@ def check_tools(tools, tool_choice, parallel) -> Optional[ToolConfig]:
 def _check_strict(params: dict, index: int) -> None:
     """OpenAI's strict rules on a `"strict": true` function's parameters; 400 naming `tools`
     whose message gives the JSON path of the breach."""
-    from ..engine.structured import StructuredOutputError
+    from ..engine.structured_spec import StructuredOutputError
     from ..engine.structured_tools import check_strict_tool
 
     try:
@@ -136,7 +136,7 @@ def with_tool_constraint(sp, tools: Optional[ToolConfig]):
     schema the grammar compiler refuses is a 400 naming `tools`."""
     if tools is None or tools.choice not in ("required", "named"):
         return sp
-    from ..engine.structured import StructuredOutputError
+    from ..engine.structured_spec import StructuredOutputError
     from ..engine.structured_tools import tool_call_spec
 
     choice = {"type": "function", "function": {"name": tools.named}} if tools.named else "required"
