@@ -16,6 +16,9 @@ from 1 to --max-tokens, prompts of 5 to 120 words with or without a shared syste
 prefix cache is exercised), a few `n: 2`, and on purpose: streams the client drops after a few
 chunks, streams cancelled through POST /v1/requests/<id>/cancel, and non-streaming requests
 whose client hangs up before the answer. One HTTP connection per request, loopback only.
+--hostile F mixes a fraction F of hostile requests in (tools/soak_hostile.py: grammar bombs,
+an unsatisfiable schema, junk message fields, ~6,000-token prompts), each with the status it
+must get: a bomb answered 400 in the API's error shape is a success, a 5xx or a 200 is an error.
 
 Errors: any request that does not end as its kind expects: a status other than 200, a stream
 without `data: [DONE]`, an error event, a malformed body, a client timeout (--timeout, generous
@@ -67,6 +70,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "test" / "server"))
 from bench_serving import WORDS, Client, _content, _error_message, percentile, sse_events  # noqa: E402
 from server_helpers import MODEL_NAME, launch, metrics_of  # noqa: E402
+from soak_hostile import HOSTILE, make_hostile  # noqa: E402
 
 DEFAULT_MODEL = "qwen2.5-coder-0.5b-instruct"
 MAX_MINUTES = 24 * 60
@@ -154,7 +158,9 @@ class Runner:
     def __init__(self, client: Client, args, t0: float):
         self.client, self.args, self.t0 = client, args, t0
 
-    def run(self, kind: str, path: str, body: dict, client_id: int, rng: random.Random) -> Result:
+    def run(self, kind: str, path: str, body: dict, client_id: int, rng: random.Random,
+            expect: int = 200) -> Result:
+        """One request; `expect` is the status it must get (a 4xx: refused in the API's error shape)."""
         res = Result(kind=kind, client=client_id, start=time.perf_counter() - self.t0)
         start = time.perf_counter()
         conn = self.client.connect()
@@ -166,9 +172,14 @@ class Runner:
                              headers=self.client.headers)
                 resp = conn.getresponse()
                 res.status = resp.status
-                if resp.status != 200:
+                if resp.status != expect:
                     raise Failure(f"http_{resp.status}", _error_message(resp.read()), resp.status)
-                if body.get("stream"):
+                if expect != 200:
+                    err = json.loads(resp.read())["error"]
+                    if not isinstance(err.get("message"), str) or not err["message"]:
+                        raise Failure("bad_error", f"a {expect} without an error message: {err!r:.200}")
+                    res.note = f"refused with {expect} as expected"
+                elif body.get("stream"):
                     self._stream(kind, resp, body, rng, res, start)
                 else:
                     self._whole(resp, body, res, start)
@@ -350,10 +361,16 @@ def client_loop(i: int, runner: Runner, args, deadline: float, stop: threading.E
     rng = random.Random(args.seed * 1000 + i)
     kinds, weights = zip(*TRACE.items())
     user = f"soak-{i}"
+    hostile, hostile_weights = zip(*HOSTILE.items())
     while not stop.is_set() and time.perf_counter() < deadline:
-        kind = rng.choices(kinds, weights)[0]
-        path, body = make_request(kind, rng, args, user)
-        res = runner.run(kind, path, body, i, rng)
+        if rng.random() < args.hostile:
+            kind = rng.choices(hostile, hostile_weights)[0]
+            path, body, expect = make_hostile(kind, rng, args.model, user)
+            kind = "hostile_" + kind
+        else:
+            kind = rng.choices(kinds, weights)[0]
+            (path, body), expect = make_request(kind, rng, args, user), 200
+        res = runner.run(kind, path, body, i, rng, expect)
         with lock:
             results.append(res)
         if not res.ok and len([r for r in results if not r.ok]) > args.max_errors:
@@ -451,6 +468,8 @@ def parse_args(argv=None):
     ap.add_argument("--warmup-frac", type=float, default=0.2)
     ap.add_argument("--rss-tolerance", type=float, default=0.05)
     ap.add_argument("--max-errors", type=int, default=200, help="stop early after this many errors")
+    ap.add_argument("--hostile", type=float, default=0.0,
+                    help="fraction of requests drawn from the hostile mix (tools/soak_hostile.py), e.g. 0.05")
     ap.add_argument("--server-arg", action="append", default=[], help="extra argument for `serve` (repeatable)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", default="soak.json", help="JSON report ('-': none)")
@@ -466,6 +485,8 @@ def parse_args(argv=None):
         ap.error("--warmup-frac must be in [0, 1) and --rss-tolerance in (0, 1)")
     if args.timeout <= 0 or args.sample_s <= 0 or args.think_s < 0:
         ap.error("--timeout and --sample-s must be > 0, --think-s >= 0")
+    if not 0 <= args.hostile <= 1:
+        ap.error("--hostile must be in [0, 1]")
     if args.url and args.server_arg:
         ap.error("--server-arg needs a server this tool starts (no --url)")
     return args
@@ -543,7 +564,8 @@ def main(argv=None) -> int:
         report = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
                   "cpu": cpu, "nproc": os.cpu_count(), "load_avg": os.getloadavg(), "model": args.model,
                   "url": url, "pid": pid, "rss_kib_at_ready": rss_at_ready,
-                  "config": {k: v for k, v in vars(args).items()}, "trace_weights": TRACE, "summary": summary,
+                  "config": {k: v for k, v in vars(args).items()}, "trace_weights": TRACE,
+                  "hostile_weights": HOSTILE if args.hostile else None, "summary": summary,
                   "rss_samples": sampler.samples, "results": [asdict(r) for r in results]}
         if args.output != "-":
             with open(args.output, "w") as f:
