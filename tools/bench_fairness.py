@@ -2,6 +2,7 @@
 
     python tools/bench_fairness.py [--model qwen2.5-coder-0.5b-instruct] [--threads 2]
         [--prompt-tokens 6000] [--gaps 0,500] [--repeats 2] [--json out.json]
+    python tools/bench_fairness.py --server [--gaps 0,500] [--window 30] [--json out.json]
 
 For each --gaps value (the engine's decode_gap_ms; 0 is the token budget alone, as before steps
 were sized in time), one engine (AsyncEngine over an LLM, as the server runs it) measures:
@@ -15,6 +16,14 @@ were sized in time), one engine (AsyncEngine over an LLM, as the server runs it)
 Each condition runs --repeats times (a fresh prompt each time) and the medians are reported, with
 TTFT beside / alone as the ratio the acceptance bound reads (<= 1.3), the step-cost fit the
 engine learnt (engine/step_cost.py) and the CPU's flags. Prints a table, writes JSON.
+
+--server measures what a user of the server feels, over loopback: a real `llaisys serve`
+(--threads, the default KV budget) streams one greedy chat while a huge input arrives, and the
+stream's largest gap over the --window seconds after it is sent is reported, with when the huge
+request got its answer (first event, or its error). The inputs are issue #39's: a /v1/responses
+input of 4,096 messages (~56k tokens: rendered and tokenized in the request's thread, beside the
+engine loop, then refused as longer than the context) and a chat with 128 tools (a long prompt).
+The huge request's client hangs up at the end of the window (the server aborts it).
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import json
 import random
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -108,6 +118,78 @@ def run(args) -> dict:
             "prompt_tokens": args.prompt_tokens, "repeats": args.repeats, "rows": rows}
 
 
+def _huge_inputs(model: str) -> dict:
+    """name -> (path, body) of the huge inputs the server mode sends."""
+    msgs = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"note {i}: keep going"}
+            for i in range(4095)] + [{"role": "user", "content": "Summarize the notes."}]
+    tools = [{"type": "function", "function": {
+        "name": f"tool_{i}", "description": f"Looks up record kind {i} by id and returns its fields as JSON.",
+        "parameters": {"type": "object", "properties": {"id": {"type": "string", "description": "record id"},
+                                                        "limit": {"type": "integer", "minimum": 1, "maximum": 100}},
+                       "required": ["id"]}}} for i in range(128)]
+    return {"responses_4096_messages": ("/v1/responses", {"model": model, "input": msgs, "max_output_tokens": 1,
+                                                           "stream": True}),
+            "chat_128_tools": ("/v1/chat/completions", {"model": model, "max_tokens": 1, "stream": True, "tools": tools,
+                                                         "messages": [{"role": "user", "content": "Find record 7."}]})}
+
+
+def run_server(args) -> dict:
+    import requests
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "server"))
+    from server_helpers import MODEL_NAME, launch, sse_events
+
+    from llaisys.models import hub
+
+    rows = []
+    for gap in args.gaps:
+        tmp = Path(tempfile.mkdtemp(prefix="fairness-"))
+        srv = launch(hub.download(args.model, progress=False), tmp, "--threads", str(args.threads),
+                     "--kv-cache-memory", "1GiB", "--decode-gap-ms", str(gap))
+        try:
+            for name, (path, body) in _huge_inputs(MODEL_NAME).items():
+                times = []
+
+                def stream():
+                    chat = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "Count from 1 to 1000."}],
+                            "max_tokens": 4000, "ignore_eos": True, "temperature": 0, "stream": True}
+                    with requests.post(srv.url + "/v1/chat/completions", json=chat, stream=True, timeout=600) as r:
+                        for piece in r.iter_content(chunk_size=None):
+                            times.append(time.monotonic())
+                            if stop.is_set():
+                                break
+
+                stop = threading.Event()
+                reader = threading.Thread(target=stream, daemon=True)
+                reader.start()
+                while len(times) < 8:
+                    time.sleep(0.01)
+                t0 = time.monotonic()
+                status, first = None, None
+                try:
+                    with requests.post(srv.url + path, json=body, stream=True, timeout=args.window) as r:
+                        status = r.status_code
+                        if status != 200:  # refused (e.g. longer than the context): when the answer came
+                            r.content
+                            first = time.monotonic() - t0
+                        else:
+                            for _ in sse_events(r):
+                                first = first or time.monotonic() - t0
+                except requests.RequestException:  # the window ended first: hang up (the server aborts it)
+                    pass
+                while time.monotonic() < t0 + args.window:
+                    time.sleep(0.1)
+                stop.set()
+                reader.join(timeout=60)
+                gaps = [b - a for a, b in zip(times, times[1:]) if b > t0 and a < t0 + args.window]
+                rows.append({"decode_gap_ms": gap, "input": name, "status": status, "first_event_s": first,
+                             "max_gap_s": max(gaps), "median_gap_s": statistics.median(gaps),
+                             "stream_chunks_in_window": len(gaps)})
+        finally:
+            srv.stop()
+    return {"machine": bench_env.machine(), "model": args.model, "threads": args.threads, "window_s": args.window,
+            "server_rows": rows}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
@@ -116,8 +198,24 @@ def main(argv=None) -> int:
     p.add_argument("--gaps", default="0,500", help="decode_gap_ms values, comma-separated (0: off)")
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--json", default=None)
+    p.add_argument("--server", action="store_true", help="the huge server inputs instead (see above)")
+    p.add_argument("--window", type=float, default=30.0, help="--server: seconds watched after the input is sent")
     args = p.parse_args(argv)
     args.gaps = [float(g) for g in args.gaps.split(",")]
+    if args.server:
+        res = run_server(args)
+        print(bench_env.describe(res["machine"]))
+        print(f"{res['model']} served with {res['threads']} threads; one greedy stream while a huge input arrives")
+        print(f"{'decode_gap_ms':>13} {'input':>24} {'status':>6} {'answer':>7} {'max gap':>8} {'median gap':>11} "
+              f"{'chunks':>7}")
+        for r in res["server_rows"]:
+            answer = "-" if r["first_event_s"] is None else f"{r['first_event_s']:.1f}s"
+            print(f"{r['decode_gap_ms']:>13g} {r['input']:>24} {r['status'] or '-':>6} {answer:>7} "
+                  f"{r['max_gap_s']:>7.2f}s {r['median_gap_s']:>10.3f}s {r['stream_chunks_in_window']:>7}")
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(res, indent=1))
+        return 0
     res = run(args)
     print(bench_env.describe(res["machine"]))
     print(f"{res['model']}, {res['threads']} threads, a {res['prompt_tokens']}-token prompt beside one greedy stream")
