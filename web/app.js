@@ -13,7 +13,7 @@ import { AnswerRun, streamAnswer } from './chat.js';
 import { copyText } from './render.js';
 import { bindSettings, openSettings, renderSettings } from './settings.js';
 import { Store, requestMessages } from './store.js';
-import { bindSidebar, renderSidebar } from './sidebar.js';
+import { bindSidebar, openDrawer, renderSidebar } from './sidebar.js';
 import { fillMessage, renderMessages } from './view.js';
 
 const $ = (id) => document.getElementById(id);
@@ -282,13 +282,12 @@ function bind() {
     const current = store.active;
     if (!current || current.messages.length > 0) store.create(current);
     ui.editing = null;
-    $('app').classList.remove('sidebar-open');
+    openDrawer(false);
     renderAll();
     $('input').focus();
   });
-  $('toggle-sidebar').addEventListener('click', () => $('app').classList.toggle('sidebar-open'));
   $('scrim').addEventListener('click', () => {
-    $('app').classList.remove('sidebar-open');
+    openDrawer(false);
     openSettings(false);
   });
   $('toggle-settings').addEventListener('click', () => openSettings($('settings').hidden));
@@ -314,6 +313,7 @@ function bind() {
       e.preventDefault();
       onMessageAction('save-edit', Number(e.target.closest('.msg').dataset.index));
     } else if (e.key === 'Escape') {
+      e.preventDefault(); // the edit takes this Escape
       onMessageAction('cancel-edit');
     }
   });

@@ -1,8 +1,11 @@
 /**
  * The conversation list's behaviour: open a conversation, the row menu (⋯: Rename, Delete
- * asked twice), renaming in place. State lives in app.js's `ui` (renaming, menu,
- * confirming); this module reads and sets it and redraws through renderSidebar, or through
- * app.js's renderAll when the open conversation changes.
+ * asked twice), renaming in place, and the phone layout's drawer (☰). State lives in
+ * app.js's `ui` (renaming, menu, confirming); this module reads and sets it and redraws
+ * through renderSidebar, or through app.js's renderAll when the open conversation changes.
+ *
+ * Escape is handled innermost first: the row menu and a rename take it (and mark it
+ * handled with preventDefault), else it closes the drawer, if one is open.
  */
 
 import { renderConversationList } from './view.js';
@@ -44,12 +47,31 @@ function closeMenu(focusButton = false) {
   if (focusButton) document.querySelector(`#conv-list .conv-more[data-id="${id}"]`)?.focus();
 }
 
+/** Whether the sidebar is a drawer now (the phone layout, where ☰ shows). */
+function isDrawer() {
+  return $('toggle-sidebar').getClientRects().length > 0;
+}
+
+/**
+ * Opens or closes the phone layout's drawer. Opening moves focus into it (the open row);
+ * closing with `returnFocus` gives it back to ☰, the button that opened it.
+ */
+export function openDrawer(open, { returnFocus = false } = {}) {
+  $('app').classList.toggle('sidebar-open', open);
+  $('toggle-sidebar').setAttribute('aria-expanded', String(open));
+  if (open && isDrawer()) {
+    (document.querySelector('#conv-list .conv-item.active .conv-open') ?? $('new-chat')).focus({ preventScroll: true });
+  } else if (!open && returnFocus && isDrawer()) {
+    $('toggle-sidebar').focus();
+  }
+}
+
 function onConversationAction(action, id) {
   if (action === 'open') {
     ctx.store.open(id);
     ctx.ui.editing = null;
     ctx.ui.confirming = null;
-    $('app').classList.remove('sidebar-open');
+    openDrawer(false);
     ctx.renderAll();
   } else if (action === 'menu') {
     ctx.ui.confirming = null;
@@ -87,6 +109,7 @@ function menuKey(e) {
   const items = [...document.querySelectorAll('#conv-list .conv-menu .menu-item:not(:disabled)')];
   const at = items.indexOf(e.target);
   if (e.key === 'Escape') {
+    e.preventDefault(); // the menu takes this Escape, not the drawer
     closeMenu(true);
   } else if (e.key === 'ArrowDown' || e.key === 'ArrowUp') {
     e.preventDefault();
@@ -112,7 +135,10 @@ export function bindSidebar(context) {
     if (e.target.closest('.conv-menu')) menuKey(e);
     if (!e.target.classList.contains('rename-input')) return;
     if (e.key === 'Enter') finishRename(e.target, true);
-    if (e.key === 'Escape') finishRename(e.target, false);
+    if (e.key === 'Escape') {
+      e.preventDefault(); // the rename takes this Escape, not the drawer
+      finishRename(e.target, false);
+    }
   });
   $('conv-list').addEventListener('focusout', (e) => {
     if (e.target.classList.contains('rename-input')) finishRename(e.target, true);
@@ -121,5 +147,14 @@ export function bindSidebar(context) {
   window.addEventListener('resize', () => closeMenu());
   document.addEventListener('click', (e) => { // a click anywhere but the menu or its button
     if (ctx.ui.menu !== null && !e.target.closest('.conv-menu, .conv-more')) closeMenu();
+  });
+  $('toggle-sidebar').addEventListener('click', () => openDrawer(!$('app').classList.contains('sidebar-open')));
+  // Escape closes the drawer unless something inside took it first (a menu, a rename, an
+  // edit); nothing else on the page uses Escape at this level, streaming or not.
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape' || e.defaultPrevented || e.isComposing) return;
+    if (!$('app').classList.contains('sidebar-open') || !isDrawer()) return;
+    e.preventDefault();
+    openDrawer(false, { returnFocus: true });
   });
 }

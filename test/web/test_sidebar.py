@@ -132,3 +132,51 @@ def test_phone_layout(new_page, static_server, page_errors):
     assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"]
     screenshot(page, "phone-menu")
     assert page_errors == []
+
+
+
+
+def drawer_open(page):
+    """Whether the drawer is open (☰'s state, set at once; the slide takes .2 s)."""
+    return "sidebar-open" in page.get_attribute("#app", "class").split()
+
+
+def wait_drawer(page, state):
+    """Waits until the drawer has slid fully in ('open') or out ('closed')."""
+    check = "r.left >= 0" if state == "open" else "r.right <= 0"
+    page.wait_for_function(f"() => {{ const r = document.getElementById('sidebar').getBoundingClientRect(); return {check}; }}")
+
+
+def test_phone_drawer_closes_on_escape(new_page, static_server, page_errors):
+    page = open_with(new_page, static_server.url, [conversation(i, t) for i, t in enumerate(TITLES)],
+                     viewport=PHONE)
+    assert not drawer_open(page)
+    page.click("#toggle-sidebar")
+    assert drawer_open(page)
+    wait_drawer(page, "open")
+    # An Escape taken by something inside the drawer (the row menu) leaves the drawer open ...
+    page.click(f"{row(1)} .conv-more")
+    page.keyboard.press("Escape")
+    assert page.locator("#conv-list .conv-menu").count() == 0
+    assert drawer_open(page)
+    # ... the next one closes it, and focus goes back to ☰, the button that opened it.
+    page.keyboard.press("Escape")
+    assert not drawer_open(page)
+    wait_drawer(page, "closed")
+    assert not page.locator("#scrim").is_visible()
+    assert page.evaluate("document.activeElement.id") == "toggle-sidebar"
+    # Closed, its rows are hidden (out of the Tab order) and ☰ says so.
+    page.wait_for_function("getComputedStyle(document.getElementById('sidebar')).visibility === 'hidden'")
+    assert page.get_attribute("#toggle-sidebar", "aria-expanded") == "false"
+    # Escape with the drawer closed does nothing; from the keyboard the drawer opens with
+    # focus inside it, and Escape closes it again.
+    page.keyboard.press("Escape")
+    assert not drawer_open(page)
+    page.keyboard.press("Enter")  # ☰ has focus
+    assert drawer_open(page) and page.get_attribute("#toggle-sidebar", "aria-expanded") == "true"
+    wait_drawer(page, "open")
+    assert page.evaluate("document.activeElement.closest('#sidebar .conv-item.active') !== null")
+    page.keyboard.press("Escape")
+    assert not drawer_open(page)
+    wait_drawer(page, "closed")
+    assert page_errors == []
