@@ -7,12 +7,12 @@ import sys
 import time
 
 from .cli_info import add_info_parser
-from .cli_models import add_convert_gguf_parser, add_download_parser, add_export_gguf_parser, add_models_parser
+from .cli_models import (QUANT_DEFAULT, add_convert_gguf_parser, add_download_parser, add_export_gguf_parser,
+                         add_models_parser)
 
 THREADS_HELP = "threads for the CPU kernels (default: the physical cores)"
 QUANT_HELP = "which download of a known model to run: q4_k_m (its GGUF, as it is), q8_0 (a Q8_0 GGUF) or bf16 " \
-             "(the converted directory) (default: models.hub.default_quant(): q4_k_m where the CPU runs the quantized " \
-             "kernels on AVX-512 VNNI, AVX-VNNI or AMX, else bf16)"
+             f"(the converted directory) (default: {QUANT_DEFAULT})"
 QUANTIZE_HELP = "quantize an HF directory's linear weights and embedding at load: q8_0, or q4_k (the Q4_K_M recipe)"
 
 
@@ -54,12 +54,14 @@ def run_smoke(args) -> int:
 
 
 def add_generate_parser(sub) -> None:
+    from .models.hub import DEFAULT_MODEL
+
     p = sub.add_parser("generate", help="generate text offline (streams to stdout)",
                        description="Generate a completion for a prompt, or a chat answer with --chat. The text "
                                    "goes to stdout; token counts, time to first token and tokens/s to stderr.")
     p.add_argument("prompt", help="the prompt text ('-' reads standard input)")
     p.add_argument("--model", default=None, help="model directory, .gguf file or known name "
-                                                  "(default: the default model)")
+                                                  f"(default: {DEFAULT_MODEL}, downloaded on first use)")
     p.add_argument("--chat", action="store_true", help="treat the prompt as a user message (chat template)")
     p.add_argument("--system", default=None, help="system prompt (with --chat)")
     p.add_argument("--max-tokens", type=int, default=256, help="most tokens to generate")
@@ -155,7 +157,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_generate_parser(sub)
     add_serve_parser(sub)
     add_info_parser(sub)
-    smoke = sub.add_parser("smoke", help="check that the library loads and computes (shows the SIMD path and threads)")
+    smoke = sub.add_parser("smoke", help="check that the library loads and computes (shows the SIMD path and threads)",
+                           description="Check the build: load libllaisys, run one small matrix product and print "
+                                       "the version, the SIMD path and the thread count it chose. Exits 0 when the "
+                                       "result is right, 1 when it is wrong.")
     smoke.set_defaults(func=run_smoke)
     for p in _subparsers(parser):
         p.formatter_class = HelpFormatter

@@ -9,6 +9,10 @@ The result path is printed on stdout; progress and errors go to stderr.
 import argparse
 import sys
 
+# What a bare model name runs here, in words (models.hub.default_quant decides it the same way).
+QUANT_DEFAULT = ("q4_k_m where the CPU has VNNI (AVX-512 VNNI or AVX-VNNI) or AMX, else bf16; "
+                 "`llaisys info` says which")
+
 
 def add_download_parser(subparsers) -> argparse.ArgumentParser:
     from .models import hub
@@ -21,8 +25,7 @@ def add_download_parser(subparsers) -> argparse.ArgumentParser:
                     f"to a HuggingFace directory; q8_0 writes a Q8_0 GGUF from that directory.")
     p.add_argument("name", nargs="?", default=hub.DEFAULT_MODEL, help=f"model name (default {hub.DEFAULT_MODEL})")
     p.add_argument("--quant", default=None, choices=list(hub.QUANTS),
-                   help="the format to produce (default: what serve runs here, models.hub.default_quant(): "
-                        "q4_k_m where the CPU runs the quantized kernels on AVX-512 VNNI, AVX-VNNI or AMX, else bf16)")
+                   help=f"the format to produce (default: what serve runs here: {QUANT_DEFAULT})")
     p.add_argument("--list", action="store_true", help="list the known models and which formats are cached")
     p.add_argument("--keep-gguf", action="store_true",
                    help="with --quant bf16/q8_0: keep a GGUF this download fetched beside the converted model "
@@ -37,9 +40,15 @@ def add_models_parser(subparsers) -> argparse.ArgumentParser:
                               description="The models in the cache ($LLAISYS_HOME or ~/.cache/llaisys) and their "
                                           "sizes; remove one to free its disk space.")
     sub = p.add_subparsers(dest="models_command", required=True, metavar="{ls,rm}")
-    ls = sub.add_parser("ls", help="list the cached models: name, kind, size, path and files")
+    ls = sub.add_parser("ls", help="list the cached models: name, kind, size, path and files",
+                        description="List what the cache ($LLAISYS_HOME or ~/.cache/llaisys) holds: converted "
+                                    "models, downloaded or exported GGUF files and unfinished downloads, each with "
+                                    "its format, size and path, and the total.")
     ls.set_defaults(func=run_models_ls)
-    rm = sub.add_parser("rm", help="remove a cached model (asks first)")
+    rm = sub.add_parser("rm", help="remove a cached model (asks first)",
+                        description="Remove a model from the cache to free its disk space: everything stored "
+                                    "under its name, or with --gguf only its GGUF files. Lists what goes and asks "
+                                    "first, unless -y.")
     rm.add_argument("name", help="a name that `llaisys models ls` shows")
     rm.add_argument("--gguf", action="store_true",
                     help="remove only its GGUF files (a kept download, exports), not the model")
@@ -50,7 +59,10 @@ def add_models_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_convert_gguf_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "convert-gguf", help="convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory (bf16 safetensors)")
+        "convert-gguf", help="convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory (bf16 safetensors)",
+        description="Convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory: every tensor dequantized "
+                    "to bf16 in one model.safetensors, with config.json and the tokenizer built from the file's "
+                    "metadata. Not needed to run a GGUF: `llaisys serve --model FILE.gguf` runs it as it is.")
     p.add_argument("gguf_file", metavar="FILE.gguf", help="the GGUF file to convert")
     p.add_argument("out_dir", metavar="OUT_DIR", help="output directory (must not exist, or be empty)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -60,7 +72,10 @@ def add_convert_gguf_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_export_gguf_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "export-gguf", help="write a Qwen2 HuggingFace directory as a GGUF file with the same values (for llama.cpp)")
+        "export-gguf", help="write a Qwen2 HuggingFace directory as a GGUF file with the same values (for llama.cpp)",
+        description="Write a Qwen2 HuggingFace directory (or a known model, by name) as a GGUF file holding the "
+                    "same values, so llama.cpp can run exactly these weights; --dtype converts them first or "
+                    "quantizes the matrices to Q8_0.")
     p.add_argument("model", help="a model directory or a known model name")
     p.add_argument("out_file", metavar="OUT.gguf", help="the GGUF file to write (replaced if it exists)")
     p.add_argument("--dtype", choices=["bf16", "f16", "f32", "q8_0"],

@@ -52,6 +52,18 @@ def test_each_default_prints_once():
         assert "(default: None)" not in p.format_help()
 
 
+def test_help_speaks_to_users():
+    """Every command's --help opens with what it does and names no function of ours
+    (issue #43: "(default: models.hub.default_quant(): ...)")."""
+    for p in cli._subparsers(cli.build_parser()):
+        text = p.format_help()  # what `--help` prints
+        assert p.description and p.description.strip() in " ".join(text.split()), p.prog
+        for internal in ("models.hub.", "hub.", "()"):
+            assert internal not in text, f"{p.prog} --help shows {internal!r}"
+    for prog in ("llaisys serve", "llaisys generate"):
+        assert "else bf16; `llaisys info` says which" in " ".join(_help(prog, "--quant").split())
+
+
 def _help(prog: str, flag: str) -> str:
     p = next(p for p in cli._subparsers(cli.build_parser()) if p.prog == prog)
     a = next(a for a in p._actions if flag in a.option_strings)
