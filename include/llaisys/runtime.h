@@ -58,6 +58,15 @@ LLAISYS_API int llaisysCpuAmxBuilt(void);
  * LLAISYS_AVX_VNNI=0); 0 otherwise. Chosen once per process. */
 LLAISYS_API int llaisysCpuQuantVnni(void);
 
+/* How far ahead, in bytes, the block-quantized weights' kernels prefetch each weight row in this
+ * process, into *bytes (0: not at all, the hardware prefetchers alone), and why, into *reason: a
+ * NUL-terminated line naming the CPU kind and the measurement behind the value, or the environment
+ * variable LLAISYS_QUANT_PREFETCH=<bytes> (0..65536) that overrode it. The string is owned by the
+ * library and stays valid, unchanged, until the process ends; the caller must not free or modify
+ * it. Either pointer may be NULL. Chosen once per process from a table of measured CPU kinds
+ * (Intel and AMD Zen 4/5: 2048; AMD Zen 1-3 and any CPU not measured: 0). */
+LLAISYS_API llaisysStatus_t llaisysCpuQuantPrefetch(size_t *bytes, const char **reason);
+
 /* Threads of the CPU kernels (OpenMP), one count for the whole process, used by every call
  * into the library from any thread after it is set. The default is the number of physical
  * cores the process may run on (SMT siblings count once; affinity mask and cgroup CPU quota

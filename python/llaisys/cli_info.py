@@ -1,8 +1,8 @@
 """`llaisys info`: what this installation is and what it will use.
 
 The library version and path, Python, the CPU and the SIMD flags the kernels care about,
-the ISA path and thread count the library chose, the devices, and the cached models with
-their sizes. Reads /proc/cpuinfo where it exists; loads no model.
+the ISA path, prefetch distance and thread count the library chose, the devices, and the
+cached models with their sizes. Reads /proc/cpuinfo where it exists; loads no model.
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def info_lines() -> list:
         f"amx       {'yes: quantized prefill and batches run on AMX tiles (LLAISYS_AMX=0 turns it off)' if runtime.cpu_amx() else 'no'}",
         f"vnni      {'yes: quantized weights run on vpdpbusd (avx512_vnni or avx_vnni; LLAISYS_AVX_VNNI=0 turns the second off)' if runtime.cpu_vnni() else 'no'}"
         f"  -> a bare model name runs {hub.default_quant()}",
+        "prefetch  {} B ahead in the quantized kernels ({})".format(*runtime.quant_prefetch()),
         f"threads   {runtime.num_threads()}  "
         + (f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; " if os.environ.get("OMP_NUM_THREADS") else "(")
         + "llaisys serve/generate --threads N, LLM(threads=N))",

@@ -29,6 +29,15 @@ def cpu_vnni() -> bool:
     return bool(LIB.llaisysCpuQuantVnni())
 
 
+def quant_prefetch() -> tuple[int, str]:
+    """(bytes, reason): how far ahead the quantized kernels prefetch each weight row in this
+    process (0: not at all), and why: the CPU kind and the measurement behind the value, or
+    LLAISYS_QUANT_PREFETCH=<bytes> from the environment. Chosen once per process."""
+    n, why = ctypes.c_size_t(0), ctypes.c_char_p()
+    check(LIB.llaisysCpuQuantPrefetch(ctypes.byref(n), ctypes.byref(why)))
+    return n.value, (why.value or b"").decode("utf-8", "replace")
+
+
 def amx_built() -> bool:
     """Whether this library was built with the AMX kernel (CMake LLAISYS_AMX): without it
     cpu_amx() is False on every CPU."""

@@ -79,6 +79,14 @@ int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 
 int llaisysCpuQuantVnni(void) { return cpu_has_avx512_vnni() || cpu_has_avx_vnni() ? 1 : 0; }
 
+llaisysStatus_t llaisysCpuQuantPrefetch(size_t *bytes, const char **reason) {
+    return guard([&] {
+        const Tunable &t = quant_prefetch();  // a function-local static: the string lives to the end
+        if (bytes) *bytes = t.value;
+        if (reason) *reason = t.reason.c_str();
+    });
+}
+
 int llaisysCpuAmxBuilt(void) {
 #ifdef LLAISYS_NO_AMX
     return 0;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 namespace llaisys {
 
@@ -34,12 +35,49 @@ bool cpu_uses_amx();
 // 17h, models below 30h), where kernels built from 128-bit ops can beat 256-bit ones. The
 // environment overrides it (LLAISYS_SPLIT_256=0|1), so both kernel forms can be tested anywhere.
 bool cpu_splits_256();
+// A CPU as the per-CPU tunables below tell kinds apart: the CPUID vendor string ("GenuineIntel",
+// "AuthenticAMD"; "" off x86), the display family and model (extended fields folded in, as
+// cpuinfo prints them), and whether CPUID lists AVX-512F (the chip's, not active_isa(): LLAISYS_ISA
+// changes the kernels, not the memory system). Zen 4 and Zen 5 are the AMD parts with AVX-512F;
+// Zen 1 / Zen+ / Zen 2 are family 17h, Zen 3 family 19h without it (so a Zen 4 whose VM hides
+// AVX-512 reads as Zen 3 and keeps that kind's values).
+struct CpuKind {
+    std::string vendor;
+    unsigned family = 0, model = 0;
+    bool avx512f = false;
+};
+// This machine's CPU, read once.
+const CpuKind &cpu_kind();
+
+// A tunable's value in this process and why: the table entry's one-line reason (the measurement
+// it rests on), or the environment variable that overrode it.
+struct Tunable {
+    size_t value = 0;
+    std::string reason;
+};
+
 // How far ahead (bytes) the quantized kernels' one-weight-row walks prefetch each block, 0 for
 // not at all (the int8 walks make two passes from it, 1.5x ahead into L2 and 3/8 ahead into
-// L1: quant_dot.inc). Measured per vendor (tools/bench_compare.py --quant, 2 threads): on an
-// Intel Xeon VM, 2048 doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0 7.9 -> 14.6) and
-// lifted Q8_0 batch-16 by 40%; on AMD Zen 3 a prefetch in the same walk halved decode (13.8 ->
-// 6.8), so other vendors keep 0. LLAISYS_QUANT_PREFETCH=<bytes> (0..65536) overrides it.
+// L1: quant_dot.inc; the AVX-512 x16 tiles and the AMX path use it too). Chosen per CPU kind by
+// measurement (2 threads; Intel and Zen 3 with tools/bench_compare.py --quant), from a table
+// in cpu_isa.cpp:
+//   Intel: 2048. Xeon VM (AVX-512, AMX): doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0
+//     7.9 -> 14.6), Q8_0 batch-16 +40%.
+//   AMD with AVX-512F (Zen 4, Zen 5): 2048. Zen 4 EPYC, by an outside tester: 1.5B Q4_K_M decode
+//     23.4 -> 30.5 tok/s (+30%; llama.cpp's tg128 33.0). Zen 5 is not measured; it is taken to
+//     behave as Zen 4.
+//   AMD Zen 3 (family 19h without AVX-512): 0. EPYC Milan: a prefetch in the same walk halved
+//     decode (13.8 -> 6.8 tok/s), the hardware prefetchers following the one stream.
+//   AMD Zen 1 / Zen+ / Zen 2 (family 17h): 0, as Zen 3 (not measured on them).
+//   Any other CPU: 0, "not measured here; LLAISYS_QUANT_PREFETCH=2048 to try".
+// LLAISYS_QUANT_PREFETCH=<bytes> (0..65536, read once) overrides the table; a value outside that
+// is ignored and the reason says so. Measuring it at load time (a short walk with and without)
+// is left for later; until then a CPU not in the table gets 0.
 size_t quant_prefetch_bytes();
+// The value and the reason (cpu_kind() and the environment, chosen once per process).
+const Tunable &quant_prefetch();
+// The decision itself, a pure function of the CPU kind and LLAISYS_QUANT_PREFETCH's value (NULL:
+// unset), so every row of the table can be tested on one machine.
+Tunable choose_quant_prefetch(const CpuKind &cpu, const char *env);
 
 }  // namespace llaisys
