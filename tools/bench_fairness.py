@@ -212,9 +212,7 @@ def main(argv=None) -> int:
             answer = "-" if r["first_event_s"] is None else f"{r['first_event_s']:.1f}s"
             print(f"{r['decode_gap_ms']:>13g} {r['input']:>24} {r['status'] or '-':>6} {answer:>7} "
                   f"{r['max_gap_s']:>7.2f}s {r['median_gap_s']:>10.3f}s {r['stream_chunks_in_window']:>7}")
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.json).write_text(json.dumps(res, indent=1))
+        _write_json(args.json, res)
         return 0
     res = run(args)
     print(bench_env.describe(res["machine"]))
@@ -223,10 +221,14 @@ def main(argv=None) -> int:
     for r in res["rows"]:
         print(f"{r['decode_gap_ms']:>13g} {r['ttft_alone_s']:>10.2f}s {r['ttft_beside_s']:>11.2f}s "
               f"{r['ttft_ratio']:>6.2f} {r['max_gap_s']:>7.2f}s {r['median_gap_s']:>10.3f}s")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(res, indent=1))
+    _write_json(args.json, res)
     return 0
+
+
+def _write_json(path, res: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -8,21 +8,7 @@ import pytest
 
 from llaisys.engine.structured_spec import StructuredOutputError
 from llaisys.engine.structured_tools import MAX_TOOL_CALLS, rebase_refs, tool_call_spec
-
-# pydantic 2's Trip.model_json_schema() for Place(city: str, country: Optional[str] = None),
-# Stop(place: Place, nights: int), Unit(str, Enum), Trip(start: Place, stops: list[Stop],
-# unit: Unit = "celsius"): nested models, Optional, a list of models, an enum, all by $ref
-TRIP = {"$defs": {
-    "Place": {"properties": {"city": {"title": "City", "type": "string"}, "country": {
-        "anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Country"}},
-        "required": ["city"], "title": "Place", "type": "object"},
-    "Stop": {"properties": {"place": {"$ref": "#/$defs/Place"}, "nights": {"title": "Nights", "type": "integer"}},
-             "required": ["place", "nights"], "title": "Stop", "type": "object"},
-    "Unit": {"enum": ["celsius", "fahrenheit"], "title": "Unit", "type": "string"}},
-    "properties": {"start": {"$ref": "#/$defs/Place"},
-                   "stops": {"items": {"$ref": "#/$defs/Stop"}, "title": "Stops", "type": "array"},
-                   "unit": {"$ref": "#/$defs/Unit", "default": "celsius"}},
-    "required": ["start", "stops"], "title": "Trip", "type": "object"}
+from pydantic_trip import TRIP_PARAMS
 
 
 def tool(name, params, **kw):
@@ -33,10 +19,10 @@ def tool(name, params, **kw):
 def test_pydantic_defs_compile_when_forced(choice):
     """Nested under the call's "arguments", "#/$defs/Place" pointed nowhere: a 400 "Pointer
     '/$defs/A' does not exist". The references are rebased to where the parameters sit."""
-    tools = [tool("plan_trip", TRIP), tool("get_time", {"type": "object", "properties": {"zone": {"type": "string"}}})]
+    tools = [tool("plan_trip", TRIP_PARAMS), tool("get_time", {"type": "object", "properties": {"zone": {"type": "string"}}})]
     spec = tool_call_spec(tools, choice)
     assert '"$ref": "#/properties/arguments/$defs/Place"' in spec.value
-    assert TRIP["properties"]["start"] == {"$ref": "#/$defs/Place"}  # the request's schema is not changed
+    assert TRIP_PARAMS["properties"]["start"] == {"$ref": "#/$defs/Place"}  # the request's schema is not changed
     recursive = {"type": "object", "properties": {"name": {"type": "string"},
                                                   "children": {"type": "array", "items": {"$ref": "#"}}}}
     assert tool_call_spec([tool("tree", recursive)], "required")

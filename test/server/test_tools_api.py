@@ -18,6 +18,7 @@ import openai
 import pytest
 import requests
 
+from pydantic_trip import TRIP_PARAMS
 from server_helpers import MODEL_NAME
 
 WEATHER = {"type": "function", "function": {
@@ -283,20 +284,6 @@ def test_a_call_cut_by_max_tokens_is_dropped(client, choice, stream):
         assert reason == "length" and not calls and not (msg.content or "").strip(), msg
 
 
-# pydantic 2's model_json_schema() of Trip(start: Place, stops: list[Stop], unit: Unit =
-# "celsius") with Place(city: str, country: Optional[str] = None), Stop(place: Place,
-# nights: int), Unit an enum (test/engine/test_structured_tools.py writes the same)
-TRIP_PARAMS = {"$defs": {
-    "Place": {"properties": {"city": {"title": "City", "type": "string"}, "country": {
-        "anyOf": [{"type": "string"}, {"type": "null"}], "default": None, "title": "Country"}},
-        "required": ["city"], "title": "Place", "type": "object"},
-    "Stop": {"properties": {"place": {"$ref": "#/$defs/Place"}, "nights": {"title": "Nights", "type": "integer"}},
-             "required": ["place", "nights"], "title": "Stop", "type": "object"},
-    "Unit": {"enum": ["celsius", "fahrenheit"], "title": "Unit", "type": "string"}},
-    "properties": {"start": {"$ref": "#/$defs/Place"},
-                   "stops": {"items": {"$ref": "#/$defs/Stop"}, "title": "Stops", "type": "array"},
-                   "unit": {"$ref": "#/$defs/Unit", "default": "celsius"}},
-    "required": ["start", "stops"], "title": "Trip", "type": "object"}
 TRIP = {"type": "function", "function": {"name": "plan_trip", "description": "Plan a trip",
                                          "parameters": TRIP_PARAMS}}
 

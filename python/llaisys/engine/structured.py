@@ -53,41 +53,42 @@ SAFE_INT = 2 ** 53 - 1
 _DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values there are data, not schemas
 
 
-def _bound_integers(schema):
-    """Gives every integer schema in `schema` (changed in place) without a lower (upper) bound
-    -SAFE_INT (SAFE_INT); returns it. Iterative: the depth of a request's schema is its own."""
+def _schema_objects(schema):
+    """Every dict of `schema` that may be a schema (values under enum / const / default /
+    examples are data and are skipped). Iterative: the depth of a request's schema is its own."""
     stack = [schema]
     while stack:
         node = stack.pop()
         if isinstance(node, list):
             stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        t = node.get("type")
-        if t == "integer" or (isinstance(t, list) and "integer" in t):
+        elif isinstance(node, dict):
+            yield node
+            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+
+
+def _is_integer(node: dict) -> bool:
+    t = node.get("type")
+    return t == "integer" or (isinstance(t, list) and "integer" in t)
+
+
+def _bound_integers(schema):
+    """Gives every integer schema in `schema` (changed in place) without a lower (upper) bound
+    -SAFE_INT (SAFE_INT); returns it."""
+    for node in _schema_objects(schema):
+        if _is_integer(node):
             if "minimum" not in node and "exclusiveMinimum" not in node:
                 node["minimum"] = -SAFE_INT
             if "maximum" not in node and "exclusiveMaximum" not in node:
                 node["maximum"] = SAFE_INT
-        stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
     return schema
 
 
 def _check_numbers(schema, param: str) -> None:
     """Numeric bounds the grammar cannot honour are refused: llguidance generates integers as
     64-bit (a wider bound was clamped, and 9223372036854775807 broke a minimum of 1e300), and a
-    bound must be a finite number. Iterative."""
-    stack = [schema]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, list):
-            stack.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        t = node.get("type")
-        integer = t == "integer" or (isinstance(t, list) and "integer" in t)
+    bound must be a finite number."""
+    for node in _schema_objects(schema):
+        integer = _is_integer(node)
         for key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
             v = node.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -97,7 +98,6 @@ def _check_numbers(schema, param: str) -> None:
             if integer and key != "multipleOf" and not -I64 <= v <= I64 - 1:
                 raise StructuredOutputError(param, f"{param}: integer {key} {v:.6g} is outside the 64-bit range "
                                                    f"[-2^63, 2^63 - 1] that structured output can generate")
-        stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
 
 
 I64 = 2 ** 63
