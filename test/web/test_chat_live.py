@@ -102,7 +102,7 @@ def test_streaming_answer_and_phone_layout(new_page, live_server, page_errors):
     assert re.search(r"\d+ tokens · [\d.]+ tok/s · TTFT [\d.]+ s · \d+ of \d+ prompt tokens cached", stats), stats
     assert page.is_visible("#send") and not page.is_visible("#stop")
     assert page.locator("#messages .msg.assistant [data-action=regenerate]").is_enabled()
-    screenshot(page, "desktop-answer")
+    screenshot(page, "desktop-short-answer")  # the README's is tools/doc_screenshot.py's
     page.click("#toggle-settings")
     screenshot(page, "desktop-settings")
     page.click("#close-settings")
