@@ -86,7 +86,7 @@ class OutputProcessor:
             try:
                 req.structured.advance(token_id)
             except StructuredOutputError as e:
-                req.error = str(e)
+                req.error, req.error_param = str(e), e.param
                 return RequestStatus.FINISHED_ERROR
         sp, st = req.sampling_params, self._texts[req.request_id]
         # as in vLLM: a stop token counts only after min_tokens other tokens (the sampler bans
@@ -213,11 +213,11 @@ class OutputProcessor:
         usage = Usage(prompt_tokens=len(g.prompt_token_ids),
                       completion_tokens=sum(r.num_output_tokens for r in g.seqs),
                       cached_tokens=max(lead.num_cached_tokens, 0))
-        error = next((r.error for r in g.seqs if r.error), None)
+        failed = next((r for r in g.seqs if r.error), None)
         if finished:
             del self._groups[g.request_id]
             for r in g.seqs:
                 del self._texts[r.request_id]
         return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
                              outputs=outputs, finished=finished, usage=usage, metrics=replace(lead.times),
-                             error=error)
+                             error=failed and failed.error, error_param=failed and failed.error_param)

@@ -53,6 +53,9 @@ class RequestOutput:
     usage: Usage
     metrics: RequestTimes  # timestamps of completion 0 (arrival, first token, ...)
     error: Optional[str] = None  # why a completion finished with "error"
+    # the request field at fault when the request's own input ended it (its grammar failed: a
+    # client error, not the engine's); None for an engine fault
+    error_param: Optional[str] = None
 
     @property
     def text(self) -> str:

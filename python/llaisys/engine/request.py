@@ -107,6 +107,7 @@ class Request:
     stop_reason: object = None  # the stop string or stop token id that ended it (None for eos/length)
     logprobs: Optional[list] = None  # per output token {token id: logprob}, when asked for
     error: Optional[str] = None  # why it finished with FINISHED_ERROR
+    error_param: Optional[str] = None  # the request field at fault when its own input ended it (its grammar)
     # pooling: set for an embedding request (max_tokens 0, sampling_params unused)
     pooling_params: Optional[PoolingParams] = None
     hidden_sum: Optional[np.ndarray] = None  # [hidden] f64 sum of the hidden states of the computed

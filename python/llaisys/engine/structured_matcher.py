@@ -3,7 +3,7 @@ the advance on each sampled token), made by a ``StructuredBackend`` (one per eng
 tokenizer's llguidance form, logits width and eos ids, and the start states of the grammars it
 has seen; ``warm_structured`` builds the tokenizer's form ahead). Grammars come from
 structured.py's ``grammar_of``; a failure while generating is a ``StructuredOutputError``
-whose message holds ``FAILED``.
+naming the request's field, which the request carries to its output (``error_param``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from .structured import GRAMMAR_CACHE_SIZE, _llg, grammar_of, plain_error, start
 from .structured_compile import in_compile_thread
 from .structured_spec import StructuredOutputError, StructuredSpec
 
-FAILED = "structured output failed:"  # marks a failure while generating (server/generation.py)
+FAILED = "structured output failed:"  # how a failure while generating reads
 
 
 def mask_words(vocab_size: int) -> int:

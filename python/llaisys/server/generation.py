@@ -9,7 +9,6 @@ out (the client going away mid-stream, an exception, a timeout) frees the KV blo
 from __future__ import annotations
 
 import queue
-import re
 import select
 import socket
 import threading
@@ -18,7 +17,6 @@ from typing import Callable, Iterator, Optional
 
 from ..engine.async_engine import EngineDeadError
 from ..engine.sampling_params import SamplingParamsError
-from ..engine.structured_matcher import FAILED as _FAILED
 from ..engine.structured_spec import StructuredOutputError
 from .errors import APIError, bad_request, unavailable
 
@@ -42,11 +40,6 @@ def client_gone_check(environ: dict) -> Callable[[], bool]:
             return True
 
     return gone
-
-
-# "<param>: structured output failed: ..." (engine/structured_matcher.py's Matcher): the request's
-# grammar could not go on; a 400 naming its field, not an engine fault
-_GRAMMAR_FAILED = re.compile(r"\b(response_format|tools|tool_choice|structured): " + re.escape(_FAILED))
 
 
 class CancelRegistry:
@@ -192,13 +185,12 @@ class Generation:
     def failure(self) -> Optional[APIError]:
         """The error to answer once finished: an engine fault (500), the deadline (504) or a
         shutdown (503); None for a normal end or an explicit cancel."""
-        errors = [o.error or "internal error" for o in self.finals.values()
-                  if any(c.finish_reason == "error" for c in o.outputs)]
-        if errors:
-            grammar = _GRAMMAR_FAILED.search(errors[0])  # the request's own constraint failed: its fault
-            if grammar:
-                return bad_request(errors[0][grammar.start(1):], param=grammar.group(1))
-            return APIError(500, f"generation failed: {errors[0]}", code="engine_error")
+        failed = [o for o in self.finals.values() if any(c.finish_reason == "error" for c in o.outputs)]
+        if failed:
+            out = failed[0]
+            if out.error_param is not None:  # the request's own constraint failed: its fault
+                return bad_request(out.error, param=out.error_param)
+            return APIError(500, f"generation failed: {out.error or 'internal error'}", code="engine_error")
         aborted = any(c.finish_reason == "abort" for o in self.finals.values() for c in o.outputs)
         if not aborted or self.abort_cause in ("cancel", "stop"):  # "stop": the server ended every choice
             return None
