@@ -19,17 +19,16 @@ from __future__ import annotations
 import json
 import re
 
-from .structured_spec import StructuredOutputError
+from .structured_spec import NAME_MAPS, StructuredOutputError
 
 # keyword -> how its value holds subschemas: "one" a schema, "list" a list of schemas,
-# "map" a dict of name -> schema
+# "map" a dict of name -> schema (NAME_MAPS)
 _SUBSCHEMAS = {
     "items": "one_or_list", "additionalItems": "one", "contains": "one", "not": "one", "if": "one",
     "then": "one", "else": "one", "additionalProperties": "one", "propertyNames": "one",
     "unevaluatedItems": "one", "unevaluatedProperties": "one",
     "prefixItems": "list", "anyOf": "list", "oneOf": "list", "allOf": "list",
-    "properties": "map", "patternProperties": "map", "$defs": "map", "definitions": "map",
-    "dependentSchemas": "map",
+    **{kw: "map" for kw in NAME_MAPS},
 }
 _IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$-]*")
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from .structured_compile import in_compile_thread
 from .structured_limits import check_grammar_limits, check_schema_limits
-from .structured_spec import JSON_OPTIONS, KINDS, MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec
+from .structured_spec import DATA_KEYWORDS, JSON_OPTIONS, KINDS, MAX_SPEC_CHARS, StructuredOutputError, StructuredSpec
 
 GRAMMAR_CACHE_SIZE = 128  # compiled grammars kept per backend (LRU)
 
@@ -50,7 +50,6 @@ def _llg():
 # most 16 digits, as llama.cpp's JSON grammars bound them): unbounded, a small model sampling
 # at temperature 1 wrote "minutes": 4500000000... until max_tokens.
 SAFE_INT = 2 ** 53 - 1
-_DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values there are data, not schemas
 
 
 def _schema_objects(schema):
@@ -63,7 +62,7 @@ def _schema_objects(schema):
             stack.extend(node)
         elif isinstance(node, dict):
             yield node
-            stack.extend(v for k, v in node.items() if k not in _DATA_KEYWORDS)
+            stack.extend(v for k, v in node.items() if k not in DATA_KEYWORDS)
 
 
 def _is_integer(node: dict) -> bool:

@@ -14,6 +14,11 @@ KINDS = ("json_object", "json_schema", "regex", "lark", "gbnf")
 MAX_SPEC_CHARS = 256 * 1024  # longest schema / grammar text a request may send
 # JSON generation options (llguidance JsonCompileOptions): compact, fixed separators
 JSON_OPTIONS = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# JSON Schema keywords for the walks over a request's schema (structured.py, structured_tools.py,
+# strict_schema.py): values under DATA_KEYWORDS are data, not schemas; under NAME_MAPS every
+# value is a schema, whatever its name
+DATA_KEYWORDS = ("enum", "const", "default", "examples")
+NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
 
 
 class StructuredOutputError(ValueError):

@@ -16,7 +16,7 @@ from typing import Optional
 
 from .strict_schema import check_strict_schema
 from .structured import _bound_integers, _check_numbers, grammar_of
-from .structured_spec import JSON_OPTIONS, StructuredOutputError, StructuredSpec
+from .structured_spec import DATA_KEYWORDS, JSON_OPTIONS, NAME_MAPS, StructuredOutputError, StructuredSpec
 
 # Qwen2.5's markers around each call: its special tokens <tool_call> and </tool_call> (by
 # name, as the model emits them), each followed / preceded by a newline
@@ -26,8 +26,6 @@ CALL_RULE = 'call: <tool_call> "\\n" body "\\n" </tool_call>'
 # max_tokens; 8 is more than any request here needs at once.
 MAX_TOOL_CALLS = 8
 ARGUMENTS_BASE = "#/properties/arguments"  # where a function's parameters sit in its call's schema
-_DATA_KEYWORDS = ("enum", "const", "default", "examples")  # values there are data, not schemas
-_NAME_MAPS = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")  # name -> schema
 
 
 def check_strict_tool(params: dict, index: int) -> None:
@@ -104,8 +102,8 @@ def rebase_refs(schema, base: str):
                     stack.append((node, k, False))
                 elif k == "$ref" and isinstance(v, str) and (v == "#" or v.startswith("#/")):
                     node[k] = base + v[1:]
-                elif k not in _DATA_KEYWORDS and isinstance(v, (dict, list)):
-                    stack.append((node, k, k in _NAME_MAPS))
+                elif k not in DATA_KEYWORDS and isinstance(v, (dict, list)):
+                    stack.append((node, k, k in NAME_MAPS))
     return holder[0]
 
 
