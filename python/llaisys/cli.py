@@ -6,20 +6,9 @@ import argparse
 import sys
 import time
 
+from .cli_args import THREADS_HELP, add_quant_arguments
 from .cli_info import add_info_parser
-from .cli_models import (QUANT_DEFAULT, add_convert_gguf_parser, add_download_parser, add_export_gguf_parser,
-                         add_models_parser)
-
-THREADS_HELP = "threads for the CPU kernels (default: the physical cores)"
-QUANT_HELP = "which download of a known model to run: q4_k_m (its GGUF, as it is), q8_0 (a Q8_0 GGUF) or bf16 " \
-             f"(the converted directory) (default: {QUANT_DEFAULT})"
-QUANTIZE_HELP = "quantize an HF directory's linear weights and embedding at load: q8_0, or q4_k (the Q4_K_M recipe)"
-
-
-def add_quant_arguments(p) -> None:
-    """--quant and --quantize, shared by generate and serve."""
-    p.add_argument("--quant", default=None, choices=["q4_k_m", "q8_0", "bf16"], help=QUANT_HELP)
-    p.add_argument("--quantize", default=None, choices=["q8_0", "q4_k"], help=QUANTIZE_HELP)
+from .cli_models import add_convert_gguf_parser, add_download_parser, add_export_gguf_parser, add_models_parser
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -133,7 +122,18 @@ def run_generate(args) -> int:
 def add_serve_parser(sub) -> None:
     from .server.serve import add_serve_parser as add
 
-    add(sub)
+    add(sub).set_defaults(func=run_serve)
+
+
+def run_serve(args) -> int:
+    """`llaisys serve`: in this process (server.serve), or on Ray Serve replicas with --ray (ray.cli)."""
+    if args.ray:
+        from .ray.cli import run_serve_ray
+
+        return run_serve_ray(args)
+    from .server.serve import run_serve as run_here
+
+    return run_here(args)
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> list:

@@ -15,12 +15,15 @@ import sys
 import threading
 import time
 
+from ..cli_args import THREADS_HELP, add_quant_arguments, add_ray_arguments
 from .reasoning import PARSERS as REASONING_PARSERS
 
 log = logging.getLogger("llaisys.server")
 
 
-def add_serve_parser(sub) -> None:
+def add_serve_parser(sub):
+    """Adds the `serve` subcommand's arguments and returns its parser (llaisys.cli sets its handler, which
+    runs run_serve here or, with --ray, llaisys.ray.cli.run_serve_ray)."""
     p = sub.add_parser("serve", help="run the OpenAI-compatible server and the web page",
                        description="Serve models over an OpenAI-compatible HTTP API (and the chat page at /). "
                                    "With no model, the default model is downloaded (first run) and served.")
@@ -33,10 +36,8 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port, printed)")
     e = p.add_argument_group("engine")
     e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"], help="where the model runs")
-    e.add_argument("--threads", type=int, default=None, help="threads for the CPU kernels (default: the physical cores)")
+    e.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
-    from ..cli import add_quant_arguments
-
     add_quant_arguments(e)
     e.add_argument("--kv-layout", default="block", choices=["block", "slot"],
                    help="KV cache layout: paged blocks (prefix caching), or llama.cpp-style cells")
@@ -106,10 +107,8 @@ def add_serve_parser(sub) -> None:
                         "qwen3, none")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="least severe log messages shown on stderr")
-    from ..ray.cli import add_ray_arguments  # imports no ray
-
     add_ray_arguments(p)
-    p.set_defaults(func=run_serve)
+    return p
 
 
 def build_state(args):
@@ -203,10 +202,7 @@ class _Shutdown:
 
 
 def run_serve(args) -> int:
-    if getattr(args, "ray", False):  # the same server on Ray Serve replicas (llaisys.ray)
-        from ..ray.cli import run_serve_ray
-
-        return run_serve_ray(args)
+    """Serve in this process (`llaisys serve` without --ray)."""
     from .app import create_app
     from .connections import ConnectionLimits, LimitedWSGIServer
 
