@@ -85,6 +85,18 @@ LLAISYS_API llaisysStatus_t llaisysKVCacheSeqAdd(llaisysKVCache_t cache, int32_t
                                                  int64_t delta);
 /* Largest position held by seq into *out, or -1 if it holds none. */
 LLAISYS_API llaisysStatus_t llaisysKVCacheSeqPosMax(llaisysKVCache_t cache, int32_t seq, int64_t *out);
+/* BLOCK layout only (UNSUPPORTED on SLOT): one block's K and V, all layers, to and from host
+ * memory (the prompt cache's disk tier, doc/engine.md "Prompt cache on disk"). The bytes are
+ * [n_layers][2: K then V][block_size, n_kv_heads, head_dim] in the cache's dtype; their count
+ * is llaisysKVCacheBlockBytes. `block` is in [0, n_slots / block_size): OUT_OF_RANGE otherwise.
+ * Read: BUFFER_TOO_SMALL when capacity is below the block's bytes. Write: SHAPE_MISMATCH unless
+ * size is exactly the block's bytes. NULL buffers are INVALID_ARGUMENT. The buffers are only
+ * used during the call; on a GPU the copy is synchronous. Nothing is changed on an error. */
+LLAISYS_API llaisysStatus_t llaisysKVCacheBlockBytes(llaisysKVCache_t cache, size_t *out);
+LLAISYS_API llaisysStatus_t llaisysKVCacheBlockRead(llaisysKVCache_t cache, size_t block, void *dst,
+                                                    size_t capacity);
+LLAISYS_API llaisysStatus_t llaisysKVCacheBlockWrite(llaisysKVCache_t cache, size_t block, const void *src,
+                                                     size_t size);
 /* Both layouts: forget everything (SLOT: all cells free). */
 LLAISYS_API llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache);
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+import numpy as np
+
 from .dtypes import as_dtype
 from .libllaisys import LIB, DataType, DeviceType, check, error_for, last_error
 from .libllaisys.kv_cache import MAX_SEQS, KVCacheParams, KVCacheStats, KVLayout, llaisysKVCache_t
@@ -74,6 +76,26 @@ class KVCache(OwnedHandle):
 
     def clear(self) -> None:
         check(LIB.llaisysKVCacheClear(self.handle))
+
+    # -- BLOCK layout: one block's K and V to and from host memory (the prompt cache's disk tier)
+    def block_bytes(self) -> int:
+        """Bytes of one block's K and V over all layers (llaisysKVCacheBlockBytes)."""
+        out = ctypes.c_size_t()
+        check(LIB.llaisysKVCacheBlockBytes(self.handle, ctypes.byref(out)))
+        return out.value
+
+    def read_block(self, block: int) -> bytearray:
+        """A copy of block `block`: [n_layers][K, V][block_size, n_kv_heads, head_dim] in the
+        cache's dtype."""
+        buf = bytearray(self.block_bytes())
+        arr = np.frombuffer(buf, np.uint8)  # a view: the core writes into buf
+        check(LIB.llaisysKVCacheBlockRead(self.handle, block, arr.ctypes.data, arr.nbytes))
+        return buf
+
+    def write_block(self, block: int, data) -> None:
+        """Overwrite block `block` with `data` (a bytes-like object laid out as read_block's)."""
+        arr = np.frombuffer(data, np.uint8)
+        check(LIB.llaisysKVCacheBlockWrite(self.handle, block, arr.ctypes.data, arr.nbytes))
 
     # -- SLOT layout sequence operations (llama.cpp's llama_memory_seq_*) ----------------
     @staticmethod

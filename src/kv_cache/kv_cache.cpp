@@ -1,5 +1,6 @@
 #include "kv_cache.hpp"
 
+#include "../device/runtime_api.hpp"
 #include "../ops/rope/cpu/rope_cpu.hpp"
 #include "../utils/checked.hpp"
 #include "../utils/error.hpp"
@@ -84,6 +85,50 @@ llaisysKVCacheStats_t KVCache::stats() const {
 
 void KVCache::clear() {
     if (cells_) cells_->clear();
+}
+
+void KVCache::check_block(size_t block) const {
+    LLAISYS_CHECK(p_.layout == LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_STATUS_UNSUPPORTED,
+                  "block read/write needs the BLOCK layout; this cache uses SLOT");
+    const size_t n_blocks = p_.n_slots / p_.block_size;
+    LLAISYS_CHECK(block < n_blocks, LLAISYS_STATUS_OUT_OF_RANGE, "block ", block, " is outside [0, ", n_blocks, ")");
+}
+
+size_t KVCache::block_bytes() const {
+    LLAISYS_CHECK(p_.layout == LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_STATUS_UNSUPPORTED,
+                  "block bytes need the BLOCK layout; this cache uses SLOT");
+    return bytes_per_slot(p_) * p_.block_size;  // fits: n_slots * bytes_per_slot was checked
+}
+
+// One layer's K (or V) of a block is contiguous: block_size rows of row_elems elements.
+void KVCache::read_block(size_t block, void *dst, size_t capacity) const {
+    check_block(block);
+    LLAISYS_CHECK_ARG(dst != nullptr, "dst is NULL");
+    const size_t total = block_bytes(), part = p_.block_size * row_elems() * dtype_size(p_.dtype);
+    LLAISYS_CHECK(capacity >= total, LLAISYS_STATUS_BUFFER_TOO_SMALL, "a block holds ", total,
+                  " bytes, the buffer has ", capacity);
+    auto &rt = device::runtime(p_.device);
+    auto kind = p_.device == LLAISYS_DEVICE_CPU ? LLAISYS_MEMCPY_H2H : LLAISYS_MEMCPY_D2H;
+    if (p_.device != LLAISYS_DEVICE_CPU) rt.synchronize(p_.device_id);  // a step's writes may still be queued
+    auto *out = static_cast<std::byte *>(dst);  // [n_layers][2][block_size, n_kv_heads, head_dim]
+    for (size_t layer = 0; layer < p_.n_layers; layer++) {
+        rt.memcpy(p_.device_id, out + (2 * layer) * part, k(layer) + block * part, part, kind);
+        rt.memcpy(p_.device_id, out + (2 * layer + 1) * part, v(layer) + block * part, part, kind);
+    }
+}
+
+void KVCache::write_block(size_t block, const void *src, size_t size) {
+    check_block(block);
+    LLAISYS_CHECK_ARG(src != nullptr, "src is NULL");
+    const size_t total = block_bytes(), part = p_.block_size * row_elems() * dtype_size(p_.dtype);
+    LLAISYS_CHECK(size == total, LLAISYS_STATUS_SHAPE_MISMATCH, "a block holds ", total, " bytes, got ", size);
+    auto &rt = device::runtime(p_.device);
+    auto kind = p_.device == LLAISYS_DEVICE_CPU ? LLAISYS_MEMCPY_H2H : LLAISYS_MEMCPY_H2D;
+    const auto *in = static_cast<const std::byte *>(src);
+    for (size_t layer = 0; layer < p_.n_layers; layer++) {
+        rt.memcpy(p_.device_id, k(layer) + block * part, in + (2 * layer) * part, part, kind);
+        rt.memcpy(p_.device_id, v(layer) + block * part, in + (2 * layer + 1) * part, part, kind);
+    }
 }
 
 void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {

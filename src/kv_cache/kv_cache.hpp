@@ -35,10 +35,18 @@ public:
     // is called, the default table of params().rope_theta. A GPU cache keeps a device copy.
     void set_rope(std::vector<float> inv_freq);
 
+    // BLOCK: one block's K and V over all layers as host bytes laid out
+    // [n_layers][2: K, V][block_size, n_kv_heads, head_dim] (block_bytes() of them).
+    size_t block_bytes() const;
+    void read_block(size_t block, void *dst, size_t capacity) const;
+    void write_block(size_t block, const void *src, size_t size);
+
     // Bytes of K+V storage for n_slots slots.
     static size_t bytes_per_slot(const llaisysKVCacheParams_t &params);
 
 private:
+    void check_block(size_t block) const;
+
     // seq_add on a GPU: rotate the keys of `cells` by delta positions (nvidia/shift_nvidia.cpp).
     void rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delta);
 

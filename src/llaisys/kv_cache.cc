@@ -93,6 +93,21 @@ llaisysStatus_t llaisysKVCacheSeqPosMax(llaisysKVCache_t cache, int32_t seq, int
     });
 }
 
+llaisysStatus_t llaisysKVCacheBlockBytes(llaisysKVCache_t cache, size_t *out) {
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
+        *out = cache_of(cache)->block_bytes();
+    });
+}
+
+llaisysStatus_t llaisysKVCacheBlockRead(llaisysKVCache_t cache, size_t block, void *dst, size_t capacity) {
+    return guard([&] { cache_of(cache)->read_block(block, dst, capacity); });
+}
+
+llaisysStatus_t llaisysKVCacheBlockWrite(llaisysKVCache_t cache, size_t block, const void *src, size_t size) {
+    return guard([&] { cache_of(cache)->write_block(block, src, size); });
+}
+
 llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache) {
     return guard([&] { cache_of(cache)->clear(); });
 }

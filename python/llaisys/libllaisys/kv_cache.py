@@ -60,6 +60,9 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysKVCacheSeqAdd": [C, i32, i64, i64, i64],
         "llaisysKVCacheSeqPosMax": [C, i32, ctypes.POINTER(i64)],
         "llaisysKVCacheClear": [C],
+        "llaisysKVCacheBlockBytes": [C, ctypes.POINTER(ctypes.c_size_t)],
+        "llaisysKVCacheBlockRead": [C, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t],
+        "llaisysKVCacheBlockWrite": [C, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
