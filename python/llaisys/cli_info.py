@@ -44,16 +44,24 @@ def _read_cpuinfo() -> str:
 
 
 def _wait_policy() -> str:
-    """How the kernels' idle OpenMP threads wait, and who chose it."""
+    """How the kernels' idle OpenMP threads wait, and who chose it (libllaisys/cpu_tuning.py)."""
     from llaisys import libllaisys
 
+    why = libllaisys.TUNING.wait
     if libllaisys.WAIT_APPLIED:
         chosen = " ".join(f"{k}={v}" for k, v in libllaisys.WAIT_APPLIED.items())
-        return f"idle threads spin briefly, then sleep ({chosen}, set by llaisys as it loaded)"
-    mine = [f"{k}={os.environ[k]}" for k in libllaisys.WAIT_VARS if k in os.environ]
-    if mine:
-        return f"from the environment: {' '.join(mine)}"
-    return "the runtime's own wait policy (an OpenMP runtime was loaded before llaisys)"
+        how = "idle threads sleep at once" if "OMP_WAIT_POLICY" in libllaisys.WAIT_APPLIED else \
+            "idle threads spin briefly, then sleep"
+        return f"{how} ({chosen}, set by llaisys as it loaded): {why}"
+    return why
+
+
+def _prefetch() -> str:
+    """The quantized kernels' prefetch distance and why (a calibration's reason where it chose)."""
+    from llaisys import libllaisys, runtime
+
+    n, why = runtime.quant_prefetch()
+    return f"{n} B ahead in the quantized kernels ({libllaisys.TUNING.prefetch or why})"
 
 
 def info_lines() -> list:
@@ -78,7 +86,7 @@ def info_lines() -> list:
         f"amx       {'yes: quantized prefill and batches run on AMX tiles (LLAISYS_AMX=0 turns it off)' if runtime.cpu_amx() else 'no'}",
         f"vnni      {'yes: quantized weights run on vpdpbusd (avx512_vnni or avx_vnni; LLAISYS_AVX_VNNI=0 turns the second off)' if runtime.cpu_vnni() else 'no'}"
         f"  -> a bare model name runs {hub.default_quant()}",
-        "prefetch  {} B ahead in the quantized kernels ({})".format(*runtime.quant_prefetch()),
+        f"prefetch  {_prefetch()}",
         f"threads   {runtime.num_threads()}  "
         + (f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; " if os.environ.get("OMP_NUM_THREADS") else "(")
         + "llaisys serve/generate --threads N, LLM(threads=N))",

@@ -123,8 +123,12 @@ def test_info_names_a_forced_isa_and_an_empty_cache(tmp_path):
     assert out.returncode == 0, out.stderr
     assert re.search(r"^isa +scalar +\(forced by LLAISYS_ISA=scalar\)$", out.stdout, re.M)
     if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
-        assert re.search(r"^openmp +idle threads spin briefly, then sleep \(GOMP_SPINCOUNT=20000, set by llaisys",
-                         out.stdout, re.M), out.stdout
+        from llaisys.libllaisys import cpu_tuning
+
+        choice = cpu_tuning.choose(cpu_tuning.cpu_id(), env)
+        set_ = " ".join(f"{k}={v}" for k, v in choice.env.items() if k in cpu_tuning.WAIT_VARS)
+        assert re.search(rf"^openmp +idle threads (spin briefly, then sleep|sleep at once) \({set_}, set by llaisys "
+                         rf"as it loaded\): {re.escape(choice.wait)}$", out.stdout, re.M), out.stdout
     env.update(OMP_WAIT_POLICY="active", OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-m", "llaisys.cli", "info"], env=env, capture_output=True, text=True,
                          timeout=60)

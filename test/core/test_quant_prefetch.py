@@ -22,7 +22,8 @@ PROBE = "import json; from llaisys import runtime; print(json.dumps(runtime.quan
 
 
 def _run(code_or_args, value):
-    env = {k: v for k, v in os.environ.items() if k != "LLAISYS_QUANT_PREFETCH"}
+    # LLAISYS_CALIBRATE=0: on a CPU kind the table lacks, the loader would set a calibrated value
+    env = {k: v for k, v in os.environ.items() if k != "LLAISYS_QUANT_PREFETCH"} | {"LLAISYS_CALIBRATE": "0"}
     if value is not None:
         env["LLAISYS_QUANT_PREFETCH"] = value
     args = ["-c", code_or_args] if isinstance(code_or_args, str) else code_or_args
@@ -107,3 +108,12 @@ def test_info_prints_it():
     out = _run(["-m", "llaisys.cli", "info"], "1024")
     assert re.search(r"^prefetch +1024 B ahead in the quantized kernels \(LLAISYS_QUANT_PREFETCH=1024 from the "
                      r"environment \(without it \d+: .+\)\)$", out, re.M), out
+
+
+def test_the_loaders_mirror_of_the_table_agrees():
+    """cpu_tuning.library_prefetch_measured (which decides whether a calibration is needed)
+    says of this CPU what the library's table says."""
+    from llaisys.libllaisys import cpu_tuning
+
+    _, why = _probe(None)
+    assert cpu_tuning.library_prefetch_measured(cpu_tuning.cpu_id()) == ("not measured here" not in why), why

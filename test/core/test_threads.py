@@ -218,8 +218,8 @@ def test_llm_threads_is_checked_before_the_load(restore_threads):
         LLM("/nonexistent/model", threads=0)
 
 
-# How idle OpenMP threads wait: the package sets a bounded spin around the library's load when
-# the environment does not choose (libgomp prints what it read with OMP_DISPLAY_ENV=verbose).
+# How idle OpenMP threads wait: the package sets its choice for this CPU kind (a bounded spin, or
+# sleeping: libllaisys/cpu_tuning.py) around the library's load when the environment does not choose (libgomp prints what it read with OMP_DISPLAY_ENV=verbose).
 WAIT_PROBE = r"""
 import os
 from llaisys import libllaisys
@@ -237,13 +237,19 @@ def _wait_probe(**env):
     return proc.stdout.strip(), proc.stderr
 
 
-def test_bounded_spin_is_the_default_and_does_not_leak():
-    from llaisys.libllaisys import WAIT_DEFAULTS
+def test_the_cpu_kinds_choice_is_the_default_and_does_not_leak():
+    from llaisys.libllaisys import cpu_tuning
 
+    env = {k: v for k, v in os.environ.items() if k not in cpu_tuning.WAIT_VARS}
+    expected = {k: v for k, v in cpu_tuning.choose(cpu_tuning.cpu_id(), env).env.items() if k in cpu_tuning.WAIT_VARS}
+    assert expected in (cpu_tuning.SPIN, cpu_tuning.PASSIVE)
     out, displayed = _wait_probe()
-    assert out == f"{WAIT_DEFAULTS!r} []"  # applied, and gone from the environment after the load
+    assert out == f"{expected!r} []"  # applied, and gone from the environment after the load
     if "GOMP_SPINCOUNT" in displayed:  # GNU OpenMP
-        assert f"GOMP_SPINCOUNT = '{WAIT_DEFAULTS['GOMP_SPINCOUNT']}'" in displayed
+        if "GOMP_SPINCOUNT" in expected:
+            assert f"GOMP_SPINCOUNT = '{expected['GOMP_SPINCOUNT']}'" in displayed
+        else:
+            assert "OMP_WAIT_POLICY = 'PASSIVE'" in displayed
 
 
 @pytest.mark.parametrize("var, value, shown", [("OMP_WAIT_POLICY", "active", "OMP_WAIT_POLICY = 'ACTIVE'"),

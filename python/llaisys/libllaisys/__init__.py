@@ -11,6 +11,7 @@ import ctypes
 import os
 from pathlib import Path
 
+from . import cpu_tuning
 from .llaisys_h import (
     DataType,
     DeviceType,
@@ -31,17 +32,17 @@ def _library_path() -> Path:
     return Path(__file__).with_name("libllaisys.so")
 
 
-# How OpenMP's idle threads wait, when the environment does not say: spin 20k times (tens of
-# microseconds), then sleep. libgomp's default spins 300k times (~3 ms) at every barrier and
-# after every parallel region; beside other busy processes the spinning threads take the cores
-# from the thread the team waits for, and a single-stream decode of the 0.5B fell from 22 to 1.6
-# tok/s. A short spin still catches the next region of the same step (an idle machine decodes as
-# fast as before), where OMP_WAIT_POLICY=passive paid a wake-up per region (-6% idle); see the
-# table in doc/architecture.md, "Threads". libgomp reads this once, as it loads, so it is set
-# around the load only and never reaches child processes; setting OMP_WAIT_POLICY,
-# GOMP_SPINCOUNT or KMP_BLOCKTIME yourself keeps yours.
-WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
-WAIT_DEFAULTS = {"GOMP_SPINCOUNT": "20000"}  # GNU OpenMP (what the build links); libomp ignores it
+# How OpenMP's idle threads wait, and (on CPU kinds the library's own table does not know) how
+# far ahead the quantized kernels prefetch, chosen per CPU kind before the load: both are read
+# once, as the OpenMP runtime loads and at the first kernel (cpu_tuning.py: the environment,
+# then the table of measured kinds, then a cached calibration). libgomp's own default spins
+# 300k times (~3 ms) at every barrier; beside busy processes the spinning threads take the
+# cores from the thread the team waits for, and a single-stream decode of the 0.5B fell from 22
+# to 1.6 tok/s (doc/architecture.md, "Threads"). The choice is set around the load only and
+# never reaches child processes; setting OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (or
+# LLAISYS_QUANT_PREFETCH) yourself keeps yours.
+WAIT_VARS = cpu_tuning.WAIT_VARS
+WAIT_DEFAULTS = cpu_tuning.SPIN  # what a CPU kind without a row or a calibration gets
 
 
 def _openmp_loaded() -> bool:
@@ -53,27 +54,33 @@ def _openmp_loaded() -> bool:
     return "libgomp.so" in maps or "libomp.so" in maps or "libiomp5.so" in maps
 
 
-def _load() -> tuple[ctypes.CDLL, dict]:
+def _load() -> tuple[ctypes.CDLL, dict, cpu_tuning.Choice]:
     path = _library_path()
     if not path.exists():
         raise ImportError(
             f"libllaisys not found at {path}: install the package with `pip install .` "
             "(which builds it), or point LLAISYS_LIBRARY at a built libllaisys.so"
         )
-    added = {}
-    if not any(v in os.environ for v in WAIT_VARS) and not _openmp_loaded():
-        added = dict(WAIT_DEFAULTS)
+    choice = cpu_tuning.choose(cpu_tuning.cpu_id())
+    if _openmp_loaded():  # its wait settings are read already: say so, set only the prefetch
+        choice.env = {k: v for k, v in choice.env.items() if k not in WAIT_VARS}
+        if not any(v in os.environ for v in WAIT_VARS):
+            choice.wait = "the runtime's own wait policy (an OpenMP runtime was loaded before llaisys)"
+    added = dict(choice.env)
     os.environ.update(added)
     try:
-        return ctypes.CDLL(str(path)), added
+        lib = ctypes.CDLL(str(path))
+        if cpu_tuning.PREFETCH_VAR in added:  # the library reads it at its first use: use it now
+            lib.llaisysCpuQuantPrefetch(ctypes.byref(ctypes.c_size_t()), ctypes.byref(ctypes.c_char_p()))
+        return lib, {k: v for k, v in added.items() if k in WAIT_VARS}, choice
     finally:
         for k in added:
             os.environ.pop(k, None)
 
 
 # WAIT_APPLIED: the wait settings this process's OpenMP got from here ({} when the environment
-# set its own or an OpenMP runtime was loaded before llaisys)
-LIB, WAIT_APPLIED = _load()
+# set its own or an OpenMP runtime was loaded before llaisys); TUNING: what was chosen and why
+LIB, WAIT_APPLIED, TUNING = _load()
 declare_base(LIB)
 
 from . import kv_cache as _kv_cache  # noqa: E402
