@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from llaisys.models import bf16
-from llaisys.models.config import Qwen2Config
+from llaisys.models.arch import parse_config
 from llaisys.models.gguf_tokenizer import build_backend, bytes_to_unicode
 from llaisys.models.loader import expected_shapes
 from llaisys.models.safetensors_io import RawTensor, write_safetensors
@@ -140,7 +140,7 @@ def write_tiny_dir(path, config: Optional[dict] = None, seed: int = 0):
     (path / "generation_config.json").write_text(json.dumps({"eos_token_id": [im_end, eot], "pad_token_id": eot}))
     (path / "config.json").write_text(json.dumps(config))
     rng = np.random.default_rng(seed)
-    shapes = expected_shapes(Qwen2Config.from_dict(config))
+    shapes = expected_shapes(parse_config(config))
     write_safetensors(path / "model.safetensors", [
         RawTensor(name, "bf16", shape, bf16.f32_to_bf16(rng.standard_normal(shape).astype(np.float32) * 0.1))
         for name, shape in shapes.items()])
@@ -195,7 +195,7 @@ def tiny_gguf_spec():
                   "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
                   "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
     tensors = []
-    for name, shape in expected_shapes(Qwen2Config.from_dict(CONFIG)).items():
+    for name, shape in expected_shapes(parse_config(CONFIG)).items():
         stem, kind = name.rsplit(".", 1)
         if stem.startswith("model.layers."):
             _, _, n, rest = stem.split(".", 3)

@@ -3,8 +3,7 @@ llaisys refuses, each with a ModelFileError that names the field."""
 
 import pytest
 
-from llaisys.models.arch import REGISTRY, parse_config, spec_for_gguf, weight_slots
-from llaisys.models.config import ModelParams
+from llaisys.models.arch import REGISTRY, hf_config_dict, parse_config, spec_for_gguf, weight_slots
 from llaisys.models.files import ModelFileError
 
 COMMON = {"hidden_size": 80, "intermediate_size": 136, "num_hidden_layers": 3, "num_attention_heads": 5,
@@ -31,14 +30,14 @@ def test_registry_lists_the_four_families():
 @pytest.mark.parametrize("family", list(BASES))
 def test_each_family_round_trips_through_its_hf_dict(family):
     p = parse(family)
-    assert p.arch == family and ModelParams.from_dict(p.to_hf_dict()) == p
+    assert p.arch == family and parse_config(hf_config_dict(p)) == p
 
 
 @pytest.mark.parametrize("family", list(BASES))
 def test_transformers_reads_our_hf_dict_as_we_do(family):
     transformers = pytest.importorskip("transformers")
     p = parse(family, rope_scaling=LLAMA3) if family == "llama" else parse(family)
-    d = p.to_hf_dict()
+    d = hf_config_dict(p)
     cfg = transformers.AutoConfig.for_model(d.pop("model_type"), **d)
     assert cfg.num_hidden_layers == p.n_layers and getattr(cfg, "head_dim", p.head_dim) == p.head_dim
     assert cfg.rope_parameters.get("rope_type", "default") == p.rope.scaling
@@ -181,7 +180,7 @@ def test_the_loader_checks_a_directory_against_the_map(tmp_path):
 
     p = parse("qwen3")
     tensors = {name: zeros(name, slot.shape) for name, slot in weight_slots(p).items()}
-    (tmp_path / "config.json").write_text(json.dumps(p.to_hf_dict()))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config_dict(p)))
     write_safetensors(tmp_path / "model.safetensors", tensors)
     assert load_model(tmp_path).config == p
     del tensors["model.layers.1.self_attn.q_norm.weight"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from llaisys.models import bf16, hub
-from llaisys.models.arch import weight_slots
+from llaisys.models.arch import hf_config_dict, parse_config, weight_slots
 from llaisys.models.gguf_check import read_gguf
 from llaisys.models.gguf_convert import convert_gguf, hf_tensor_name
 from llaisys.models.gguf_export import export_gguf
@@ -31,7 +31,7 @@ def pair(request, tiny_gguf, tiny_gguf_tied, tmp_path_factory):
 
 def test_metadata_config_equals_the_converted_config_json(pair):
     kind, _, g, hf = pair
-    assert g.loaded.config.to_hf_dict() == json.loads((hf / "config.json").read_text())
+    assert hf_config_dict(g.loaded.config) == json.loads((hf / "config.json").read_text())
     assert g.loaded.config.tie_word_embeddings is (kind == "tied")
 
 
@@ -133,12 +133,11 @@ def test_a_q8_0_gguf_runs_as_it_is(tiny_gguf, tmp_path):
 
 
 def test_quantize_plans():
-    from llaisys.models.config import ModelParams
     from llaisys.models.quantize import plan_types
 
-    cfg = ModelParams.from_dict({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 512,
-                                 "intermediate_size": 896, "num_hidden_layers": 16, "num_attention_heads": 8,
-                                 "num_key_value_heads": 2, "vocab_size": 1024, "tie_word_embeddings": False})
+    cfg = parse_config({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 512,
+                  "intermediate_size": 896, "num_hidden_layers": 16, "num_attention_heads": 8,
+                  "num_key_value_heads": 2, "vocab_size": 1024, "tie_word_embeddings": False})
     names = list(weight_slots(cfg))
     q8 = plan_types(cfg, names, "q8_0")
     assert set(q8.values()) == {"q8_0"} and "model.norm.weight" not in q8 and "lm_head.weight" in q8

@@ -1,10 +1,12 @@
-"""Qwen2 config parsing and validation through ModelParams (Qwen2Config is its deprecated alias)."""
+"""Qwen2 config parsing and validation (models.arch.parse_config into a ModelParams; Qwen2Config is its deprecated
+alias)."""
 
 import json
 
 import pytest
 
-from llaisys.models.config import Qwen2Config
+from llaisys.models.arch import hf_config_dict, parse_config, read_config
+from llaisys.models.config import ModelParams, Qwen2Config
 
 BASE = {
     "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864,
@@ -15,7 +17,8 @@ BASE = {
 
 
 def test_parses_transformers_4_style():
-    c = Qwen2Config.from_dict(BASE)
+    c = parse_config(BASE)
+    assert type(c) is ModelParams is Qwen2Config
     assert (c.hidden_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim) == (896, 14, 2, 64)
     assert c.rope_theta == 1e6 and c.tie_word_embeddings and c.dtype_tag == "bf16"
     assert c.bos_token_id == 151643 and c.eos_token_ids == (151645,)
@@ -25,19 +28,19 @@ def test_parses_transformers_5_style():
     d = {k: v for k, v in BASE.items() if k not in ("rope_theta", "torch_dtype")}
     d.update(dtype="float32", rope_parameters={"rope_theta": 5000.0, "rope_type": "default"},
              eos_token_id=[151645, 151643], bos_token_id=None)
-    c = Qwen2Config.from_dict(d)
+    c = parse_config(d)
     assert c.rope_theta == 5000.0 and c.torch_dtype == "float32" and c.dtype_tag == "f32"
     assert c.eos_token_ids == (151645, 151643) and c.bos_token_id is None
 
 
 def test_round_trips_through_hf_dict():
-    c = Qwen2Config.from_dict(BASE)
-    assert Qwen2Config.from_dict(c.to_hf_dict()) == c
+    c = parse_config(BASE)
+    assert parse_config(hf_config_dict(c)) == c
 
 
 def test_transformers_reads_our_hf_dict(tmp_path):
     transformers = pytest.importorskip("transformers")
-    (tmp_path / "config.json").write_text(json.dumps(Qwen2Config.from_dict(BASE).to_hf_dict()))
+    (tmp_path / "config.json").write_text(json.dumps(hf_config_dict(parse_config(BASE))))
     ref = transformers.AutoConfig.from_pretrained(tmp_path)
     assert ref.model_type == "qwen2" and ref.num_key_value_heads == 2 and ref.tie_word_embeddings is True
     assert ref.rope_parameters["rope_theta"] == 1e6
@@ -66,7 +69,7 @@ def test_transformers_reads_our_hf_dict(tmp_path):
 ])
 def test_invalid_configs(change, message):
     with pytest.raises(ValueError, match=message):
-        Qwen2Config.from_dict({**BASE, **change})
+        parse_config({**BASE, **change})
 
 
 @pytest.mark.parametrize("key", ["hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -75,15 +78,15 @@ def test_missing_required_field(key):
     d = dict(BASE)
     del d[key]
     with pytest.raises(ValueError, match=f"missing required field '{key}'"):
-        Qwen2Config.from_dict(d)
+        parse_config(d)
 
 
 def test_file_errors(tmp_path):
     with pytest.raises(ValueError, match="not found"):
-        Qwen2Config.from_json_file(tmp_path / "config.json")
+        read_config(tmp_path / "config.json")
     (tmp_path / "config.json").write_text("{oops")
     with pytest.raises(ValueError, match="invalid JSON"):
-        Qwen2Config.from_json_file(tmp_path / "config.json")
+        read_config(tmp_path / "config.json")
     (tmp_path / "config.json").write_text("[]")
     with pytest.raises(ValueError, match="JSON object"):
-        Qwen2Config.from_json_file(tmp_path / "config.json")
+        read_config(tmp_path / "config.json")

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from llaisys import LLM, SamplingParams, runtime
-from llaisys.models.config import ModelParams
+from llaisys.models.arch import parse_config, read_config
 from llaisys.models.model import Model
 
 from .conftest import ARCH_FAMILIES, make_tiny_arch
@@ -41,7 +41,7 @@ def ckpt(request, tmp_path_factory):
 
 def test_config_reads_as_transformers_does(ckpt):
     family, _, path, hf = ckpt
-    p = ModelParams.from_json_file(path / "config.json")
+    p = read_config(path / "config.json")
     c = hf.config
     assert p.arch == family and p.architecture == type(hf).__name__
     assert (p.n_layers, p.hidden_size, p.n_heads, p.n_kv_heads) == (c.num_hidden_layers, c.hidden_size,
@@ -98,7 +98,7 @@ def test_windows_change_the_reference(ckpt):
     cfg._attn_implementation = "eager"
     full = type(hf)(cfg).eval()
     full.load_state_dict(hf.state_dict())
-    assert ModelParams.from_dict(d).layer_window == (0,) * cfg.num_hidden_layers
+    assert parse_config(d).layer_window == (0,) * cfg.num_hidden_layers
     ids = torch.tensor([PROMPTS[2]])
     with torch.no_grad():
         assert float((hf(ids).logits - full(ids).logits).abs().max()) > 1e-3
@@ -140,7 +140,7 @@ def test_greedy_matches_generate_batched_alone_layouts_prefix_cache(ckpt):
     ref = Reference(hf, rounds_activations(dtype))
     want = [hf_greedy(hf, p) for p in PROMPTS]
     sp = SamplingParams(temperature=0.0, max_tokens=N_GEN, ignore_eos=True)
-    longest_window = max(ModelParams.from_json_file(path / "config.json").layer_window)
+    longest_window = max(read_config(path / "config.json").layer_window)
 
     def llm(layout, prefix):
         # f32 KV: this checks the forward itself, token for token (the default KV dtype is

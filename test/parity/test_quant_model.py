@@ -28,7 +28,7 @@ gguf = pytest.importorskip("gguf")
 
 from llaisys import DeviceType  # noqa: E402
 from llaisys import runtime as rt  # noqa: E402
-from llaisys.models.config import ModelParams  # noqa: E402
+from llaisys.models.arch import parse_config  # noqa: E402
 from llaisys.models.model import Model  # noqa: E402
 
 from .test_tiny_qwen2 import PROMPTS, Runner, hf_logits, logits_with_rounded_inputs  # noqa: E402
@@ -106,7 +106,7 @@ def build(fmts: dict, tie: bool, embed_fmt, seed: int = 0, device=DeviceType.CPU
         if name not in tensors and not (tie and name == "lm_head.weight"):
             v = value.numpy().astype(np.float32)
             tensors[name] = SimpleNamespace(name=name, dtype="f32", shape=v.shape, data=v)
-    params = ModelParams.from_dict(cfg.to_dict())
+    params = parse_config(cfg.to_dict())
     loaded = SimpleNamespace(config=params, tensors=tensors, dtype="f32", path=None)
     return hf, Model(loaded, device=device)
 
@@ -205,7 +205,7 @@ def test_quantized_weight_with_a_row_length_off_the_block_is_refused(fmt):
     block, nbytes = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[fmt.upper()]]
     data = np.zeros((80, -(-80 // block) * nbytes), np.uint8)
     name = "model.layers.0.self_attn.o_proj.weight"
-    loaded = SimpleNamespace(config=ModelParams.from_dict(cfg.to_dict()), dtype="f32", path=None,
+    loaded = SimpleNamespace(config=parse_config(cfg.to_dict()), dtype="f32", path=None,
                              tensors={name: SimpleNamespace(name=name, dtype=fmt, shape=(80, 80), data=data)})
     with pytest.raises(LlaisysInputError, match=f"divisible by {block}"):
         Model(loaded)

@@ -1,9 +1,10 @@
-"""Model hyperparameters, parsed and validated from a HuggingFace `config.json`.
+"""Model hyperparameters as data: what a HuggingFace `config.json` is parsed into, and the bounds it is checked
+against. Nothing here parses; `models.arch` does (`parse_config`, `read_config`, `hf_config_dict`), with the typed
+field readers of `models/arch/fields.py`.
 
 `ModelParams` mirrors `llaisysModelParams_t` (include/llaisys/models/model.h) field for field,
 plus what the engine reads from the config (dtype, bos/eos ids). Which parser runs is chosen by
-the architecture registry (`models/arch/`) from the config's `architectures` list; this module
-holds the dataclasses and the typed field readers every parser shares.
+the architecture registry (`models/arch/`) from the config's `architectures` list.
 
 Accepts both the transformers 4.x spelling (`torch_dtype`, top-level `rope_theta`,
 `rope_scaling`) and the 5.x spelling (`dtype`, `rope_parameters`). Every value is type- and
@@ -11,13 +12,8 @@ range-checked before anything is sized by it (see LIMITS); errors are ModelFileE
 the file and the field.
 """
 
-import math
-import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Optional, Union
-
-from .files import ModelFileError, read_json_file
+from typing import Optional
 
 # HF torch dtype names -> our dtype tags
 TORCH_DTYPE_TAGS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
@@ -102,88 +98,5 @@ class ModelParams:
         """torch_dtype as our tag ("bf16", "f16", "f32"), or None."""
         return TORCH_DTYPE_TAGS.get(self.torch_dtype) if self.torch_dtype else None
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "config") -> "ModelParams":
-        """Parse a config dict with the parser its `architectures` entry names in the registry."""
-        from .arch import parse_config
-
-        return parse_config(d, source)
-
-    @classmethod
-    def from_json_file(cls, path: Union[str, os.PathLike]) -> "ModelParams":
-        path = Path(path)
-        return cls.from_dict(read_json_file(path), str(path))
-
-    def to_hf_dict(self) -> dict:
-        """A HuggingFace-style config.json dict (readable by transformers and by from_dict)."""
-        from .arch import spec_for_name
-
-        return spec_for_name(self.architecture).to_hf_dict(self)
-
 
 Qwen2Config = ModelParams  # deprecated alias (one release): the config of every family is a ModelParams
-
-
-def req(d: dict, key: str, kind: type, source: str):
-    if key not in d:
-        raise ModelFileError(source, key, f"missing required field {key!r}")
-    return typed(d[key], key, kind, source)
-
-
-def typed(value, key: str, kind: type, source: str):
-    """`value` checked as `kind` (int excludes bool; float accepts ints, must be finite)."""
-    if kind is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif kind is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok:
-            try:
-                value = float(value)
-            except OverflowError:  # an int too large for a float
-                ok = False
-            ok = ok and math.isfinite(value)
-    else:
-        ok = isinstance(value, kind)
-    if not ok:
-        want = "a finite number" if kind is float else kind.__name__
-        raise ModelFileError(source, key, f"field {key!r} must be {want}, got {type(value).__name__} {shown(value)}")
-    return value
-
-
-def in_range(source: str, key: str, value, low, high) -> None:
-    """low < value <= high for floats (low exclusive), low <= value <= high for ints."""
-    ok = (low < value <= high) if isinstance(value, float) else (low <= value <= high)
-    if not ok:
-        if isinstance(value, int) and value <= 0:
-            raise ModelFileError(source, key, f"field {key!r} must be positive, got {value}")
-        raise ModelFileError(source, key, f"field {key!r} is {value}, outside the supported range "
-                                          f"{'(' if isinstance(value, float) else '['}{low}, {high}]")
-
-
-def limited(d: dict, key: str, kind: type, source: str, default=None, limit_key: Optional[str] = None):
-    """d[key] (or `default` when absent), typed and within LIMITS[limit_key or key]."""
-    value = typed(d[key], key, kind, source) if key in d else default
-    in_range(source, key, value, *LIMITS[limit_key or key])
-    return value
-
-
-def token_ids(value, key: str, source: str, vocab: int) -> tuple:
-    if value is None:
-        return ()
-    items = value if isinstance(value, list) else [value]
-    if len(items) > MAX_EOS_IDS:
-        raise ModelFileError(source, key, f"field {key!r} lists {len(items)} ids (at most {MAX_EOS_IDS})")
-    ids = tuple(typed(v, key, int, source) for v in items)
-    for tid in ids:
-        if not 0 <= tid < vocab:
-            raise ModelFileError(source, key, f"special token id {tid} ({key}) outside the vocabulary (size {vocab})")
-    return ids
-
-
-def shown(value) -> str:
-    """A short repr of a value from a file (never huge, never raising)."""
-    try:
-        text = repr(value)
-    except ValueError:  # an int too long to print
-        return f"<{type(value).__name__}>"
-    return text if len(text) <= 80 else text[:77] + "..."

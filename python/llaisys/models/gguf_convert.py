@@ -21,7 +21,7 @@ import gguf
 import numpy as np
 
 from . import bf16
-from .arch import spec_for_gguf
+from .arch import hf_config_dict, parse_config, spec_for_gguf
 from .config import ModelParams
 from .files import ModelFileError
 from .gguf_check import check_gguf
@@ -102,7 +102,7 @@ def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bo
     for field in ("bos_token_id", "eos_token_id"):
         d[field] = metadata(reader, keys[field], int, source, required=False)
     try:
-        return ModelParams.from_dict(d, source=source)
+        return parse_config(d, source)
     except ModelFileError as e:  # name the GGUF key the field came from
         key = keys.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF key {key})") from None
@@ -225,7 +225,7 @@ def convert_gguf(gguf_path: Union[str, os.PathLike], out_dir: Union[str, os.Path
         files.tokenizer.save(str(tmp / "tokenizer.json"))
         _write_json(tmp / "tokenizer_config.json", files.tokenizer_config)
         _write_json(tmp / "generation_config.json", files.generation_config)
-        _write_json(tmp / "config.json", config.to_hf_dict())
+        _write_json(tmp / "config.json", hf_config_dict(config))
         _write_weights(tmp / "model.safetensors", plan, progress)
         if out_dir.exists():
             out_dir.rmdir()  # empty, checked above

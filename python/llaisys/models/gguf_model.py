@@ -31,6 +31,7 @@ import gguf
 import numpy as np
 
 from . import bf16
+from .arch import hf_config_dict
 from .chat_template import ChatTemplate
 from .files import ModelFileError
 from .gguf_check import GGUFFile, TensorInfo, read_gguf
@@ -144,7 +145,7 @@ def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenize
     and config.json)."""
     src = Path(source)
     backend, tok_config, gen_config = files.tokenizer, files.tokenizer_config, files.generation_config
-    model_config = config.to_hf_dict()
+    model_config = hf_config_dict(config)
     vocab = _checked_vocab(backend, model_config.get("vocab_size"), src, src)
     special_map = {k: t for k in _SPECIAL_KEYS if (t := _special_text(tok_config, k, src)) is not None}
     gen_ids = {k: _config_ids(gen_config, k, src, vocab) for k in _ID_KEYS}

@@ -22,7 +22,7 @@ import numpy as np
 from ..dtypes import block_bytes, block_size, is_quantized, quant_byte_shape
 from ..libllaisys import DataType
 from . import bf16
-from .arch import weight_slots
+from .arch import read_config, weight_slots
 from .config import ModelParams
 from .files import ModelFileError, read_json_file
 from .safetensors_io import RawTensor, read_safetensors
@@ -240,7 +240,7 @@ def load_model(path: Union[str, os.PathLike], dtype: Optional[str] = None,
     path = Path(path)
     if not path.is_dir():
         raise ModelFileError(path, None, "model directory does not exist")
-    config = ModelParams.from_json_file(path / "config.json")
+    config = read_config(path / "config.json")
     tensors = _read_all(path)
     validate_tensors(config, tensors, str(path), config_source=str(path / "config.json"))
     if config.tie_word_embeddings:

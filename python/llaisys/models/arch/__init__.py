@@ -7,12 +7,15 @@ The loader, the Worker and the model runner never name an architecture: they ask
 Adding a family is one file in this folder (doc/adding_a_model.md).
 """
 
+import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Callable, Optional, Union
 
-from ..config import ModelParams, shown
-from ..files import ModelFileError
+from ..config import ModelParams
+from ..files import ModelFileError, read_json_file
 from .common import WeightSlot, standard_weights
+from .fields import shown
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,17 @@ def parse_config(d, source: str = "config") -> ModelParams:
     return spec_for(d, source).parse(d, source)
 
 
+def read_config(path: Union[str, os.PathLike]) -> ModelParams:
+    """A config.json file -> validated ModelParams (errors name the file)."""
+    path = Path(path)
+    return parse_config(read_json_file(path), str(path))
+
+
+def hf_config_dict(params: ModelParams) -> dict:
+    """A HuggingFace-style config.json dict of `params` (readable by transformers and by parse_config)."""
+    return spec_for_name(params.architecture).to_hf_dict(params)
+
+
 def spec_for_gguf(gguf_arch: str, source: str = "GGUF file") -> ArchSpec:
     """The spec whose GGUF `general.architecture` is `gguf_arch`."""
     spec = next((s for s in REGISTRY.values() if s.gguf_arch == gguf_arch), None)
@@ -99,5 +113,5 @@ def weight_slots(params: ModelParams) -> dict:
 
 from . import llama, mistral, qwen2, qwen3  # noqa: E402,F401  (each registers its spec)
 
-__all__ = ["ArchSpec", "REGISTRY", "WeightSlot", "parse_config", "register", "spec_for", "spec_for_gguf",
-           "spec_for_name", "weight_slots"]
+__all__ = ["ArchSpec", "REGISTRY", "WeightSlot", "hf_config_dict", "parse_config", "read_config", "register",
+           "spec_for", "spec_for_gguf", "spec_for_name", "weight_slots"]

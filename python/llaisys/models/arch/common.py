@@ -1,4 +1,4 @@
-"""What the decoder families share: the HF field readers every parser calls, the RoPE and
+"""What the decoder families share: the parsing every family calls (over the field readers of fields.py), the RoPE and
 sliding-window readers, the standard HF weight names, and the base of the config.json writer.
 
 A family file (qwen2.py, llama.py, ...) states only where it differs: its defaults, its bias
@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..config import (LIMITS, ROPE_TYPES, TORCH_DTYPE_TAGS, ModelParams, RopeParams, in_range, limited, req,
-                      shown, token_ids, typed)
+from ..config import LIMITS, ROPE_TYPES, TORCH_DTYPE_TAGS, ModelParams, RopeParams
 from ..files import ModelFileError
+from .fields import in_range, limited, req, shown, token_ids, typed
 
 
 @dataclass(frozen=True)
