@@ -197,7 +197,7 @@ def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
 
 def test_a_quantized_matrix_runs_as_its_bytes(tmp_path):
     from llaisys.models.gguf_model import load_gguf
-    from llaisys.models.loader import QuantTensor
+    from llaisys.models.tensors import QuantTensor
 
     blocks = bytes(range(34)) * 16
     path = tmp_path / "model.gguf"

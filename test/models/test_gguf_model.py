@@ -14,7 +14,7 @@ from llaisys.models.gguf_check import read_gguf
 from llaisys.models.gguf_convert import convert_gguf, hf_tensor_name
 from llaisys.models.gguf_export import export_gguf
 from llaisys.models.gguf_model import is_gguf, load_gguf, quant_summary
-from llaisys.models.loader import QUANT_BLOCKS, QuantTensor
+from llaisys.models.tensors import QUANT_BLOCKS, QuantTensor
 from llaisys.models.tokenizer import Tokenizer
 
 from test_gguf_convert_tiny import TEXTS

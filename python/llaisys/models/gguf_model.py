@@ -37,8 +37,9 @@ from .files import ModelFileError
 from .gguf_check import GGUFFile, TensorInfo, read_gguf
 from .gguf_convert import _gguf_keys, _read_config, hf_tensor_name
 from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
-from .loader import QUANT_BLOCKS, QUANTIZABLE_KINDS, LoadedModel, QuantTensor, validate_tensors
+from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
+from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
 from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolve_special, _SPECIAL_KEYS, _special_text
 
 _Q = gguf.GGMLQuantizationType

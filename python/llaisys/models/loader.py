@@ -6,7 +6,7 @@ config and says which tensors the family holds; every expected tensor is checked
 config (name, shape, float dtype) before anything is sized; unknown tensors are an error. Pickle checkpoints
 (`*.bin`, `*.pt`, `*.pth`) are refused: loading them can run arbitrary code.
 
-A LoadedModel may also hold block-quantized matrices (`QuantTensor`: GGUF's raw blocks, from
+A LoadedModel may also hold block-quantized matrices (`tensors.QuantTensor`: GGUF's raw blocks, from
 gguf_model.load_gguf or quantized at load by models/quantize.py); only the linear weights and
 the embedding (QUANTIZABLE_KINDS) may be quantized, everything else is a float tensor.
 """
@@ -17,53 +17,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Union
 
-import numpy as np
-
-from ..dtypes import block_bytes, block_size, is_quantized, quant_byte_shape
-from ..libllaisys import DataType
 from . import bf16
 from .arch import read_config, weight_slots
 from .config import ModelParams
 from .files import ModelFileError, read_json_file
 from .safetensors_io import RawTensor, read_safetensors
+from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _LOADABLE_DTYPES = ("bf16", "f16", "f32")
-# quant dtype tag -> (elements per block, bytes per block), as the library defines them (GGUF's)
-QUANT_BLOCKS = {dt.name.lower(): (block_size(dt), block_bytes(dt)) for dt in DataType if is_quantized(dt)}
-# weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights and the embedding
-QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN"))
-
-
-@dataclass
-class QuantTensor:
-    """A block-quantized matrix as GGUF stores it: each row is k / block consecutive blocks."""
-
-    name: str  # HF tensor name, e.g. "model.layers.0.mlp.up_proj.weight"
-    dtype: str  # one of QUANT_BLOCKS: "q8_0", "q4_k", ...
-    shape: tuple  # element shape (rows, k); k a multiple of the block size
-    data: np.ndarray  # uint8 [rows, k / block * block bytes], often a read-only memory map
-
-    def __post_init__(self):
-        self.shape = tuple(int(d) for d in self.shape)
-        if self.dtype not in QUANT_BLOCKS:
-            raise ValueError(f"tensor {self.name!r}: unknown quant dtype {self.dtype!r}")
-        block = QUANT_BLOCKS[self.dtype][0]
-        if len(self.shape) != 2 or self.shape[1] % block:
-            raise ValueError(f"tensor {self.name!r}: a {self.dtype} tensor needs 2 dims, the last a multiple of "
-                             f"{block}; got {self.shape}")
-        want = quant_byte_shape(self.shape, self.dtype)
-        if self.data.dtype != np.uint8 or tuple(self.data.shape) != want:
-            raise ValueError(f"tensor {self.name!r}: {self.dtype} {self.shape} needs uint8 data {want}, "
-                             f"got {self.data.dtype} {tuple(self.data.shape)}")
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
-
-
 @dataclass
 class LoadedModel:
     """A validated checkpoint, all tensors in one dtype."""

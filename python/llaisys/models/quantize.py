@@ -1,6 +1,6 @@
 """Quantize an HF checkpoint's matrices at load (`--quantize q8_0|q4_k`, `LLM(..., quantize=)`).
 
-The linear weights and the embedding (loader.QUANTIZABLE_KINDS) are quantized one tensor at a
+The linear weights and the embedding (tensors.QUANTIZABLE_KINDS) are quantized one tensor at a
 time by the library's quantize op (llaisysQuantize: Q8_0 bit-identical to gguf-py, the K-quants
 following llama.cpp's reference quantizers); norms and biases stay float. The schemes:
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .arch import weight_slots
 from .config import ModelParams
-from .loader import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
+from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
 
 SCHEMES = ("q8_0", "q4_k")
 _FALLBACK = {"q4_k": "q5_0", "q6_k": "q8_0", "q5_k": "q5_0"}  # llama.cpp's for rows not a multiple of 256
