@@ -17,8 +17,12 @@ after --busy-limit seconds, so none outlives the tool.
   --variant adds llaisys workers started with more environment (OpenMP settings, e.g.
   `--variant passive:OMP_WAIT_POLICY=passive`), to compare wait policies side by side.
 - llama.cpp: its own llama-bench (-p 0 -n TOKENS -t THREADS -r 1, tg tok/s) on a GGUF of the
-  same bf16 weights (llama.cpp-f16: rounded to f16, ggml's faster path on AVX2), built by
-  tools/build_llama_cpp.py (not started here: it must exist).
+  same bf16 weights (llama.cpp-f16: rounded to f16, ggml's faster path on AVX2), or on the very
+  GGUF file llaisys runs where the model resolves to one (--quant, or a bare name on a CPU whose
+  default format is the GGUF), built by tools/build_llama_cpp.py (not started here: it must
+  exist). Its OpenMP team waits as llaisys' does: llama-bench runs with the wait settings llaisys
+  chose for this CPU kind (libllaisys/cpu_tuning.py; --peer-wait default gives it OpenMP's own
+  ~3 ms spin instead, a labelled condition).
 
 Prints a table (backend x condition, median tok/s and busy/idle ratio) and writes JSON with the
 CPU model and flags, settings and every sample.
@@ -92,12 +96,18 @@ class LlaisysWorker:
 class LlamaBench:
     """llama-bench on the GGUF of `dtype` (bf16: our values; f16: ggml's fast path on AVX2)."""
 
-    def __init__(self, model_dir: Path, dtype: str, threads: int, tokens: int):
+    def __init__(self, model_dir: Path, dtype: str, threads: int, tokens: int, wait: dict):
         sys.path.insert(0, str(Path(__file__).parent))
         import build_llama_cpp
 
         self.name = "llama.cpp" if dtype == "bf16" else f"llama.cpp-{dtype}"
-        gguf = build_llama_cpp.gguf_for(model_dir, dtype)
+        if str(model_dir).endswith(".gguf"):  # the file llaisys runs, as it is
+            if dtype != "bf16":
+                raise SystemExit(f"{self.name}: the model is a GGUF file ({model_dir}); only `llama.cpp` runs it")
+            gguf = model_dir
+        else:
+            gguf = build_llama_cpp.gguf_for(model_dir, dtype)
+        self.extra_env = dict(wait)  # the wait settings llama-bench's OpenMP gets
         p = build_llama_cpp.paths()
         self.exe = p["bin"] / "llama-bench"
         if not self.exe.exists():
@@ -107,7 +117,8 @@ class LlamaBench:
                     "-r", "1", "-o", "json"]
 
     def measure(self) -> float:
-        proc = subprocess.run(self.cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(self.cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, **self.extra_env})
         if proc.returncode != 0:
             raise RuntimeError(f"llama-bench failed:\n{proc.stderr[-2000:]}")
         return float(json.loads(proc.stdout)[0]["avg_ts"])
@@ -166,25 +177,33 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=0,
                     help="threads of both backends (default: llaisys' default, the physical cores)")
-    ap.add_argument("--backends", default="llaisys,llama.cpp,llama.cpp-f16",
-                    help="comma-separated: llaisys, llama.cpp (bf16 GGUF), llama.cpp-f16 (f16 GGUF)")
+    ap.add_argument("--backends", default=None,
+                    help="comma-separated: llaisys, llama.cpp (bf16 GGUF, or the model's GGUF), llama.cpp-f16 "
+                         "(f16 GGUF; not for a GGUF model). Default: all that apply")
     ap.add_argument("--variant", action="append", type=parse_variant, default=[],
                     help="an extra llaisys worker with this environment, e.g. passive:OMP_WAIT_POLICY=passive")
+    ap.add_argument("--quant", default=None, help="the model's format (default: what a bare name runs here)")
+    ap.add_argument("--peer-wait", choices=["same", "default"], default="same",
+                    help="same: llama.cpp's OpenMP waits as llaisys chose for this CPU; default: OpenMP's own")
     ap.add_argument("--json", default="bench_contention.json")
     args = ap.parse_args()
 
     from llaisys import runtime
+    from llaisys.libllaisys import WAIT_APPLIED
     from llaisys.models import hub
 
-    model_dir = Path(hub.resolve_model(args.model))
+    model_dir = Path(hub.resolve_model(args.model, quant=args.quant or hub.default_quant()))
+    peer_wait = dict(WAIT_APPLIED) if args.peer_wait == "same" else {}
     threads = args.threads or runtime.num_threads()
     backends = []
+    names = args.backends or ("llaisys,llama.cpp" if str(model_dir).endswith(".gguf") else "llaisys,llama.cpp,llama.cpp-f16")
     try:
-        for name in filter(None, args.backends.split(",")):
+        for name in filter(None, names.split(",")):
             if name == "llaisys":
                 backends.append(LlaisysWorker("llaisys", str(model_dir), threads, args.tokens, {}))
             elif name in ("llama.cpp", "llama.cpp-f16"):
-                backends.append(LlamaBench(model_dir, "f16" if name.endswith("f16") else "bf16", threads, args.tokens))
+                backends.append(LlamaBench(model_dir, "f16" if name.endswith("f16") else "bf16", threads, args.tokens,
+                                           peer_wait))
             else:
                 raise SystemExit(f"unknown backend {name!r}")
         for name, env in args.variant:

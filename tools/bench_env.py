@@ -76,10 +76,35 @@ def gpu_model() -> str:
         return "unknown"
 
 
+def thp() -> dict:
+    """The host's transparent-huge-page modes (the bracketed choice of each sysfs file), which
+    decide whether anonymous memory (llaisys' weights, llama.cpp's with --no-mmap) gets 2 MiB
+    pages: "always", "madvise" (only where the program asks) or "never"."""
+    out = {}
+    for name in ("enabled", "defrag"):
+        try:
+            text = Path(f"/sys/kernel/mm/transparent_hugepage/{name}").read_text()
+            out[name] = text.split("[", 1)[1].split("]", 1)[0] if "[" in text else text.strip()
+        except (OSError, IndexError):
+            out[name] = None
+    return out
+
+
+def anon_huge_kib(pid: int) -> int | None:
+    """AnonHugePages of a process, in KiB (smaps_rollup): how much of its memory sits in 2 MiB pages."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("AnonHugePages:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def machine() -> dict:
     return {"date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": cpu_model(), "cpu_kind": cpu_kind(),
             "cpu_flags": cpu_flags(), "cores": os.cpu_count(), "llaisys_isa": llaisys_isa(),
-            "llaisys_amx": llaisys_amx(),
+            "llaisys_amx": llaisys_amx(), "thp": thp(),
             "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
 
 
@@ -87,4 +112,4 @@ def describe(m: dict) -> str:
     """One line for the top of a printed table."""
     return (f"{m['date_utc']} UTC, {m['cpu']} ({m['cores']} CPUs; {' '.join(m['cpu_flags'])}), "
             f"llaisys ISA path {m['llaisys_isa']}{' + AMX' if m.get('llaisys_amx') else ''}, "
-            f"load {m['load_avg_1m']:.2f}")
+            f"THP {(m.get('thp') or {}).get('enabled')}, load {m['load_avg_1m']:.2f}")

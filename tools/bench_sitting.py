@@ -1,0 +1,192 @@
+"""One sitting on this CPU kind: llaisys against llama.cpp on one GGUF file, with llama.cpp's own
+C++ benchmarks as the cross-check and the read bandwidth beside every decode figure.
+
+    python tools/bench_sitting.py [--model qwen2.5-coder-1.5b-instruct] [--quant q4_k_m]
+                                  [--threads N] [--repeats 3] [--out sitting.json] [--quick]
+
+In order, in one sitting:
+1. the memory read bandwidth (tools/bench_limits/limits.c), the limit of decode;
+2. tools/bench_compare.py --quant: llaisys and llama.cpp (its Python bindings over the same
+   compiled llama.cpp) alternating, prefill 512, decode 128 after a 64-token prompt, batch-1/4/16,
+   f32 KV on both sides, small pages (LLAISYS_HUGE_PAGES=0; llama.cpp maps the file);
+3. llama.cpp's own `llama-bench -t N -p 512 -n 128 -fa 0,1 -ctk f32 -ctv f32 -r 5 -o json` and
+   `llama-batched-bench -npp 64 -ntg 64 -npl 1,4,16` on the same file (tools/build_llama_cpp.py
+   builds both from the same source as the bindings), with the same threads and f32 KV;
+4. the read bandwidth again.
+
+The table gives every decode figure as weight GB/s (tok/s x the bytes a token reads: every
+weight but an untied embedding) and as a share of the read bandwidth (the mean of the two
+measurements), the ratio of llaisys to llama.cpp at its best (the best of its bindings and its C++
+tools), and flags where the bindings and the C++ tools disagree by more than 3%. The JSON holds
+every sample, the machine (CPU, flags, THP mode, load), llama.cpp's commit and system_info, and
+each process's AnonHugePages (2 MiB pages: 0 on both sides means small pages were verified).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE / "bench_limits"))
+import bench_env  # noqa: E402  (tools/ is not a package)
+import bench_limits  # noqa: E402
+import build_llama_cpp  # noqa: E402
+
+DISAGREE = 0.03  # bindings vs C++ tools: flagged beyond this
+
+
+def bandwidth(threads: int, quick: bool) -> dict:
+    lim = bench_limits.measure(threads, quick)
+    return {"read_gb_s": lim["read_bandwidth_gb_s"], "read_cpu_share": lim["read_cpu_share"]}
+
+
+def run_compare(model: str, quant: str, threads: int, repeats: int, quick: bool) -> dict:
+    out = Path(tempfile.mkdtemp()) / "compare.json"
+    cmd = [sys.executable, str(HERE / "bench_compare.py"), "--models", model, "--quant", quant,
+           "--backends", "llaisys", "llama.cpp", "--workloads", "prefill", "decode", "batch",
+           "--batches", "1", "4", "16", "--threads", str(threads), "--repeats", str(repeats), "--out", str(out)]
+    subprocess.run(cmd + (["--quick"] if quick else []), check=True)
+    return json.loads(out.read_text())
+
+
+def llama_bench(exe: str, gguf: str, threads: int, quick: bool) -> list:
+    cmd = [exe, "-m", gguf, "-t", str(threads), "-p", "64" if quick else "512", "-n", "8" if quick else "128",
+           "-fa", "0,1", "-ctk", "f32", "-ctv", "f32", "-r", "1" if quick else "5", "-o", "json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-bench failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def batched_bench(exe: str, gguf: str, threads: int, quick: bool) -> dict:
+    """llama-batched-bench's rows (--output-format jsonl), at its defaults but for threads and KV."""
+    npl = "1,4" if quick else "1,4,16"
+    n = "8" if quick else "64"
+    cmd = [exe, "-m", gguf, "-t", str(threads), "-tb", str(threads), "-npp", n, "-ntg", n, "-npl", npl,
+           "-c", "2048", "-ctk", "f32", "-ctv", "f32", "--output-format", "jsonl"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"llama-batched-bench failed:\n{proc.stderr[-3000:]}")
+    rows = [json.loads(ln) for ln in (proc.stdout + "\n" + proc.stderr).splitlines() if ln.startswith("{")]
+    return {"rows": [dict(r, b=r["pl"], s_tg=r["speed_tg"], s_pp=r["speed_pp"]) for r in rows],
+            "command": " ".join(cmd)}
+
+
+def system_info(peer: dict) -> str:
+    """llama.cpp's system_info line, from its bindings over the same compiled libraries."""
+    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
+    proc = subprocess.run([peer["python"], "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "LLAMA_CPP_LIB_PATH": peer["lib_path"]})
+    return proc.stdout.strip() if proc.returncode == 0 else f"unavailable: {proc.stderr[-300:]}"
+
+
+def med(xs: list) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def summarise(res: dict) -> dict:
+    """The figures of the table, from the raw results."""
+    bw = statistics.mean([res["bandwidth_before"]["read_gb_s"], res["bandwidth_after"]["read_gb_s"]])
+    wbytes = res["weight_bytes_per_token"]
+    cmp_raw = next(iter(res["compare"]["models"].values()))  # backend -> one result per repeat
+
+    def runs(backend: str, key: str) -> list:
+        return [r[key] for r in cmp_raw[backend] if key in r]
+
+    lb = res["llama_bench"]
+    tg = {fa: [r["avg_ts"] for r in lb if r["n_gen"] > 0 and bool(r["flash_attn"]) == fa] for fa in (False, True)}
+    pp = {fa: [r["avg_ts"] for r in lb if r["n_prompt"] > 0 and bool(r["flash_attn"]) == fa] for fa in (False, True)}
+    bb = {r["b"]: r["s_tg"] for r in res["batched_bench"]["rows"]}
+    rows = []
+
+    def row(what, ours, peers: dict, gbps: bool):
+        best_name = max((k for k in peers if peers[k]), key=lambda k: peers[k], default=None)
+        best = peers.get(best_name) if best_name else None
+        r = {"workload": what, "llaisys": ours, "peers": peers, "peer_best": best_name,
+             "ratio_vs_best": ours / best if ours and best else None}
+        if gbps:
+            r["llaisys_gb_s"] = ours * wbytes / 1e9 if ours else None
+            r["llaisys_share"] = r["llaisys_gb_s"] / bw if ours else None
+            r["peer_gb_s"] = best * wbytes / 1e9 if best else None
+            r["peer_share"] = r["peer_gb_s"] / bw if best else None
+        bind, tools = peers.get("bindings"), [v for k, v in peers.items() if k != "bindings" and v]
+        r["bindings_vs_tools"] = bind / max(tools) - 1 if bind and tools else None
+        r["disagree"] = r["bindings_vs_tools"] is not None and abs(r["bindings_vs_tools"]) > DISAGREE
+        rows.append(r)
+
+    row("decode (tg128)", med(runs("llaisys", "decode")),
+        {"bindings": med(runs("llama.cpp", "decode")), "llama-bench fa0": med(tg[False]),
+         "llama-bench fa1": med(tg[True])}, True)
+    row("prefill (pp512)", med(runs("llaisys", "prefill")),
+        {"bindings": med(runs("llama.cpp", "prefill")), "llama-bench fa0": med(pp[False]),
+         "llama-bench fa1": med(pp[True])}, False)
+    for b in (1, 4, 16):
+        row(f"batch-{b} decode", med(runs("llaisys", f"batch-{b}")),
+            {"bindings": med(runs("llama.cpp", f"batch-{b}")), "llama-batched-bench": bb.get(b)}, b == 1)
+    huge = {b: [(r.get("meta") or {}).get("anon_huge_kib") for r in cmp_raw[b]] for b in cmp_raw}
+    return {"read_gb_s": bw, "rows": rows, "anon_huge_kib": huge}
+
+
+def print_table(res: dict, s: dict) -> None:
+    m = res["machine"]
+    print(f"\n{bench_env.describe(m)}")
+    print(f"file {res['gguf']} ({res['weight_bytes_per_token'] / 1e9:.3f} GB read a token), {res['threads']} threads, "
+          f"f32 KV; read bandwidth {s['read_gb_s']:.1f} GB/s (before {res['bandwidth_before']['read_gb_s']:.1f}, "
+          f"after {res['bandwidth_after']['read_gb_s']:.1f}); llama.cpp {res['llama_cpp_commit']}")
+    print(f"llama.cpp system_info: {res['llama_cpp_system_info']}")
+    print(f"AnonHugePages during decode (KiB, per repeat): {s['anon_huge_kib']}; THP {m.get('thp')}")
+    print("| workload | llaisys tok/s | GB/s (share) | llama.cpp bindings | C++ tool(s) | best peer GB/s (share) "
+          "| llaisys / best | bindings vs tools |")
+    print("|---|---|---|---|---|---|---|---|")
+    f = lambda v, spec=".1f": "-" if v is None else format(v, spec)  # noqa: E731
+    for r in s["rows"]:
+        tools = ", ".join(f"{k} {f(v)}" for k, v in r["peers"].items() if k != "bindings")
+        ours = f"{f(r.get('llaisys_gb_s'))} ({f(r.get('llaisys_share'), '.0%')})" if "llaisys_gb_s" in r else ""
+        peer = f"{f(r.get('peer_gb_s'))} ({f(r.get('peer_share'), '.0%')})" if "peer_gb_s" in r else ""
+        flag = f(r["bindings_vs_tools"], "+.1%") + (" DISAGREE" if r["disagree"] else "")
+        print(f"| {r['workload']} | {f(r['llaisys'])} | {ours} | {f(r['peers'].get('bindings'))} | {tools} | {peer} "
+              f"| {f(r['ratio_vs_best'], '.2f')}x ({r['peer_best']}) | {flag} |")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="qwen2.5-coder-1.5b-instruct")
+    ap.add_argument("--quant", default="q4_k_m", choices=["q4_k_m", "q8_0"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default="sitting.json")
+    ap.add_argument("--quick", action="store_true", help="tiny workloads: check the tool runs, not a figure")
+    args = ap.parse_args(argv)
+    from llaisys.models import hub
+
+    gguf = str(hub.resolve_model(args.model, quant=args.quant))
+    peer = build_llama_cpp.ensure()
+    res = {"machine": bench_env.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
+           "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"], "peer": peer}
+    res["bandwidth_before"] = bandwidth(args.threads, args.quick)
+    res["compare"] = run_compare(args.model, args.quant, args.threads, args.repeats, args.quick)
+    res["llama_bench"] = llama_bench(peer["bench"], gguf, args.threads, args.quick)
+    bb_exe = str(Path(peer["bench"]).with_name("llama-batched-bench"))
+    res["batched_bench"] = batched_bench(bb_exe, gguf, args.threads, args.quick)
+    res["bandwidth_after"] = bandwidth(args.threads, args.quick)
+    first = res["llama_bench"][0] if res["llama_bench"] else {}
+    res["llama_cpp_commit"] = first.get("build_commit") or peer.get("llama_cpp_commit")
+    res["llama_cpp_cpu_info"] = first.get("cpu_info")
+    res["llama_cpp_system_info"] = system_info(peer)
+    res["summary"] = s = summarise(res)
+    print_table(res, s)
+    Path(args.out).write_text(json.dumps(res, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
