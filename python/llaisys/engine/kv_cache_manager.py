@@ -86,6 +86,9 @@ class KVCacheManager:
         self._free_seq_ids = deque(range(max_seq_ids))  # SLOT: seq ids not held, oldest-freed first
         self.released_seq_ids: list = []  # SLOT: freed since the scheduler last drained them
         self.trims: list = []  # SLOT: (seq id, position) whose cells from position on must go (truncate)
+        # a lower tier (prompt_cache.PromptCacheTier: save, restore, contains, start_lookup, miss)
+        # that keeps evicted cached blocks and gives them back on a lookup; None: memory only
+        self.tier = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -137,6 +140,8 @@ class KVCacheManager:
         for i, h in enumerate(self._hashes(req, n_max)[:n_max]):
             bid = self.cached.get(h)
             if bid is None:
+                if self.tier is not None:
+                    self._restore_from_tier(req, i, n_max, hits)
                 break
             blk = self.blocks[bid]
             parent = req.block_hashes[i - 1] if i else None
@@ -144,6 +149,44 @@ class KVCacheManager:
                 break  # hash collision: not the same tokens
             hits.append(bid)
         return ComputedBlocks(hits, len(hits) * bs)
+
+    def _restore_from_tier(self, req: Request, start: int, n_max: int, hits: list) -> None:
+        """Extend `hits` (blocks [0, start) of the request) with its blocks from `start` on that
+        the lower tier holds, each read into a free block (never one of the hits) that then
+        enters the prefix cache at the back of the LRU queue, as a block just freed would."""
+        bs, hashes, tier = self.block_size, req.block_hashes, self.tier
+        taken = set(hits)
+        tier.start_lookup()
+        for i in range(start, n_max):
+            h = hashes[i]
+            if h in self.cached:  # in memory after a gap: the prefix stops at the gap
+                return
+            if not tier.contains(h):
+                tier.miss()
+                return
+            bid = next((b for b in self.free_queue if b not in taken), None)
+            if bid is None:
+                return
+            del self.free_queue[bid]
+            self._evict(self.blocks[bid])
+            parent, tokens = (hashes[i - 1] if i else None), tuple(req.all_token_ids[i * bs:(i + 1) * bs])
+            if not tier.restore(bid, h, parent, tokens):
+                self.free_queue[bid] = None
+                self.free_queue.move_to_end(bid, last=False)  # holds nothing: reused first
+                return
+            blk = self.blocks[bid]
+            blk.block_hash, blk.parent_hash, blk.token_ids = h, parent, tokens
+            self.cached[h] = bid
+            self.free_queue[bid] = None
+            hits.append(bid)
+            taken.add(bid)
+
+    def cached_blocks(self) -> list:
+        """Blocks in the prefix cache, least recently used first (free ones in LRU order, then
+        the ones requests hold)."""
+        free = [self.blocks[b] for b in self.free_queue if self.blocks[b].block_hash is not None]
+        held = [b for b in self.blocks if b.block_hash is not None and b.ref_cnt > 0]
+        return free + held
 
     def cache_blocks(self, req: Request) -> None:
         """Enter the request's newly computed full blocks into the prefix cache. A hash that
@@ -208,13 +251,21 @@ class KVCacheManager:
     def _take_free_block(self) -> int:
         bid, _ = self.free_queue.popitem(last=False)
         blk = self.blocks[bid]
-        if blk.block_hash is not None:  # evict it from the prefix cache
-            if self.cached.get(blk.block_hash) == bid:
-                del self.cached[blk.block_hash]
-            self._uncache(blk)
-            self.stats.evictions += 1
+        self._evict(blk)
         blk.ref_cnt = 1
         return bid
+
+    def _evict(self, blk: KVBlock) -> None:
+        """Take a free block out of the prefix cache before it is reused (its K/V goes to the
+        lower tier first, if there is one)."""
+        if blk.block_hash is None:
+            return
+        if self.tier is not None:
+            self.tier.save(blk.block_id, blk.block_hash, blk.parent_hash, blk.token_ids)
+        if self.cached.get(blk.block_hash) == blk.block_id:
+            del self.cached[blk.block_hash]
+        self._uncache(blk)
+        self.stats.evictions += 1
 
     def _count_lookup(self, req: Request, computed: ComputedBlocks) -> None:
         if not self.enable_prefix_caching or req.is_pooling:  # pooling requests do not look up

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 from typing import Iterator, Optional, Sequence, Union
 
 from ..models import hub
@@ -10,10 +11,13 @@ from .config import DEFAULT_DECODE_GAP_MS, DEFAULT_KV_DTYPE, EngineConfig
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput
 from .pooling_params import PoolingParams
+from .prompt_cache import DEFAULT_MAX_BYTES, check_options, open_tier
 from .prompts import normalize_prompts
 from .sampling_params import SamplingParams
 from .spec import make_spec_decoder, parse_speculative
 from .worker import DEFAULT_KV_CACHE_MEMORY, Worker, WorkerConfig
+
+log = logging.getLogger(__name__)
 
 
 class LLM:
@@ -34,7 +38,8 @@ class LLM:
                  seed: Optional[int] = None, gpu_memory_utilization: Optional[float] = None,
                  threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None,
                  speculative=None, num_speculative_tokens: Optional[int] = None,
-                 decode_gap_ms: float = DEFAULT_DECODE_GAP_MS):
+                 decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
+                 prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES):
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
         # None keeps the current count, by default the physical cores.
         # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
@@ -42,8 +47,13 @@ class LLM:
         # speculative: "ngram", "draft:MODEL" or a spec.SpeculativeConfig (doc/engine.md, "Speculative
         # decoding"); num_speculative_tokens: the most draft tokens per row and step (1..16)
         # decode_gap_ms: the step time prefill chunks are cut to while requests decode (EngineConfig)
+        # prompt_cache_dir: keep evicted prefix-cache blocks there, and every cached block on close(),
+        # for this and later processes, under prompt_cache_max_bytes (doc/engine.md "Prompt cache on disk")
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
+        cache_cap = None if prompt_cache_dir is None else check_options(prompt_cache_dir, prompt_cache_max_bytes,
+                                                                        kv_layout, enable_prefix_caching)
         self.spec = None
+        self.prompt_cache = None
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
                                           quant=quant, quantize=quantize,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
@@ -62,6 +72,9 @@ class LLM:
             if spec_cfg is not None:
                 self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)
             self.engine = LLMEngine(self.config, runner, self.worker.tokenizer, speculative=self.spec)
+            if cache_cap is not None:
+                self.prompt_cache = open_tier(prompt_cache_dir, cache_cap, self.worker, runner.cache, block_size)
+                self.engine.scheduler.kv.tier = self.prompt_cache
         except Exception:
             if self.spec is not None:
                 self.spec.close()
@@ -150,6 +163,13 @@ class LLM:
                 self._drain({rid})
 
     def close(self) -> None:
+        """Write the prompt cache's blocks (with prompt_cache_dir), free the model and its KV cache."""
+        if self.prompt_cache is not None:
+            tier, self.prompt_cache = self.prompt_cache, None
+            try:
+                tier.close(self.engine.scheduler.kv)
+            except Exception:  # a failed write must not keep the model's memory
+                log.exception("prompt cache: could not write the cached blocks on close")
         if self.spec is not None:
             self.spec.close()
             self.spec = None

@@ -37,6 +37,7 @@ class EngineMetrics:
     pooled_tokens_total: int = 0  # prompt tokens of pooling requests that finished with a vector
     prefix_cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # the KV manager's counters
     spec: Optional[object] = None  # spec.SpecStats: speculative decoding counters (None: not speculating)
+    prompt_cache_disk: Optional[object] = None  # prompt_cache.DiskCacheStats (None: no prompt_cache_dir)
     # latency samples in seconds, most recent MAX_SAMPLES
     ttft: deque = field(default_factory=_samples)  # arrival -> first token
     tpot: deque = field(default_factory=_samples)  # mean time per output token after the first
@@ -50,6 +51,7 @@ class EngineMetrics:
         m.pooling_finished_total = dict(self.pooling_finished_total)
         m.prefix_cache = copy.copy(self.prefix_cache)
         m.spec = copy.copy(self.spec)
+        m.prompt_cache_disk = copy.copy(self.prompt_cache_disk)
         for name in ("ttft", "tpot", "e2e", "queue_time"):
             setattr(m, name, deque(getattr(self, name), maxlen=MAX_SAMPLES))
         return m
@@ -66,6 +68,8 @@ class EngineMetrics:
         self.kv_usage, self.num_free_blocks, self.num_cached_blocks = kv.usage, kv.num_free_blocks, kv.num_cached_blocks
         self.num_preemptions_total = scheduler.num_preemptions
         self.prefix_cache = kv.stats
+        if getattr(kv, "tier", None) is not None:
+            self.prompt_cache_disk = kv.tier.stats
         spec = getattr(scheduler, "spec_stats", None)
         if spec is not None:
             self.spec = spec

@@ -35,6 +35,20 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                480.0, 960.0)
 
 
+# The prompt cache's disk tier (--prompt-cache-dir; engine/prompt_cache.py DiskCacheStats): field,
+# c(ounter) or g(auge), help.
+_DISK_SERIES = (
+    ("hits", "c", "KV blocks read back from the prompt cache's disk tier."),
+    ("misses", "c", "Prefix lookups that went to disk and stopped at a block it lacked or could not use."),
+    ("refused", "c", "Disk-tier files refused (foreign header, corrupt, truncated); each is also a miss."),
+    ("bytes_read", "c", "Bytes read from the disk tier."),
+    ("bytes_written", "c", "Bytes written to the disk tier."),
+    ("writes_dropped", "c", "Evicted blocks not written because the write queue was full."),
+    ("files", "g", "Block files in the prompt cache directory."),
+    ("disk_bytes", "g", "Bytes of the block files in the prompt cache directory."),
+)
+
+
 class _EngineCollector:
     """Yields the engines' gauges and counters from a fresh snapshot at every scrape."""
 
@@ -80,6 +94,9 @@ class _EngineCollector:
                                     "Tokens emitted per speculative verification (1 + accepted drafts).",
                                     labels=["model_name"]),
         }
+        disk = {key: (CounterMetricFamily if kind == "c" else GaugeMetricFamily)(
+            PREFIX + "prompt_cache_disk_" + key, text, labels=["model_name"]) for key, kind, text in _DISK_SERIES}
+        fams.update({"disk_" + k: f for k, f in disk.items()})
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
             fams["running"].add_metric([name], m.num_running)
@@ -99,6 +116,10 @@ class _EngineCollector:
                 fams["sa"].add_metric([name], m.spec.num_accepted_tokens)
                 fams["sr"].add_metric([name], m.spec.acceptance_rate)
                 fams["sl"].add_metric([name], m.spec.mean_accepted_length)
+            d = getattr(m, "prompt_cache_disk", None)
+            if d is not None:  # --prompt-cache-dir given
+                for key, _, _ in _DISK_SERIES:
+                    disk[key].add_metric([name], getattr(d, key))
         yield from fams.values()
 
 
