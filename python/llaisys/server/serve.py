@@ -58,6 +58,11 @@ def add_serve_parser(sub):
                         "step times measured (default: %(default)s; 0: the token budget alone)")
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
     e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
+    e.add_argument("--prompt-cache-dir", default=None, metavar="DIR",
+                   help="keep prefix-cache KV blocks in DIR across restarts: evicted ones and, on shutdown, all "
+                        "(doc/engine.md, 'Prompt cache on disk')")
+    e.add_argument("--prompt-cache-max-bytes", default="4GiB",
+                   help="size cap of --prompt-cache-dir, least recently used files go first (default: %(default)s)")
     e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
     e.add_argument("--speculative", default=None, metavar="ngram|draft:MODEL",
                    help="speculative decoding: n-gram prompt lookup, or a draft model with the same tokenizer "
@@ -150,6 +155,13 @@ def build_state(args):
         raise ValueError("--gpu-memory-utilization needs --device nvidia (use --kv-cache-memory on the CPU)")
     if args.no_prefix_caching:
         engine_kwargs["enable_prefix_caching"] = False
+    if args.prompt_cache_dir is not None:  # checked here, before any load (ValueError: exit 2)
+        from ..engine.prompt_cache import check_options
+
+        check_options(args.prompt_cache_dir, args.prompt_cache_max_bytes, args.kv_layout,
+                      False if args.no_prefix_caching else None)
+        engine_kwargs.update(prompt_cache_dir=args.prompt_cache_dir,
+                             prompt_cache_max_bytes=args.prompt_cache_max_bytes)
     keys = list(args.api_key) or ([os.environ["LLAISYS_API_KEY"]] if os.environ.get("LLAISYS_API_KEY") else [])
     if any(not k for k in keys):
         raise ValueError("--api-key must not be empty")
