@@ -61,7 +61,10 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
     doc = r.json()
     assert doc["openapi"].startswith("3.1")
     schemas = doc["components"]["schemas"]
+    from llaisys.server import anthropic_schema
+
     ours = dict(request_schemas(Limits(max_tokens_cap=CAP)), **RESPONSE_SCHEMAS)
+    ours.update(anthropic_schema.request_schemas(Limits().max_stop), **anthropic_schema.RESPONSE_SCHEMAS)
     assert json.loads(json.dumps(ours)) == schemas  # the very dicts the validator uses, nothing hand-kept
     chat = schemas["ChatCompletionRequest"]["properties"]
     assert chat["temperature"]["maximum"] == 2 and chat["max_tokens"]["maximum"] == CAP

@@ -15,6 +15,7 @@ from typing import Optional
 from flask import Flask, Response, g, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
+from .anthropic import bp as anthropic_bp
 from .errors import APIError, bad_request, escape_controls, unavailable
 from ..models.files import unicode_problem
 from .generation import CancelRegistry
@@ -216,6 +217,7 @@ def create_app(st: ServerState) -> Flask:
     app.json.sort_keys = False
     app.register_blueprint(bp)
     app.register_blueprint(responses_bp)
+    app.register_blueprint(anthropic_bp)
     _add_hooks(app, st)
     _add_routes(app, st)
     return app

@@ -47,6 +47,7 @@ class StopMatcher:
         self.longest = max((len(s) for s in self.stops), default=0)
         self._held = ""
         self.matched = False
+        self.matched_stop = None  # the stop string that matched (Anthropic's stop_sequence)
 
     def feed(self, text: str, final: bool, can_stop: bool = True) -> str:
         """The text that can be released now. can_stop False (min_tokens not yet out): nothing
@@ -57,7 +58,7 @@ class StopMatcher:
         hits = [(buf.find(s), s) for s in self.stops if s in buf] if can_stop else []
         if hits:
             i, s = min(hits)
-            self.matched, self._held = True, ""
+            self.matched, self.matched_stop, self._held = True, s, ""
             return buf[:i + (len(s) if self.include else 0)]
         keep = 0 if final else min(len(buf), self.longest - 1)
         self._held = buf[len(buf) - keep:]

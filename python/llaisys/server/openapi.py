@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from .anthropic_schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
 from .schema import RESPONSE_SCHEMAS, request_schemas
 
 # status -> when a route answers it (every error body is the Error schema)
@@ -45,6 +46,7 @@ class Route:
     query: dict = field(default_factory=dict)  # query parameter -> schema
     stream: Optional[str] = None  # chunk schema name of a text/event-stream answer (stream: true)
     open: bool = False  # answered without an API key
+    error: str = "Error"  # the schema of its error bodies
 
 
 _SSE_DESC = ("with `stream: true`: server-sent events, each `data: <JSON>` line one {chunk} (the last may be an "
@@ -72,6 +74,12 @@ ROUTES = [
           errors=_AUTH + (404,), path_params=("model_id",)),
     Route("POST", "/v1/responses", "responses.create_response", "a response (OpenAI's Responses API, the subset "
           "that maps onto chat)", "Response", body="ResponseRequest", errors=_GEN, stream="ResponseStreamEvent"),
+    Route("POST", "/v1/messages", "anthropic.create_message", "a message (Anthropic's Messages API)",
+          "AnthropicMessage", body="AnthropicMessageRequest", errors=_GEN, stream="AnthropicStreamEvent",
+          error="AnthropicError"),
+    Route("POST", "/v1/messages/count_tokens", "anthropic.count_tokens", "the input tokens of a Messages request",
+          "AnthropicCountTokens", body="AnthropicCountTokensRequest", errors=_AUTH + _BODY + (404,),
+          error="AnthropicError"),
     Route("GET", "/metrics", "metrics", "Prometheus metrics",
           ok_types={"text/plain": {"type": "string"}}),
     Route("POST", "/v1/chat/completions", "openai.chat_completions", "chat completion", "ChatCompletion",
@@ -108,13 +116,13 @@ def _operation(r: Route, has_keys: bool) -> dict:
         content[ctype] = {"schema": schema}
     if r.stream:
         content["text/event-stream"] = {"schema": _sse_event(r.stream),
-                                        "x-sse-data": {"anyOf": [_ref(r.stream), _ref("Error")]}}
+                                        "x-sse-data": {"anyOf": [_ref(r.stream), _ref(r.error)]}}
     responses = {"200": {"description": r.summary, "content": content}}
     for status in r.errors:
         if status == 401 and not has_keys:
             continue
         responses[str(status)] = {"description": ERROR_STATUSES[status],
-                                  "content": {"application/json": {"schema": _ref("Error")}}}
+                                  "content": {"application/json": {"schema": _ref(r.error)}}}
     op = {"operationId": r.endpoint.split(".")[-1], "summary": r.summary, "responses": responses}
     params = [{"name": p, "in": "path", "required": True, "schema": {"type": "string", "minLength": 1,
                                                                       "maxLength": 256}} for p in r.path_params]
@@ -138,12 +146,16 @@ def build_openapi(limits, has_keys: bool = False, has_web: bool = True, version:
         paths.setdefault(r.path, {})[r.method.lower()] = _operation(r, has_keys)
     schemas = dict(request_schemas(limits))
     schemas.update(RESPONSE_SCHEMAS)
+    schemas.update(anthropic_requests(limits.max_stop))
+    schemas.update(ANTHROPIC_RESPONSES)
     doc = {
         "openapi": "3.1.0",
         "info": {"title": "llaisys OpenAI-compatible server", "version": version or "0",
                  "description": "JSON routes take `Content-Type: application/json` (UTF-8) and answer errors as "
-                                "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}`. Unknown body fields are "
-                                "ignored; null is the same as leaving a field out."},
+                                "`{\"error\": {\"message\", \"type\", \"param\", \"code\"}}` (the Anthropic "
+                                "routes, /v1/messages*, answer Anthropic's `{\"type\": \"error\", \"error\": "
+                                "{\"type\", \"message\"}}`). Unknown body fields are ignored; null is the same as "
+                                "leaving a field out."},
         "jsonSchemaDialect": "https://json-schema.org/draft/2020-12/schema",
         "paths": paths,
         "components": {"schemas": schemas},
