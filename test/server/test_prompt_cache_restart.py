@@ -52,6 +52,8 @@ def test_sigint_then_restart_serves_the_prompt_from_disk(qwen05_dir, tmp_path):
         assert again["choices"][0]["text"] == first["choices"][0]["text"]
         assert disk_counter(srv, "hits") >= usage["prompt_tokens_details"]["cached_tokens"] // 16
         assert disk_counter(srv, "bytes_read") > 0 and disk_counter(srv, "refused") == 0
+        assert disk_counter(srv, "files") >= usage["prompt_tokens_details"]["cached_tokens"] // 16
+        assert disk_counter(srv, "bytes") > 0
     finally:
         srv.stop()
 

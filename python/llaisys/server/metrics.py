@@ -36,7 +36,7 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 
 
 # The prompt cache's disk tier (--prompt-cache-dir; engine/prompt_cache.py DiskCacheStats): field,
-# c(ounter) or g(auge), help.
+# c(ounter) or g(auge), help. The series is llaisys:prompt_cache_disk_<field without "disk_">.
 _DISK_SERIES = (
     ("hits", "c", "KV blocks read back from the prompt cache's disk tier."),
     ("misses", "c", "Prefix lookups that went to disk and stopped at a block it lacked or could not use."),
@@ -95,7 +95,8 @@ class _EngineCollector:
                                     labels=["model_name"]),
         }
         disk = {key: (CounterMetricFamily if kind == "c" else GaugeMetricFamily)(
-            PREFIX + "prompt_cache_disk_" + key, text, labels=["model_name"]) for key, kind, text in _DISK_SERIES}
+            PREFIX + "prompt_cache_disk_" + key.replace("disk_", ""), text, labels=["model_name"])
+            for key, kind, text in _DISK_SERIES}
         fams.update({"disk_" + k: f for k, f in disk.items()})
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
