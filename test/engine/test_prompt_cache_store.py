@@ -138,12 +138,12 @@ def test_size_cap_evicts_least_recently_used_also_across_restarts(tmp_path):
 
 def test_a_full_write_queue_drops_instead_of_blocking(tmp_path):
     store = DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20, queue_bytes=SPEC.payload_bytes)
-    with store._lock:  # the writer cannot take anything while we hold the lock... so fill it by hand
+    [(h, parent, toks)] = chain(range(4))
+    with store._lock:  # held (re-entrant) so that the writer cannot take the block that fills the queue
         store._queue.append(b"x" * 32)
         store._pending[b"x" * 32] = (None, tuple(range(BS)), payload(0))
         store._queued_bytes = SPEC.payload_bytes
-    [(h, parent, toks)] = chain(range(4))
-    assert not store.put(h, parent, toks, payload(1))
+        assert not store.put(h, parent, toks, payload(1))
     assert store.stats.writes_dropped == 1
     store.close()
 
@@ -250,3 +250,46 @@ def test_close_writes_every_cached_block(tmp_path):
     assert not list(tmp_path.iterdir())  # nothing evicted yet
     kv.tier.close(kv)
     assert len(list(tmp_path.glob("*.kvb"))) == 3
+
+
+def test_a_failing_core_copy_is_a_miss_and_leaks_no_block(tmp_path, caplog):
+    class Broken(FakeCoreCache):
+        def write_block(self, b, data):
+            raise RuntimeError("device lost")
+
+    core = FakeCoreCache(6)
+    kv = KVCacheManager(6, BS)
+    kv.tier = PromptCacheTier(DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20), core)
+    a = list(range(17))
+    run(kv, core, "a", a, content)
+    kv.tier.close(kv)  # a's 4 blocks on disk
+    kv = KVCacheManager(6, BS)  # a new process whose core copy fails
+    broken = Broken(6)
+    kv.tier = PromptCacheTier(DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20), broken)
+    with caplog.at_level(logging.ERROR, logger="llaisys.engine.prompt_cache"):
+        hit, _ = run(kv, broken, "a2", a, content)  # run() checks the invariants (no block lost)
+    assert hit.num_tokens == 0 and kv.tier.stats.misses == 1 and "restoring a block failed" in caplog.text
+    assert kv.num_free_blocks == 6
+    kv.tier.close(kv)
+
+
+def test_a_full_queue_skips_the_copy(tmp_path):
+    class Counting(FakeCoreCache):
+        reads = 0
+
+        def read_block(self, b):
+            Counting.reads += 1
+            return super().read_block(b)
+
+    core = Counting(4)
+    store = DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20, queue_bytes=SPEC.payload_bytes)
+    tier = PromptCacheTier(store, core)
+    with store._lock:  # a block the writer has not taken yet fills the queue
+        store._queue.append(b"x" * 32)
+        store._pending[b"x" * 32] = (None, tuple(range(BS)), payload(0))
+        store._queued_bytes = SPEC.payload_bytes
+        [(h, parent, toks)] = chain(range(4))
+        assert not store.has_room()
+        tier.save(1, h, parent, toks)
+    assert Counting.reads == 0 and tier.stats.writes_dropped == 1
+    store.close()

@@ -142,6 +142,11 @@ class DiskBlockStore:
                 pass
 
     # ---- writes ---------------------------------------------------------------------------
+    def has_room(self) -> bool:
+        """Whether the write queue takes another block now."""
+        with self._lock:
+            return not self._queue or self._queued_bytes + self.spec.payload_bytes <= self.queue_bytes
+
     def put(self, block_hash: bytes, parent_hash: Optional[bytes], token_ids: Sequence[int], payload,
             wait: bool = False) -> bool:
         """Queue the block for writing; False when the queue is full (dropped) unless `wait`."""
@@ -250,11 +255,16 @@ class PromptCacheTier:
         """Read the block from disk into core block `block_id`; False (a miss) if it cannot be."""
         if time.monotonic() > self._deadline:
             return False
-        payload = self.store.get(block_hash, parent_hash, token_ids)
+        try:
+            payload = self.store.get(block_hash, parent_hash, token_ids)
+            if payload is not None:
+                self.cache.write_block(block_id, payload)
+        except Exception:  # never fail the step: the block is computed instead
+            log.exception("prompt cache: restoring a block failed; computing it instead")
+            payload = None
         if payload is None:
             self.stats.misses += 1
             return False
-        self.cache.write_block(block_id, payload)
         self.stats.hits += 1
         return True
 
@@ -264,8 +274,17 @@ class PromptCacheTier:
     def save(self, block_id: int, block_hash: bytes, parent_hash: Optional[bytes], token_ids,
              wait: bool = False) -> None:
         """Keep core block `block_id` (about to be reused) on disk unless it is there already."""
-        if not self.store.contains(block_hash):
-            self.store.put(block_hash, parent_hash, token_ids, self.cache.read_block(block_id), wait=wait)
+        if self.store.contains(block_hash):
+            return
+        if not wait and not self.store.has_room():  # counted, and no copy made for nothing
+            self.stats.writes_dropped += 1
+            return
+        try:
+            payload = self.cache.read_block(block_id)
+        except Exception:  # never fail the step over the disk tier: the block is just not kept
+            log.exception("prompt cache: copying block %d out failed; not keeping it", block_id)
+            return
+        self.store.put(block_hash, parent_hash, token_ids, payload, wait=wait)
 
     def close(self, kv) -> None:
         """Write every block the KV manager `kv` still caches (least recently used first, so the
