@@ -14,7 +14,6 @@ from ..kv_cache import KVCache, as_layout
 from ..libllaisys import LIB, DataType, DeviceType, Status, check
 from ..libllaisys.kv_cache import llaisysKVCache_t
 from ..libllaisys.model import Activation, Arch, ModelStats, RopeScaling, StepOutput, WeightKind, llaisysModel_t
-from ..libllaisys.model import ModelParams as CModelParams
 from ..libllaisys.sampler import SamplingParams as CSamplingParams
 from ..owned import OwnedHandle
 from .arch import weight_slots
@@ -173,5 +172,3 @@ class Model(OwnedHandle):
             return None
         check(status)
         return res
-
-    _fill = staticmethod(fill_sampling)  # the name llaisys.sampler used before step_io existed

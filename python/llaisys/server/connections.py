@@ -171,11 +171,6 @@ class LimitedWSGIServer(ThreadedWSGIServer):
             else:
                 self._per_client.pop(addr, None)
 
-    @property
-    def num_connections(self) -> int:
-        with self._count_lock:
-            return sum(self._per_client.values())
-
 
 def _timed_app(app):
     """`app`, marking its connection's reader as in the app while it runs (the body is read there)."""

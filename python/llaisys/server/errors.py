@@ -60,11 +60,6 @@ def missing(param: str) -> APIError:
     return APIError(400, f"'{param}' is a required field", param=param, code="missing_required_parameter")
 
 
-def wrong_type(param: str, expected: str, value) -> APIError:
-    return APIError(400, f"'{param}' must be {expected}, got {type(value).__name__}", param=param,
-                    code="invalid_type")
-
-
 def not_found(message: str, code: str = "not_found", param: Optional[str] = None) -> APIError:
     return APIError(404, message, code=code, param=param)
 
