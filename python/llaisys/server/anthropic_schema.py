@@ -14,7 +14,7 @@ import functools
 from ..engine.sampling_params import MAX_STOP_STRINGS
 from .schema import BOOL, F32_TINY, MAX_INT, MAX_MESSAGES, MAX_NAME_LEN, _body, _int, _num, _obj, _str
 
-MAX_BLOCKS = 1024  # most content blocks in one message (or text blocks in `system`)
+MAX_BLOCKS = 1024  # most text blocks in `system` (a message's blocks are bounded by the body size limit)
 MAX_TOOLS = 128  # most tools one request may offer (as on the chat route)
 MAX_DESCRIPTION = 16384  # longest tool description (characters)
 TOOL_NAME = r"^[a-zA-Z0-9_-]{1,64}$"  # Anthropic's pattern, within the chat route's 64 characters
@@ -24,7 +24,7 @@ BLOCK = _obj({"type": _str("text, tool_use, tool_result, thinking, redacted_thin
                            "refused: the served models read text only)")}, ("type",))
 MESSAGE = _obj({
     "role": {"type": "string", "enum": ["user", "assistant"]},
-    "content": {"anyOf": [_str(), {"type": "array", "items": BLOCK, "maxItems": MAX_BLOCKS}],
+    "content": {"anyOf": [_str(), {"type": "array", "items": BLOCK}],  # as many blocks as the body limit holds
                 "x-message": "'{where}' must be a string or an array of content blocks, got {got}"},
 }, ("role", "content"), "a turn; a final assistant turn is a prefill the answer continues")
 TOOL = _obj({
