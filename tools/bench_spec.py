@@ -6,8 +6,14 @@ One run, configurations alternated within each repeat, printed table + JSON:
 - llaisys on the target (default: the 1.5B's Q4_K_M GGUF) with speculation off, n-gram, and a
   draft model (default: the 0.5B's GGUF), at batch 1 and batch 16 (adaptive k and the
   off-switch on, as users get them);
+- llama.cpp's own speculative decoding, the peer of record: llama-server (tools/build_llama_cpp.py)
+  on the same GGUF files and prompts, one slot, off, n-gram (`--spec-type ngram-simple`: prompt
+  lookup in C++) and draft model (`-md`, the same draft GGUF), batch 1, over loopback with
+  streaming: tok/s = (tokens - 1) / (last token - first token) from the client's clock, as for
+  llaisys (its own `timings.predicted_per_second` and draft acceptance are kept beside);
 - llama-cpp-python on the same GGUF file and prompts, plain and with its prompt-lookup
-  speculative decoding (llama_cpp.llama_speculative.LlamaPromptLookupDecoding), batch 1.
+  speculative decoding (llama_cpp.llama_speculative.LlamaPromptLookupDecoding), batch 1: a
+  labelled row only (pure-Python lookup through logits_all, slower than plain llama.cpp).
 
 Batch 1 reports decode tok/s (output tokens after the first / time after the first token,
 greedy); batch 16 reports output tokens / wall time of the whole batch (prefill included,
@@ -150,10 +156,79 @@ def run_llama(cfg: dict) -> dict:
     return {"tok_s": statistics.mean(rates)}
 
 
+def run_llama_server(cfg: dict) -> dict:
+    """llama-server with its own speculation (cfg["spec"]: off, ngram, draft:<gguf>), one slot."""
+    import socket
+    import urllib.request
+
+    import build_llama_cpp
+
+    peer = build_llama_cpp.ensure()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    spec = cfg["spec"]
+    extra = [] if spec == "off" else ["--spec-type", "ngram-simple"] if spec == "ngram" else \
+        ["-md", spec.split(":", 1)[1], "-tbd", str(cfg["threads"]), "-td", str(cfg["threads"])]
+    argv = [peer["server"], "-m", cfg["llama_gguf"], "--host", "127.0.0.1", "--port", str(port), "-t", str(cfg["threads"]),
+            "-tb", str(cfg["threads"]), "-c", "4096", "--parallel", "1", "--no-webui", *extra]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        for _ in range(600):
+            try:
+                if urllib.request.urlopen(base + "/health", timeout=2).status == 200:
+                    break
+            except OSError:
+                time.sleep(0.5)
+            if proc.poll() is not None:
+                raise RuntimeError(f"llama-server exited: {proc.stderr.read()[-2000:]}")
+
+        def chat(content: str, max_tokens: int) -> tuple:
+            body = json.dumps({"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                               "temperature": 0.0, "stream": True, "ignore_eos": True}).encode()
+            req = urllib.request.Request(base + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+            first = last = None
+            timings = {}
+            with urllib.request.urlopen(req, timeout=600) as r:
+                for line in r:
+                    if not line.startswith(b"data: ") or line.strip() == b"data: [DONE]":
+                        continue
+                    ev = json.loads(line[6:])
+                    timings = ev.get("timings") or timings
+                    if ev["choices"] and ev["choices"][0]["delta"].get("content"):
+                        last = time.perf_counter()
+                        first = first or last
+            return first, last, timings
+
+        chat("Hi", 4)  # warm-up
+        rates, own, accept = [], [], []
+        for p in [prompts(cfg["workload"], 1)[0]] if cfg["workload"] == "chat" else GROUNDED[:2]:
+            first, last, t = chat(p, cfg["max_tokens"])
+            rates.append((t["predicted_n"] - 1) / (last - first))
+            own.append(t.get("predicted_per_second"))
+            if t.get("draft_n"):
+                accept.append(t["draft_n_accepted"] / t["draft_n"])
+        res = {"tok_s": statistics.mean(rates), "server_predicted_per_second": own, "argv": argv[1:]}
+        if accept:
+            res["acceptance_rate"] = round(statistics.mean(accept), 3)
+        return res
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 def run_config(cfg: dict) -> dict:
     env = dict(os.environ)
+    if cfg["backend"] == "llama-server":
+        try:
+            return run_llama_server(cfg)
+        except Exception as e:  # noqa: BLE001 (reported as the row's error, as a failed worker's)
+            return {"error": repr(e)}
     if cfg["backend"] == "llama.cpp":
-        peer = json.loads((Path.home() / ".cache/llaisys/peers/build-avx2/peer.json").read_text())
+        import build_llama_cpp
+
+        peer = build_llama_cpp.ensure()
         exe = peer["python"]
         env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
     else:
@@ -178,7 +253,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=None, help="num_speculative_tokens (default: the engine's)")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--no-llama", action="store_true", help="skip llama-cpp-python")
+    ap.add_argument("--no-llama", action="store_true", help="skip llama.cpp")
+    ap.add_argument("--bindings", action="store_true",
+                    help="also run llama-cpp-python's pure-Python prompt lookup (a labelled row)")
     ap.add_argument("--json", default=None, help="write the results here too")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -193,8 +270,11 @@ def main() -> None:
             for spec in ("off", "ngram", f"draft:{a.draft}"):
                 configs.append(dict(backend="llaisys", workload=w, batch=b, spec=spec))
             if b == 1 and not a.no_llama:
-                for spec in ("off", "ngram"):
-                    configs.append(dict(backend="llama.cpp", workload=w, batch=1, spec=spec))
+                for spec in ("off", "ngram", f"draft:{a.draft}"):
+                    configs.append(dict(backend="llama-server", workload=w, batch=1, spec=spec))
+                if a.bindings:
+                    for spec in ("off", "ngram"):
+                        configs.append(dict(backend="llama.cpp", workload=w, batch=1, spec=spec))
     for c in configs:
         c.update(target=a.target, llama_gguf=a.llama_gguf or a.target, max_tokens=a.max_tokens, k=a.k,
                  threads=a.threads)
@@ -225,13 +305,15 @@ def main() -> None:
         paired = statistics.median(pairs) if pairs else None
         print(f"{r['config']:58s} {fmt(r['tok_s']):>8s} {fmt(r['x_off']):>6s} {fmt(paired):>6s} "
               f"{fmt(last.get('acceptance_rate')):>7s} {fmt(last.get('mean_accepted_length')):>8s}")
-    for w in a.workloads:  # llaisys n-gram against llama.cpp's prompt lookup, batch 1
-        mine = next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
-                     (w, 1, "llaisys", "ngram")), None)
-        peer = next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
-                     (w, 1, "llama.cpp", "ngram")), None)
-        if mine and peer:
-            print(f"{w}: llaisys n-gram / llama.cpp prompt lookup = {mine / peer:.2f}x")
+    def rate(w, backend, spec):
+        return next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
+                     (w, 1, backend, spec)), None)
+
+    for w in a.workloads:  # llaisys against llama-server, like for like, batch 1
+        for spec in ("off", "ngram", "draft"):
+            mine, peer = rate(w, "llaisys", spec), rate(w, "llama-server", spec)
+            if mine and peer:
+                print(f"{w}: llaisys {spec} / llama-server {spec} = {mine / peer:.2f}x")
     out = dict(machine=machine(), args=vars(a), rows=rows, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(json.dumps(out))
     if a.json:
