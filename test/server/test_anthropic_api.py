@@ -232,7 +232,7 @@ def test_unknown_model(tiny_client):
     ({"messages": []}, "at least 1"),
     ({"messages": [{"role": "system", "content": "x"}]}, "'messages[0].role'"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]}]},
-     "'tool_use' block is not supported in a user turn"),
+     "'tool_use' block is not supported in user turns"),
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "needs its text"),
     ({"messages": [{"role": "user", "content": [{"type": "tool_result"}]}]}, "tool_use_id"),
     ({"messages": HELLO + [{"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "get_weather",

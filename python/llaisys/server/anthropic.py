@@ -118,7 +118,7 @@ def _turn(m: dict, i: int) -> list:
         elif kind in ("image", "document"):
             raise _bad(where, f"{kind} blocks are not supported: the served models read text only")
         else:
-            raise _bad(where, f"a {kind!r} block is not supported in a {role} turn")
+            raise _bad(where, f"a {kind!r} block is not supported in {role} turns")
     if role == "assistant":
         return [{"role": "assistant", "content": "".join(text) if text or not calls else None,
                  **({"tool_calls": calls} if calls else {})}]
