@@ -260,3 +260,9 @@ def test_bad_input_is_a_400_in_anthropic_shape(tiny, patch, words):
     err = r.json()
     assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error", err
     assert words in err["error"]["message"], err
+
+
+def test_count_tokens_ignores_the_fields_it_does_not_take(tiny):
+    r = requests.post(tiny.url + "/v1/messages/count_tokens", timeout=60, headers={"x-api-key": KEY},
+                      json={"messages": HELLO, "max_tokens": "many", "temperature": 7, "stream": "yes"})
+    assert r.status_code == 200 and r.json()["input_tokens"] > 0

@@ -195,8 +195,10 @@ def _read(schema_name: str) -> tuple:
     """(body, ChatRequest, prefill) of this request: 400 naming Anthropic's fields otherwise."""
     st = state()
     body = st.read_json()
-    validate(request_schemas(st.request_limits.max_stop)[schema_name], body)
-    chat, prefill = chat_body(body)
+    schema = request_schemas(st.request_limits.max_stop)[schema_name]
+    validate(schema, body)
+    chat, prefill = chat_body({k: v for k, v in body.items() if k in schema["properties"]})  # count_tokens: no
+    # sampling fields (unknown there, so never checked by the chat route's schema either)
     try:
         req = parse_chat(chat, st.request_limits)
     except APIError as e:
