@@ -1,0 +1,158 @@
+"""The engine's own cost per step: everything LLM.generate does around the C step, measured on a
+model so small that the step itself is almost free (issue 41).
+
+    python tools/bench_engine_cost.py [--batches 1 64] [--tokens 128] [--repeats 3] [--out FILE]
+
+The model is written here: a random Qwen2 of 2 layers, hidden 32, a 1,024-row vocabulary (f32,
+safetensors written with numpy: no torch), with a byte-level BPE tokenizer of 1,024 ids trained
+here (Qwen2's kind; its real vocabulary would make the lm_head the cost). For each batch size B, B
+requests of a 16-token prompt each generate --tokens tokens greedily (ignore_eos) through one
+LLM.generate call; the tool counts the engine's steps and times the runner's execute (the C
+step and its argument marshalling) by wrapping it, and reports per output token at B = 1 and
+per step at larger B:
+
+  wall     the generate call's wall time
+  execute  the time inside runner.execute (the core's step; tiny here)
+  engine   wall - execute: scheduling, step inputs, sampling bookkeeping, detokenization,
+           output processing (the figure issue 41 bounds: <= 100 us a token at B = 1,
+           <= 700 us a step at B = 64, on a quiet machine)
+
+Each repeat is a fresh generate on the same LLM after one untimed run of the same shape;
+medians of the repeats. Prints a table and writes JSON with the machine (tools/bench_env.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_env  # noqa: E402  (tools/ is not a package)
+
+VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 1024, 32, 2, 4, 2, 64
+
+
+def write_tiny_model(path: Path, seed: int = 0) -> Path:
+    """A random Qwen2 checkpoint of the sizes above, with its tokenizer."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(seed)
+    hd = HIDDEN // HEADS
+
+    def w(*shape):
+        return (rng.standard_normal(shape) * 0.05).astype(np.float32)
+
+    t = {"model.embed_tokens.weight": w(VOCAB, HIDDEN), "model.norm.weight": np.ones(HIDDEN, np.float32),
+         "lm_head.weight": w(VOCAB, HIDDEN)}
+    for i in range(LAYERS):
+        p = f"model.layers.{i}."
+        t.update({p + "input_layernorm.weight": np.ones(HIDDEN, np.float32),
+                  p + "post_attention_layernorm.weight": np.ones(HIDDEN, np.float32),
+                  p + "self_attn.q_proj.weight": w(HEADS * hd, HIDDEN), p + "self_attn.q_proj.bias": w(HEADS * hd),
+                  p + "self_attn.k_proj.weight": w(KV_HEADS * hd, HIDDEN), p + "self_attn.k_proj.bias": w(KV_HEADS * hd),
+                  p + "self_attn.v_proj.weight": w(KV_HEADS * hd, HIDDEN), p + "self_attn.v_proj.bias": w(KV_HEADS * hd),
+                  p + "self_attn.o_proj.weight": w(HIDDEN, HEADS * hd),
+                  p + "mlp.gate_proj.weight": w(FFN, HIDDEN), p + "mlp.up_proj.weight": w(FFN, HIDDEN),
+                  p + "mlp.down_proj.weight": w(HIDDEN, FFN)})
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(t, str(path / "model.safetensors"))
+    cfg = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "vocab_size": VOCAB, "hidden_size": HIDDEN,
+           "intermediate_size": FFN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+           "num_key_value_heads": KV_HEADS, "max_position_embeddings": 2048, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000.0, "tie_word_embeddings": False, "torch_dtype": "float32", "hidden_act": "silu"}
+    (path / "config.json").write_text(json.dumps(cfg))
+    write_tokenizer(path)
+    return path
+
+
+def write_tokenizer(path: Path) -> None:
+    """A byte-level BPE of VOCAB ids (Qwen2's kind of tokenizer, trained here on the repository's
+    README so that it has real merges), and its config: the real Qwen vocabulary would not fit."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<|endoftext|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    tok.train_from_iterator([text] * 4, trainer)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "bos_token": None}))
+
+
+def measure(llm, batch: int, tokens: int) -> dict:
+    """One timed generate of `batch` requests: wall, execute time and steps."""
+    from llaisys import SamplingParams
+
+    runner = llm.engine.runner
+    spent, steps = [0.0], [0]
+    real = runner.execute
+
+    def timed(step_input):
+        t0 = time.perf_counter()
+        try:
+            return real(step_input)
+        finally:
+            spent[0] += time.perf_counter() - t0
+            steps[0] += 1
+
+    prompts = [[(37 * r + 11 * i) % 900 + 50 for i in range(16)] for r in range(batch)]
+    params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
+    runner.execute = timed
+    try:
+        t0 = time.perf_counter()
+        outs = llm.generate(prompts, params)
+        wall = time.perf_counter() - t0
+    finally:
+        runner.execute = real
+    produced = sum(len(o.outputs[0].token_ids) for o in outs)
+    return {"wall_s": wall, "execute_s": spent[0], "steps": steps[0], "tokens": produced}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="kernel threads (the step is tiny: 1 avoids team wake-ups)")
+    ap.add_argument("--out", default="bench_engine_cost.json")
+    args = ap.parse_args(argv)
+    from llaisys import LLM
+
+    machine = bench_env.machine()
+    print(bench_env.describe(machine), flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        model = write_tiny_model(Path(tmp) / "tiny")
+        with LLM(str(model), threads=args.threads, max_num_seqs=max(args.batches), kv_cache_memory="256MiB") as llm:
+            for b in args.batches:
+                measure(llm, b, args.tokens)  # untimed, the same shape
+                runs = [measure(llm, b, args.tokens) for _ in range(args.repeats)]
+                per = "token" if b == 1 else "step"
+                unit = [r["tokens"] if b == 1 else r["steps"] for r in runs]
+                row = {"batch": b, "per": per, "runs": runs,
+                       "wall_us": statistics.median(r["wall_s"] / u * 1e6 for r, u in zip(runs, unit)),
+                       "execute_us": statistics.median(r["execute_s"] / u * 1e6 for r, u in zip(runs, unit)),
+                       "engine_us": statistics.median((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
+                       "steps": runs[0]["steps"]}
+                rows.append(row)
+    print(f"\nengine cost, tiny model ({LAYERS} layers, hidden {HIDDEN}, vocab {VOCAB}), {args.tokens} tokens a "
+          f"request, {args.threads} thread(s), median of {args.repeats}")
+    print("| batch | per | wall us | execute us | engine us | steps |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['per']} | {r['wall_us']:.0f} | {r['execute_us']:.0f} | {r['engine_us']:.0f} | {r['steps']} |")
+    Path(args.out).write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
