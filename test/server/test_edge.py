@@ -65,6 +65,10 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
 
     ours = dict(request_schemas(Limits(max_tokens_cap=CAP)), **RESPONSE_SCHEMAS)
     ours.update(anthropic_schema.request_schemas(Limits().max_stop), **anthropic_schema.RESPONSE_SCHEMAS)
+    from llaisys.server import infill_schema
+
+    ours.update(infill_schema.INFILL_RESPONSE_SCHEMAS,
+                InfillRequest=infill_schema.infill_request_schema(Limits(max_tokens_cap=CAP)))
     assert json.loads(json.dumps(ours)) == schemas  # the very dicts the validator uses, nothing hand-kept
     chat = schemas["ChatCompletionRequest"]["properties"]
     assert chat["temperature"]["maximum"] == 2 and chat["max_tokens"]["maximum"] == CAP

@@ -2,7 +2,7 @@
 
 Two layouts, both Qwen2.5-Coder's published ones:
 
-- file-level:  ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>``
+- file-level:  ``<|fim_prefix|>{prefix}{typed}<|fim_suffix|>{suffix}<|fim_middle|>``
 - repo-level, when extra context chunks are given (and the model has ``<|repo_name|>`` and
   ``<|file_sep|>``)::
 
@@ -10,7 +10,7 @@ Two layouts, both Qwen2.5-Coder's published ones:
       <|file_sep|>{filename 1}\\n{text 1}\\n
       ...
       <|file_sep|>{current filename}\\n
-      <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>
+      <|fim_prefix|>{prefix}{typed}<|fim_suffix|>{suffix}<|fim_middle|>
 
   A model with FIM tokens but no repo tokens gets the chunks before the FIM part, each after a
   ``\\n\\n--- snippet ---\\n\\n`` line (llama-server's fallback).
@@ -19,6 +19,13 @@ The FIM token ids are read from the tokenizer's added (special) tokens by their 
 is hard-coded but the token names. User text (prefix, suffix, chunks, file names) is
 tokenized as plain text, as llama-server does: a ``<|file_sep|>`` typed in a file is the six
 characters, never the control token.
+
+The text typed on the cursor line (``typed``, /infill's ``prompt``) ends the prefix, as in
+llama-server's code. Putting it after ``<|fim_middle|>`` instead (where llama-server's
+documentation once had it) would leave the suffix before it, so a keystroke would not make the
+suffix be computed again; but the middle would then continue a token boundary the model never
+saw in training (``prompt: "    "`` made the 0.5B indent ``else:`` by five spaces), so the
+prefix it is.
 
 Fitting the context (llama-server's rule): the local part (prefix + typed text + suffix) gets
 at most ``LOCAL_MAX`` tokens, split prefix:suffix = 3:1 when both are long (the prefix loses

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from .anthropic_schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
+from .infill_schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
 from .schema import RESPONSE_SCHEMAS, request_schemas
 
 # status -> when a route answers it (every error body is the Error schema)
@@ -86,6 +87,8 @@ ROUTES = [
           body="ChatCompletionRequest", errors=_GEN + (409,), stream="ChatCompletionChunk"),
     Route("POST", "/v1/completions", "openai.completions", "text completion", "TextCompletion",
           body="CompletionRequest", errors=_GEN, stream="TextCompletionChunk"),
+    Route("POST", "/infill", "openai.infill", "code infill (llama-server's fill-in-the-middle, for editor plugins)",
+          "InfillResponse", body="InfillRequest", errors=_GEN, stream="InfillChunk"),
     Route("POST", "/v1/embeddings", "openai.embeddings", "embeddings (mean-pooled, L2-normalised)", "EmbeddingList",
           body="EmbeddingRequest", errors=_AUTH + _BODY + (404, 429, 504)),
     Route("POST", "/tokenize", "openai.tokenize", "token ids of a prompt or a rendered chat", "TokenizeResponse",
@@ -148,6 +151,7 @@ def build_openapi(limits, has_keys: bool = False, has_web: bool = True, version:
     schemas.update(RESPONSE_SCHEMAS)
     schemas.update(anthropic_requests(limits.max_stop))
     schemas.update(ANTHROPIC_RESPONSES)
+    schemas.update(INFILL_RESPONSE_SCHEMAS, InfillRequest=infill_request_schema(limits))
     doc = {
         "openapi": "3.1.0",
         "info": {"title": "llaisys OpenAI-compatible server", "version": version or "0",

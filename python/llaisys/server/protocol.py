@@ -27,7 +27,6 @@ _UNSUPPORTED = {  # field -> why it is refused
     "chat_template_kwargs": "client-supplied chat template arguments are not accepted",
     "functions": "the deprecated `functions` field is not supported; use `tools`",
     "function_call": "the deprecated `function_call` field is not supported; use `tool_choice`",
-    "suffix": "suffix (fill-in-the-middle) is not supported",
 }
 
 
@@ -81,6 +80,7 @@ class ChatRequest(GenerationRequest):
 class CompletionRequest(GenerationRequest):
     prompts: list = field(default_factory=list)  # each a non-empty str or a non-empty list of token ids
     echo: bool = False  # prepend the prompt to the text
+    suffix: Optional[str] = None  # text after the completion: fill-in-the-middle with each prompt the prefix
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -218,6 +218,7 @@ def parse_completion(body: dict, limits: Limits) -> CompletionRequest:
     req = CompletionRequest(**_common(body, limits, logprobs, ("max_tokens",)))
     req.prompts = prompt_list(body["prompt"])
     req.echo = get_field(body, "echo", False)
+    req.suffix = get_field(body, "suffix")
     if req.echo and logprobs is not None:
         raise bad_request("echo with logprobs is not supported (prompt logprobs are not computed)", param="echo",
                           code="unsupported_parameter")

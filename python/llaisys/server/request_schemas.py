@@ -137,6 +137,8 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
         "prompt": prompt,
         "logprobs": _int(0, MAX_LOGPROBS, "top logprobs per token"),
         "echo": BOOL,
+        "suffix": _str("text after the completion: fill-in-the-middle with the prompt as the prefix, in the "
+                       "model's FIM layout (models with FIM tokens; text prompts)"),
     }), ("prompt",), "POST /v1/completions")
     embeddings = _body({
         "model": SAMPLING["model"],

@@ -18,6 +18,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from ..engine.async_engine import EngineDeadError
 from .errors import APIError, bad_request, not_found, unavailable
 from .generation import Generation, client_gone_check
+from .infill import completion_fim_prompts, infill
 from .protocol import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                        parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
@@ -153,8 +154,15 @@ def completions():
     ticket, deadline, gone = _start(served, owner)
     try:
         tok = served.engine.tokenizer
-        prompts = _completion_prompts(req, tok)
-        params = [_sampling(req, len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS) for ids, _ in prompts]
+        fim = {}
+        if req.suffix is None:
+            prompts = _completion_prompts(req, tok)
+        else:  # fill-in-the-middle: each prompt the prefix, in the model's FIM layout, ending at its FIM stops
+            prompts, stops = completion_fim_prompts(req.prompts, req.suffix, tok, served.max_model_len,
+                                                    req.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS)
+            fim["stop_token_ids"] = list(dict.fromkeys(list(req.sampling.get("stop_token_ids") or []) + stops))
+        params = [_sampling(req, len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS, **fim)
+                  for ids, _ in prompts]
         echo = [""] * len(prompts)
         if req.echo:
             try:
@@ -168,6 +176,9 @@ def completions():
         ticket.release()
         raise
     return Run(st, served, req, gen, ticket, "text", echo).respond()
+
+
+bp.add_url_rule("/infill", "infill", infill, methods=["POST"])  # llama-server's code infill (infill.py)
 
 
 def _embedding_inputs(raw: list, tokenizer) -> list:
