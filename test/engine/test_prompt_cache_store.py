@@ -293,3 +293,18 @@ def test_a_full_queue_skips_the_copy(tmp_path):
         tier.save(1, h, parent, toks)
     assert Counting.reads == 0 and tier.stats.writes_dropped == 1
     store.close()
+
+
+def test_reads_stop_at_the_lookup_budget(tmp_path):
+    core = FakeCoreCache(6)
+    kv = KVCacheManager(6, BS)
+    kv.tier = PromptCacheTier(DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20), core)
+    a = list(range(17))
+    run(kv, core, "a", a, content)
+    kv.tier.close(kv)
+    kv = KVCacheManager(6, BS)
+    kv.tier = PromptCacheTier(DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20), FakeCoreCache(6),
+                              load_budget_s=-1.0)  # spent before the first read
+    hit, _ = run(kv, kv.tier.cache, "a2", a, content)
+    assert hit.num_tokens == 0 and kv.tier.stats.hits == 0 and kv.num_free_blocks == 6
+    kv.tier.close(kv)
