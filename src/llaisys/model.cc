@@ -63,7 +63,7 @@ llaisysStatus_t llaisysModelSetWeight(llaisysModel_t model, const char *name, ll
         // kind is read only through enum_in_range (an out-of-range value copied as the enum type
         // is an invalid load); with a name it is ignored
         const llaisysWeightKind_t k =
-            name ? LLAISYS_WEIGHT_EMBED : capi::enum_in_range(kind, LLAISYS_WEIGHT_EMBED, LLAISYS_WEIGHT_DOWN, "weight kind");
+            name ? LLAISYS_WEIGHT_EMBED : capi::enum_in_range(kind, LLAISYS_WEIGHT_EMBED, LLAISYS_WEIGHT_SHARED_EXPERT_GATE, "weight kind");
         m->set_weight(name, k, layer, data, dtype, std::vector<size_t>(shape, shape + ndim));
     });
 }

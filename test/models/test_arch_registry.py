@@ -23,8 +23,9 @@ def parse(family, **change):
     return parse_config({k: v for k, v in d.items() if v is not ...}, "config.json")
 
 
-def test_registry_lists_the_four_families():
-    assert sorted(REGISTRY) == ["LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"]
+def test_registry_lists_the_families():  # the mixture-of-experts ones: test_moe_registry.py
+    assert sorted(REGISTRY) == ["LlamaForCausalLM", "MistralForCausalLM", "MixtralForCausalLM", "Qwen2ForCausalLM",
+                                "Qwen2MoeForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"]
 
 
 @pytest.mark.parametrize("family", list(BASES))
@@ -96,7 +97,8 @@ def test_rope_scaling_types(spelling):
 
 @pytest.mark.parametrize("family,change,field,message", [
     ("qwen2", {"architectures": ["GPT2LMHeadModel"]}, "architectures",
-     "not supported; known: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM"),
+     "not supported; known: LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+     "Qwen2MoeForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM"),
     ("qwen2", {"architectures": "Qwen2ForCausalLM"}, "architectures", "must be a list"),
     ("qwen2", {"architectures": ..., "model_type": "gpt2"}, "model_type", "known: "),
     ("llama", {"model_type": "qwen2"}, "model_type", "does not match LlamaForCausalLM"),

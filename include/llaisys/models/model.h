@@ -2,8 +2,9 @@
  * struct, weights set by name or by slot, and one forward + sampling call per engine step.
  *
  * Supported families: Qwen2 (optionally with sliding-window layers), Llama 2 / 3.x (with the
- * llama3 rope scaling), Qwen3 dense (per-head q/k RMSNorm), Mistral (sliding window). They
- * differ only in the fields below; the core runs one decoder for all of them, on every device.
+ * llama3 rope scaling), Qwen3 dense (per-head q/k RMSNorm), Mistral (sliding window), and the
+ * mixture-of-experts Qwen2-MoE, Qwen3-MoE and Mixtral (n_experts > 0; CPU only so far). They
+ * differ only in the fields below; the core runs one decoder for all of them.
  *
  * A step computes a flat batch of tokens from many sequences at once: prefill chunks
  * (query length L) and decode tokens (query length 1) alike. Activations are f32; weights
@@ -27,6 +28,9 @@ typedef enum {
     LLAISYS_ARCH_LLAMA = 1,
     LLAISYS_ARCH_QWEN3 = 2,
     LLAISYS_ARCH_MISTRAL = 3,
+    LLAISYS_ARCH_QWEN2_MOE = 4, /* Qwen1.5-MoE / Qwen2-MoE: experts + a sigmoid-gated shared expert */
+    LLAISYS_ARCH_QWEN3_MOE = 5, /* Qwen3-MoE (Qwen3-30B-A3B): experts, q/k norm */
+    LLAISYS_ARCH_MIXTRAL = 6,   /* Mixtral: experts, renormalised top-k */
 } llaisysArch_t;
 
 /* How RoPE frequencies are derived from rope_theta (HF "rope_scaling.rope_type").
@@ -75,6 +79,19 @@ typedef struct {
     const uint32_t *layer_window; /* [n_layers] sliding window of each layer in tokens (a query at
                                      position p sees keys at positions > p - window), 0: the
                                      whole context; NULL: every layer full. Copied by Create. */
+    /* Mixture of experts (all 0: a dense model). A sparse layer's FFN routes each token to
+     * n_experts_per_tok of n_experts SwiGLU experts of width moe_intermediate_size: router
+     * logits [n_experts] -> softmax -> the top k (renormalised to sum 1 when norm_topk_prob)
+     * -> the weighted sum of those experts' outputs, plus, when shared_expert_intermediate_size
+     * > 0, sigmoid(shared_expert_gate . x) * the shared expert's output (Qwen2-MoE). A dense
+     * layer (layer_sparse[l] == 0) runs the MLP of width intermediate_size. Needs the CPU. */
+    size_t n_experts;                       /* E; 0: dense */
+    size_t n_experts_per_tok;               /* top-k, in [1, n_experts] */
+    size_t moe_intermediate_size;           /* each expert's inner width */
+    size_t shared_expert_intermediate_size; /* 0: no shared expert */
+    int norm_topk_prob;                     /* 1: the k chosen weights are divided by their sum */
+    const uint8_t *layer_sparse;            /* [n_layers] 1: MoE FFN, 0: dense MLP; NULL: every layer
+                                               sparse (when n_experts > 0). Copied by Create. */
 } llaisysModelParams_t;
 
 /* Defaults: struct_size set, Qwen2, bf16, silu, rope_theta 10000, DEFAULT rope, eps 1e-6,
@@ -119,10 +136,21 @@ typedef enum {
     LLAISYS_WEIGHT_GATE = 14,      /* [intermediate, hidden]  mlp.gate_proj.weight */
     LLAISYS_WEIGHT_UP = 15,        /* [intermediate, hidden]  mlp.up_proj.weight */
     LLAISYS_WEIGHT_DOWN = 16,      /* [hidden, intermediate]  mlp.down_proj.weight */
+    /* sparse layers (n_experts > 0 and layer_sparse[l]); E experts of width Ie, shared width Is */
+    LLAISYS_WEIGHT_ROUTER = 17,      /* [E, hidden]      mlp.gate.weight */
+    LLAISYS_WEIGHT_EXPERT_GATE = 18, /* [E, Ie, hidden]  mlp.experts.gate_proj.weight (stacked) */
+    LLAISYS_WEIGHT_EXPERT_UP = 19,   /* [E, Ie, hidden]  mlp.experts.up_proj.weight (stacked) */
+    LLAISYS_WEIGHT_EXPERT_DOWN = 20, /* [E, hidden, Ie]  mlp.experts.down_proj.weight (stacked) */
+    LLAISYS_WEIGHT_SHARED_GATE = 21, /* [Is, hidden]     mlp.shared_expert.gate_proj.weight */
+    LLAISYS_WEIGHT_SHARED_UP = 22,   /* [Is, hidden]     mlp.shared_expert.up_proj.weight */
+    LLAISYS_WEIGHT_SHARED_DOWN = 23, /* [hidden, Is]     mlp.shared_expert.down_proj.weight */
+    LLAISYS_WEIGHT_SHARED_EXPERT_GATE = 24, /* [1, hidden] mlp.shared_expert_gate.weight */
 } llaisysWeightKind_t;
 
 /* Copy one weight from host memory into its slot, converting from `dtype` (f32, f16 or
- * bf16) to the model dtype. The slot is `name` when it is not NULL (the HF name of the
+ * bf16) to the model dtype. Expert weights are 3-D, [E, rows, cols], expert e's matrix at
+ * e * rows * cols (block-quantized: e * rows * row bytes); each expert is stored on its own so
+ * that a step reads only the chosen experts. The slot is `name` when it is not NULL (the HF name of the
  * comment above, "model.layers.3.self_attn.q_proj.weight"), else (kind, layer).
  * `shape[ndim]` must be the slot's shape; `data` is only read during the call. Unknown
  * names, slots this model does not have (a bias without qkv_bias, lm_head when tied, a

@@ -22,6 +22,9 @@ class Arch(IntEnum):
     LLAMA = 1
     QWEN3 = 2
     MISTRAL = 3
+    QWEN2_MOE = 4
+    QWEN3_MOE = 5
+    MIXTRAL = 6
 
 
 class RopeScaling(IntEnum):
@@ -59,6 +62,14 @@ class WeightKind(IntEnum):
     GATE = 14
     UP = 15
     DOWN = 16
+    ROUTER = 17
+    EXPERT_GATE = 18
+    EXPERT_UP = 19
+    EXPERT_DOWN = 20
+    SHARED_GATE = 21
+    SHARED_UP = 22
+    SHARED_DOWN = 23
+    SHARED_EXPERT_GATE = 24
 
 
 class ModelParams(ctypes.Structure):
@@ -91,6 +102,12 @@ class ModelParams(ctypes.Structure):
         ("tie_word_embeddings", ctypes.c_int),
         ("activation", ctypes.c_int),
         ("layer_window", ctypes.POINTER(ctypes.c_uint32)),  # [n_layers] or NULL
+        ("n_experts", ctypes.c_size_t),
+        ("n_experts_per_tok", ctypes.c_size_t),
+        ("moe_intermediate_size", ctypes.c_size_t),
+        ("shared_expert_intermediate_size", ctypes.c_size_t),
+        ("norm_topk_prob", ctypes.c_int),
+        ("layer_sparse", ctypes.POINTER(ctypes.c_uint8)),  # [n_layers] or NULL
     ]
 
 

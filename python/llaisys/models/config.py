@@ -33,6 +33,12 @@ LIMITS = {
     "sliding_window": (1, 1 << 26),
     "rms_norm_eps": (0.0, 0.5),  # exclusive below; the core keeps it as a float32
     "rope_theta": (0.0, 1e12),  # exclusive below; the core keeps it as a float32
+    # mixture of experts (Qwen3-235B-A22B: 128 experts, top 8; DeepSeek-V3: 256)
+    "num_experts": (1, 1 << 16),
+    "num_experts_per_tok": (1, 1 << 16),
+    "moe_intermediate_size": (1, 1 << 20),
+    "shared_expert_intermediate_size": (0, 1 << 20),
+    "decoder_sparse_step": (1, 1 << 12),
 }
 MAX_EOS_IDS = 256  # end-of-sequence ids one config may list
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # LLAISYS_ROPE_* in order
@@ -80,6 +86,13 @@ class ModelParams:
     bos_token_id: Optional[int]  # beginning-of-sequence id, None if not stated
     eos_token_ids: tuple  # end-of-sequence id(s) from config.json, () if not stated
     activation: str = "silu"  # the gated MLP's activation (LLAISYS_ACT_SILU)
+    # mixture of experts (all 0 / () for a dense model)
+    n_experts: int = 0  # E, routed experts of each sparse layer
+    n_experts_per_tok: int = 0  # k, experts each token is routed to (1 <= k <= E)
+    moe_intermediate_size: int = 0  # Ie, each expert's SwiGLU inner width
+    shared_expert_intermediate_size: int = 0  # Is, the shared expert's width (Qwen2-MoE); 0: none
+    norm_topk_prob: bool = False  # the k routing weights are renormalised to sum 1
+    layer_sparse: tuple = ()  # [n_layers] True: the layer's FFN is the experts, False: the dense MLP
 
     @property
     def num_hidden_layers(self) -> int:

@@ -48,6 +48,28 @@ def expected_shapes(config: ModelParams) -> dict:
 
 
 _LAYER = re.compile(r"model\.layers\.(\d+)\.")
+# one expert's projection: (layer, expert, projection name) of Qwen-MoE or Mixtral HF names
+_EXPERT = re.compile(r"model\.layers\.(\d+)\.(?:mlp|block_sparse_moe)\.experts\.(\d+)\.(\w+)\.weight$")
+
+
+def _check_experts(config: ModelParams, tensors: dict, field_error) -> None:
+    """The expert count and width the tensors hold against num_experts / moe_intermediate_size."""
+    top, rows = -1, None
+    for name, t in tensors.items():
+        m = _EXPERT.match(name)
+        if m:
+            top = max(top, int(m.group(2)))
+            if m.group(3) in ("gate_proj", "w1") and len(t.shape) == 2:
+                rows = rows if rows is not None else t.shape[0]
+    if top < 0:
+        if any(config.layer_sparse):
+            field_error("num_experts", config.n_experts, "no expert tensors (mlp.experts.N.*)")
+        return
+    if top + 1 > config.n_experts:
+        field_error("num_experts", config.n_experts, f"experts numbered up to {top}")
+    if rows is not None and rows != config.moe_intermediate_size:
+        key = "intermediate_size" if config.arch == "mixtral" else "moe_intermediate_size"
+        field_error(key, config.moe_intermediate_size, f"experts with a gate projection of {rows} rows")
 
 
 def check_config_against_tensors(config: ModelParams, tensors: dict, config_source: str) -> None:
@@ -73,6 +95,8 @@ def check_config_against_tensors(config: ModelParams, tensors: dict, config_sour
             field_error("vocab_size", config.vocab_size, f"{embed[0]} embedding rows")
         if embed[1] != config.hidden_size:
             field_error("hidden_size", config.hidden_size, f"{embed[1]} embedding columns")
+    if config.n_experts:
+        _check_experts(config, tensors, field_error)
     up = dims("model.layers.0.mlp.up_proj.weight")
     if up is not None and up[0] != config.intermediate_size:
         field_error("intermediate_size", config.intermediate_size, f"an up_proj of {up[0]} rows")

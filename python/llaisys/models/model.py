@@ -34,8 +34,8 @@ class ModelStatsInfo:
 
 
 def c_params(p: ModelParams, dtype: DataType) -> tuple:
-    """(llaisysModelParams_t, the layer_window array it points at) for `p` in `dtype`.
-    The array must stay alive until llaisysModelCreate has copied it."""
+    """(llaisysModelParams_t, the layer_window and layer_sparse arrays it points at) for `p` in
+    `dtype`. The arrays must stay alive until llaisysModelCreate has copied them."""
     c = LIB.llaisysModelDefaultParams()  # struct_size and the defaults of fields we leave alone
     c.arch, c.dtype = int(Arch[p.arch.upper()]), int(dtype)
     c.n_layers, c.hidden_size, c.intermediate_size = p.n_layers, p.hidden_size, p.intermediate_size
@@ -48,11 +48,32 @@ def c_params(p: ModelParams, dtype: DataType) -> tuple:
     c.rope_beta_fast, c.rope_beta_slow, c.rope_attention_factor = r.beta_fast, r.beta_slow, r.attention_factor
     c.qkv_bias, c.qk_norm, c.tie_word_embeddings = int(p.qkv_bias), int(p.qk_norm), int(p.tie_word_embeddings)
     c.activation = int(Activation[p.activation.upper()])
-    window = None
+    window = sparse = None
     if any(p.layer_window):
         window = (ctypes.c_uint32 * p.n_layers)(*p.layer_window)  # [n_layers]
         c.layer_window = ctypes.cast(window, ctypes.POINTER(ctypes.c_uint32))
-    return c, window
+    if p.n_experts:
+        c.n_experts, c.n_experts_per_tok = p.n_experts, p.n_experts_per_tok
+        c.moe_intermediate_size, c.shared_expert_intermediate_size = p.moe_intermediate_size, \
+            p.shared_expert_intermediate_size
+        c.norm_topk_prob = int(p.norm_topk_prob)
+        sparse = (ctypes.c_uint8 * p.n_layers)(*(int(s) for s in p.layer_sparse))  # [n_layers]
+        c.layer_sparse = ctypes.cast(sparse, ctypes.POINTER(ctypes.c_uint8))
+    return c, (window, sparse)
+
+
+def stack_experts(parts: dict, n_experts: int) -> tuple:
+    """(data [E, rows, cols] or [E, rows, row bytes] for blocks, dtype, shape [E, rows, cols]) of
+    one sparse layer's expert tensors {expert: tensor}, all of one dtype and shape (the loader
+    checked names and shapes; a quantization that differs between experts is refused here)."""
+    first = parts[0]
+    for e in range(n_experts):
+        t = parts[e]
+        if t.dtype != first.dtype:
+            raise ValueError(f"tensor {t.name!r} is {t.dtype} but expert 0's is {first.dtype}: the experts of "
+                             f"one projection are stored as one tensor, in one dtype")
+    data = np.stack([np.asarray(parts[e].data) for e in range(n_experts)])
+    return data, first.dtype, (n_experts, *first.shape)
 
 
 class Model(OwnedHandle):
@@ -82,13 +103,27 @@ class Model(OwnedHandle):
 
     def _set_weights(self, loaded: LoadedModel) -> None:
         slots = weight_slots(self.config)
+        experts: dict = {}  # (kind, layer) -> {expert: tensor}: stacked into one 3-D slot below
         for name, t in loaded.tensors.items():
             slot = slots[name]  # the loader checked every name against the same map
-            shape = (ctypes.c_size_t * len(t.shape))(*t.shape)
-            data = np.ascontiguousarray(t.data)
-            check(LIB.llaisysModelSetWeight(self._handle, None, int(WeightKind[slot.kind]), slot.layer,
-                                            data.ctypes.data_as(ctypes.c_void_p), int(as_dtype(t.dtype)),
-                                            shape, len(t.shape)))
+            if slot.expert >= 0:
+                experts.setdefault((slot.kind, slot.layer), {})[slot.expert] = t
+                continue
+            self._set_one(slot.kind, slot.layer, t.data, t.dtype, t.shape)
+        for (kind, layer), parts in experts.items():
+            data, dtype, shape = stack_experts(parts, self.config.n_experts)
+            self._set_one(kind, layer, data, dtype, shape)
+            del data  # one layer's stacked copy at a time
+        self._check_complete()
+
+    def _set_one(self, kind: str, layer: int, data, dtype: str, shape: tuple) -> None:
+        c_shape = (ctypes.c_size_t * len(shape))(*shape)
+        data = np.ascontiguousarray(data)
+        check(LIB.llaisysModelSetWeight(self._handle, None, int(WeightKind[kind]), layer,
+                                        data.ctypes.data_as(ctypes.c_void_p), int(as_dtype(dtype)), c_shape,
+                                        len(shape)))
+
+    def _check_complete(self) -> None:
         missing = ctypes.c_size_t()
         first = ctypes.create_string_buffer(256)
         check(LIB.llaisysModelMissingWeights(self._handle, ctypes.byref(missing), first, 256))

@@ -57,7 +57,7 @@ def plan_types(config: ModelParams, names, scheme: str) -> dict:
         tag = scheme
         if scheme == "q4_k":
             output = kind == "LM_HEAD" or (kind == "EMBED" and tied)
-            if output or (kind in ("V", "DOWN") and _more_bits(layer, config.n_layers)):
+            if output or (kind in ("V", "DOWN", "EXPERT_DOWN") and _more_bits(layer, config.n_layers)):
                 tag = "q6_k"
         tag = _fits(tag, shape[1])
         if tag:

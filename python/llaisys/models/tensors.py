@@ -11,8 +11,10 @@ from ..libllaisys import DataType
 
 # quant dtype tag -> (elements per block, bytes per block), as the library defines them (GGUF's)
 QUANT_BLOCKS = {dt.name.lower(): (block_size(dt), block_bytes(dt)) for dt in DataType if is_quantized(dt)}
-# weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights and the embedding
-QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN"))
+# weight kinds (arch WeightSlot.kind) that may hold a quantized matrix: the linear weights (the experts'
+# and the shared expert's included; not the routers) and the embedding
+QUANTIZABLE_KINDS = frozenset(("EMBED", "LM_HEAD", "Q", "K", "V", "O", "GATE", "UP", "DOWN", "EXPERT_GATE",
+                               "EXPERT_UP", "EXPERT_DOWN", "SHARED_GATE", "SHARED_UP", "SHARED_DOWN"))
 
 
 @dataclass

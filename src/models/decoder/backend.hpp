@@ -62,8 +62,24 @@ public:
     // of the cache through the step's view; a key at position k is visible to a query at p
     // when k <= p and (window == 0 or k > p - window).
     virtual void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) = 0;
-    // out [n, I] = silu(gate) * up of gate_up [n, 2 I] (gate first).
-    virtual void swiglu(float *out, const float *gate_up, size_t n) = 0;
+    // out [n, width] = silu(gate) * up of gate_up [n, 2 width] (gate first).
+    virtual void swiglu(float *out, const float *gate_up, size_t n, size_t width) = 0;
+
+    // Mixture of experts (a sparse layer's FFN, Model::moe_ffn). moe_route reads the router's
+    // logits [n, E] and decides each token's n_experts_per_tok (k) experts and their weights
+    // (softmax over E, the top k, renormalised when norm_topk_prob), then orders the n k
+    // (token, choice) pairs by expert: the route, held by the backend and read by the three
+    // calls after it until the next moe_route.
+    virtual void moe_route(const float *logits, size_t n) = 0;
+    // xg [n k, H] = the row of x [n, H] of each routed pair, in the route's order.
+    virtual void moe_gather(float *xg, const float *x) = 0;
+    // out [n k, w.n] = each routed row of in [n k, w.k] times W_e^T of its expert e: a grouped
+    // linear that reads the chosen experts' weights only, each once for all its rows.
+    virtual void expert_linear(float *out, const float *in, const ExpertWeight &w) = 0;
+    // out [n, H] = for each token, the sum over its k pairs of weight * that pair's row of y [n k, H].
+    virtual void moe_combine(float *out, const float *y) = 0;
+    // out [n, d] += sigmoid(gate [n]) * y [n, d], one gate per row (Qwen2-MoE's shared expert).
+    virtual void add_sigmoid_gated(float *out, const float *y, const float *gate, size_t n, size_t d) = 0;
     // x [count] += y [count].
     virtual void add(float *x, const float *y, size_t count) = 0;
     // xs [n_sample, H] = rows sample_rows of x [n, H].
@@ -81,7 +97,8 @@ public:
 
 // The backends. Both keep references to `c` and `w`, which must outlive them.
 std::unique_ptr<Backend> make_cpu_backend(const Config &c, const Weights &w);
-// Throws UNSUPPORTED in a build without the NVIDIA backend.
+// Throws UNSUPPORTED in a build without the NVIDIA backend. The NVIDIA backend has no
+// mixture-of-experts primitives yet: the weight store refuses MoE models on it at creation.
 std::unique_ptr<Backend> make_nvidia_backend(const Config &c, const Weights &w, int device_id);
 
 }  // namespace llaisys::models

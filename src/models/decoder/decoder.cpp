@@ -106,15 +106,42 @@ void Model::forward(kv::KVCache &cache, size_t n) {
         be_->linear(proj, attn, L.o_w, nullptr, n);        // [n, H]
         // MLP block: x += o_proj; h = post_norm(x)
         be_->add_rms_norm(h, x, proj, *L.post_norm, n, H);
-        be_->linear(gate_up, h, L.gate_up_w, nullptr, n);  // [n, 2 I]
-        be_->swiglu(act, gate_up, n);                       // [n, I]
-        be_->linear(proj, act, L.down_w, nullptr, n);       // [n, H]
+        if (L.sparse) {
+            moe_ffn(L, n);  // proj = experts(h) [n, H]
+        } else {
+            be_->linear(gate_up, h, L.gate_up_w, nullptr, n);  // [n, 2 I]
+            be_->swiglu(act, gate_up, n, p.intermediate_size);  // [n, I]
+            be_->linear(proj, act, L.down_w, nullptr, n);       // [n, H]
+        }
         if (l + 1 < p.n_layers) {  // x += down_proj; h = next layer's in_norm(x)
             be_->add_rms_norm(h, x, proj, *w.layers[l + 1].in_norm, n, H);
         } else {  // the final norm runs on the sample rows only (finish_rows)
             be_->add(x, proj, n * H);
         }
     }
+}
+
+// A sparse layer's FFN over h [n, H] into proj [n, H]: route each token to its top-k experts,
+// run each chosen expert's gate/up, SwiGLU and down over the rows routed to it, sum the rows
+// back weighted; then Qwen2-MoE's shared expert, scaled by sigmoid(shared_expert_gate . h).
+void Model::moe_ffn(const LayerWeights &L, size_t n) {
+    const llaisysModelParams_t &p = c_.p;
+    const size_t H = p.hidden_size, Ie = p.moe_intermediate_size, nk = n * p.n_experts_per_tok;
+    float *h = ws_.h(), *proj = ws_.proj(), *router = ws_.router(), *ey = ws_.ey();
+    be_->linear(router, h, L.router_w, nullptr, n);           // [n, E] router logits
+    be_->moe_route(router, n);                                 // top-k, pairs grouped by expert
+    be_->moe_gather(ws_.xg(), h);                              // [n k, H]
+    be_->expert_linear(ws_.eg(), ws_.xg(), L.exp_gate_up);     // [n k, 2 Ie]
+    be_->swiglu(ws_.eact(), ws_.eg(), nk, Ie);                 // [n k, Ie]
+    be_->expert_linear(ey, ws_.eact(), L.exp_down);            // [n k, H]
+    be_->moe_combine(proj, ey);                                // [n, H] the weighted sum
+    if (p.shared_expert_intermediate_size == 0) return;
+    const size_t Is = p.shared_expert_intermediate_size;
+    be_->linear(ws_.gate_up(), h, L.shared_gate_up_w, nullptr, n);  // [n, 2 Is]
+    be_->swiglu(ws_.act(), ws_.gate_up(), n, Is);                   // [n, Is]
+    be_->linear(ey, ws_.act(), L.shared_down_w, nullptr, n);        // [n, H]
+    be_->linear(router, h, L.shared_gate_w, nullptr, n);            // [n, 1] the shared expert's gate
+    be_->add_sigmoid_gated(proj, ey, router, n, H);
 }
 
 // The sample rows: gather, final norm, hidden states, lm_head, sampling.

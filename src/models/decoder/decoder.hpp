@@ -49,6 +49,7 @@ private:
     void validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const;  // batch.cpp
     bool plan_kv(kv::KVCache &cache, const llaisysBatch_t &b);                    // batch.cpp: fills plan_
     void forward(kv::KVCache &cache, size_t n);                                   // decoder.cpp
+    void moe_ffn(const LayerWeights &L, size_t n);                                // decoder.cpp
     void finish_rows(const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
                      const llaisysStepOutput_t &out);                              // decoder.cpp
 

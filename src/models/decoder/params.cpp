@@ -24,11 +24,49 @@ int bits(const E &e) {
 
 bool finite_positive(float x) { return std::isfinite(x) && x > 0; }
 
+// The mixture-of-experts fields: all zero for a dense model; otherwise a top-k within the
+// experts, a positive expert width, flags 0/1 and every derived size overflow-checked.
+void validate_moe(Config &c, const char *pre) {
+    llaisysModelParams_t &p = c.p;
+    c.moe = p.n_experts > 0;
+    c.sparse.assign(p.n_layers, c.moe ? 1 : 0);
+    if (!c.moe) {
+        LLAISYS_CHECK_ARG(p.n_experts_per_tok == 0 && p.moe_intermediate_size == 0 &&
+                              p.shared_expert_intermediate_size == 0 && p.norm_topk_prob == 0,
+                          pre, ": n_experts is 0 (a dense model) but n_experts_per_tok, moe_intermediate_size, "
+                          "shared_expert_intermediate_size or norm_topk_prob is set");
+        c.any_dense = true;
+        p.layer_sparse = nullptr;
+        return;
+    }
+    LLAISYS_CHECK_ARG(p.n_experts <= (size_t(1) << 16), pre, ": n_experts ", p.n_experts, " is larger than 65536");
+    LLAISYS_CHECK_ARG(p.n_experts_per_tok >= 1 && p.n_experts_per_tok <= p.n_experts, pre, ": n_experts_per_tok (",
+                      p.n_experts_per_tok, ") must be in [1, n_experts = ", p.n_experts, "]");
+    LLAISYS_CHECK_ARG(p.moe_intermediate_size > 0, pre, ": moe_intermediate_size must be > 0 with n_experts > 0");
+    LLAISYS_CHECK_ARG(p.norm_topk_prob == 0 || p.norm_topk_prob == 1, pre, ": norm_topk_prob must be 0 or 1, got ",
+                      p.norm_topk_prob);
+    const size_t Ie = p.moe_intermediate_size, Is = p.shared_expert_intermediate_size;
+    size_t expert = checked_mul(checked_mul(3, Ie, "3 * moe_intermediate_size"), p.hidden_size, "expert elements");
+    checked_mul(checked_mul(p.n_experts, expert, "n_experts * expert elements"), p.n_layers, "expert elements");
+    checked_mul(checked_mul(2, Is, "2 * shared_expert_intermediate_size"), p.hidden_size, "shared expert elements");
+    checked_mul(p.n_experts_per_tok, checked_mul(2, Ie, "2 * moe_intermediate_size"), "top-k expert width");
+    if (p.layer_sparse) {
+        for (size_t l = 0; l < p.n_layers; l++) {
+            LLAISYS_CHECK_ARG(p.layer_sparse[l] <= 1, pre, ": layer_sparse[", l, "] must be 0 or 1, got ",
+                              int(p.layer_sparse[l]));
+            c.sparse[l] = p.layer_sparse[l];
+        }
+    }
+    c.any_dense = false;
+    for (uint8_t s : c.sparse) c.any_dense = c.any_dense || s == 0;
+    p.layer_sparse = c.sparse.data();
+}
+
 // `pre` is "params" (llaisysModelParams_t) or "meta" (the Qwen2 meta): it starts each message.
 void validate(Config &c, const char *pre) {
     llaisysModelParams_t &p = c.p;
     const int arch = bits(p.arch), dt = bits(p.dtype), rs = bits(p.rope_scaling), act = bits(p.activation);
-    LLAISYS_CHECK_ARG(arch >= LLAISYS_ARCH_QWEN2 && arch <= LLAISYS_ARCH_MISTRAL, pre, ": unknown arch ", arch);
+    LLAISYS_CHECK_ARG(arch >= LLAISYS_ARCH_QWEN2 && arch <= LLAISYS_ARCH_MIXTRAL, pre, ": unknown arch ", arch);
     LLAISYS_CHECK(dt == LLAISYS_DTYPE_F32 || dt == LLAISYS_DTYPE_F16 || dt == LLAISYS_DTYPE_BF16,
                   LLAISYS_STATUS_DTYPE_MISMATCH, pre, ": dtype (", dt, ") must be f32, f16 or bf16");
     LLAISYS_CHECK_ARG(rs >= LLAISYS_ROPE_DEFAULT && rs <= LLAISYS_ROPE_YARN, pre, ": unknown rope_scaling ", rs);
@@ -68,6 +106,7 @@ void validate(Config &c, const char *pre) {
         }
     }
     p.layer_window = c.window.data();
+    validate_moe(c, pre);
 
     ops::RopeSpec &r = c.rope;
     r.theta = p.rope_theta;
@@ -91,6 +130,9 @@ Config &Config::operator=(const Config &o) {
     if (this == &o) return *this;
     p = o.p;
     window = o.window;
+    sparse = o.sparse;
+    moe = o.moe;
+    any_dense = o.any_dense;
     rope = o.rope;
     inv_freq = o.inv_freq;
     rope_scale = o.rope_scale;
@@ -99,6 +141,7 @@ Config &Config::operator=(const Config &o) {
     kv_dim = o.kv_dim;
     qkv_dim = o.qkv_dim;
     p.layer_window = window.empty() ? nullptr : window.data();
+    p.layer_sparse = moe ? sparse.data() : nullptr;
     return *this;
 }
 
@@ -172,6 +215,9 @@ const char *arch_name(llaisysArch_t arch) {
     case LLAISYS_ARCH_LLAMA: return "Llama";
     case LLAISYS_ARCH_QWEN3: return "Qwen3";
     case LLAISYS_ARCH_MISTRAL: return "Mistral";
+    case LLAISYS_ARCH_QWEN2_MOE: return "Qwen2-MoE";
+    case LLAISYS_ARCH_QWEN3_MOE: return "Qwen3-MoE";
+    case LLAISYS_ARCH_MIXTRAL: return "Mixtral";
     default: return "unknown";
     }
 }

@@ -36,9 +36,38 @@ void convert_rows(Tensor &dst, size_t row0, const void *src, llaisysDataType_t s
 }
 
 const char *kind_name(int kind) {
-    static const char *names[] = {"EMBED", "FINAL_NORM", "LM_HEAD", "ATTN_NORM", "Q", "K", "V", "Q_BIAS", "K_BIAS",
-                                  "V_BIAS", "O", "Q_NORM", "K_NORM", "MLP_NORM", "GATE", "UP", "DOWN"};
-    return kind >= 0 && kind <= LLAISYS_WEIGHT_DOWN ? names[kind] : nullptr;
+    static const char *names[] = {"EMBED",       "FINAL_NORM",  "LM_HEAD",     "ATTN_NORM",   "Q",
+                                  "K",           "V",           "Q_BIAS",      "K_BIAS",      "V_BIAS",
+                                  "O",           "Q_NORM",      "K_NORM",      "MLP_NORM",    "GATE",
+                                  "UP",          "DOWN",        "ROUTER",      "EXPERT_GATE", "EXPERT_UP",
+                                  "EXPERT_DOWN", "SHARED_GATE", "SHARED_UP",   "SHARED_DOWN", "SHARED_EXPERT_GATE"};
+    return kind >= 0 && kind <= LLAISYS_WEIGHT_SHARED_EXPERT_GATE ? names[kind] : nullptr;
+}
+
+// Why a model lacks a weight kind, for the error that names it.
+const char *absent_reason(int k) {
+    if (k == LLAISYS_WEIGHT_LM_HEAD) return " (embeddings are tied)";
+    if (k >= LLAISYS_WEIGHT_Q_BIAS && k <= LLAISYS_WEIGHT_V_BIAS) return " (qkv_bias is 0)";
+    if (k == LLAISYS_WEIGHT_Q_NORM || k == LLAISYS_WEIGHT_K_NORM) return " (qk_norm is 0)";
+    if (k >= LLAISYS_WEIGHT_GATE && k <= LLAISYS_WEIGHT_DOWN) return " in this layer (a sparse layer: its FFN is experts)";
+    if (k >= LLAISYS_WEIGHT_ROUTER && k <= LLAISYS_WEIGHT_EXPERT_DOWN) return " in this layer (n_experts is 0 or the layer is dense)";
+    if (k >= LLAISYS_WEIGHT_SHARED_GATE) return " in this layer (no shared expert, or a dense layer)";
+    return "";
+}
+
+// A linear weight [n, k] whose storage (packed, quantized, dense) is made by the first weight
+// set into it; whichever it will be, its size must fit.
+LinearWeight new_linear(size_t n, size_t k, llaisysDeviceType_t device) {
+    LinearWeight lw;
+    lw.n = n;
+    lw.k = k;
+    if (device != LLAISYS_DEVICE_CPU) {
+        checked_mul(n, k, "linear weight elements");
+    } else {  // rows padded to whole panels, k to pairs
+        checked_mul(checked_round_up(n, 32, "linear weight rows (padded to 32-row panels)"),
+                    checked_round_up(k, 2, "linear weight width"), "packed linear weight elements");
+    }
+    return lw;
 }
 
 bool per_layer(int kind) { return kind >= LLAISYS_WEIGHT_ATTN_NORM; }
@@ -52,18 +81,10 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
     const size_t H = p.hidden_size, I = p.intermediate_size, V = p.vocab_size, hd = p.head_dim;
     const size_t nq = c.q_dim, nkv = c.kv_dim;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, p.dtype, device, device_id); };
-    auto make_linear = [&](size_t n, size_t k) {
-        LinearWeight lw;  // its storage (packed, quantized, dense) is made by the first weight set into it
-        lw.n = n;
-        lw.k = k;
-        if (device != LLAISYS_DEVICE_CPU) {
-            checked_mul(n, k, "linear weight elements");
-        } else {  // whichever it will be, its size must fit: rows padded to whole panels, k to pairs
-            checked_mul(checked_round_up(n, 32, "linear weight rows (padded to 32-row panels)"),
-                        checked_round_up(k, 2, "linear weight width"), "packed linear weight elements");
-        }
-        return lw;
-    };
+    auto make_linear = [&](size_t n, size_t k) { return new_linear(n, k, device); };
+    LLAISYS_CHECK(device == LLAISYS_DEVICE_CPU || !c.moe, LLAISYS_STATUS_UNSUPPORTED, arch_,
+                  ": mixture-of-experts models run on the CPU only in this version (the NVIDIA backend has no "
+                  "grouped expert GEMMs yet); load it with device cpu");
     auto lin = [&](llaisysWeightKind_t kind, int32_t layer, std::string name, LinearWeight &dst, size_t row0,
                    std::vector<size_t> shape) {
         add(kind, layer, std::move(name), dst.dense, &dst, row0, std::move(shape));
@@ -89,8 +110,6 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
         L.qkv_w = make_linear(nq + 2 * nkv, H);
         L.o_w = make_linear(H, nq);
         L.post_norm = make({H});
-        L.gate_up_w = make_linear(2 * I, H);
-        L.down_w = make_linear(H, I);
         const std::string pre = "model.layers." + std::to_string(l) + ".";
         add(LLAISYS_WEIGHT_ATTN_NORM, li, pre + "input_layernorm.weight", L.in_norm, nullptr, 0, {H});
         lin(LLAISYS_WEIGHT_Q, li, pre + "self_attn.q_proj.weight", L.qkv_w, 0, {nq, H});
@@ -110,17 +129,64 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
             add(LLAISYS_WEIGHT_K_NORM, li, pre + "self_attn.k_norm.weight", L.k_norm, nullptr, 0, {hd});
         }
         add(LLAISYS_WEIGHT_MLP_NORM, li, pre + "post_attention_layernorm.weight", L.post_norm, nullptr, 0, {H});
+        if (c.sparse[l]) {
+            add_sparse_layer(p, l);
+            continue;
+        }
+        L.gate_up_w = make_linear(2 * I, H);
+        L.down_w = make_linear(H, I);
         lin(LLAISYS_WEIGHT_GATE, li, pre + "mlp.gate_proj.weight", L.gate_up_w, 0, {I, H});
         lin(LLAISYS_WEIGHT_UP, li, pre + "mlp.up_proj.weight", L.gate_up_w, I, {I, H});
         lin(LLAISYS_WEIGHT_DOWN, li, pre + "mlp.down_proj.weight", L.down_w, 0, {H, I});
     }
 }
 
+// A sparse layer's slots: the router, the stacked experts (3-D, by expert), the shared expert.
+void WeightStore::add_sparse_layer(const llaisysModelParams_t &p, size_t l) {
+    const size_t H = p.hidden_size, E = p.n_experts, Ie = p.moe_intermediate_size, Is = p.shared_expert_intermediate_size;
+    LayerWeights &L = w_.layers[l];
+    const int32_t li = int32_t(l);
+    const std::string pre = "model.layers." + std::to_string(l) + ".mlp.";
+    L.sparse = true;
+    L.router_w = new_linear(E, H, device_);
+    add(LLAISYS_WEIGHT_ROUTER, li, pre + "gate.weight", nullptr, &L.router_w, 0, {E, H});
+    auto experts = [&](ExpertWeight &ew, size_t n, size_t k) {
+        ew.n = n;
+        ew.k = k;
+        ew.experts.reserve(E);
+        for (size_t e = 0; e < E; e++) ew.experts.push_back(new_linear(n, k, device_));
+    };
+    experts(L.exp_gate_up, 2 * Ie, H);
+    experts(L.exp_down, H, Ie);
+    auto expert_slot = [&](llaisysWeightKind_t kind, std::string name, ExpertWeight &ew, size_t row0,
+                           std::vector<size_t> shape) {
+        add(kind, li, std::move(name), nullptr, nullptr, row0, std::move(shape));
+        slots_.back().exp = &ew;
+    };
+    expert_slot(LLAISYS_WEIGHT_EXPERT_GATE, pre + "experts.gate_proj.weight", L.exp_gate_up, 0, {E, Ie, H});
+    expert_slot(LLAISYS_WEIGHT_EXPERT_UP, pre + "experts.up_proj.weight", L.exp_gate_up, Ie, {E, Ie, H});
+    expert_slot(LLAISYS_WEIGHT_EXPERT_DOWN, pre + "experts.down_proj.weight", L.exp_down, 0, {E, H, Ie});
+    if (Is == 0) return;
+    L.shared_gate_up_w = new_linear(2 * Is, H, device_);
+    L.shared_down_w = new_linear(H, Is, device_);
+    L.shared_gate_w = new_linear(1, H, device_);
+    add(LLAISYS_WEIGHT_SHARED_GATE, li, pre + "shared_expert.gate_proj.weight", nullptr, &L.shared_gate_up_w, 0, {Is, H});
+    add(LLAISYS_WEIGHT_SHARED_UP, li, pre + "shared_expert.up_proj.weight", nullptr, &L.shared_gate_up_w, Is, {Is, H});
+    add(LLAISYS_WEIGHT_SHARED_DOWN, li, pre + "shared_expert.down_proj.weight", nullptr, &L.shared_down_w, 0, {H, Is});
+    add(LLAISYS_WEIGHT_SHARED_EXPERT_GATE, li, pre + "shared_expert_gate.weight", nullptr, &L.shared_gate_w, 0, {1, H});
+}
+
 void WeightStore::add(llaisysWeightKind_t kind, int32_t layer, std::string name, tensor_t dst, LinearWeight *lin,
                       size_t row0, std::vector<size_t> shape) {
     by_name_[name] = slots_.size();
     by_kind_[{int(kind), layer}] = slots_.size();
-    slots_.push_back(Slot{std::move(name), std::move(dst), lin, row0, std::move(shape), false, false});
+    Slot s;
+    s.name = std::move(name);
+    s.dst = std::move(dst);
+    s.lin = lin;
+    s.row0 = row0;
+    s.shape = std::move(shape);
+    slots_.push_back(std::move(s));
 }
 
 WeightStore::Slot &WeightStore::find(const char *name, llaisysWeightKind_t kind, int32_t layer) {
@@ -142,11 +208,7 @@ WeightStore::Slot &WeightStore::find(const char *name, llaisysWeightKind_t kind,
         LLAISYS_CHECK_ARG(layer == -1, "weight ", kname, " is not per layer: layer must be -1, got ", layer);
     }
     auto it = by_kind_.find({k, layer});
-    LLAISYS_CHECK_ARG(it != by_kind_.end(), "this ", arch_, " model has no weight ", kname,
-                      k == LLAISYS_WEIGHT_LM_HEAD           ? " (embeddings are tied)"
-                      : k >= LLAISYS_WEIGHT_Q_BIAS && k <= LLAISYS_WEIGHT_V_BIAS ? " (qkv_bias is 0)"
-                      : k == LLAISYS_WEIGHT_Q_NORM || k == LLAISYS_WEIGHT_K_NORM ? " (qk_norm is 0)"
-                                                                                 : "");
+    LLAISYS_CHECK_ARG(it != by_kind_.end(), "this ", arch_, " model has no weight ", kname, absent_reason(k));
     return slots_[it->second];
 }
 
@@ -162,11 +224,14 @@ void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer,
     LLAISYS_CHECK_ARG(data != nullptr, "weight '", s.name, "' data is NULL");
     if (quant) {
         const size_t block = quant_block_size(dtype);
-        LLAISYS_CHECK(shape.size() == 2 && shape[1] % block == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "weight '", s.name,
-                      "' is ", dtype_name(dtype), ", whose rows are blocks of ", block,
-                      " elements: it must be 2-D with a row length divisible by ", block);
+        const size_t dims = s.exp ? 3 : 2;  // experts: [E, rows, k]
+        LLAISYS_CHECK(shape.size() == dims && shape.back() % block == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "weight '",
+                      s.name, "' is ", dtype_name(dtype), ", whose rows are blocks of ", block, " elements: it must be ",
+                      dims, "-D with a row length divisible by ", block);
     }
-    if (quant && device_ == LLAISYS_DEVICE_CPU && (s.lin || s.embed)) {
+    if (s.exp) {
+        set_experts(s, data, dtype);
+    } else if (quant && device_ == LLAISYS_DEVICE_CPU && (s.lin || s.embed)) {
         if (s.lin) set_linear(s, data, dtype);
         else set_embed_quant(s, data, dtype);
     } else if (s.lin && device_ != LLAISYS_DEVICE_CPU) {
@@ -188,21 +253,8 @@ void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer,
 // CPU linear weights: the first weight set into a fused linear decides its storage (packed in
 // the model dtype, or quantized); the other slots of that linear must agree.
 void WeightStore::set_linear(Slot &s, const void *data, llaisysDataType_t dtype) {
+    fill_linear(*s.lin, s.name, s.row0, s.shape[0], data, dtype);
     LinearWeight &lw = *s.lin;
-    const bool quant = is_quant_dtype(dtype);
-    if (!lw.packed && !lw.quant) {
-        if (quant) lw.quant = std::make_unique<ops::cpu::QuantWeight>(lw.n, lw.k);
-        else lw.packed = std::make_unique<ops::cpu::PackedWeight>(lw.n, lw.k, dtype_);
-    }
-    LLAISYS_CHECK(quant == bool(lw.quant), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name, "' is ",
-                  dtype_name(dtype), " but the weights it is fused with (q/k/v, or gate/up) were set ",
-                  lw.quant ? "block-quantized" : "as floats", ": a fused linear is stored one way, so give them "
-                  "all float or all block-quantized types (quantized types may differ between them)");
-    if (quant) {
-        lw.quant->set_rows(s.row0, s.shape[0], data, dtype);
-    } else {
-        lw.packed->set_rows(s.row0, s.shape[0], data, dtype);
-    }
     if (&lw == &w_.lm_head) {  // the lm_head is one tensor: it is whole now
         const char *env = std::getenv("LLAISYS_GREEDY_SCREEN");
         w_.screen.reset();
@@ -210,6 +262,37 @@ void WeightStore::set_linear(Slot &s, const void *data, llaisysDataType_t dtype)
         if (lw.packed && !(env && std::strcmp(env, "0") == 0)) {
             w_.screen = std::make_unique<ops::cpu::LogitScreen>(*lw.packed);
         }
+    }
+}
+
+// Rows [row0, row0 + rows) of a CPU linear from host data [rows, k] of dtype (float or blocks).
+void WeightStore::fill_linear(LinearWeight &lw, const std::string &name, size_t row0, size_t rows, const void *data,
+                              llaisysDataType_t dtype) {
+    const bool quant = is_quant_dtype(dtype);
+    if (!lw.packed && !lw.quant) {
+        if (quant) lw.quant = std::make_unique<ops::cpu::QuantWeight>(lw.n, lw.k);
+        else lw.packed = std::make_unique<ops::cpu::PackedWeight>(lw.n, lw.k, dtype_);
+    }
+    LLAISYS_CHECK(quant == bool(lw.quant), LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", name, "' is ",
+                  dtype_name(dtype), " but the weights it is fused with (q/k/v, or gate/up) were set ",
+                  lw.quant ? "block-quantized" : "as floats", ": a fused linear is stored one way, so give them "
+                  "all float or all block-quantized types (quantized types may differ between them)");
+    if (quant) {
+        lw.quant->set_rows(row0, rows, data, dtype);
+    } else {
+        lw.packed->set_rows(row0, rows, data, dtype);
+    }
+}
+
+// Expert weights [E, rows, k]: expert e's matrix (rows * k elements, or rows GGUF rows of
+// blocks) into rows [row0, row0 + rows) of expert e's linear. CPU only (the store refuses MoE
+// on other devices).
+void WeightStore::set_experts(Slot &s, const void *data, llaisysDataType_t dtype) {
+    const size_t E = s.shape[0], rows = s.shape[1], k = s.shape[2];
+    const size_t per_expert = is_quant_dtype(dtype) ? rows * quant::row_bytes(dtype, k) : rows * k * dtype_size(dtype);
+    const auto *src = static_cast<const std::byte *>(data);
+    for (size_t e = 0; e < E; e++) {
+        fill_linear(s.exp->experts[e], s.name, s.row0, rows, src + e * per_expert, dtype);
     }
 }
 
@@ -291,6 +374,12 @@ size_t WeightStore::bytes() const {
         tensor(L.post_norm);
         linear(L.gate_up_w);
         linear(L.down_w);
+        linear(L.router_w);
+        for (const LinearWeight &e : L.exp_gate_up.experts) linear(e);
+        for (const LinearWeight &e : L.exp_down.experts) linear(e);
+        linear(L.shared_gate_up_w);
+        linear(L.shared_down_w);
+        linear(L.shared_gate_w);
     }
     return total;
 }

@@ -36,6 +36,14 @@ struct LinearWeight {
     std::vector<ops::cpu::QuantRows> qrows;          // NVIDIA: their row ranges (device data), by row0
 };
 
+// The experts of one sparse layer's projection: E matrices W_e [n, k], the HF 3-D tensor
+// [E, n, k] cut along its first axis, each stored as a LinearWeight of its own (packed panels or
+// GGUF blocks on the CPU) so that a step streams only the chosen experts' bytes.
+struct ExpertWeight {
+    size_t n = 0, k = 0;               // each expert's rows and inputs
+    std::vector<LinearWeight> experts;  // [E]
+};
+
 struct LayerWeights {
     tensor_t in_norm;        // [H]
     LinearWeight qkv_w;      // [(nh + 2 nkv) * hd, H]  rows: q heads, then k heads, then v heads
@@ -44,8 +52,17 @@ struct LayerWeights {
     tensor_t k_norm;         // [hd]; null without qk_norm
     LinearWeight o_w;        // [H, nh * hd]
     tensor_t post_norm;      // [H]
+    // dense layers (every layer of a dense model)
     LinearWeight gate_up_w;  // [2 I, H]  rows: gate, then up
     LinearWeight down_w;     // [H, I]
+    // sparse layers (Config::sparse[l]): the router, E experts, the optional shared expert
+    bool sparse = false;
+    LinearWeight router_w;          // [E, H]
+    ExpertWeight exp_gate_up;       // [E][2 Ie, H]  rows: gate, then up
+    ExpertWeight exp_down;          // [E][H, Ie]
+    LinearWeight shared_gate_up_w;  // [2 Is, H]; unset without a shared expert
+    LinearWeight shared_down_w;     // [H, Is]
+    LinearWeight shared_gate_w;     // [1, H]  the shared expert's sigmoid gate
 };
 
 struct Weights {
@@ -75,11 +92,13 @@ public:
     size_t bytes() const;                      // weights as stored (packed panels, screen included)
 
 private:
-    // Where one weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `lin` when set.
+    // Where one weight lands: rows [row0, row0 + shape[0]) of `dst`, or of `lin` when set, or
+    // rows [row0, row0 + shape[1]) of every expert of `exp` (shape [E, rows, k]) when set.
     struct Slot {
         std::string name;           // HF name
         tensor_t dst;
         LinearWeight *lin = nullptr;  // owned by w_
+        ExpertWeight *exp = nullptr;  // owned by w_
         size_t row0 = 0;
         std::vector<size_t> shape;  // the HF shape
         bool set = false;
@@ -89,6 +108,10 @@ private:
              std::vector<size_t> shape);
     Slot &find(const char *name, llaisysWeightKind_t kind, int32_t layer);
     void set_linear(Slot &s, const void *data, llaisysDataType_t dtype);
+    void fill_linear(LinearWeight &lw, const std::string &name, size_t row0, size_t rows, const void *data,
+                     llaisysDataType_t dtype);
+    void set_experts(Slot &s, const void *data, llaisysDataType_t dtype);
+    void add_sparse_layer(const llaisysModelParams_t &p, size_t l);
     void set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype);
     void set_linear_gpu(Slot &s, const void *data, llaisysDataType_t dtype);
 

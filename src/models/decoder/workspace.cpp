@@ -27,8 +27,14 @@ void Workspace::reserve(size_t n_tokens, size_t n_sample, size_t n_logit_rows) {
     };
     const size_t x = take(n, p.hidden_size), h = take(n, p.hidden_size), qkv = take(n, c_.qkv_dim);
     const size_t attn = take(n, c_.q_dim), proj = take(n, p.hidden_size);
-    const size_t gate_up = take(n, 2 * p.intermediate_size), act = take(n, p.intermediate_size);
+    // the MLP's inner width: dense layers' I and the shared expert's Is (a model with no dense layer has no I)
+    const size_t inner = std::max(c_.any_dense ? p.intermediate_size : 0, p.shared_expert_intermediate_size);
+    const size_t gate_up = take(n, 2 * inner), act = take(n, inner);
     const size_t xs = take(ns, p.hidden_size), logits = take(nl, p.vocab_size);
+    const size_t nk = checked_mul(n, p.n_experts_per_tok, "workspace (tokens * n_experts_per_tok)");
+    const size_t Ie = p.moe_intermediate_size;
+    const size_t router = take(n, std::max<size_t>(p.n_experts, c_.moe ? 1 : 0)), xg = take(nk, p.hidden_size);
+    const size_t eg = take(nk, 2 * Ie), eact = take(nk, Ie), ey = take(nk, p.hidden_size);
     auto *base = static_cast<std::byte *>(core::allocate(device_, device_id_, LLAISYS_MEMORY_DEVICE, at));
     if (base_) core::release(device_, device_id_, LLAISYS_MEMORY_DEVICE, base_);
     base_ = base;
@@ -37,6 +43,7 @@ void Workspace::reserve(size_t n_tokens, size_t n_sample, size_t n_logit_rows) {
     samples_ = ns;
     logit_rows_ = nl;
     x_ = x, h_ = h, qkv_ = qkv, attn_ = attn, proj_ = proj, gate_up_ = gate_up, act_ = act, xs_ = xs, logits_ = logits;
+    router_ = router, xg_ = xg, eg_ = eg, eact_ = eact, ey_ = ey;
 }
 
 }  // namespace llaisys::models

@@ -37,8 +37,14 @@ public:
     float *qkv() const { return at(qkv_); }          // [n, (nh + 2 nkv) * hd]
     float *attn() const { return at(attn_); }        // [n, nh * hd]
     float *proj() const { return at(proj_); }        // [n, H] output of o_proj / down_proj
-    float *gate_up() const { return at(gate_up_); }  // [n, 2 I]
-    float *act() const { return at(act_); }          // [n, I]
+    float *gate_up() const { return at(gate_up_); }  // [n, 2 max(I, Is)] (I of dense layers, Is: shared expert)
+    float *act() const { return at(act_); }          // [n, max(I, Is)]
+    // mixture of experts (empty for a dense model); k = n_experts_per_tok, rows in expert order
+    float *router() const { return at(router_); }    // [n, E] router logits; the shared gate [n, 1]
+    float *xg() const { return at(xg_); }            // [n k, H] each (token, choice) row's input
+    float *eg() const { return at(eg_); }            // [n k, 2 Ie] expert gate/up
+    float *eact() const { return at(eact_); }        // [n k, Ie]
+    float *ey() const { return at(ey_); }            // [n k, H] expert outputs; the shared expert's [n, H]
     float *xs() const { return at(xs_); }            // [n_sample, H] final hidden of the sample rows
     float *logits() const { return at(logits_); }    // [n_logit_rows, V]
 
@@ -51,6 +57,7 @@ private:
     std::byte *base_ = nullptr;
     size_t bytes_ = 0, tokens_ = 0, samples_ = 0, logit_rows_ = 0;
     size_t x_ = 0, h_ = 0, qkv_ = 0, attn_ = 0, proj_ = 0, gate_up_ = 0, act_ = 0, xs_ = 0, logits_ = 0;  // byte offsets
+    size_t router_ = 0, xg_ = 0, eg_ = 0, eact_ = 0, ey_ = 0;
 };
 
 }  // namespace llaisys::models

@@ -111,7 +111,7 @@ def weight_slots(params: ModelParams) -> dict:
     return spec_for_name(params.architecture).weights(params)
 
 
-from . import llama, mistral, qwen2, qwen3  # noqa: E402,F401  (each registers its spec)
+from . import llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe  # noqa: E402,F401  (each registers its spec)
 
 __all__ = ["ArchSpec", "REGISTRY", "WeightSlot", "hf_config_dict", "parse_config", "read_config", "register",
            "spec_for", "spec_for_gguf", "spec_for_name", "weight_slots"]

@@ -20,6 +20,7 @@ class WeightSlot:
     kind: str  # a llaisysWeightKind_t name without the prefix: "EMBED", "Q", "K_NORM", ...
     layer: int  # decoder block, -1 for the model-wide weights
     shape: tuple  # the shape the checkpoint must hold
+    expert: int = -1  # EXPERT_*: this tensor is expert `expert`'s slice of the stacked 3-D slot
 
 
 def sizes(d: dict, source: str, head_dim_default: Optional[int], max_pos_default: int) -> dict:

@@ -6,6 +6,7 @@
 #include "../../../ops/elementwise/cpu/elementwise_cpu.hpp"
 #include "../../../ops/embedding/cpu/embedding_cpu.hpp"
 #include "../../../ops/linear/cpu/linear_cpu.hpp"
+#include "../../../ops/moe/cpu/moe_cpu.hpp"
 #include "../../../ops/paged_attention/cpu/paged_attention_cpu.hpp"
 #include "../../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
 #include "../../../ops/rope/cpu/rope_cpu.hpp"
@@ -14,6 +15,7 @@
 #include "../../../utils/types.hpp"
 
 #include <cstring>
+#include <vector>
 
 namespace llaisys::models {
 namespace {
@@ -104,9 +106,41 @@ public:
                                   int64_t(window));
     }
 
-    void swiglu(float *out, const float *gate_up, size_t n) override {
-        const size_t I = c_.p.intermediate_size;
+    void swiglu(float *out, const float *gate_up, size_t n, size_t width) override {
+        const size_t I = width;
         ops::cpu::swiglu(bytes(out), bytes(gate_up), bytes(gate_up + I), kF32, n, I, 2 * I, I);
+    }
+
+    void moe_route(const float *logits, size_t n) override {
+        const size_t E = c_.p.n_experts, k = c_.p.n_experts_per_tok;
+        route_n_ = n;
+        ids_.resize(n * k);
+        weights_.resize(n * k);
+        offsets_.resize(E + 1);
+        row_of_.resize(n * k);
+        pos_.resize(n * k);
+        ops::cpu::moe_topk(ids_.data(), weights_.data(), logits, n, E, k, c_.p.norm_topk_prob != 0);
+        ops::cpu::moe_group(offsets_.data(), row_of_.data(), pos_.data(), ids_.data(), n, E, k);
+    }
+
+    void moe_gather(float *xg, const float *x) override {
+        ops::cpu::moe_gather(xg, x, row_of_.data(), row_of_.size(), c_.p.hidden_size);
+    }
+
+    void expert_linear(float *out, const float *in, const ExpertWeight &w) override {
+        for (size_t e = 0; e < w.experts.size(); e++) {  // only the experts the route chose
+            const size_t r0 = size_t(offsets_[e]), rows = size_t(offsets_[e + 1]) - r0;
+            if (rows) linear(out + r0 * w.n, in + r0 * w.k, w.experts[e], nullptr, rows);
+        }
+    }
+
+    void moe_combine(float *out, const float *y) override {
+        ops::cpu::moe_combine(out, y, weights_.data(), pos_.data(), route_n_, c_.p.n_experts_per_tok,
+                              c_.p.hidden_size);
+    }
+
+    void add_sigmoid_gated(float *out, const float *y, const float *gate, size_t n, size_t d) override {
+        ops::cpu::add_sigmoid_gated(out, y, gate, n, d);
     }
 
     void add(float *x, const float *y, size_t count) override {
@@ -148,6 +182,13 @@ private:
     const llaisysBatch_t *b_ = nullptr;  // the step in progress (begin_step)
     const KvPlan *plan_ = nullptr;
     ops::cpu::AttentionView view_{};
+    // the route of the sparse layer in progress (moe_route); host arrays reused across layers and steps
+    size_t route_n_ = 0;
+    std::vector<int32_t> ids_;      // [n, k] each token's experts
+    std::vector<float> weights_;    // [n, k] and their weights
+    std::vector<int32_t> offsets_;  // [E + 1] expert e's pairs: positions [offsets[e], offsets[e + 1])
+    std::vector<int32_t> row_of_;   // [n k] the token of the pair at each position
+    std::vector<int32_t> pos_;      // [n k] the position of pair t k + j
 };
 
 }  // namespace

@@ -199,10 +199,21 @@ public:
                                      c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale, st_, int64_t(window));
     }
 
-    void swiglu(float *out, const float *gate_up, size_t n) override {
-        const size_t I = c_.p.intermediate_size;
+    void swiglu(float *out, const float *gate_up, size_t n, size_t width) override {
+        const size_t I = width;
         ops::nvidia::swiglu(bytes(out), bytes(gate_up), bytes(gate_up + I), kF32, n, I, 2 * I, I, st_);
     }
+
+    // Mixture of experts: not on this device yet (no grouped GEMMs). WeightStore refuses a MoE
+    // model on a GPU when it is created, so a step never reaches these.
+    [[noreturn]] static void no_moe() {
+        fail(LLAISYS_STATUS_UNSUPPORTED, "mixture-of-experts layers are not supported on NVIDIA devices yet");
+    }
+    void moe_route(const float *, size_t) override { no_moe(); }
+    void moe_gather(float *, const float *) override { no_moe(); }
+    void expert_linear(float *, const float *, const ExpertWeight &) override { no_moe(); }
+    void moe_combine(float *, const float *) override { no_moe(); }
+    void add_sigmoid_gated(float *, const float *, const float *, size_t, size_t) override { no_moe(); }
 
     void add(float *x, const float *y, size_t count) override {
         ops::nvidia::binary(ops::cpu::BinaryOp::Add, bytes(x), bytes(x), bytes(y), kF32, count, st_);
