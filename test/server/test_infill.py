@@ -244,3 +244,23 @@ def test_model_without_fim_tokens_answers_400_naming_the_field(no_fim_model, tmp
         assert r.status_code == 200  # without suffix the model still completes
     finally:
         srv.stop()
+
+
+def test_bench_infill_replays_a_session(server, tmp_path):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import bench_infill
+
+    out = tmp_path / "infill.json"
+    assert bench_infill.main(["--base-url", server.url, "--requests", "3", "--ring-tokens", "300", "--cold", "1",
+                              "--n-prefix", "6", "--n-suffix", "3", "--n-predict", "1", "--output", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert 0 < res["ring_tokens"] <= 300 and res["ring_chunks"] >= 1
+    assert res["cold"][0]["cached"] == 0  # its unique first chunk: nothing of it was cached
+    keys = res["keystrokes"]
+    assert len(keys) == 3 and all(k["ttft_s"] > 0 for k in keys)
+    # typing on one line: every keystroke after the first finds the ring and the lines above cached
+    assert all(k["cached"] >= res["ring_tokens"] for k in keys[1:])
+    assert res["ttft_p50_s"] <= res["ttft_p99_s"] and res["p50_over_cold"] > 0
