@@ -176,6 +176,21 @@ LLAISYS_API llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, lla
  * weight [d] of any float dtype; eps > 0. */
 LLAISYS_API llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps);
 
+/* Mixture-of-experts routing, as a sparse layer of the decoder routes (CPU): for each row of
+ * logits [n, E] (f32), softmax, the k = ids.shape[1] largest (largest first, the lower index on
+ * ties) into ids [n, k] (i32) and their probabilities into weights [n, k] (f32), divided by
+ * their sum when norm_topk_prob is nonzero. INVALID_ARGUMENT unless 1 <= k <= E. */
+LLAISYS_API llaisysStatus_t llaisysMoeTopk(llaisysTensor_t ids, llaisysTensor_t weights, llaisysTensor_t logits,
+                                           int norm_topk_prob);
+
+/* The experts of a sparse FFN, over the rows routed to them, as the decoder runs them (CPU):
+ * out [n, H] (f32) = sum over j of weights[t, j] * down_e(silu(gate_e(x_t)) * up_e(x_t)) with
+ * e = ids[t, j]; x [n, H] f32, ids [n, k] i32 in [0, E), weights [n, k] f32, gate_up [E, 2 Ie, H]
+ * (each expert's gate rows, then its up rows) and down [E, H, Ie] of one float dtype. Only the
+ * experts some row chose are read. */
+LLAISYS_API llaisysStatus_t llaisysMoeExperts(llaisysTensor_t out, llaisysTensor_t x, llaisysTensor_t ids,
+                                              llaisysTensor_t weights, llaisysTensor_t gate_up, llaisysTensor_t down);
+
 /* Block-quantized tensors (GGUF layouts; include/llaisys.h, LLAISYS_DTYPE_Q4_0 .. Q6_K).
  * out [.., k] of f32, f16 or bf16 = the values of in [.., k] (a block-quantized dtype), same
  * shape, both contiguous, on the CPU or one NVIDIA GPU (identical bits on both). The f32

@@ -191,6 +191,19 @@ def rms_norm_heads(x: Tensor, weight: Tensor, eps: float) -> Tensor:
     return x
 
 
+def moe_topk(ids: Tensor, weights: Tensor, logits: Tensor, norm_topk_prob: bool) -> tuple:
+    """ids [n, k] i32, weights [n, k] f32 = the top k of softmax(logits [n, E] f32) per row,
+    renormalised to sum 1 when norm_topk_prob (a sparse layer's routing); returns (ids, weights)."""
+    check(LIB.llaisysMoeTopk(ids.handle, weights.handle, logits.handle, int(bool(norm_topk_prob))))
+    return ids, weights
+
+
+def moe_experts(out: Tensor, x: Tensor, ids: Tensor, weights: Tensor, gate_up: Tensor, down: Tensor) -> Tensor:
+    """out [n, H] = sum_j weights[t, j] * expert ids[t, j] (SwiGLU: gate_up [E, 2 Ie, H], down [E, H, Ie]) of x [n, H]."""
+    check(LIB.llaisysMoeExperts(out.handle, x.handle, ids.handle, weights.handle, gate_up.handle, down.handle))
+    return out
+
+
 def swiglu(out: Tensor, gate: Tensor, up: Tensor) -> Tensor:
     check(LIB.llaisysSwiGLU(out.handle, gate.handle, up.handle))
     return out

@@ -4,6 +4,7 @@
 #include "../ops/add/op.hpp"
 #include "../ops/argmax/op.hpp"
 #include "../ops/embedding/op.hpp"
+#include "../ops/moe/op.hpp"
 #include "../ops/linear/op.hpp"
 #include "../ops/mul/op.hpp"
 #include "../ops/paged_attention/op.hpp"
@@ -223,6 +224,22 @@ llaisysStatus_t llaisysPagedAttentionWindow(llaisysTensor_t out, llaisysTensor_t
 
 llaisysStatus_t llaisysRmsNormHeads(llaisysTensor_t x, llaisysTensor_t weight, float eps) {
     return guard([&] { ops::rms_norm_heads(*tensor_of(x, "x"), *tensor_of(weight, "weight"), eps); });
+}
+
+llaisysStatus_t llaisysMoeTopk(llaisysTensor_t ids, llaisysTensor_t weights, llaisysTensor_t logits,
+                               int norm_topk_prob) {
+    return guard([&] {
+        ops::moe_topk(*tensor_of(ids, "ids"), *tensor_of(weights, "weights"), *tensor_of(logits, "logits"),
+                      norm_topk_prob != 0);
+    });
+}
+
+llaisysStatus_t llaisysMoeExperts(llaisysTensor_t out, llaisysTensor_t x, llaisysTensor_t ids, llaisysTensor_t weights,
+                                  llaisysTensor_t gate_up, llaisysTensor_t down) {
+    return guard([&] {
+        ops::moe_experts(*tensor_of(out, "out"), *tensor_of(x, "x"), *tensor_of(ids, "ids"),
+                         *tensor_of(weights, "weights"), *tensor_of(gate_up, "gate_up"), *tensor_of(down, "down"));
+    });
 }
 
 llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor_t in) {

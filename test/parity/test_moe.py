@@ -44,14 +44,14 @@ MOE_FAMILIES = {
 }
 
 
-def make_tiny_moe(path, family: str, seed: int = 0):
-    """A random `family` checkpoint (f32) saved by transformers, with a word-level tokenizer;
-    returns transformers' model read back from it (eager attention)."""
+def make_tiny_moe(path, family: str, seed: int = 0, **change):
+    """A random `family` checkpoint (f32; config kwargs `change`d) saved by transformers, with a
+    word-level tokenizer; returns transformers' model read back from it (eager attention)."""
     import transformers
 
     cfg_name, model_name, kwargs = MOE_FAMILIES[family]
     torch.manual_seed(seed)
-    cfg = getattr(transformers, cfg_name)(**COMMON, **kwargs)
+    cfg = getattr(transformers, cfg_name)(**COMMON, **{**kwargs, **change})
     model = getattr(transformers, model_name)(cfg).eval()
     with torch.no_grad():
         for name, p in model.named_parameters():

@@ -37,6 +37,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysRopeTable": [T, T, T, T, f],
         "llaisysPagedAttentionWindow": [T, T, T, T, T, T, T, T, T, f, ctypes.c_int64, ctypes.c_int],
         "llaisysRmsNormHeads": [T, T, f],
+        "llaisysMoeTopk": [T, T, T, ctypes.c_int],
+        "llaisysMoeExperts": [T, T, T, T, T, T],
         "llaisysDequantize": [T, T],
         "llaisysQuantize": [T, T],
     }
