@@ -136,6 +136,7 @@ def _huge_inputs(model: str) -> dict:
 def run_server(args) -> dict:
     import requests
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "server"))
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port, for server_helpers
     from server_helpers import MODEL_NAME, launch, sse_events
 
     from llaisys.models import hub

@@ -36,26 +36,21 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
 import bench_env  # noqa: E402  (tools/ is not a package)
 import bench_serving  # noqa: E402
 import build_llama_cpp  # noqa: E402
+from ports import free_port  # noqa: E402
 
 SERVERS = ("llaisys", "llaisys-default", "llama-server", "llama-server-kvu", "llama-server-kvf16", "llama-cpp-python")
 DEFAULT_SERVERS = ("llaisys", "llama-server", "llama-cpp-python")
 CTX_SLACK = 64  # tokens per slot beyond prompt + output (a word may be two tokens)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def eos_ids(model_dir: Path) -> list:

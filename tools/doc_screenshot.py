@@ -14,8 +14,6 @@ answer that hit max tokens (the old screenshot showed one cut at 24 tokens). Pri
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,17 +22,13 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
 import bench_env  # noqa: E402
+from ports import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
@@ -55,7 +49,7 @@ def _wait_health(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
 def shoot(args) -> dict:
     from playwright.sync_api import sync_playwright
 
-    port = _free_port()
+    port = free_port()
     log = open(Path(tempfile.mkdtemp(prefix="doc-shot-")) / "server.log", "wb")
     cmd = [sys.executable, "-m", "llaisys.cli", "serve", "--port", str(port)]
     if args.threads:

@@ -68,6 +68,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "test" / "server"))
+sys.path.append(str(ROOT / "test"))  # ports.free_port, which server_helpers uses
 from bench_serving import WORDS, Client, _content, _error_message, percentile, sse_events  # noqa: E402
 from server_helpers import MODEL_NAME, launch, metrics_of  # noqa: E402
 from soak_hostile import HOSTILE, make_hostile  # noqa: E402

@@ -7,23 +7,16 @@ quarter CPU and runs one kernel thread.
 """
 
 import json
-import os
-import socket
 import time
 import urllib.error
 import urllib.request
 
 import pytest
+from ports import free_port
 
 API_KEY = "ray-test-key"
 MODEL = "tiny"
 READY_TIMEOUT_S = 300  # Ray start + two replicas loading on a busy 2-core machine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Cluster:

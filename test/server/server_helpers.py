@@ -7,7 +7,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,15 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+from ports import free_port  # test/ports.py; importers outside pytest put test/ on sys.path
 REPO = Path(__file__).resolve().parents[2]
 MODEL_NAME = "qwen05"  # the served name the tests use
 LOAD_TIMEOUT_S = 300
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

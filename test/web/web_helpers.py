@@ -8,7 +8,6 @@ import http.server
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WEB_DIR = REPO / "web"
@@ -85,12 +85,6 @@ class StaticServer:
         if self.thread.is_alive():
             self.httpd.shutdown()
             self.httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class LiveServer:

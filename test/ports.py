@@ -1,0 +1,12 @@
+"""free_port(): the one helper that picks a port for a server a test or a tool starts (standard library only).
+
+Tests import it directly (test/ is on their path); tools put test/ on sys.path first."""
+
+import socket
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the OS picks it; free until someone binds it)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
