@@ -266,3 +266,16 @@ def test_count_tokens_ignores_the_fields_it_does_not_take(tiny):
     r = requests.post(tiny.url + "/v1/messages/count_tokens", timeout=60, headers={"x-api-key": KEY},
                       json={"messages": HELLO, "max_tokens": "many", "temperature": 7, "stream": "yes"})
     assert r.status_code == 200 and r.json()["input_tokens"] > 0
+
+
+def test_a_wrong_method_answers_in_anthropic_shape(tiny):
+    """Flask raises a 405 before the blueprint's own handlers run: it still gets Anthropic's shape."""
+    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+        r = requests.get(tiny.url + path, headers={"x-api-key": KEY}, timeout=30)
+        assert r.status_code == 405 and r.headers["Allow"]
+        assert r.json() == {"type": "error", "error": {"type": "invalid_request_error",
+                                                        "message": f"GET is not allowed on {path}"}}
+    r = requests.get(tiny.url + "/v1/models", headers={"x-api-key": KEY}, timeout=30)  # the OpenAI routes keep theirs
+    assert r.status_code == 200
+    r = requests.put(tiny.url + "/v1/chat/completions", headers={"x-api-key": KEY}, timeout=30)
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed" and "type" not in r.json()

@@ -53,6 +53,7 @@ def test_cors_only_for_the_configured_origin(server):
     assert pre.status_code == 204  # preflight needs no key
     assert pre.headers["Access-Control-Allow-Origin"] == ORIGIN
     assert "Authorization" in pre.headers["Access-Control-Allow-Headers"]
+    assert "Anthropic-Version" in pre.headers["Access-Control-Allow-Headers"]  # the Anthropic SDK from a page
     assert "POST" in pre.headers["Access-Control-Allow-Methods"]
     r = requests.get(server.url + "/v1/models", headers={**KEY, "Origin": ORIGIN}, timeout=30)
     assert r.headers["Access-Control-Allow-Origin"] == ORIGIN

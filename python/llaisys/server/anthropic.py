@@ -256,8 +256,14 @@ def count_tokens():
 
 
 # ---- errors in Anthropic's shape ----------------------------------------------------------------
+def is_anthropic_path(path: str) -> bool:
+    """Whether an error on `path` answers in Anthropic's shape (also for a 405 or 404 that Flask
+    raises before any route of this blueprint is chosen)."""
+    return path == "/v1/messages" or path.startswith("/v1/messages/")
+
+
 @bp.errorhandler(APIError)
-def _api_error(err: APIError) -> Response:
+def api_error(err: APIError) -> Response:
     f = g.get("log_fields")
     if f is not None and not f.get("reported") and err.status != 499:
         state().metrics.on_request_done(f.get("model"), None, err.status, None, time.monotonic() - f["t0"], [])
@@ -270,7 +276,7 @@ def _api_error(err: APIError) -> Response:
 
 @bp.errorhandler(HTTPException)
 def _http_error(e: HTTPException) -> Response:
-    return _api_error(APIError(e.code or 500, e.description or "HTTP error"))
+    return api_error(APIError(e.code or 500, e.description or "HTTP error"))
 
 
 @bp.errorhandler(Exception)
@@ -278,4 +284,4 @@ def _internal(e: Exception) -> Response:
     from flask import request
 
     log.exception("internal error on %s %s", request.method, escape_controls(request.path))
-    return _api_error(APIError(500, f"internal error: {type(e).__name__}"))
+    return api_error(APIError(500, f"internal error: {type(e).__name__}"))

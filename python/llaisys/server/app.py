@@ -15,6 +15,7 @@ from typing import Optional
 from flask import Flask, Response, g, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
+from . import anthropic
 from .anthropic import bp as anthropic_bp
 from .errors import APIError, bad_request, escape_controls, unavailable
 from ..models.files import unicode_problem
@@ -244,7 +245,7 @@ def _add_hooks(app: Flask, st: ServerState) -> None:
         origin = request.headers.get("Origin")
         if st.cors_origins and origin and ("*" in st.cors_origins or origin in st.cors_origins):
             resp.headers["Access-Control-Allow-Origin"] = "*" if "*" in st.cors_origins else origin
-            resp.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Api-Key"
+            resp.headers["Access-Control-Allow-Headers"] = "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Anthropic-Beta"
             resp.headers["Access-Control-Allow-Methods"] = "GET, POST, DELETE, OPTIONS"
             resp.headers["Access-Control-Max-Age"] = "600"
             if "*" not in st.cors_origins:
@@ -267,7 +268,7 @@ def _add_hooks(app: Flask, st: ServerState) -> None:
         msg = {404: f"no route {request.path}", 405: f"{request.method} is not allowed on {request.path}"}.get(
             e.code, e.description)
         err = APIError(e.code or 500, msg, code=_HTTP_CODES.get(e.code, "http_error"))
-        resp = _api_error(err)
+        resp = anthropic.api_error(err) if anthropic.is_anthropic_path(request.path) else _api_error(err)
         if e.code == 405 and getattr(e, "valid_methods", None):
             resp.headers["Allow"] = ", ".join(e.valid_methods)
         return resp
