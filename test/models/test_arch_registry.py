@@ -164,7 +164,7 @@ def test_weight_maps(family):
 def test_gguf_architectures():
     assert spec_for_gguf("qwen2").architecture == "Qwen2ForCausalLM"
     assert spec_for_gguf("qwen3").architecture == "Qwen3ForCausalLM"
-    with pytest.raises(ModelFileError, match="general.architecture is 'llama'; only qwen2, qwen3 can be converted"):
+    with pytest.raises(ModelFileError, match="general.architecture is 'llama'; only qwen2, qwen2moe, qwen3, qwen3moe can be converted"):
         spec_for_gguf("llama")
 
 

@@ -1,7 +1,7 @@
 """Convert a GGUF file into a HuggingFace model directory (bf16 safetensors).
 
 Its `general.architecture` picks the family through the registry (models/arch/: qwen2,
-qwen3; GGUF llama files hold q/k rows permuted for llama.cpp's RoPE and are not converted).
+qwen3, qwen2moe, qwen3moe, whose stacked experts become per-expert tensors: gguf_moe.py; GGUF llama files hold q/k rows permuted for llama.cpp's RoPE and are not converted).
 
 Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
 (nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
@@ -13,9 +13,10 @@ atomically: it is built under a temporary name and renamed when complete.
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterable, Optional, Union
 
 import gguf
 import numpy as np
@@ -25,6 +26,7 @@ from .arch import hf_config_dict, parse_config, spec_for_gguf
 from .config import ModelParams
 from .files import ModelFileError
 from .gguf_check import check_gguf
+from .gguf_moe import SHARED_GATE, is_stack, moe_config_fields, moe_keys, stack_shapes
 from .gguf_tokenizer import build_tokenizer_files, metadata
 from .loader import validate_tensors
 from .safetensors_io import TensorSpec, write_safetensors_streaming
@@ -48,6 +50,16 @@ _BLOCK_NAMES = {
     "attn_k_norm": "self_attn.k_norm",
     "attn_norm": "input_layernorm",
     "ffn_norm": "post_attention_layernorm",
+    # mixture of experts (gguf_moe.py): the router, the stacked experts [E, rows, cols] (named as
+    # the core's 3-D slot, split per expert by the loaders), the shared expert and its gate
+    "ffn_gate_inp": "mlp.gate",
+    "ffn_gate_exps": "mlp.experts.gate_proj",
+    "ffn_up_exps": "mlp.experts.up_proj",
+    "ffn_down_exps": "mlp.experts.down_proj",
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",
 }
 
 
@@ -87,7 +99,9 @@ def hf_tensor_name(gguf_name: str, source: str = "GGUF file") -> str:
     raise ModelFileError(source, gguf_name, f"GGUF tensor {gguf_name!r} has no HuggingFace equivalent")
 
 
-def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool) -> ModelParams:
+def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool,
+                 tensor_names: Iterable[str] = ()) -> ModelParams:
+    """The config from `<arch>.*` metadata; `tensor_names` (HF names) tell a MoE file's dense layers."""
     arch = metadata(reader, "general.architecture", str, source)
     spec = spec_for_gguf(arch, source)
     keys = _gguf_keys(arch)
@@ -101,10 +115,11 @@ def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bo
                 d[field] = value
     for field in ("bos_token_id", "eos_token_id"):
         d[field] = metadata(reader, keys[field], int, source, required=False)
+    d.update(moe_config_fields(reader, arch, source, tensor_names))
     try:
         return parse_config(d, source)
     except ModelFileError as e:  # name the GGUF key the field came from
-        key = keys.get(e.field, e.field)
+        key = {**keys, **moe_keys(arch)}.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF key {key})") from None
 
 
@@ -120,20 +135,38 @@ def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
                                                  f"which cannot be dequantized")
         seen[name] = t.name
         shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # GGUF lists dims innermost first
+        if is_stack(name):  # a stack of experts: one bf16 tensor per expert, cut from the stack
+            data = t.data.reshape(shape[0], shape[1], -1)  # [E, rows, values or row bytes]
+            plan.extend((TensorSpec(n, "bf16", s), _ExpertSlice(t.name, t.tensor_type, data[e]))
+                        for e, (n, s) in enumerate(stack_shapes(name, shape, source, t.name)))
+            continue
+        if len(shape) == 1 and SHARED_GATE.match(name):
+            shape = (1, *shape)  # HF's [1, H]
         plan.append((TensorSpec(name, "bf16", shape), t))
     if "model.embed_tokens.weight" not in seen:
         raise ModelFileError(source, "token_embd.weight", "GGUF file has no token_embd.weight tensor")
     embed = next(s for s, _ in plan if s.name == "model.embed_tokens.weight")
     if len(embed.shape) != 2:
         raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed.shape}, need 2-D")
-    config = _read_config(reader, source, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen)
+    config = _read_config(reader, source, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen,
+                          tensor_names=seen)
     try:
         validate_tensors(config, {s.name: s for s, _ in plan}, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
         gguf_names = {hf: g for hf, g in seen.items()}
-        key = _gguf_keys(config.arch).get(e.field) or gguf_names.get(e.field, e.field)
+        arch = metadata(reader, "general.architecture", str, source)
+        key = {**_gguf_keys(arch), **moe_keys(arch)}.get(e.field) or gguf_names.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
     return config, plan
+
+
+@dataclass
+class _ExpertSlice:
+    """One expert of a GGUF stack, read as a reader tensor is: its rows (values or row bytes)."""
+
+    name: str  # the stack's GGUF name, for errors
+    tensor_type: gguf.GGMLQuantizationType
+    data: np.ndarray  # [rows, values or row bytes], a view into the memory-mapped file
 
 
 def _to_bf16(spec: TensorSpec, tensor) -> np.ndarray:

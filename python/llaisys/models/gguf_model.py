@@ -36,6 +36,7 @@ from .chat_template import ChatTemplate
 from .files import ModelFileError
 from .gguf_check import GGUFFile, TensorInfo, read_gguf
 from .gguf_convert import _gguf_keys, _read_config, hf_tensor_name
+from .gguf_moe import SHARED_GATE, expert_name, is_stack, moe_keys, stack_shapes
 from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
 from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
@@ -95,19 +96,44 @@ def _config_and_check(f: GGUFFile, plan: dict, source: str):
         raise ModelFileError(source, "token_embd.weight", "GGUF file has no token_embd.weight tensor")
     if len(embed[0].shape) != 2:
         raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed[0].shape}, need 2-D")
-    config = _read_config(f, source, vocab_size=embed[0].shape[0], tied="lm_head.weight" not in plan)
+    config = _read_config(f, source, vocab_size=embed[0].shape[0], tied="lm_head.weight" not in plan,
+                          tensor_names=plan)
     specs = {}
     for name, (info, tag) in plan.items():
         # a quantized 1-D tensor is dequantized to float; checked as the float it becomes
-        stored = tag if (tag in FLOAT_TAGS.values() or len(info.shape) == 2) else "f32"
-        specs[name] = TensorSpec(name, stored, info.shape)
+        stored = tag if (tag in FLOAT_TAGS.values() or len(info.shape) >= 2) else "f32"
+        if is_stack(name):  # experts: checked as the per-expert tensors they are cut into
+            specs.update({n: TensorSpec(n, stored, shape) for n, shape in stack_shapes(name, info.shape, source,
+                                                                                      info.name)})
+        else:
+            specs[name] = TensorSpec(name, stored, _hf_shape(name, info.shape))
     try:
         validate_tensors(config, specs, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
         gguf_names = {hf: info.name for hf, (info, _) in plan.items()}
-        key = _gguf_keys(config.arch).get(e.field) or gguf_names.get(e.field, e.field)
+        keys = {**_gguf_keys(f.fields["general.architecture"].contents()), **moe_keys(
+            f.fields["general.architecture"].contents())}
+        key = keys.get(e.field) or gguf_names.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
     return config
+
+
+def _hf_shape(name: str, shape: tuple) -> tuple:
+    """The HF shape of a GGUF tensor: Qwen2-MoE's shared-expert gate is [H] in GGUF, [1, H] in HF."""
+    return (1, *shape) if len(shape) == 1 and SHARED_GATE.match(name) else shape
+
+
+def _split(name: str, t):
+    """{HF name: tensor}: a stack of experts cut into its experts (views), else {name: t}."""
+    if not is_stack(name):
+        return {name: t}
+    n_exp = t.shape[0]
+    if isinstance(t, _QuantStack):
+        rows = t.raw.reshape(n_exp, t.shape[1], -1)  # [E, rows, row bytes]
+        return {expert_name(name, e): QuantTensor(expert_name(name, e), t.dtype, t.shape[1:], rows[e])
+                for e in range(n_exp)}
+    return {expert_name(name, e): RawTensor(expert_name(name, e), t.dtype, t.shape[1:], t.data[e])
+            for e in range(n_exp)}
 
 
 def _float_dtype(plan: dict, dtype: Optional[str]) -> str:
@@ -116,14 +142,16 @@ def _float_dtype(plan: dict, dtype: Optional[str]) -> str:
         if dtype not in _FLOAT_DTYPES:
             raise ValueError(f"dtype must be one of {_FLOAT_DTYPES} or None, got {dtype!r}")
         return dtype
-    matrix_tags = {tag for info, tag in plan.values() if len(info.shape) == 2 and tag in _FLOAT_DTYPES}
+    matrix_tags = {tag for info, tag in plan.values() if len(info.shape) >= 2 and tag in _FLOAT_DTYPES}
     return matrix_tags.pop() if len(matrix_tags) == 1 else "f32"
 
 
 def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, source: str):
     """One tensor, in its stored type (quantized matrices) or the float dtype (everything else)."""
     raw = f.tensor_bytes(info)  # uint8 [n_bytes], memory-mapped
-    shape = info.shape
+    shape = _hf_shape(name, info.shape)
+    if tag in QUANT_BLOCKS and len(shape) == 3:  # a stack of experts: [E * rows] GGUF rows, cut by _split
+        return _QuantStack(tag, shape, raw)
     if tag in QUANT_BLOCKS and len(shape) == 2:
         return QuantTensor(name, tag, shape, raw.reshape(shape[0], -1))
     if tag in QUANT_BLOCKS:  # e.g. a Q8_0 norm: dequantize (gguf-py), tiny
@@ -138,6 +166,19 @@ def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, sour
     if tag != dtype:
         data = bf16.convert(data, tag, dtype)
     return RawTensor(name, dtype, shape, data)
+
+
+@dataclass
+class _QuantStack:
+    """A quantized stack of experts before _split cuts it: quant tag, shape [E, rows, cols], bytes."""
+
+    dtype: str
+    shape: tuple
+    raw: np.ndarray  # uint8 [E * rows * row bytes], memory-mapped
+
+    @property
+    def data(self) -> np.ndarray:
+        return self.raw
 
 
 def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenizer:
@@ -158,7 +199,8 @@ def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenize
 
 
 def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGUFModel:
-    """Read, validate and map a GGUF file (Qwen2 or Qwen3) for the model; see the module docstring.
+    """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE) for the model; see the
+    module docstring (gguf_moe.py for the experts).
 
     dtype: the float dtype ("bf16", "f16", "f32") of everything that is not a quantized matrix;
     None: f32 for a quantized file, the matrices' own dtype for a float one.
@@ -173,7 +215,9 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
     files = build_tokenizer_files(f, config, source)
     tokenizer = tokenizer_from_files(files, config, source)
     dtype = _float_dtype(plan, dtype)
-    tensors = {name: _tensor(f, name, info, tag, dtype, source) for name, (info, tag) in plan.items()}
+    tensors = {}
+    for name, (info, tag) in plan.items():
+        tensors.update(_split(name, _tensor(f, name, info, tag, dtype, source)))
     return GGUFModel(LoadedModel(config=config, tensors=tensors, dtype=dtype, path=path), tokenizer, f)
 
 

@@ -39,4 +39,5 @@ def to_hf_dict(p) -> dict:
             "use_sliding_window": bool(size), "sliding_window": size or None, "layer_types": types}
 
 
-SPEC = register(ArchSpec(ARCHITECTURE, "qwen2_moe", "qwen2_moe", parse, to_hf_dict, weights=moe_weights))
+SPEC = register(ArchSpec(ARCHITECTURE, "qwen2_moe", "qwen2_moe", parse, to_hf_dict, weights=moe_weights,
+                         gguf_arch="qwen2moe"))

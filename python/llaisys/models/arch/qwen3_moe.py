@@ -31,4 +31,5 @@ def to_hf_dict(p) -> dict:
             "use_sliding_window": bool(size), "sliding_window": size or None}
 
 
-SPEC = register(ArchSpec(ARCHITECTURE, "qwen3_moe", "qwen3_moe", parse, to_hf_dict, weights=moe_weights))
+SPEC = register(ArchSpec(ARCHITECTURE, "qwen3_moe", "qwen3_moe", parse, to_hf_dict, weights=moe_weights,
+                         gguf_arch="qwen3moe"))
