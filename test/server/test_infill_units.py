@@ -110,7 +110,8 @@ def test_infill_body_fields(tok):
     assert req.sampling["stop"] == ["\n\n"] and req.sampling["n"] == 2
     assert req.ignored == ["cache_prompt", "id_slot", "lora", "samplers"]
     for bad, param in (({"input_extra": [{"text": 1}]}, "input_extra"), ({"n_predict": -2}, "n_predict"),
-                       ({"n_cmpl": 99}, "n_cmpl"), ({"response_fields": "content"}, "response_fields")):
+                       ({"n_cmpl": 99}, "n_cmpl"), ({"response_fields": "content"}, "response_fields"),
+                       ({"grammar": "root ::= [a-z]"}, "grammar"), ({"json_schema": {}}, "json_schema")):
         with pytest.raises(APIError) as e:
             parse_infill(bad, limits)
         assert e.value.status == 400 and e.value.param == param

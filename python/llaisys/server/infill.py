@@ -23,7 +23,7 @@ from ..models.fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_codec
 from .errors import bad_request
 from .generation import Generation, client_gone_check
 from .infill_run import InfillRun
-from .infill_schema import IGNORED, infill_request_schema
+from .infill_schema import IGNORED, REFUSED, infill_request_schema
 from .protocol import check_sampling, get_field
 from .schema import validate
 
@@ -74,6 +74,9 @@ def _sampling(body: dict) -> dict:
 
 def parse_infill(body: dict, limits) -> InfillRequest:
     validate(infill_request_schema(limits), body)
+    for name, why in REFUSED.items():
+        if body.get(name) is not None:
+            raise bad_request(why, param=name, code="unsupported_parameter")
     n_predict = get_field(body, "n_predict", get_field(body, "max_tokens", -1))
     extra = [ExtraChunk(filename=get_field(c, "filename", "tmp"), text=get_field(c, "text", ""))
              for c in get_field(body, "input_extra", [])]

@@ -22,7 +22,11 @@ IGNORED = ("samplers", "id_slot", "cache_prompt", "lora", "n_probs", "min_keep",
            "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "penalty_last_n", "dry_multiplier",
            "dry_base", "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers", "xtc_probability",
            "xtc_threshold", "top_n_sigma", "n_keep", "n_discard", "post_sampling_probs", "timings_per_token",
-           "return_progress", "grammar", "json_schema", "logit_bias", "id")
+           "return_progress", "id")
+# fields that would change the middle and are not implemented here: refused (400 unsupported_parameter)
+REFUSED = {"grammar": "grammar-constrained infill is not supported",
+           "json_schema": "schema-constrained infill is not supported",
+           "logit_bias": "logit_bias is not supported on /infill"}
 
 
 def _ignored(why: str = "accepted and ignored") -> dict:
