@@ -54,7 +54,8 @@ def test_openapi_route_table_names_every_flask_route():
 
 def test_openapi_is_served_and_carries_the_validating_schemas(server):
     from llaisys.server.protocol import Limits
-    from llaisys.server.schema import RESPONSE_SCHEMAS, request_schemas
+    from llaisys.server.request_schemas import request_schemas
+    from llaisys.server.response_schemas import RESPONSE_SCHEMAS
 
     r = requests.get(server.url + "/openapi.json", timeout=30)
     assert r.status_code == 200
@@ -82,7 +83,8 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
 
 
 def test_responses_and_stream_chunks_match_their_schemas(server):
-    from llaisys.server.schema import RESPONSE_SCHEMAS, validate
+    from llaisys.server.response_schemas import RESPONSE_SCHEMAS
+    from llaisys.server.schema import validate
 
     r = post(server, CHAT, {"messages": MSG, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "n": 2})
     validate(RESPONSE_SCHEMAS["ChatCompletion"], r.json())

@@ -12,7 +12,8 @@ from typing import Optional
 
 from .anthropic_schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
 from .infill_schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
-from .schema import RESPONSE_SCHEMAS, request_schemas
+from .request_schemas import request_schemas
+from .response_schemas import RESPONSE_SCHEMAS
 
 # status -> when a route answers it (every error body is the Error schema)
 ERROR_STATUSES = {

@@ -20,7 +20,8 @@ from ..engine.structured_format import response_format_spec
 from .errors import bad_request, missing
 from .messages import rendered_message
 from .tool_calls import ToolConfig, check_tools
-from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, request_schemas, validate
+from .request_schemas import request_schemas
+from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, validate
 
 _UNSUPPORTED = {  # field -> why it is refused
     "chat_template": "client-supplied chat templates are not accepted; the model's own template is used",

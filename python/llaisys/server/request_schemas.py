@@ -93,25 +93,22 @@ SAMPLING = {  # the fields SamplingParams takes, with OpenAI's ranges
 }
 
 
-def _generation_fields(limits) -> dict:
-    cap = limits.max_tokens_cap or MAX_INT
+def _generation_fields(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -> dict:
+    cap = max_tokens_cap or MAX_INT
     return dict(SAMPLING, **{
-        "n": _int(1, limits.max_n, "completions per prompt"),
-        "best_of": _int(1, limits.max_n, "must equal n"),
+        "n": _int(1, max_n, "completions per prompt"),
+        "best_of": _int(1, max_n, "must equal n"),
         "max_tokens": _int(1, cap),
         "min_tokens": _int(0, cap),
         "stop": {"anyOf": [_str(minLength=1), {"type": "array", "items": _str(minLength=1),
-                                                "maxItems": min(limits.max_stop, MAX_STOP_STRINGS)}],
+                                                "maxItems": min(max_stop, MAX_STOP_STRINGS)}],
                  "x-message": "'{where}' must be a string or an array of strings, got {got}"},
     })
 
 
 @functools.lru_cache(maxsize=32)
 def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -> dict:
-    from .protocol import Limits
-
-    limits = Limits(max_n=max_n, max_tokens_cap=max_tokens_cap, max_stop=max_stop)
-    gen = _generation_fields(limits)
+    gen = _generation_fields(max_n, max_tokens_cap, max_stop)
     prompt_item = {"anyOf": [_str(minLength=1, **{"x-code": "empty_prompt"}),
                              TOKEN_ID,
                              {"type": "array", "items": TOKEN_ID, "minItems": 1, "x-code": "empty_prompt"}]}
@@ -189,6 +186,6 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
 
 
 def request_schemas(limits) -> dict:
-    """Request body schemas by name, for a server with these per-request `limits`."""
+    """Request body schemas by name, for a server with these per-request `limits` (a protocol.Limits)."""
     return _request_schemas(limits.max_n, limits.max_tokens_cap, limits.max_stop)
 

@@ -1,7 +1,8 @@
-"""The one definition of every request and response body, as JSON Schema (2020-12, the
-dialect of OpenAPI 3.1), and the validator the routes check request bodies with. The
-bodies themselves are built in ``request_schemas.py`` and ``response_schemas.py`` from the
-blocks here.
+"""The validator the routes check request bodies with, and the JSON Schema (2020-12, the
+dialect of OpenAPI 3.1) building blocks and bounds every body is made of. The bodies
+themselves are built in ``request_schemas.py`` (``request_schemas(limits)``) and
+``response_schemas.py`` (``RESPONSE_SCHEMAS``) from the blocks here; this module imports
+neither, so each of them and ``protocol.py`` can import it.
 
 The same dicts are served as the OpenAPI description (``openapi.py``), so what the server
 accepts and what it documents cannot drift apart. Schemas that depend on the server's
@@ -275,13 +276,3 @@ def _obj(props: dict, required=(), desc: str = "", **kw) -> dict:
 def _body(props: dict, required=(), desc: str = "") -> dict:
     """A request body: optional fields take null; unknown fields are ignored (OpenAI-compatible servers do)."""
     return _obj({k: (v if k in required else _nullable(v)) for k, v in props.items()}, required, desc)
-
-
-def request_schemas(limits) -> dict:
-    """Request body schemas by name (request_schemas.py builds them)."""
-    from .request_schemas import request_schemas as build
-
-    return build(limits)
-
-
-from .response_schemas import RESPONSE_SCHEMAS, resolve  # noqa: E402,F401  (importable from here, as before)
