@@ -20,7 +20,7 @@ import re
 import pytest
 import requests
 
-from server_helpers import error_of, post, sse_events
+from server_helpers import error_of, post, sse_events, wait_idle
 
 from llaisys.models.fim import ExtraChunk, build_fim_prompt, fim_codec
 from llaisys.models.tokenizer import Tokenizer
@@ -201,6 +201,12 @@ def test_time_limits(server):
     r = post(server, "/infill", {"input_prefix": "x = 1\n" * 40, "input_suffix": "", "n_predict": 8,
                                  "t_max_prompt_ms": 1})
     assert r.status_code == 200 and r.json()["content"] == "" and r.json()["stop_type"] == "limit"
+    # a client that leaves mid-stream: its request is aborted; nothing runs or holds KV blocks after these
+    with requests.post(server.url + "/infill", json={"input_prefix": FACT_PREFIX, "input_suffix": FACT_SUFFIX,
+                                                     "n_predict": 64, "stream": True, "ignore_eos": True},
+                       stream=True, timeout=300) as s:
+        next(s.iter_lines())
+    assert not any(wait_idle(server).values())
 
 
 def test_bad_infill_bodies_are_400(server):
