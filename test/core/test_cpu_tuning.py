@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from llaisys.libllaisys import calibrate, cpu_tuning
+from llaisys.libllaisys import cpu_tuning
 from llaisys.libllaisys.cpu_tuning import PASSIVE, SPIN, CpuId, choose, cpu_id, load_or_calibrate, table_wait
 
 ZEN4 = """processor\t: 0
@@ -83,7 +83,7 @@ def test_unknown_kinds_are_calibrated():
 def test_the_cache_is_written_once_and_redone_when_damaged(tmp_path, monkeypatch):
     env = {"LLAISYS_HOME": str(tmp_path)}
     calls = []
-    monkeypatch.setattr(calibrate, "calibrate", lambda environ: calls.append(1) or dict(FAKE))
+    monkeypatch.setattr(cpu_tuning, "calibrate", lambda environ: calls.append(1) or dict(FAKE))
     got = load_or_calibrate(HYGON, env)
     path = tmp_path / "tuning" / f"{HYGON.key}.json"
     saved = json.loads(path.read_text())
@@ -99,14 +99,14 @@ def test_the_cache_is_written_once_and_redone_when_damaged(tmp_path, monkeypatch
 
 def test_a_real_calibration():
     """Three child processes time the decode pass under each candidate (no cache involved)."""
-    got = calibrate.calibrate(dict(os.environ))
+    got = cpu_tuning.calibrate(dict(os.environ))
     assert got is not None
     t = got["seconds_per_pass"]
     assert set(t) >= {"spin_20k", "prefetch_2048"} and all(0 < v < 5 for v in t.values()), t
     if not any(k in os.environ for k in cpu_tuning.WAIT_VARS):
-        passive = t["passive"] / t["spin_20k"] <= calibrate.WAIT_TOLERANCE
+        passive = t["passive"] / t["spin_20k"] <= cpu_tuning.WAIT_TOLERANCE
         assert got["wait_env"] == (PASSIVE if passive else SPIN), got
-    assert got["prefetch"] == (2048 if t["prefetch_2048"] / t["spin_20k"] <= calibrate.PREFETCH_GAIN else 0), got
+    assert got["prefetch"] == (2048 if t["prefetch_2048"] / t["spin_20k"] <= cpu_tuning.PREFETCH_GAIN else 0), got
 
 
 # The loader, for a CPU kind no table knows: cpu_id is replaced before the package loads, and

@@ -10,9 +10,9 @@ idle. So they are chosen here, from this order:
 1. the environment: any of WAIT_VARS set (or LLAISYS_QUANT_PREFETCH) is kept as it is;
 2. WAIT_TABLE, rows measured on each CPU kind seen (the prefetch's own table is in the library,
    src/utils/cpu_isa.cpp; `library_prefetch_measured` mirrors which kinds it covers);
-3. for a CPU in neither, a calibration (calibrate.py): a few child processes time decode-shaped
-   parallel regions under each choice (tens of milliseconds of kernels each, ~1 s of process
-   start in all), once per CPU model; the result is cached in
+3. for a CPU in neither, a calibration (`calibrate`): a few child processes (llaisys/calibrate_child.py)
+   time decode-shaped parallel regions under each choice (tens of milliseconds of kernels each, ~1 s of
+   process start in all), once per CPU model; the result is cached in
    $LLAISYS_HOME/tuning/<cpu key>.json. LLAISYS_CALIBRATE=0 skips it (then: a 20k spin, no
    prefetch).
 
@@ -35,7 +35,10 @@ WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 PREFETCH_VAR = "LLAISYS_QUANT_PREFETCH"
 SPIN = {"GOMP_SPINCOUNT": "20000"}  # GNU OpenMP (what the build links); libomp ignores it
 PASSIVE = {"OMP_WAIT_POLICY": "passive"}
-CALIBRATION_VERSION = 1  # bump when what calibrate.py measures changes: old caches are redone
+CALIBRATION_VERSION = 1  # bump when what the calibration measures changes: old caches are redone
+WAIT_TOLERANCE = 1.03  # passive's time / the spin's time at most this: passive
+PREFETCH_GAIN = 0.97   # prefetch's time / none's at most this: prefetch
+PREFETCH_BYTES = 2048  # the distance measured best where it helps (Intel Xeon, AMD Zen 4)
 
 
 @dataclass(frozen=True)
@@ -178,8 +181,6 @@ def load_or_calibrate(cpu: CpuId, environ: Mapping[str, str] = os.environ) -> Op
         pass  # absent or damaged: measure again
     print(f"llaisys: calibrating the thread wait policy and prefetch for {cpu} (once; cached in {path})",
           file=sys.stderr, flush=True)
-    from .calibrate import calibrate  # noqa: PLC0415 (only for a CPU kind no table knows)
-
     result = calibrate(environ)
     if result is None:
         return None
@@ -196,10 +197,53 @@ def load_or_calibrate(cpu: CpuId, environ: Mapping[str, str] = os.environ) -> Op
 
 
 def run_child(env: dict, mode: str, timeout: float = 60.0) -> Optional[float]:
-    """Seconds per call of one calibration child (calibrate.py) under `env`, None if it failed."""
+    """Seconds per call of one calibration child (llaisys/calibrate_child.py) under `env`, None if it failed."""
     try:
-        proc = subprocess.run([sys.executable, "-m", "llaisys.libllaisys.calibrate", mode], env=env,
+        proc = subprocess.run([sys.executable, "-m", "llaisys.calibrate_child", mode], env=env,
                               capture_output=True, text=True, timeout=timeout)
         return float(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return None
+
+
+def calibrate(environ: Mapping[str, str] = os.environ) -> Optional[dict]:
+    """Time the candidates in child processes; the choices and the figures behind them, or
+    None when a child failed (the caller keeps the defaults). The comparisons:
+
+    - sleeping (OMP_WAIT_POLICY=passive) against a 20k spin: passive is kept when it costs at most
+      WAIT_TOLERANCE of the idle speed, since beside busy processes it is the one that does not
+      collapse (a spinning team holds the cores its late thread needs);
+    - a PREFETCH_BYTES software prefetch against none: kept when it is PREFETCH_GAIN faster."""
+    base = {k: v for k, v in environ.items() if k not in WAIT_VARS and k != PREFETCH_VAR}
+    base["LLAISYS_CALIBRATE"] = "0"  # a child never calibrates itself
+    user_wait = {k: environ[k] for k in WAIT_VARS if k in environ}
+    wait_known = bool(user_wait)
+    spin = {**base, **(user_wait or SPIN), PREFETCH_VAR: "0"}
+    t_spin = run_child(spin, "decode")
+    if t_spin is None:
+        return None
+    # the host's load when measured: a busy host favours sleeping (delete the cache file to redo)
+    out: dict = {"seconds_per_pass": {"spin_20k": t_spin}, "load_average": list(os.getloadavg())}
+    out["wait_env"] = dict(user_wait or SPIN)
+    out["wait_why"] = "kept from the environment"
+    if not wait_known:
+        t_passive = run_child({**base, **PASSIVE, PREFETCH_VAR: "0"}, "decode")
+        if t_passive is None:
+            return None
+        out["seconds_per_pass"]["passive"] = t_passive
+        ratio = t_passive / t_spin
+        if ratio <= WAIT_TOLERANCE:
+            out["wait_env"] = dict(PASSIVE)
+            out["wait_why"] = (f"passive (idle cost {100 * (ratio - 1):+.1f}%, at most {100 * (WAIT_TOLERANCE - 1):.0f}%"
+                               " allowed; it keeps its speed beside busy processes)")
+        else:
+            out["wait_why"] = f"a 20k spin (passive cost {100 * (ratio - 1):.1f}% idle)"
+    t_pf = run_child({**base, **(user_wait or SPIN), PREFETCH_VAR: str(PREFETCH_BYTES)}, "decode")
+    if t_pf is None:
+        return None
+    out["seconds_per_pass"][f"prefetch_{PREFETCH_BYTES}"] = t_pf
+    gain = t_pf / t_spin
+    out["prefetch"] = PREFETCH_BYTES if gain <= PREFETCH_GAIN else 0
+    out["prefetch_why"] = (f"{PREFETCH_BYTES} B ({100 * (1 - gain):.1f}% faster than none)" if out["prefetch"]
+                           else f"none ({PREFETCH_BYTES} B ahead changed a pass by {100 * (gain - 1):+.1f}%)")
+    return out
