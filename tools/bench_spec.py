@@ -36,7 +36,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
 from bench_env import describe, machine  # noqa: E402
+from ports import free_port  # noqa: E402
 
 GGUF = Path.home() / ".cache/llaisys/gguf"
 CODE = '''import json
@@ -158,15 +160,12 @@ def run_llama(cfg: dict) -> dict:
 
 def run_llama_server(cfg: dict) -> dict:
     """llama-server with its own speculation (cfg["spec"]: off, ngram, draft:<gguf>), one slot."""
-    import socket
     import urllib.request
 
     import build_llama_cpp
 
     peer = build_llama_cpp.ensure()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     spec = cfg["spec"]
     extra = [] if spec == "off" else ["--spec-type", "ngram-simple"] if spec == "ngram" else \
         ["-md", spec.split(":", 1)[1], "-tbd", str(cfg["threads"]), "-td", str(cfg["threads"])]
