@@ -81,3 +81,11 @@ def test_bad_arguments_are_refused():
             ops.moe_experts(out, xt, it, wt, gt, dt)
         with pytest.raises(LlaisysError, match="down"):
             ops.moe_experts(out, xt, it, wt, gt, gt)
+
+
+def test_nan_router_logits_route_somewhere_and_propagate():
+    """NaN logits (a broken checkpoint) must not break the top-k's ordering: experts in range,
+    NaN weights, which the sampler then meets as NaN logits."""
+    logits = np.array([[0.0, np.nan, 1.0, 2.0], [np.nan] * 4], np.float32)
+    ids, w = topk(logits, 2, True)
+    assert ((ids >= 0) & (ids < 4)).all() and np.isnan(w).all()

@@ -33,7 +33,7 @@ void Workspace::reserve(size_t n_tokens, size_t n_sample, size_t n_logit_rows) {
     const size_t xs = take(ns, p.hidden_size), logits = take(nl, p.vocab_size);
     const size_t nk = checked_mul(n, p.n_experts_per_tok, "workspace (tokens * n_experts_per_tok)");
     const size_t Ie = p.moe_intermediate_size;
-    const size_t router = take(n, std::max<size_t>(p.n_experts, c_.moe ? 1 : 0)), xg = take(nk, p.hidden_size);
+    const size_t router = take(n, std::max<size_t>(p.n_experts, c_.moe ? 1 : 0));
     const size_t eg = take(nk, 2 * Ie), eact = take(nk, Ie), ey = take(nk, p.hidden_size);
     auto *base = static_cast<std::byte *>(core::allocate(device_, device_id_, LLAISYS_MEMORY_DEVICE, at));
     if (base_) core::release(device_, device_id_, LLAISYS_MEMORY_DEVICE, base_);
@@ -43,7 +43,7 @@ void Workspace::reserve(size_t n_tokens, size_t n_sample, size_t n_logit_rows) {
     samples_ = ns;
     logit_rows_ = nl;
     x_ = x, h_ = h, qkv_ = qkv, attn_ = attn, proj_ = proj, gate_up_ = gate_up, act_ = act, xs_ = xs, logits_ = logits;
-    router_ = router, xg_ = xg, eg_ = eg, eact_ = eact, ey_ = ey;
+    router_ = router, eg_ = eg, eact_ = eact, ey_ = ey;
 }
 
 }  // namespace llaisys::models

@@ -41,7 +41,8 @@ public:
     float *act() const { return at(act_); }          // [n, max(I, Is)]
     // mixture of experts (empty for a dense model); k = n_experts_per_tok, rows in expert order
     float *router() const { return at(router_); }    // [n, E] router logits; the shared gate [n, 1]
-    float *xg() const { return at(xg_); }            // [n k, H] each (token, choice) row's input
+    float *xg() const { return at(ey_); }            // [n k, H] each (token, choice) row's input; shares
+                                                     // ey's memory: dead once the gate/up linear has read it
     float *eg() const { return at(eg_); }            // [n k, 2 Ie] expert gate/up
     float *eact() const { return at(eact_); }        // [n k, Ie]
     float *ey() const { return at(ey_); }            // [n k, H] expert outputs; the shared expert's [n, H]
@@ -57,7 +58,7 @@ private:
     std::byte *base_ = nullptr;
     size_t bytes_ = 0, tokens_ = 0, samples_ = 0, logit_rows_ = 0;
     size_t x_ = 0, h_ = 0, qkv_ = 0, attn_ = 0, proj_ = 0, gate_up_ = 0, act_ = 0, xs_ = 0, logits_ = 0;  // byte offsets
-    size_t router_ = 0, xg_ = 0, eg_ = 0, eact_ = 0, ey_ = 0;
+    size_t router_ = 0, eg_ = 0, eact_ = 0, ey_ = 0;
 };
 
 }  // namespace llaisys::models

@@ -28,9 +28,11 @@ void moe_topk(int32_t *ids, float *weights, const float *logits, size_t n, size_
                 p[e] = float(p[e] / sum);
                 order[e] = int32_t(e);
             }
-            // larger probability first; equal ones by index (a strict weak order: deterministic)
+            // larger probability first; equal ones by index. A NaN (from NaN logits) ranks as -1,
+            // so the order stays a strict weak one (std::partial_sort needs that) and NaN flows on.
+            auto key = [&](int32_t e) { return p[size_t(e)] == p[size_t(e)] ? p[size_t(e)] : -1.0f; };
             std::partial_sort(order.begin(), order.begin() + ptrdiff_t(k), order.end(), [&](int32_t a, int32_t b) {
-                return p[size_t(a)] > p[size_t(b)] || (p[size_t(a)] == p[size_t(b)] && a < b);
+                return key(a) > key(b) || (key(a) == key(b) && a < b);
             });
             float chosen = 0;
             for (size_t j = 0; j < k; j++) chosen += p[size_t(order[j])];
