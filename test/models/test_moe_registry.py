@@ -191,3 +191,25 @@ def test_moe_is_refused_on_nvidia_at_creation():
         check(LIB.llaisysModelCreate(ctypes.byref(c), 1, 0, ctypes.byref(handle)))
     assert handle.value is None
     del keep
+
+
+@pytest.mark.parametrize("family,change", [
+    ("qwen2_moe", {"use_sliding_window": True, "sliding_window": 6, "max_window_layers": 3}),
+    ("qwen2_moe", {"use_sliding_window": False, "sliding_window": 6}),
+    ("qwen3_moe", {"use_sliding_window": True, "sliding_window": 5}),
+    ("mixtral", {"sliding_window": 7}),
+    ("mixtral", {}),
+])
+def test_windows_follow_transformers(family, change):
+    """Which layers slide, as each family's transformers config derives it (Qwen2-MoE: the
+    layers i with i + 1 odd below max_window_layers; Qwen3-MoE and Mixtral: every layer)."""
+    transformers = pytest.importorskip("transformers")
+    p = parse(family, **change)
+    d = {**BASES[family], **change}
+    cfg = transformers.AutoConfig.for_model(d.pop("model_type"), **{k: v for k, v in d.items() if k != "architectures"})
+    size = cfg.sliding_window or 0
+    if hasattr(cfg, "layer_types") and cfg.layer_types is not None:
+        want = tuple(size if t == "sliding_attention" else 0 for t in cfg.layer_types)
+    else:
+        want = (size,) * cfg.num_hidden_layers
+    assert p.layer_window == want
