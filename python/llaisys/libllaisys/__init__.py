@@ -42,7 +42,6 @@ def _library_path() -> Path:
 # never reaches child processes; setting OMP_WAIT_POLICY, GOMP_SPINCOUNT or KMP_BLOCKTIME (or
 # LLAISYS_QUANT_PREFETCH) yourself keeps yours.
 WAIT_VARS = cpu_tuning.WAIT_VARS
-WAIT_DEFAULTS = cpu_tuning.SPIN  # what a CPU kind without a row or a calibration gets
 
 
 def _openmp_loaded() -> bool:
