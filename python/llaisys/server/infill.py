@@ -145,7 +145,8 @@ def infill():
         n_ctx = served.max_model_len
         prompt = fim_prompt(codec, n_ctx, req.n_predict, req.prefix, req.suffix, req.typed, tuple(req.extra))
         max_tokens = answer_tokens(len(prompt.token_ids), n_ctx, req.n_predict, st.request_limits.max_tokens_cap)
-        sp = check_sampling(dict(req.sampling, max_tokens=max_tokens, stop_token_ids=list(codec.tokens.stop_ids)))
+        stops = [] if req.sampling.get("ignore_eos") else list(codec.tokens.stop_ids)  # ignore_eos: every end token
+        sp = check_sampling(dict(req.sampling, max_tokens=max_tokens, stop_token_ids=stops))
         gen = Generation(served.engine, f"infill-{uuid.uuid4().hex}", owner, deadline, gone, st.cancels)
         g.log_fields["id"] = gen.response_id
         gen.start([(prompt.token_ids, None)], [sp])

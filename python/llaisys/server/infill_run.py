@@ -10,11 +10,12 @@ The editor's limits are applied here, on the text as it comes:
   until it is decided.
 - ``t_max_predict_ms``: once that long has passed since the first token and the middle has a
   new line, generation stops (``stop_type`` "limit").
-- ``t_max_prompt_ms``: when no token has come that long after the request started, the
-  request is aborted and answered empty (``stop_type`` "limit"). The prompt's full KV blocks
-  computed so far stay in the prefix cache, so the next request resumes from them. Checked
-  between engine steps: a prefill chunk already running finishes first. Ignored when
-  n_predict is 0 (a cache warm-up, whose point is processing the prompt).
+- ``t_max_prompt_ms``: when no token has come that long after the request was handed to the
+  engine (after admission and tokenizing), the request is aborted and answered empty
+  (``stop_type`` "limit"). The prompt's full KV blocks computed so far stay in the prefix
+  cache, so the next request resumes from them. Checked between engine steps: a prefill chunk
+  already running finishes first. Ignored when n_predict is 0 (a cache warm-up, whose point
+  is processing the prompt).
 
 finish() runs once whichever way the answer ends and releases the engine request, the
 admission slot, and reports metrics, the token charge and the log line (as respond.Run).

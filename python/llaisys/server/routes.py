@@ -160,7 +160,8 @@ def completions():
         else:  # fill-in-the-middle: each prompt the prefix, in the model's FIM layout, ending at its FIM stops
             prompts, stops = completion_fim_prompts(req.prompts, req.suffix, tok, served.max_model_len,
                                                     req.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS)
-            fim["stop_token_ids"] = list(dict.fromkeys(list(req.sampling.get("stop_token_ids") or []) + stops))
+            if not req.sampling.get("ignore_eos"):
+                fim["stop_token_ids"] = list(dict.fromkeys(list(req.sampling.get("stop_token_ids") or []) + stops))
         params = [_sampling(req, len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS, **fim)
                   for ids, _ in prompts]
         echo = [""] * len(prompts)
