@@ -144,8 +144,8 @@ def run(args) -> dict:
         unique = [{"filename": "cold.py", "text": f"# cold run {uuid.uuid4().hex}\n", "tokens": 0}] + ring
         ttft, final = client.infill_ttft(body_of(*states[0], unique, args.n_predict))
         cold.append({"ttft_s": ttft, "prompt_tokens": final["tokens_evaluated"], "cached": final["tokens_cached"]})
-        print(f"cold {i}: ttft {ttft:.3f} s, prompt {final['tokens_evaluated']} tokens, cached {final['tokens_cached']}",
-              flush=True)
+        print(f"cold {i}: ttft {ttft:.3f} s, prompt {final['tokens_evaluated']} tokens, "
+              f"cached {final['tokens_cached']}", flush=True)
     keys = []
     for i, state in enumerate(states):
         if args.ring_update_every and i and i % args.ring_update_every == 0 and spare:

@@ -27,7 +27,7 @@ from .infill_schema import IGNORED, REFUSED, infill_request_schema
 from .protocol import check_sampling, get_field
 from .schema import validate
 
-UNLIMITED_RESERVE = 512  # tokens kept free for the answer when n_predict is unlimited (at most a quarter of the context)
+UNLIMITED_RESERVE = 512  # tokens kept for the answer when n_predict is unlimited (at most a quarter of the context)
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}  # llama-server's sampling defaults
 
 
@@ -85,7 +85,8 @@ def parse_infill(body: dict, limits) -> InfillRequest:
         suffix=get_field(body, "input_suffix", ""), typed=get_field(body, "prompt", ""), extra=extra,
         n_predict=None if n_predict < 0 else n_predict, sampling=_sampling(body),
         stream=get_field(body, "stream", False), n_indent=get_field(body, "n_indent", 0),
-        t_max_predict_ms=get_field(body, "t_max_predict_ms", -1), t_max_prompt_ms=get_field(body, "t_max_prompt_ms", -1),
+        t_max_predict_ms=get_field(body, "t_max_predict_ms", -1),
+        t_max_prompt_ms=get_field(body, "t_max_prompt_ms", -1),
         response_fields=get_field(body, "response_fields"), return_tokens=get_field(body, "return_tokens", False),
         user=get_field(body, "user"),
         ignored=sorted(k for k in IGNORED if body.get(k) is not None))
