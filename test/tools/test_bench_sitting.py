@@ -20,8 +20,8 @@ def sitting(bindings_decode: float) -> dict:
         "weight_bytes_per_token": 1_000_000_000,
         "compare": {"models": {"m": {
             "llaisys": [run(decode=10.0, prefill=100.0, **{"batch-1": 9.0, "batch-4": 30.0, "batch-16": 80.0})] * 3,
-            "llama.cpp": [run(decode=bindings_decode, prefill=90.0, **{"batch-1": 8.0, "batch-4": 20.0,
-                                                                      "batch-16": 40.0})] * 3}}},
+            "llama.cpp": [run(decode=6.0, prefill=90.0, **{"batch-1": 8.0, "batch-4": 20.0, "batch-16": 40.0})] * 3,
+            "llama.cpp-kvf16": [run(decode=bindings_decode, prefill=91.0)] * 3}}},
         "llama_bench": [{"n_prompt": 0, "n_gen": 128, "flash_attn": 0, "avg_ts": 7.5},
                         {"n_prompt": 0, "n_gen": 128, "flash_attn": 1, "avg_ts": 8.0},
                         {"n_prompt": 512, "n_gen": 0, "flash_attn": 0, "avg_ts": 95.0},
@@ -36,19 +36,19 @@ def test_shares_ratios_and_the_disagreement_flag():
     rows = {r["workload"]: r for r in s["rows"]}
     dec = rows["decode (tg128)"]
     assert dec["llaisys_gb_s"] == pytest.approx(10.0) and dec["llaisys_share"] == pytest.approx(0.5)
-    assert dec["peer_best"] == "llama-bench fa1" and dec["ratio_vs_best"] == pytest.approx(10 / 8)
+    assert dec["peer_best"] == "llama-bench fa1 f16 KV" and dec["ratio_vs_best"] == pytest.approx(10 / 8)
     assert dec["peer_share"] == pytest.approx(0.4)
-    assert dec["bindings_vs_tools"] == pytest.approx(7 / 8 - 1) and dec["disagree"]
+    assert dec["bindings_vs_tools"] == pytest.approx(7 / 8 - 1) and dec["disagree"]  # the f16-KV bindings
     pre = rows["prefill (pp512)"]
     assert pre["ratio_vs_best"] == pytest.approx(100 / 120) and "llaisys_gb_s" not in pre
     b16 = rows["batch-16 decode"]
     assert b16["peer_best"] == "llama-batched-bench" and b16["ratio_vs_best"] == pytest.approx(1.6)
     assert b16["bindings_vs_tools"] == pytest.approx(-0.2)
     assert not rows["batch-1 decode"]["disagree"]  # 8.0 vs 8.1: within 3%
-    assert s["anon_huge_kib"] == {"llaisys": [0, 0, 0], "llama.cpp": [0, 0, 0]}
+    assert s["anon_huge_kib"] == {"llaisys": [0, 0, 0], "llama.cpp": [0, 0, 0], "llama.cpp-kvf16": [0, 0, 0]}
 
 
 def test_agreeing_peers_are_not_flagged():
     s = bench_sitting.summarise(sitting(bindings_decode=7.9))
     dec = next(r for r in s["rows"] if r["workload"] == "decode (tg128)")
-    assert not dec["disagree"] and dec["peer_best"] == "llama-bench fa1"
+    assert not dec["disagree"] and dec["peer_best"] == "llama-bench fa1 f16 KV"
