@@ -113,8 +113,8 @@ class FakeRunner:
         k = max([r.sampling_params.logprobs or 0 for r in batch.sample_requests] + [0])
         top_ids = (out[:, None] + 1 + np.arange(k)[None, :]) % self.vocab  # never the sampled id
         top_lps = -np.arange(k, dtype=np.float32)[None, :].repeat(len(out), 0)
-        return StepResult(sampled_token_ids=out, logprobs=-(out % 7).astype(np.float32) - 0.5,
-                          top_token_ids=top_ids, top_logprobs=top_lps, hidden=hidden)
+        return StepResult(token_ids=out, logprobs=-(out % 7).astype(np.float32) - 0.5,
+                          top_ids=top_ids, top_logprobs=top_lps, hidden=hidden)
 
     def _check_and_write(self, batch) -> None:
         qs, pos, bs = batch.query_start, batch.positions, batch.block_size

@@ -25,9 +25,12 @@ def feed(ids, **sp):
     proc.add_group("r", None, [req])
     events = []
     for t in ids:
-        status = proc.append_token(req, t, None, 1.0)
+        status = req.append_token(t, None, 1.0)  # the scheduler's token-level stops
         if status is not None:
             req.status = status
+        for r, st, _ in proc.process([req]):  # the processor's stop strings
+            if not r.is_finished or r.status == S.FINISHED_LENGTH:
+                r.status = status = st
         (out,) = proc.make_outputs([req])
         c = out.outputs[0]
         events.append((c.delta_text, status))

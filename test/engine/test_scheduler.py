@@ -3,7 +3,7 @@
 import pytest
 
 from fake_runner import FakeRunner, drain, make_engine, run_all
-from llaisys.engine import (EngineConfig, OutputProcessor, Request, RequestStatus, RequestTimes, SamplingParams,
+from llaisys.engine import (EngineConfig, Request, RequestStatus, RequestTimes, SamplingParams,
                             Scheduler)
 
 S = RequestStatus
@@ -18,11 +18,7 @@ def new_req(rid, n_prompt, max_tokens=100, **sp):
 def make_scheduler(**cfg):
     base = dict(max_num_seqs=8, max_num_batched_tokens=16, max_model_len=512, block_size=4, num_blocks=64)
     base.update(cfg)
-    return Scheduler(EngineConfig(**base), OutputProcessor(letters))
-
-
-def letters(ids, skip_special_tokens=True):
-    return "".join(chr(65 + i % 26) for i in ids)
+    return Scheduler(EngineConfig(**base))
 
 
 def step(sched, token=7):
@@ -34,7 +30,6 @@ def step(sched, token=7):
 
 def add(sched, *reqs):
     for r in reqs:
-        sched.processor.add_group(r.request_id, None, [r])
         sched.add_request(r)
 
 

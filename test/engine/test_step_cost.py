@@ -5,7 +5,7 @@ synthetic timings, so every figure here is exact arithmetic, not a measurement."
 
 import pytest
 
-from llaisys.engine import EngineConfig, OutputProcessor, Request, RequestTimes, SamplingParams, Scheduler
+from llaisys.engine import EngineConfig, Request, RequestTimes, SamplingParams, Scheduler
 from llaisys.engine.step_cost import COLD_TOKENS, MIN_CHUNK, StepCost, attention_pairs
 
 # a CPU-like step: 60 ms fixed, 2 ms a token, 20 ns an attention pair
@@ -79,11 +79,10 @@ def new_req(rid, n_prompt):
 def scheduler(cost, gap_ms=500.0):
     cfg = EngineConfig(max_num_seqs=8, max_num_batched_tokens=2048, max_model_len=8192, block_size=16,
                        num_blocks=1024, decode_gap_ms=gap_ms)
-    return Scheduler(cfg, OutputProcessor(lambda ids, skip_special_tokens=True: "x" * len(ids)), step_cost=cost)
+    return Scheduler(cfg, step_cost=cost)
 
 
 def add(sched, req):
-    sched.processor.add_group(req.request_id, None, [req])
     sched.add_request(req)
 
 

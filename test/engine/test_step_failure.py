@@ -9,7 +9,7 @@ import pytest
 
 from fake_runner import FakeRunner, FakeTokenizer, make_engine, run_all
 from llaisys.engine import AsyncEngine, SamplingParams
-from llaisys.engine.llm_engine import isolation_budget
+from llaisys.engine.step_runner import isolation_budget
 
 from test_llm_engine import results, workload
 

@@ -1,11 +1,13 @@
-"""The flat step contract built from a scheduler output."""
+"""The flat step contract the runner builds (InputBatch.prepare) from a scheduler output."""
 
 import numpy as np
 import pytest
 
 from fake_runner import FakeRunner
 from llaisys.engine import (KVCacheManager, ModelRunner, PoolingParams, Request, RequestTimes, SamplingParams,
-                            SchedulerOutput, StepResult, build_step_input, unpack_result)
+                            SchedulerOutput, StepResult, unpack_result)
+from llaisys.engine.input_batch import InputBatch
+from llaisys.engine.sched_output import NewRequestData
 from llaisys.engine.step_input import select_rows
 
 
@@ -15,6 +17,16 @@ def req(rid, n_prompt, computed, logprobs=None, pooling=False):
                 pooling_params=PoolingParams() if pooling else None)
     r.num_computed_tokens = computed
     return r
+
+
+def build_step_input(out, kv):
+    """The StepInput of `out` from a fresh runner state: every row arrives as a new request."""
+    ib = InputBatch(kv.layout, kv.block_size)
+    out.new_reqs = [NewRequestData(r.request_id, r, list(r.all_token_ids),
+                                   list(kv.block_table(r.request_id)) if kv.layout == "block" else [], r.slot_seq_id)
+                    for r in out.scheduled]
+    ib.update(out)
+    return ib.prepare(out)
 
 
 def schedule(kv, rows):

@@ -14,7 +14,7 @@ from .pooling_params import PoolingParams, PoolingParamsError
 from .request import InvalidTransitionError, Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits
-from .step_input import StepInput, StepResult, build_step_input, unpack_result
+from .step_input import StepInput, StepResult, unpack_result
 
 __all__ = [
     "AsyncEngine",
@@ -46,7 +46,6 @@ __all__ = [
     "StepInput",
     "StepResult",
     "Usage",
-    "build_step_input",
     "check_fits",
     "empty_result",
     "hash_block_tokens",

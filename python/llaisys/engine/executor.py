@@ -1,8 +1,8 @@
 """The runner seam: what the engine asks of whatever computes a step.
 
-The engine never touches the core; it hands a ModelRunner one StepInput per step. The real
-runner (weights, KV cache, one llaisysModelStep call) lives beside the model; tests use
-a fake. Multi-device execution would plug in here, behind the same method.
+The engine never touches the core; its StepRunner (step_runner.py) hands a ModelRunner one
+StepInput per step. The real runner (weights, KV cache, one llaisysModelStep call) lives
+beside the model; tests use a fake. Multi-device execution would plug in here, behind the same method.
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ class ModelRunner(Protocol):
       (temperature, top_k, top_p, min_p, penalties, logprobs count), ``seed``,
       step = ``num_output_tokens``, its prompt and output ids for penalties, and
       ``logit_bias_now()`` (min_tokens is enforced through it).
-    - It returns ``StepResult`` with ``sampled_token_ids`` [n_sample], and ``logprobs`` /
+    - It returns ``StepResult`` (models/step_io.py) with ``token_ids`` [n_sample], and ``logprobs`` /
       ``top_*`` when any sample request asked for logprobs.
     - Pooling rows (``batch.pooling``) sample nothing: it returns ``hidden`` [n_hidden, H],
       the final normed hidden state of each token of ``batch.hidden_rows``, from the same
       single call that samples the other rows.
-    - It raises on failure. The engine then finds the rows that fail (LLMEngine._isolate):
+    - It raises on failure. The StepRunner then finds the rows that fail (StepRunner._isolate):
       it calls ``execute`` again on sub-batches (``step_input.select_rows``) of the same
       step, marked ``batch.rewind``, finishes the failing rows with "error" and keeps the
       results of the others. A retry must therefore be idempotent: the same tokens, written
@@ -53,4 +53,4 @@ class ModelRunner(Protocol):
 
 def empty_result() -> StepResult:
     """The result of a batch with nothing to sample."""
-    return StepResult(sampled_token_ids=np.zeros(0, np.int64))
+    return StepResult(token_ids=np.zeros(0, np.int64))

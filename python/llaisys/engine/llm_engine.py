@@ -16,24 +16,13 @@ from .pooling_params import PoolingParams
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
-from .step_cost import StepCost, attention_pairs
+from .step_cost import StepCost
+from .step_runner import RunnerOutput, StepRunner
 from .structured_matcher import StructuredBackend
-from .step_input import StepInput, build_step_input, select_rows, unpack_result
 from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode,  # noqa: F401
                         snapshot_pooling_params, snapshot_sampling_params)
 
 log = logging.getLogger(__name__)
-
-
-def isolation_budget(n_rows: int) -> int:
-    """Most extra runner calls a failed step of n_rows rows may spend finding its failing rows:
-    bisection isolates one bad row in 2 * ceil(log2 n) calls, this allows two. A failure that
-    is not the rows' fault (every half fails) ends the search when the budget is spent."""
-    return 4 * max(1, (n_rows - 1).bit_length())
-
-
-def _error_text(e: BaseException) -> str:
-    return f"{type(e).__name__}: {e}"
 
 
 class LLMEngine:
@@ -43,7 +32,7 @@ class LLMEngine:
         self.config = config
         # spec.SpecDecoder (speculative decoding: drafts verified in the step), or None
         self.spec = speculative
-        self.runner = runner  # computes steps (see executor.ModelRunner)
+        self.runner = runner  # computes one StepInput (see executor.ModelRunner)
         self.tokenizer = tokenizer  # decode(ids, skip_special_tokens=...) and eos ids
         # the logits width: every token id a request carries must be below it (the runner's
         # vocab_size, the lm_head rows; else the tokenizer's vocabulary; None: unknown)
@@ -63,7 +52,10 @@ class LLMEngine:
         # matchers of structured-output requests (llguidance, built on first use)
         self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
         self.step_cost = StepCost()  # step seconds by tokens and attention pairs, fitted as steps run
-        self.scheduler = Scheduler(config, self.processor, clock, self.step_cost)
+        # the runner side of the step: each request's state, the step's arrays, drafts, failures
+        self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative)
+        self.scheduler = Scheduler(config, clock, self.step_cost,
+                                   None if speculative is None else self.step_runner.propose)
         self.scheduler.spec_stats = None if speculative is None else speculative.stats  # read by the metrics
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
@@ -186,113 +178,28 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list:
-        """Schedule, compute one batch, append the sampled tokens; the RequestOutputs that changed."""
-        if self.spec is not None:
-            self.spec.prepare(self.scheduler.running)
+        """Schedule, run the batch, process the outputs; the RequestOutputs that changed."""
         out = self.scheduler.schedule()
-        if self.spec is not None:
-            for rid in list(out.finished_req_ids) + out.preempted_req_ids:
-                self.spec.drop(rid)
-        batch = build_step_input(out, self.scheduler.kv)
-        sampled, logprobs, pooled = self._execute(out, batch)
-        if self.spec is not None and out.spec_token_ids:
-            self.spec.account(out, sampled)
-        touched = self.scheduler.update_from_output(out, sampled, logprobs, pooled)
-        return self._outputs(out, touched, sum(len(t) for t in sampled.values()))
+        result = self.step_runner.execute(out)
+        return self._process(out, result)
 
-    def _execute(self, out: SchedulerOutput, batch: StepInput) -> tuple:
-        if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
-            return {}, {}, {}
-        verify = None if self.spec is None else self.spec.verifier
-        try:
-            t0 = time.perf_counter()
-            result = self.runner.execute(batch)
-            seconds = time.perf_counter() - t0
-            if batch.n_tokens:
-                pairs = sum(attention_pairs(n, out.num_computed_tokens[rid]) for rid, n in out.num_scheduled_tokens.items())
-                self.step_cost.observe(batch.n_tokens, pairs, seconds)
-            if self.spec is not None:
-                self.spec.observe_step(batch.n_tokens, batch.n_seqs, seconds)
-            return unpack_result(batch, result, verify)
-        except Exception as e:
-            if batch.n_seqs == 0:  # only frees: no request to blame
-                log.exception("engine step (frees only) failed")
-                return {}, {}, {}
-            log.warning("engine step of %d rows failed (%s); finding the failing rows", batch.n_seqs, _error_text(e),
-                        exc_info=True)
-            return self._isolate(batch, e)
-
-    def _isolate(self, batch: StepInput, error: Exception) -> tuple:
-        """The step failed as a whole: find the rows that fail and finish only those with
-        "error"; every other row gets the result it would have had.
-
-        Bisection: a failed group of rows is split in two and each half is run again as its
-        own sub-batch (select_rows, marked rewind); a half that succeeds keeps its results, a
-        half that fails is split again, down to single rows, which are the culprits. Every
-        row ends up in exactly one successful call or is a culprit. A retry is idempotent: it
-        recomputes the same tokens into the same slots (BLOCK; SLOT cells are dropped first,
-        see StepInput.rewind), samples with the same (seed, step) (the sampler keeps no state)
-        and nothing in the engine advances until the step's results are applied. Greedy
-        tokens do not depend on the batch a row is computed in (test_real_model_engine), so
-        the survivors' output equals a run without the culprits. Pooling rows are rows like
-        the others: a survivor keeps the hidden-state sums of its tokens, a culprit ends with
-        "error" (only its own request). At most
-        isolation_budget(n) extra calls; rows still unresolved then fail with the error."""
-        sampled, logprobs, pooled = {}, {}, {}
-        culprits = {}  # row -> error text
-        state = {"calls_left": isolation_budget(batch.n_seqs), "succeeded": False}
-
-        def attempt(rows: list) -> Optional[Exception]:
-            state["calls_left"] -= 1
-            sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
-            try:
-                s, lp, pl = unpack_result(sub, self.runner.execute(sub),
-                                          None if self.spec is None else self.spec.verifier)
-            except Exception as e:
-                return e
-            state["succeeded"] = True
-            sampled.update(s)
-            logprobs.update(lp)
-            pooled.update(pl)
-            return None
-
-        def split(rows: list, err: Exception) -> None:  # rows fail together with err
-            if len(rows) == 1:
-                culprits[rows[0]] = _error_text(err)
-                return
-            mid = len(rows) // 2
-            for half in (rows[:mid], rows[mid:]):
-                if state["calls_left"] <= 0:
-                    for r in half:
-                        culprits[r] = f"{_error_text(err)} (the step failed and its failing rows were not " \
-                                      f"found within {isolation_budget(batch.n_seqs)} retries)"
-                    continue
-                e = attempt(half)
-                if e is not None:
-                    split(half, e)
-
-        split(list(range(batch.n_seqs)), error)
-        for row, text in sorted(culprits.items()):
-            rid = batch.req_ids[row]
-            log.error("request %s failed in the step: %s", rid, text)
+    def _process(self, out: SchedulerOutput, result: RunnerOutput) -> list:
+        """Apply the step's tokens (token-level stops: the scheduler), then the text (stop
+        strings: the output processor, whose ends the scheduler carries out); make outputs."""
+        for rid, text in result.failed.items():
             req = self.scheduler.abort(rid, RequestStatus.FINISHED_ERROR, text)
             if req is not None:
                 self._aborted.append(req)
-            sampled.pop(rid, None)
-            logprobs.pop(rid, None)
-            pooled.pop(rid, None)
-        return sampled, logprobs, pooled
-
-    def _outputs(self, out: SchedulerOutput, touched: list, num_sampled: int) -> list:
+        touched = self.scheduler.update_from_output(out, result.sampled, result.logprobs, result.pooled)
+        for req, status, error in self.processor.process(touched):
+            self.scheduler.stop(req, status, error)
         changed, self._aborted = self._aborted + touched, []
         failed: list = []
         outputs = self.processor.make_outputs(changed, on_error=lambda seqs, msg: failed.extend(
             self._fail_seqs(seqs, msg)))
         finished = [r for r in changed if r.is_finished] + [r for r in failed if r not in changed]
-        if self.spec is not None:  # a proposer's per-request state (the draft's KV) goes with it
-            for r in finished:
-                self.spec.drop(r.request_id)
-        self.metrics.update(self.scheduler, out, num_sampled, finished)
+        self.step_runner.release(r.request_id for r in finished)
+        self.metrics.update(self.scheduler, out, result.num_sampled, finished)
         return outputs
 
     def _fail_seqs(self, seqs: list, error: str) -> list:

@@ -88,8 +88,8 @@ class CoreModelRunner:
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
         if sampling is None:
-            return StepResult(sampled_token_ids=np.zeros(0, np.int64), hidden=res.hidden)
-        return StepResult(sampled_token_ids=res.token_ids[:n_sample], logprobs=_head(res.logprobs, n_sample),
-                          top_token_ids=_head(res.top_ids, n_sample), top_logprobs=_head(res.top_logprobs, n_sample),
+            return StepResult(token_ids=np.zeros(0, np.int64), hidden=res.hidden)
+        return StepResult(token_ids=res.token_ids[:n_sample], logprobs=_head(res.logprobs, n_sample),
+                          top_ids=_head(res.top_ids, n_sample), top_logprobs=_head(res.top_logprobs, n_sample),
                           hidden=None if res.hidden is None else res.hidden[n_sample:],
                           logits=_head(res.logits, n_sample))

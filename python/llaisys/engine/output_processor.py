@@ -1,18 +1,13 @@
-"""OutputProcessor: sampled tokens -> text, stop conditions, and RequestOutputs.
+"""OutputProcessor: the text side of every request, after the scheduler has applied a step.
 
-Per sequence it runs the incremental detokenizer, matches stop strings across token
+The scheduler appends sampled tokens and ends requests on token-level stops (eos, stop ids,
+a complete grammar, max_tokens: Request.append_token). Here, per sequence, the new tokens
+run through the incremental detokenizer and stop strings are matched across token
 boundaries (the text that might still become a stop string is held back, so a stop string
-never leaks), and decides when the sequence ends:
-
-    eos (unless ignore_eos) or a stop token id  -> FINISHED_STOPPED (the token's text is left
-    a stop string                               -> FINISHED_STOPPED  out unless
-                                                   include_stop_str_in_output)
-    a structured-output grammar complete, with  -> FINISHED_STOPPED
-    nothing allowed after it but eos
-    a token the grammar refuses                 -> FINISHED_ERROR (the sampler's mask prevents it)
-    max_tokens (resolved within max_model_len)  -> FINISHED_LENGTH
-Nothing but the length stops a sequence before it has min_tokens tokens (stop tokens count
-only after min_tokens others).
+never leaks). ``process`` returns the requests a stop string ends, which the engine finishes
+(FINISHED_STOPPED, the string as stop_reason, the text cut before it unless
+include_stop_str_in_output); a stop string counts once min_tokens tokens are out. Then
+``make_outputs`` turns the changed requests into RequestOutputs (text deltas, logprobs).
 
 A pooling request has no text: its group gets one PoolingRequestOutput when it ends.
 """
@@ -20,13 +15,13 @@ A pooling request has no text: its group gets one PoolingRequestOutput when it e
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+import copy
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
 from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
-from .structured_spec import StructuredOutputError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +34,7 @@ class _SeqText:
     text: str = ""  # text so far (stop string already cut)
     sent_chars: int = 0  # chars of text already handed out
     sent_tokens: int = 0  # output ids already handed out
+    seen: int = 0  # output ids already detokenized
 
 
 @dataclass(eq=False)
@@ -74,49 +70,52 @@ class OutputProcessor:
         g = self._groups.get(request_id)
         return g.seqs if g else []
 
-    # ---- per token -----------------------------------------------------------------------
-    def append_token(self, req: Request, token_id: int, logprobs: Optional[dict],
-                     now: float) -> Optional[RequestStatus]:
-        """Append a sampled token to the sequence; the finished status it reaches, or None."""
-        req.append_output_token(token_id, logprobs)
-        if req.times.first_token is None:
-            req.times.first_token = now
-        req.times.last_token = now
-        if req.structured is not None:
+    # ---- per step -----------------------------------------------------------------------
+    def process(self, reqs: list) -> list:
+        """Detokenize the output tokens `reqs` got this step and match stop strings; the
+        requests to finish, as (Request, RequestStatus, error or None): a stop string
+        (FINISHED_STOPPED; its output is cut after the token that completed it), or the
+        text could not be made (FINISHED_ERROR). A request the scheduler already finished
+        (length, a grammar's end) may still end on a stop string, which then is its reason."""
+        finishes = []
+        for req in reqs:
+            st = self._texts.get(req.request_id)
+            if st is None or req.is_pooling:
+                continue
             try:
-                req.structured.advance(token_id)
-            except StructuredOutputError as e:
-                req.error, req.error_param = str(e), e.param
-                return RequestStatus.FINISHED_ERROR
-        sp, st = req.sampling_params, self._texts[req.request_id]
-        # as in vLLM: a stop token counts only after min_tokens other tokens (the sampler bans
-        # it until then, see Request.logit_bias_now); stop strings once min_tokens are out
-        can_stop = req.num_output_tokens >= sp.min_tokens
-        is_eos = not sp.ignore_eos and token_id in req.eos_token_ids
-        if req.num_output_tokens > sp.min_tokens and (is_eos or token_id in sp.stop_token_ids):
-            req.stop_reason = token_id if token_id in sp.stop_token_ids else None
-            if sp.include_stop_str_in_output:
-                st.text += st.detok.add(token_id)
-            st.text += st.detok.flush()
-            return RequestStatus.FINISHED_STOPPED
-        new = st.detok.add(token_id)
-        st.text += new
-        if new and can_stop and sp.stop:
-            hit = find_stop(st.text, len(new), sp.stop)
-            if hit is not None:
-                start, s = hit
-                st.text = st.text[:start + len(s)] if sp.include_stop_str_in_output else st.text[:start]
-                # holding back stop-string prefixes guarantees nothing past the cut was sent
-                assert st.sent_chars <= len(st.text), "stop string leaked"
-                req.stop_reason = s
-                return RequestStatus.FINISHED_STOPPED
-        if req.structured is not None and can_stop and req.structured.done:
-            st.text += st.detok.flush()  # the grammar is complete: only eos could follow
-            return RequestStatus.FINISHED_STOPPED
-        if req.num_output_tokens >= req.max_tokens:
-            st.text += st.detok.flush()
-            return RequestStatus.FINISHED_LENGTH
-        return None
+                if self._consume(req, st):
+                    finishes.append((req, RequestStatus.FINISHED_STOPPED, None))
+            except Exception as e:  # this request's text broke: it alone ends, with "error"
+                log.exception("request %s failed after the step", req.request_id)
+                finishes.append((req, RequestStatus.FINISHED_ERROR, f"{type(e).__name__}: {e}"))
+        return finishes
+
+    def _consume(self, req: Request, st: _SeqText) -> bool:
+        """Run the request's unseen output tokens through its detokenizer; True if a stop
+        string ended it (req.stop_reason is the string)."""
+        sp, ids, n = req.sampling_params, req.output_token_ids, req.num_output_tokens
+        for i in range(st.seen, n):
+            st.seen = i + 1
+            # the eos / stop id that ended it, or a token the grammar refused (never shown)
+            if i + 1 == n and (req.stopped_by_token or req.status == RequestStatus.FINISHED_ERROR):
+                if req.stopped_by_token and sp.include_stop_str_in_output:
+                    st.text += st.detok.add(ids[i])
+                break
+            new = st.detok.add(ids[i])
+            st.text += new
+            if new and sp.stop and i + 1 >= sp.min_tokens:
+                hit = find_stop(st.text, len(new), sp.stop)
+                if hit is not None:
+                    start, s = hit
+                    st.text = st.text[:start + len(s)] if sp.include_stop_str_in_output else st.text[:start]
+                    # holding back stop-string prefixes guarantees nothing past the cut was sent
+                    assert st.sent_chars <= len(st.text), "stop string leaked"
+                    req.stop_reason, req.stopped_by_token = s, False
+                    req.truncate_output(i + 1)
+                    return True
+        if req.is_finished:
+            st.text += st.detok.flush()  # nothing more is coming
+        return False
 
     # ---- outputs -------------------------------------------------------------------------
     def make_outputs(self, reqs: list, on_error: Optional[Callable] = None) -> list:
@@ -179,7 +178,7 @@ class OutputProcessor:
                                     outputs=vec, finished=True, finish_reason=reason,
                                     usage=Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=0,
                                                 cached_tokens=0),
-                                    metrics=replace(req.times), error=error or req.error)
+                                    metrics=copy.copy(req.times), error=error or req.error)
 
     def _failed_output(self, g: _Group, error: str):
         """The final output of a group whose output could not be made: only what was already
@@ -204,7 +203,7 @@ class OutputProcessor:
         usage = Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=sum(r.num_output_tokens for r in g.seqs),
                       cached_tokens=max(lead.num_cached_tokens, 0))
         return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
-                             outputs=outputs, finished=True, usage=usage, metrics=replace(lead.times), error=error)
+                             outputs=outputs, finished=True, usage=usage, metrics=copy.copy(lead.times), error=error)
 
     def _group_output(self, g: _Group) -> RequestOutput:
         outputs = [self._completion(r) for r in g.seqs]
@@ -219,5 +218,5 @@ class OutputProcessor:
             for r in g.seqs:
                 del self._texts[r.request_id]
         return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
-                             outputs=outputs, finished=finished, usage=usage, metrics=replace(lead.times),
+                             outputs=outputs, finished=finished, usage=usage, metrics=copy.copy(lead.times),
                              error=failed and failed.error, error_param=failed and failed.error_param)

@@ -20,6 +20,7 @@ import numpy as np
 
 from .pooling_params import PoolingParams
 from .sampling_params import SamplingParams
+from .structured_spec import StructuredOutputError
 
 # Added to the eos / stop-id logits while a request is under min_tokens (finite: the C
 # sampler rejects non-finite biases; exp(-1e9) is 0 in float32).
@@ -103,8 +104,13 @@ class Request:
     num_cached_tokens: int = -1  # prompt tokens served by the prefix cache at first admission; -1: not yet
     block_hashes: list = field(default_factory=list)  # chained hash of each full block of all_token_ids
     slot_seq_id: Optional[int] = None  # SLOT layout: the core's seq id while it holds KV
+    # what the runner holds of it (sched_output.py): its first runner_tokens ids (-1: the runner has
+    # never seen it) and the first runner_blocks entries of its block table
+    runner_tokens: int = -1
+    runner_blocks: int = 0
     num_preemptions: int = 0  # times it was preempted
     stop_reason: object = None  # the stop string or stop token id that ended it (None for eos/length)
+    stopped_by_token: bool = False  # its last output token is the eos / stop id that ended it
     logprobs: Optional[list] = None  # per output token {token id: logprob}, when asked for
     error: Optional[str] = None  # why it finished with FINISHED_ERROR
     error_param: Optional[str] = None  # the request field at fault when its own input ended it (its grammar)
@@ -118,7 +124,7 @@ class Request:
     spec_probs: Optional[np.ndarray] = None  # [k, vocab] f32 the draft distributions (None: point masses)
     spec_state: Optional[object] = None  # spec.decoder.SpecRequestState: its recent acceptance
     # structured output: the grammar's engine.structured_matcher.Matcher, at the position after the
-    # output so far (advanced by the OutputProcessor); None: unconstrained
+    # output so far (advanced by append_token); None: unconstrained
     structured: Optional[object] = None
 
     def __post_init__(self) -> None:
@@ -160,6 +166,49 @@ class Request:
         self.all_token_ids.append(token_id)
         if self.logprobs is not None:
             self.logprobs.append(logprobs if logprobs is not None else {})
+
+    def append_token(self, token_id: int, logprobs: Optional[dict], now: float) -> Optional[RequestStatus]:
+        """Append a sampled token and check the token-level stops (the scheduler's part; stop
+        strings are the OutputProcessor's); the finished status it reaches, or None.
+
+            a token the grammar refuses                 -> FINISHED_ERROR (the sampler's mask prevents it)
+            eos (unless ignore_eos) or a stop token id  -> FINISHED_STOPPED (stopped_by_token)
+            a structured-output grammar complete, with  -> FINISHED_STOPPED
+            nothing allowed after it but eos
+            max_tokens (resolved within max_model_len)  -> FINISHED_LENGTH
+
+        As in vLLM, a stop token counts only after min_tokens other tokens (the sampler bans it
+        until then, see logit_bias_now), the grammar's end once min_tokens are out."""
+        self.append_output_token(token_id, logprobs)
+        if self.times.first_token is None:
+            self.times.first_token = now
+        self.times.last_token = now
+        if self.structured is not None:
+            try:
+                self.structured.advance(token_id)
+            except StructuredOutputError as e:  # the grammar refuses the token
+                self.error, self.error_param = str(e), e.param
+                return RequestStatus.FINISHED_ERROR
+        sp, n = self.sampling_params, len(self.output_token_ids)
+        if n > sp.min_tokens and ((not sp.ignore_eos and token_id in self.eos_token_ids)
+                                  or token_id in sp.stop_token_ids):
+            self.stop_reason = token_id if token_id in sp.stop_token_ids else None
+            self.stopped_by_token = True
+            return RequestStatus.FINISHED_STOPPED
+        if self.structured is not None and n >= sp.min_tokens and self.structured.done:
+            return RequestStatus.FINISHED_STOPPED
+        if n >= self.max_tokens:
+            return RequestStatus.FINISHED_LENGTH
+        return None
+
+    def truncate_output(self, n: int) -> None:
+        """Keep the first n output tokens (a stop string ended it inside a step's tokens)."""
+        cut = len(self.output_token_ids) - n
+        if cut > 0:
+            del self.output_token_ids[n:]
+            del self.all_token_ids[-cut:]
+            if self.logprobs is not None:
+                del self.logprobs[n:]
 
     def logit_bias_now(self, ahead: int = 0) -> dict:
         """The logit bias for the next draw (``ahead`` draws later: speculative positions): the

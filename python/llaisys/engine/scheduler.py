@@ -27,36 +27,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
-from .step_cost import StepCost
+from .sched_output import NewRequestData, SchedulerOutput  # noqa: F401 (SchedulerOutput re-exported)
+from .step_cost import StepCost, attention_pairs
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class SchedulerOutput:
-    """What one step computes."""
-
-    scheduled: list = field(default_factory=list)  # [Request] the batch's rows, in order
-    num_scheduled_tokens: dict = field(default_factory=dict)  # req_id -> tokens to compute now
-    num_computed_tokens: dict = field(default_factory=dict)  # req_id -> tokens already in KV (the chunk starts here)
-    sample_req_ids: set = field(default_factory=set)  # req_ids whose chunk ends at their last known token: sample one
-    pooling_req_ids: set = field(default_factory=set)  # pooling req_ids: every scheduled token's hidden state is wanted
-    new_req_ids: list = field(default_factory=list)  # admitted for the first time this step
-    resumed_req_ids: list = field(default_factory=list)  # readmitted after preemption (recompute prompt + output)
-    preempted_req_ids: list = field(default_factory=list)  # preempted by this schedule(); blocks already free
-    finished_req_ids: set = field(default_factory=set)  # finished/aborted since the last schedule(): drop their state
-    free_seq_ids: list = field(default_factory=list)  # SLOT: seq ids freed since the last schedule(); seq_rm them first
-    total_num_scheduled_tokens: int = 0  # sum of num_scheduled_tokens
-    spec_token_ids: dict = field(default_factory=dict)  # req_id -> drafts verified this step (their
-    #   tokens are the last len(drafts) of num_scheduled_tokens; the row samples each of them too)
-    trims: list = field(default_factory=list)  # SLOT: (seq id, position) cells to drop first (rejected drafts)
 
 
 def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optional[int]) -> int:
@@ -94,12 +74,14 @@ def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
 
 
 class Scheduler:
-    def __init__(self, config: EngineConfig, processor, clock: Callable[[], float] = time.monotonic,
-                 step_cost: Optional[StepCost] = None):
+    def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.monotonic,
+                 step_cost: Optional[StepCost] = None, propose: Optional[Callable[[list], None]] = None):
+        # propose(running): the runner sets the running requests' drafts (spec_token_ids) for the
+        # step being planned (speculative decoding; None: no drafts)
+        self.propose = propose
         self.config = config
         self.step_cost = step_cost  # StepCost the engine feeds with measured steps (None: token budget only)
         self._time_left: Optional[float] = None  # seconds of prefill this schedule() may still add (None: no cap)
-        self.processor = processor  # OutputProcessor: appends sampled tokens and checks stops
         self.clock = clock
         self.kv = KVCacheManager(config.num_blocks, config.block_size, config.enable_prefix_caching,
                                  config.kv_layout)
@@ -125,6 +107,8 @@ class Scheduler:
 
     # ---- one step ------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
+        if self.propose is not None:
+            self.propose(self.running)
         out = SchedulerOutput(finished_req_ids=self._finished_ids)
         self._finished_ids = set()
         self._time_left = self._prefill_seconds()
@@ -144,8 +128,9 @@ class Scheduler:
         decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
         if not decoding and len(self.running) + len(self.waiting) < 2:
             return None  # one prompt alone: its chunks take the whole token budget
-        rows = sum(cost.row_seconds(1 + len(r.spec_token_ids), r.num_computed_tokens) for r in decoding)
-        return target - cost.fixed_seconds() - rows
+        n = [1 + len(r.spec_token_ids) for r in decoding]  # each decode row's tokens
+        pairs = sum(map(attention_pairs, n, (r.num_computed_tokens for r in decoding)))
+        return target - cost.seconds(sum(n), pairs)  # less the fixed part and the decode rows
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
         n = req.num_tokens - num_computed
@@ -172,6 +157,20 @@ class Scheduler:
         out.total_num_scheduled_tokens += n
         if req.times.first_scheduled is None:
             req.times.first_scheduled = self.clock()
+        self._send(out, req)
+
+    def _send(self, out: SchedulerOutput, req: Request) -> None:
+        """What the runner learns of a scheduled request: all of it the first time, after that
+        the tokens and blocks it gained since it was last scheduled (sched_output.py)."""
+        rid = req.request_id
+        table = self.kv.block_table(rid) if self.kv.layout == "block" else []
+        if req.runner_tokens < 0:
+            out.new_reqs.append(NewRequestData(rid, req, list(req.all_token_ids), list(table), req.slot_seq_id))
+        else:
+            keep = min(req.runner_blocks, len(table))
+            out.cached_reqs.add(rid, rid in out.resumed_req_ids, req.all_token_ids[req.runner_tokens:], keep,
+                                table[keep:], req.slot_seq_id)
+        req.runner_tokens, req.runner_blocks = req.num_tokens, len(table)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         i = 0
@@ -246,6 +245,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.kv.free(req)
+        req.runner_blocks = 0  # its table is gone; the runner keeps its tokens
         req.spec_token_ids, req.spec_probs = [], None
         req.set_status(RequestStatus.PREEMPTED)
         req.num_computed_tokens = 0
@@ -261,8 +261,8 @@ class Scheduler:
         """Advance the scheduled requests by the tokens just computed and append what was
         sampled (``sampled``: req_id -> [token ids]; ``logprobs``: req_id -> [{id: logprob}];
         ``pooled``: pooling req_id -> [hidden] f64 sum of its chunk's hidden states).
-        Requests that hit a stop condition, and pooling requests whose prompt is computed,
-        are finished and their blocks freed. Returns the requests that got tokens or finished."""
+        Requests that hit a token-level stop (Request.append_token), and pooling requests whose
+        prompt is computed, are finished and their blocks freed. Returns the requests that got tokens or finished."""
         touched = []
         now = self.clock()
         for req in out.scheduled:
@@ -293,9 +293,9 @@ class Scheduler:
             return False  # a middle prefill chunk: nothing sampled
         lps = (logprobs or {}).get(rid) or [None] * len(tokens)
         for tok, lp in zip(tokens, lps):
-            status = self.processor.append_token(req, int(tok), lp, now)
+            status = req.append_token(int(tok), lp, now)
             if status is not None:
-                self.finish(req, status, req.error)  # the processor's reason (a grammar failure) is kept
+                self.finish(req, status, req.error)  # the request's reason (a grammar failure) is kept
                 break
         return True
 
@@ -312,7 +312,7 @@ class Scheduler:
         lps = (logprobs or {}).get(rid) or [None] * len(tokens)
         req.spec_token_ids, req.spec_probs = [], None
         for j, (tok, lp) in enumerate(zip(tokens, lps)):
-            status = self.processor.append_token(req, int(tok), lp, now)
+            status = req.append_token(int(tok), lp, now)
             if status is not None:  # the K/V of positions < base + j is that of the request's tokens
                 req.num_computed_tokens = min(base + j, req.num_tokens)
                 self.kv.cache_blocks(req)
@@ -321,6 +321,7 @@ class Scheduler:
         # positions base .. base + accepted - 1 hold the accepted drafts; the last emitted token is new
         req.num_computed_tokens = base + max(len(tokens) - 1, 0)
         self.kv.truncate(req, req.num_computed_tokens)
+        req.runner_blocks = min(req.runner_blocks, len(self.kv.block_table(rid)))  # rejected drafts' blocks went
         self.kv.cache_blocks(req)
         return bool(tokens)
 
@@ -348,6 +349,14 @@ class Scheduler:
         self.kv.free(req)
         self._finished_ids.add(req.request_id)
         del self.requests[req.request_id]
+
+    def stop(self, req: Request, status: RequestStatus, error: Optional[str] = None) -> None:
+        """Finish a request the output processor ended (a stop string, or its text broke); one
+        the step already finished on length or a grammar's end takes the stop string's reason."""
+        if not req.is_finished:
+            self.finish(req, status, error)
+        elif status == RequestStatus.FINISHED_STOPPED and req.status == RequestStatus.FINISHED_LENGTH:
+            req.status = status  # the text ended before the length did (vLLM: the stop string wins)
 
     def abort(self, request_id: str, status: RequestStatus = RequestStatus.FINISHED_ABORTED,
               error: Optional[str] = None) -> Optional[Request]:

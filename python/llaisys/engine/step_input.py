@@ -1,4 +1,4 @@
-"""StepInput / StepResult: the flat step contract between the engine and the model runner.
+"""StepInput: the flat step contract between the engine and the model runner.
 
 One StepInput is one call into the core (llaisysModelStep): the scheduled tokens of
 every sequence, flattened, with the index arrays the core needs, built with numpy.
@@ -12,8 +12,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from .kv_cache_manager import KVCacheManager
-from .scheduler import SchedulerOutput
+from ..models.step_io import StepResult  # the one step result (re-exported)
 
 
 @dataclass
@@ -82,72 +81,6 @@ class StepInput:
         return 0 if self.block_tables is None else int(self.block_tables.shape[1])
 
 
-@dataclass
-class StepResult:
-    """What the runner returns for one StepInput; row i belongs to sample_rows[i]."""
-
-    sampled_token_ids: np.ndarray  # [n_sample] int64 sampled ids
-    logprobs: Optional[np.ndarray] = None  # [n_sample] float32 logprob of each sampled id, or None
-    top_token_ids: Optional[np.ndarray] = None  # [n_sample, k] int64 top-k ids by logprob (k >= every
-    #                                             row's sampling_params.logprobs), or None
-    top_logprobs: Optional[np.ndarray] = None  # [n_sample, k] float32 their logprobs, or None
-    hidden: Optional[np.ndarray] = None  # [n_hidden, hidden] float32 final normed hidden states of
-    #                                      batch.hidden_rows (None when the batch has no pooling row)
-    logits: Optional[np.ndarray] = None  # [n_sample, vocab] float32 raw logits when batch.want_logits
-
-
-def build_step_input(out: SchedulerOutput, kv: KVCacheManager) -> StepInput:
-    """The step's flat arrays from the scheduler's decision and the block tables."""
-    reqs = out.scheduled
-    n_seqs = len(reqs)
-    starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
-    q_lens = np.fromiter((out.num_scheduled_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
-    query_start = np.zeros(n_seqs + 1, np.int32)
-    np.cumsum(q_lens, out=query_start[1:])
-    n_tokens = int(query_start[-1])
-    seq_of_token = np.repeat(np.arange(n_seqs, dtype=np.int32), q_lens)
-    # position of flat token t in row s: starts[s] + (t - query_start[s])
-    positions = np.arange(n_tokens, dtype=np.int64) + np.repeat(starts - query_start[:-1], q_lens)
-    spec = out.spec_token_ids  # req_id -> drafts appended to the row's known tokens
-    chunks = [r.all_token_ids[s:s + n] if r.request_id not in spec else r.all_token_ids[s:] + spec[r.request_id]
-              for r, s, n in zip(reqs, starts.tolist(), q_lens.tolist())]
-    token_ids = np.fromiter((t for c in chunks for t in c), np.int64, n_tokens)
-    is_sampled = np.fromiter((r.request_id in out.sample_req_ids for r in reqs), bool, n_seqs)
-    sample_rows = (query_start[1:][is_sampled] - 1).astype(np.int32)
-    sample_requests = [r for r, s in zip(reqs, is_sampled.tolist()) if s]
-    sample_offsets = None
-    if spec:  # a row verifying k drafts samples its last k + 1 tokens
-        n_draws = np.fromiter((len(spec.get(r.request_id, ())) + 1 for r in sample_requests), np.int64,
-                              len(sample_requests))
-        ends = np.repeat(sample_rows.astype(np.int64) + 1, n_draws)
-        first = np.repeat(np.cumsum(n_draws) - n_draws, n_draws)
-        sample_offsets = (np.arange(int(n_draws.sum())) - first).astype(np.int32)  # [n_sample] 0..k per row
-        sample_rows = (ends - n_draws.repeat(n_draws) + sample_offsets).astype(np.int32)
-        sample_requests = [r for r, m in zip(sample_requests, n_draws.tolist()) for _ in range(m)]
-    batch = StepInput(
-        token_ids=token_ids, positions=positions, seq_of_token=seq_of_token, query_start=query_start,
-        context_lens=(starts + q_lens).astype(np.int32),
-        sample_rows=sample_rows, sample_offsets=sample_offsets,
-        spec={rid: r for r in reqs for rid in (r.request_id,) if rid in spec},
-        trims=list(out.trims), want_logits=any(r.spec_probs is not None for r in reqs if r.request_id in spec),
-        req_ids=[r.request_id for r in reqs],
-        sample_requests=sample_requests,
-        pooling=np.fromiter((r.request_id in out.pooling_req_ids for r in reqs), bool, n_seqs),
-        kv_layout=kv.layout, block_size=kv.block_size,
-        free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
-    if kv.layout == "slot":
-        batch.seq_ids = np.fromiter((r.slot_seq_id for r in reqs), np.int32, n_seqs)
-        return batch
-    tables = [kv.block_table(r.request_id) for r in reqs]
-    block_tables = np.zeros((n_seqs, max((len(t) for t in tables), default=0)), np.int32)
-    for i, t in enumerate(tables):
-        block_tables[i, :len(t)] = t
-    bs = kv.block_size
-    batch.block_tables = block_tables
-    batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
-    return batch
-
-
 def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> StepInput:
     """The sub-batch of `batch` that computes only `rows` (ascending row indices) exactly as
     `batch` would: same tokens, positions, context, slots, seq ids and sample requests. It is
@@ -193,7 +126,7 @@ def unpack_result(batch: StepInput, result: StepResult, verifier: Optional[Calla
     A speculating row (``batch.spec``) has k + 1 sample rows; ``verifier(batch, result)`` makes
     the step's ``verify(req, ids [k + 1], logits [k + 1, vocab] or None)``, which gives the
     tokens the row emits (spec/verify.py), each with the logprobs of its position."""
-    ids = np.asarray(result.sampled_token_ids).reshape(-1)
+    ids = np.asarray(result.token_ids).reshape(-1)
     if ids.shape[0] != batch.n_sample:
         raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
     pooled = _pooled_sums(batch, result.hidden)
@@ -222,8 +155,8 @@ def _logprob_entry(want: int, result: StepResult, row: int, token: int, ids: np.
     """{id: logprob} of sample row ``row``: its top ``want`` and the emitted ``token`` (which a
     sampled draft may make differ from the row's own draw: then from the row's raw logits)."""
     entry = {}
-    if result.top_token_ids is not None and result.top_logprobs is not None and want:
-        entry = dict(zip(result.top_token_ids[row, :want].tolist(), result.top_logprobs[row, :want].tolist()))
+    if result.top_ids is not None and result.top_logprobs is not None and want:
+        entry = dict(zip(result.top_ids[row, :want].tolist(), result.top_logprobs[row, :want].tolist()))
     if token == int(ids[row]) and result.logprobs is not None:
         entry[token] = float(result.logprobs[row])
     elif result.logits is not None:

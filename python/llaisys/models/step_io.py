@@ -37,12 +37,17 @@ class RowSampling:
 
 @dataclass
 class StepResult:
-    token_ids: Optional[np.ndarray]  # [n_sample] int64 sampled ids (None when not sampling)
-    logprobs: Optional[np.ndarray]  # [n_sample] f32 logprob of each sampled id
-    top_ids: Optional[np.ndarray]  # [n_sample, top_n] int64
-    top_logprobs: Optional[np.ndarray]  # [n_sample, top_n] f32
-    logits: Optional[np.ndarray]  # [n_sample, vocab] f32 when asked
-    hidden: Optional[np.ndarray]  # [n_sample, hidden] f32 when asked
+    """What one step (Model.step, llaisys.sampler, an engine ModelRunner) returns; row i belongs
+    to sample row i."""
+
+    token_ids: Optional[np.ndarray] = None  # [n_sample] int64 sampled ids (None when not sampling)
+    logprobs: Optional[np.ndarray] = None  # [n_sample] f32 logprob of each sampled id, or None
+    top_ids: Optional[np.ndarray] = None  # [n_sample, top_n] int64 top ids by logprob (top_n >= every
+    #                                       row's n_logprobs), or None
+    top_logprobs: Optional[np.ndarray] = None  # [n_sample, top_n] f32 their logprobs, or None
+    logits: Optional[np.ndarray] = None  # [n_sample, vocab] f32 raw logits when asked
+    hidden: Optional[np.ndarray] = None  # [n_rows, hidden] f32 final normed hidden states when asked
+    #   (the engine's runners: of batch.hidden_rows, None when the batch has no pooling row)
 
 
 def ptr(a: Optional[np.ndarray], ctype):

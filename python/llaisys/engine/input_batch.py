@@ -1,0 +1,152 @@
+"""InputBatch: the runner's copy of every request it holds, and the step's flat arrays.
+
+Each request the runner holds has a row of two persistent numpy buffers: its known token
+ids and its block table. ``update`` applies a SchedulerOutput's deltas (new requests whole,
+held ones as the tokens and blocks they gained, finished ones dropped: sched_output.py);
+``prepare`` then gathers the step's StepInput from the buffers with a handful of numpy
+operations, whatever the batch size: no array is built from the requests' Python lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .sched_output import SchedulerOutput
+from .step_input import StepInput
+
+
+@dataclass(eq=False)
+class _Held:
+    """What the runner keeps of one request between steps."""
+
+    row: int  # its row of InputBatch.tokens / .blocks
+    request: object  # the Request (sampling parameters, seed, grammar) the sample rows read
+    num_tokens: int  # ids of tokens[row] that are its known tokens
+    num_blocks: int  # ids of blocks[row] that are its block table (BLOCK)
+    seq_id: Optional[int]  # SLOT: the core's seq id
+
+
+def _grown(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
+    """`a` with at least rows x cols entries (doubling), its content kept."""
+    r, c = a.shape
+    if rows <= r and cols <= c:
+        return a
+    b = np.zeros((max(rows, 2 * r if rows > r else r), max(cols, 2 * c if cols > c else c)), a.dtype)
+    b[:r, :c] = a
+    return b
+
+
+class InputBatch:
+    def __init__(self, kv_layout: str, block_size: int):
+        self.kv_layout = kv_layout  # "block" or "slot"
+        self.block_size = block_size
+        self.tokens = np.zeros((8, 256), np.int64)  # [rows, cap] known ids of each held request
+        self.blocks = np.zeros((8, 16), np.int32)  # [rows, cap] block table of each held request (BLOCK)
+        self.held: dict = {}  # req_id -> _Held
+        self._free_rows: list = list(range(7, -1, -1))  # rows no request holds (popped from the end)
+        # every request whose whole token list crossed into the runner (a test reads it)
+        self.num_requests_received = 0
+
+    # ---- the deltas ----------------------------------------------------------------------
+    def update(self, out: SchedulerOutput) -> None:
+        """Apply one step's deltas, in the order the scheduler made them."""
+        for rid in out.finished_req_ids:
+            self.drop(rid)
+        for nr in out.new_reqs:
+            if nr.req_id in self.held:  # a runner bug, not the user's
+                raise RuntimeError(f"request {nr.req_id!r} was sent as new twice")
+            if not self._free_rows:
+                n = self.tokens.shape[0]
+                self.tokens = _grown(self.tokens, 2 * n, 0)
+                self.blocks = _grown(self.blocks, 2 * n, 0)
+                self._free_rows = list(range(2 * n - 1, n - 1, -1))
+            h = _Held(self._free_rows.pop(), nr.request, 0, 0, nr.seq_id)
+            self.held[nr.req_id] = h
+            self._append_tokens(h, nr.token_ids)
+            self._set_blocks(h, 0, nr.block_ids)
+            self.num_requests_received += 1
+        c = out.cached_reqs
+        for i, rid in enumerate(c.req_ids):
+            h = self.held[rid]
+            if c.new_token_ids[i]:
+                self._append_tokens(h, c.new_token_ids[i])
+            self._set_blocks(h, c.num_kept_blocks[i], c.new_block_ids[i])
+            h.seq_id = c.seq_ids[i]
+
+    def drop(self, req_id: str) -> None:
+        """Forget a finished request (unknown ids are ignored)."""
+        h = self.held.pop(req_id, None)
+        if h is not None:
+            self._free_rows.append(h.row)
+
+    def _append_tokens(self, h: _Held, ids: list) -> None:
+        n = h.num_tokens + len(ids)
+        self.tokens = _grown(self.tokens, 0, n)
+        self.tokens[h.row, h.num_tokens:n] = ids
+        h.num_tokens = n
+
+    def _set_blocks(self, h: _Held, keep: int, ids: list) -> None:
+        assert keep <= h.num_blocks, "the scheduler keeps only blocks the runner has"
+        n = keep + len(ids)
+        if ids:
+            self.blocks = _grown(self.blocks, 0, n)
+            self.blocks[h.row, keep:n] = ids
+        h.num_blocks = n
+
+    # ---- the step ------------------------------------------------------------------------
+    def prepare(self, out: SchedulerOutput) -> StepInput:
+        """The step's flat arrays (step_input.StepInput) for the rows of `out`."""
+        reqs = out.scheduled
+        n_seqs = len(reqs)
+        held = [self.held[r.request_id] for r in reqs]
+        rows = np.fromiter((h.row for h in held), np.int64, n_seqs)  # [n_seqs] buffer row of each row
+        starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+        q_lens = np.fromiter((out.num_scheduled_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+        query_start = np.zeros(n_seqs + 1, np.int32)
+        np.cumsum(q_lens, out=query_start[1:])
+        n_tokens = int(query_start[-1])
+        seq_of_token = np.repeat(np.arange(n_seqs, dtype=np.int32), q_lens)
+        # position of flat token t in row s: starts[s] + (t - query_start[s])
+        positions = np.arange(n_tokens, dtype=np.int64) + np.repeat(starts - query_start[:-1], q_lens)
+        spec = out.spec_token_ids  # req_id -> drafts: written after the row's known ids
+        for rid, drafts in spec.items():
+            h = self.held[rid]
+            self.tokens = _grown(self.tokens, 0, h.num_tokens + len(drafts))
+            self.tokens[h.row, h.num_tokens:h.num_tokens + len(drafts)] = drafts
+        token_rows = rows[seq_of_token]
+        token_ids = self.tokens[token_rows, positions]  # [n_tokens] one gather
+        is_sampled = np.fromiter((r.request_id in out.sample_req_ids for r in reqs), bool, n_seqs)
+        sample_rows = (query_start[1:][is_sampled] - 1).astype(np.int32)
+        sample_requests = [h.request for h, s in zip(held, is_sampled.tolist()) if s]
+        sample_offsets = None
+        if spec:  # a row verifying k drafts samples its last k + 1 tokens
+            n_draws = np.fromiter((len(spec.get(r.request_id, ())) + 1 for r in sample_requests), np.int64,
+                                  len(sample_requests))
+            ends = np.repeat(sample_rows.astype(np.int64) + 1, n_draws)
+            first = np.repeat(np.cumsum(n_draws) - n_draws, n_draws)
+            sample_offsets = (np.arange(int(n_draws.sum())) - first).astype(np.int32)  # [n_sample] 0..k per row
+            sample_rows = (ends - n_draws.repeat(n_draws) + sample_offsets).astype(np.int32)
+            sample_requests = [r for r, m in zip(sample_requests, n_draws.tolist()) for _ in range(m)]
+        batch = StepInput(
+            token_ids=token_ids, positions=positions, seq_of_token=seq_of_token, query_start=query_start,
+            context_lens=(starts + q_lens).astype(np.int32), sample_rows=sample_rows, sample_offsets=sample_offsets,
+            spec={r.request_id: r for r in reqs if r.request_id in spec}, trims=list(out.trims),
+            want_logits=any(r.spec_probs is not None for r in reqs if r.request_id in spec),
+            req_ids=[r.request_id for r in reqs], sample_requests=sample_requests,
+            pooling=np.fromiter((r.request_id in out.pooling_req_ids for r in reqs), bool, n_seqs),
+            kv_layout=self.kv_layout, block_size=self.block_size,
+            free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
+        if self.kv_layout == "slot":
+            batch.seq_ids = np.fromiter((h.seq_id for h in held), np.int32, n_seqs)
+            return batch
+        num_blocks = np.fromiter((h.num_blocks for h in held), np.int64, n_seqs)
+        width = int(num_blocks.max()) if n_seqs else 0
+        block_tables = self.blocks[rows, :width]  # [n_seqs, width] one gather
+        block_tables[np.arange(width)[None, :] >= num_blocks[:, None]] = 0  # padding past a row's table
+        bs = self.block_size
+        batch.block_tables = block_tables
+        batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
+        return batch
