@@ -44,7 +44,8 @@ def _tolerant_decode(tokenizer, logits_width: Optional[int]) -> Callable:
     decode = tokenizer.decode
     n = _positive_int(getattr(tokenizer, "vocab_size", None))
     if n is None or (logits_width is not None and logits_width <= n):
-        return decode
+        # every id the model can produce is known: the unvalidated decode when there is one
+        return getattr(tokenizer, "decode_known", decode) if logits_width is not None else decode
 
     def tolerant(ids, skip_special_tokens: bool = False) -> str:
         ids = list(ids)

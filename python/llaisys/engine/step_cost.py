@@ -8,7 +8,8 @@ A step of T tokens whose rows attend A (query, key) pairs in all takes about
 w0 is the step's fixed part (on a CPU, reading every weight once), w1 each token's share of the
 linears, w2 attention's share, which grows with the context a chunk starts at. The weights are
 a non-negative least-squares fit over the most recent ``WINDOW`` steps, refreshed every
-``REFIT_EVERY`` observations.
+``REFIT_EVERY`` observations while the window fills, then every ``REFIT_EVERY_FULL`` (a fit
+costs about a millisecond: at every fourth step it was most of a small model's step cost).
 
 What the scheduler asks is ``chunk_tokens(seconds, start)``: the longest prefill chunk starting at
 context position ``start`` that fits in ``seconds``. It never plans past twice the longest step
@@ -25,7 +26,8 @@ from typing import Optional
 import numpy as np
 
 WINDOW = 64  # observations kept (the most recent steps)
-REFIT_EVERY = 4  # observations between two fits
+REFIT_EVERY = 4  # observations between two fits while the window fills
+REFIT_EVERY_FULL = 16  # observations between two fits once it is full
 COLD_TOKENS = 64  # the longest chunk planned before any step has been measured
 MIN_CHUNK = 16  # a prefill chunk is never cut below this (progress even when decodes fill the time)
 
@@ -53,7 +55,8 @@ class StepCost:
         self._obs.append((float(tokens), float(pairs), float(seconds)))
         self._max_tokens = max(self._max_tokens, int(tokens))
         self._since_fit += 1
-        if len(self._obs) >= 3 and (self._since_fit >= REFIT_EVERY or not self.fitted):
+        every = REFIT_EVERY_FULL if len(self._obs) == WINDOW else REFIT_EVERY
+        if len(self._obs) >= 3 and (self._since_fit >= every or not self.fitted):
             self._fit()
 
     def _fit(self) -> None:

@@ -223,6 +223,11 @@ class Tokenizer:
             raise ValueError(f"token id {bad} outside the vocabulary (size {n})")
         return self._backend.decode(arr.tolist(), skip_special_tokens=skip_special_tokens)
 
+    def decode_known(self, ids: list, skip_special_tokens: bool = False) -> str:
+        """decode for ids already known to be in the vocabulary (the engine's sampled ids,
+        checked against the model's logits width): no per-call validation."""
+        return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False,
                             tools=None, **kwargs):
         """Render `messages` with the model's chat template (same output as transformers).
