@@ -127,7 +127,7 @@ nvidia-check:
 # the loader tests of test/models); `-m "not slow"` leaves out the real 0.5B model, too slow
 # under ASan. Child processes that tests start (test_handle_misuse) inherit the preload.
 ASAN_TESTS = test/ops test/core test/parity test/sampling test/models/test_model_loader.py \
-	test/models/test_gguf_convert_tiny.py
+	test/models/test_gguf_convert_tiny.py test/models/test_moe_registry.py
 test-asan: install-test
 	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
