@@ -189,3 +189,23 @@ def test_max_tokens_none_runs_to_max_model_len():
     eng.add_request("a", list(range(1, 13)), SamplingParams(max_tokens=None, ignore_eos=True))
     (o,) = run_all(eng).values()
     assert len(o.outputs[0].token_ids) == 8 and o.outputs[0].finish_reason == "length"
+
+
+def test_final_only_requests_report_once_with_the_whole_text():
+    """final_only (LLM.generate): no per-step outputs; the one final output equals a streamed
+    run's final output, its delta the whole text (stop strings and n > 1 included)."""
+    sp = SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=12, stop=["a"], ignore_eos=True)
+    streamed = make_engine()
+    streamed.add_request("s", [5, 6, 7], sp)
+    (want,) = run_all(streamed).values()
+    eng = make_engine()
+    eng.add_request("s", [5, 6, 7], sp, final_only=True)
+    seen = []
+    while eng.has_unfinished_requests():
+        seen += eng.step()
+    assert len(seen) == 1 and seen[0].finished
+    got = seen[0]
+    for g, w in zip(got.outputs, want.outputs):
+        assert (g.text, g.token_ids, g.finish_reason, g.stop_reason) == (w.text, w.token_ids, w.finish_reason,
+                                                                          w.stop_reason)
+        assert g.delta_text == g.text and g.delta_token_ids == g.token_ids

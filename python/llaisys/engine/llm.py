@@ -86,7 +86,8 @@ class LLM:
     def tokenizer(self):
         return self.worker.tokenizer
 
-    def _add(self, prompts, sampling_params, pooling_params: Optional[PoolingParams] = None) -> list:
+    def _add(self, prompts, sampling_params, pooling_params: Optional[PoolingParams] = None,
+             final_only: bool = False) -> list:
         inputs = normalize_prompts(prompts, self.tokenizer)
         if pooling_params is not None:
             params: Sequence = [None] * len(inputs)
@@ -100,7 +101,8 @@ class LLM:
         try:
             for inp, sp in zip(inputs, params):
                 rid = f"offline-{next(self._ids)}"
-                self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text, pooling_params=pooling_params)
+                self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text, pooling_params=pooling_params,
+                                        final_only=final_only)
                 ids.append(rid)
         except Exception:
             self.engine.abort_request(ids)
@@ -118,7 +120,7 @@ class LLM:
                  ) -> list:
         """Generate for one prompt or many (strings, token-id lists or chat conversations);
         returns one finished RequestOutput per prompt, in order."""
-        return self._run(self._add(prompts, sampling_params))
+        return self._run(self._add(prompts, sampling_params, final_only=True))
 
     def embed(self, prompts, pooling_params: Optional[PoolingParams] = None) -> list:
         """Embed one prompt or many (strings, token-id lists or chat conversations): one

@@ -64,13 +64,16 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
                     arrival_time: Optional[float] = None, prompt: Optional[str] = None, *,
-                    pooling_params: Optional[PoolingParams] = None) -> None:
+                    pooling_params: Optional[PoolingParams] = None, final_only: bool = False) -> None:
         """Queue a request; ValueError if it is malformed or could never fit
         (SamplingParamsError, naming the field, for a sampling parameter).
 
         With ``pooling_params`` it is a pooling (embedding) request instead: its prompt is
         computed through the same scheduler, nothing is sampled, and its one final output is a
-        PoolingRequestOutput carrying the pooled vector (give sampling_params or pooling_params)."""
+        PoolingRequestOutput carrying the pooled vector (give sampling_params or pooling_params).
+
+        ``final_only``: step() reports the request only when it finishes (its final output
+        holds the whole text, as its one delta), as LLM.generate wants (vLLM's FINAL_ONLY)."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         if pooling_params is not None:
@@ -94,7 +97,7 @@ class LLMEngine:
         if sp.structured is not None:  # one matcher per sequence (ValueError if it cannot be made)
             for req in seqs:
                 req.structured = self.structured.matcher(sp.structured)
-        self.processor.add_group(request_id, prompt, seqs)
+        self.processor.add_group(request_id, prompt, seqs, final_only)
         for req in seqs:
             self.scheduler.add_request(req)
 

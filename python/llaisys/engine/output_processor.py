@@ -45,6 +45,7 @@ class _Group:
     prompt: Optional[str]
     prompt_token_ids: list
     seqs: list  # [Request] by completion index
+    final_only: bool = False  # only its final output is wanted (LLM.generate): no per-step outputs
 
 
 class OutputProcessor:
@@ -53,8 +54,8 @@ class OutputProcessor:
         self._groups: dict = {}  # external id -> _Group
         self._texts: dict = {}  # req_id -> _SeqText
 
-    def add_group(self, request_id: str, prompt: Optional[str], seqs: list) -> None:
-        self._groups[request_id] = _Group(request_id, prompt, list(seqs[0].prompt_token_ids), list(seqs))
+    def add_group(self, request_id: str, prompt: Optional[str], seqs: list, final_only: bool = False) -> None:
+        self._groups[request_id] = _Group(request_id, prompt, list(seqs[0].prompt_token_ids), list(seqs), final_only)
         if seqs[0].is_pooling:
             return  # no text to follow
         for req in seqs:
@@ -131,7 +132,7 @@ class OutputProcessor:
         outs = []
         for gid in seen:
             g = self._groups.get(gid)
-            if g is None:
+            if g is None or g.final_only and not all(r.is_finished for r in g.seqs):
                 continue
             try:
                 out = self._pooling_output(g) if g.seqs[0].is_pooling else self._group_output(g)
