@@ -86,3 +86,17 @@ def test_held_state_grows_past_its_buffers():
     second = run_all(ref)
     assert {r: o.outputs[0].token_ids for r, o in first.items()} == {r: o.outputs[0].token_ids
                                                                      for r, o in second.items()}
+
+
+def test_the_step_runs_one_way():
+    """Issue 41's shape: LLMEngine.step is schedule -> execute -> process with no speculative
+    hook, and the scheduler imports neither the detokenizer nor the output processor."""
+    import ast
+    import inspect
+
+    from llaisys.engine import llm_engine, scheduler
+
+    body = inspect.getsource(llm_engine.LLMEngine.step)
+    assert "spec" not in body and len(body.strip().splitlines()) <= 6
+    imported = {n.module for n in ast.walk(ast.parse(inspect.getsource(scheduler))) if isinstance(n, ast.ImportFrom)}
+    assert not imported & {"detokenizer", "output_processor"}, imported

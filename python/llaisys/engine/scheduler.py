@@ -33,7 +33,7 @@ from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
-from .sched_output import NewRequestData, SchedulerOutput  # noqa: F401 (SchedulerOutput re-exported)
+from .sched_output import NewRequestData, SchedulerOutput
 from .step_cost import StepCost, attention_pairs
 
 log = logging.getLogger(__name__)
