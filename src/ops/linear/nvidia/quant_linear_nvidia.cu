@@ -19,30 +19,14 @@
 #include <type_traits>
 #include <vector>
 
+#include "quant_gemv_float.cuh"  // the kernels, by section (they bring the block types into this
+#include "quant_gemv_int8.cuh"   // file's anonymous namespace)
+
 namespace llaisys::ops::nvidia {
 namespace {
-
-using namespace llaisys::device::nvidia;
-using quant::BlockQ4_0;
-using quant::BlockQ4_K;
-using quant::BlockQ5_0;
-using quant::BlockQ5_K;
-using quant::BlockQ6_K;
-using quant::BlockQ8_0;
 
 constexpr unsigned kThreads = 256;        // elementwise kernels
 constexpr size_t kPanelBytes = 64 << 20;  // prefill: dequantized weight panel in scratch
-
-}  // namespace
-}  // namespace llaisys::ops::nvidia
-
-#include "quant_gemv_float.cuh"  // the kernels, by section
-#include "quant_gemv_int8.cuh"
-
-namespace llaisys::ops::nvidia {
-namespace {
-
-using namespace llaisys::device::nvidia;
 
 // ---------------------------------------------------------------------------------------
 // launch helpers
