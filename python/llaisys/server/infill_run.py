@@ -33,6 +33,7 @@ from flask import Response, g, jsonify
 
 from .errors import APIError
 from .limits import ClientGone
+from .respond import read_events
 
 log = logging.getLogger("llaisys.server")
 
@@ -147,19 +148,8 @@ class InfillRun:
         return changed
 
     def _events(self) -> Iterator:
-        try:
-            for _, out in self.gen.events():
-                yield out
-        except ClientGone:
-            self.finish(499)
-            raise
-        except BaseException:
-            self.finish(500)
-            raise
-        err = self.gen.failure()
-        if err is not None:
-            self.finish(err.status)
-            raise err
+        for _, out in read_events(self.gen, self.finish):
+            yield out
 
     # ---- results ---------------------------------------------------------------------------
     def _timings(self) -> dict:

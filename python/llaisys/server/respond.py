@@ -31,6 +31,23 @@ def sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
+def read_events(gen, finish):
+    """`gen`'s (prompt index, output) events to its end; a client gone, an exception or the
+    generation's own failure calls finish(499 | 500 | its status) and is raised."""
+    try:
+        yield from gen.events()
+    except ClientGone:
+        finish(499)
+        raise
+    except BaseException:
+        finish(500)
+        raise
+    err = gen.failure()
+    if err is not None:
+        finish(err.status)
+        raise err
+
+
 class Run:
     """Answers one chat ("chat") or completion ("text") request from its Generation."""
 
@@ -144,18 +161,7 @@ class Run:
         """The generation's (prompt index, output) events to its end; a client gone, an
         exception or the generation's own failure finishes the run (499, 500, its status)
         and is raised."""
-        try:
-            yield from self.gen.events()
-        except ClientGone:
-            self.finish(499)
-            raise
-        except BaseException:
-            self.finish(500)
-            raise
-        err = self.gen.failure()
-        if err is not None:
-            self.finish(err.status)
-            raise err
+        yield from read_events(self.gen, self.finish)
 
     def _json(self) -> Response:
         for i, out in self._read():
