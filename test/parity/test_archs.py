@@ -66,10 +66,10 @@ def core(ckpt):
         yield m, Reference(hf, rounds_activations(dtype))
 
 
-def test_logits_every_position(core):
-    """Two rows prefilled together (one in chunks), then decoded one token at a time."""
-    m, ref = core
-    runner = Runner(m, "block", 2)
+def check_logits_every_position(m, ref: Reference, layout: str) -> None:
+    """Two rows prefilled together (one in chunks), then decoded one token at a time: every
+    position's logits against `ref`."""
+    runner = Runner(m, layout, 2)
     long, short = PROMPTS[2], PROMPTS[1]
     got_long, got_short = [], []
     logits, qs = runner.step([0, 1], [long[:9], short])
@@ -84,6 +84,11 @@ def test_logits_every_position(core):
     np.testing.assert_allclose(np.concatenate(got_long), ref(long), atol=ref.atol(long), rtol=0)
     short = short + long[15:]
     np.testing.assert_allclose(np.concatenate(got_short), ref(short), atol=ref.atol(short), rtol=0)
+
+
+def test_logits_every_position(core):
+    """Two rows prefilled together (one in chunks), then decoded one token at a time."""
+    check_logits_every_position(*core, "block")
 
 
 def test_windows_change_the_reference(ckpt):

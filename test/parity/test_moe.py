@@ -13,7 +13,6 @@ logits at every position (batched prefill, chunked prefill, decode) on BLOCK and
 greedy tokens through llaisys.LLM identical to transformers' generate, batched and alone, BLOCK
 and SLOT, prefix cache on and off; then each config contradiction as a ValueError naming it."""
 
-import numpy as np
 import pytest
 import torch
 
@@ -22,8 +21,8 @@ from llaisys.models.arch import read_config
 from llaisys.models.model import Model
 
 from .conftest import write_word_tokenizer
-from .test_archs import N_GEN, PROMPTS, hf_greedy
-from .test_tiny_qwen2 import Reference, Runner
+from .test_archs import N_GEN, PROMPTS, check_logits_every_position, hf_greedy
+from .test_tiny_qwen2 import Reference
 
 VOCAB = 384
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -100,22 +99,7 @@ def core(ckpt):
 def test_logits_every_position(core, layout):
     """Two rows prefilled together (one in chunks), then decoded one token at a time: prefill
     routes many tokens to each expert, decode one or two."""
-    m, ref = core
-    runner = Runner(m, layout, 2)
-    long, short = PROMPTS[2], PROMPTS[1]
-    got_long, got_short = [], []
-    logits, qs = runner.step([0, 1], [long[:9], short])
-    got_long.append(logits[qs[0]:qs[1]])
-    got_short.append(logits[qs[1]:qs[2]])
-    logits, qs = runner.step([0], [long[9:15]])
-    got_long.append(logits)
-    for t in long[15:]:
-        logits, qs = runner.step([1, 0], [[t], [t]])
-        got_short.append(logits[:1])
-        got_long.append(logits[1:])
-    np.testing.assert_allclose(np.concatenate(got_long), ref(long), atol=ref.atol(long), rtol=0)
-    short = short + long[15:]
-    np.testing.assert_allclose(np.concatenate(got_short), ref(short), atol=ref.atol(short), rtol=0)
+    check_logits_every_position(*core, layout)
 
 
 def test_greedy_matches_generate(ckpt):
