@@ -87,6 +87,10 @@ enum {
     LLAISYS_STATUS_OUT_OF_MEMORY = -7,
     LLAISYS_STATUS_UNSUPPORTED = -8,      /* a device, dtype or layout this build cannot do */
     LLAISYS_STATUS_DEVICE_ERROR = -9,     /* the device runtime (e.g. CUDA) reported an error */
+    /* the device hit a sticky error (CUDA: an illegal address, a kernel assert, an uncorrectable
+     * ECC error...): its context is unusable, every later call on it fails, and the process must
+     * exit and start again to use the device. Close what lives there; retrying cannot help. */
+    LLAISYS_STATUS_DEVICE_LOST = -10,
     LLAISYS_STATUS_INTERNAL = -100,       /* a bug in llaisys: please report it */
 };
 

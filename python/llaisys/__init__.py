@@ -6,7 +6,8 @@ OpenAI-compatible server. Importing it never imports torch or transformers.
 """
 
 from . import ops, runtime
-from .libllaisys import DataType, DeviceType, LlaisysError, LlaisysInputError, MemcpyKind, MemoryKind, Status
+from .libllaisys import (DataType, DeviceLostError, DeviceType, LlaisysError, LlaisysInputError, MemcpyKind,
+                         MemoryKind, Status)
 from .libllaisys import LIB as _LIB
 from .engine import LLM, PoolingParams, SamplingParams
 from .tensor import Tensor
@@ -19,6 +20,7 @@ __all__ = [
     "PoolingParams",
     "SamplingParams",
     "DeviceType",
+    "DeviceLostError",
     "LlaisysError",
     "LlaisysInputError",
     "MemcpyKind",

@@ -18,7 +18,7 @@ import time
 from collections import deque
 from typing import Callable, Iterator, Optional
 
-from .llm_engine import LLMEngine, snapshot_pooling_params, snapshot_sampling_params
+from .llm_engine import EngineDeadError, LLMEngine, snapshot_pooling_params, snapshot_sampling_params
 from .outputs import CompletionOutput, PoolingRequestOutput, RequestOutput, Usage
 from .pooling_params import PoolingParams
 from .request import RequestTimes
@@ -28,10 +28,6 @@ log = logging.getLogger(__name__)
 
 MAX_CONSECUTIVE_FAILURES = 3  # steps that raise in a row before the loop gives up
 IDLE_WAIT_S = 0.5  # how long the idle loop sleeps between checks when nothing wakes it
-
-
-class EngineDeadError(RuntimeError):
-    """The engine loop has stopped (shut down, or died after repeated failures)."""
 
 
 class RequestStream:
@@ -213,6 +209,8 @@ class AsyncEngine:
                     outputs = self.engine.step()
                     failures = 0
                 except Exception as e:  # a bug outside the runner: fail what is in flight, go on
+                    if isinstance(e, EngineDeadError) or getattr(e, "fatal", False):
+                        raise  # nothing can run again: no retry
                     failures += 1
                     log.exception("engine step raised (%d in a row)", failures)
                     if failures >= MAX_CONSECUTIVE_FAILURES:
@@ -220,6 +218,8 @@ class AsyncEngine:
                     self._fail_in_flight(f"{type(e).__name__}: {e}")
                     continue
                 self._deliver(outputs)
+                if self.engine.dead is not None:  # a fatal error closed it; its requests ended above
+                    raise EngineDeadError(self.engine.dead)
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
             log.exception("engine loop died")

@@ -43,6 +43,9 @@ class ModelRunner(Protocol):
       again to the same slots (BLOCK), or to fresh cells after dropping each row's cells from
       its first position on (SLOT, ``rewind``), sampled with the same (seed, step), give the
       same result. Nothing the runner keeps may advance on a failed call.
+    - An exception whose ``fatal`` attribute is true (llaisys.DeviceLostError: a sticky CUDA
+      error left the device unusable) is never retried: the engine ends every request with
+      "error" and closes (LLMEngine.step); the runner is not called again.
     - Optionally it has ``vocab_size``, the logits width (lm_head rows): LLMEngine checks
       every token id a request carries (prompt, logit_bias, stop_token_ids) against it at
       admission. Without it the tokenizer's vocabulary is the bound.

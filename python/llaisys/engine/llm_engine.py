@@ -25,6 +25,11 @@ from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode
 log = logging.getLogger(__name__)
 
 
+class EngineDeadError(RuntimeError):
+    """The engine has stopped: shut down, died after repeated failures, or closed after a fatal
+    device error (its device was lost); no request is taken any more."""
+
+
 class LLMEngine:
     def __init__(self, config: EngineConfig, runner: ModelRunner, tokenizer,
                  eos_token_ids: Optional[Iterable[int]] = None, clock: Callable[[], float] = time.monotonic,
@@ -60,6 +65,8 @@ class LLMEngine:
         self.metrics = EngineMetrics()
         self._rng = random.Random(config.seed)  # picks seeds for requests that give none
         self._aborted: list = []  # sequences finished outside a step; their last output is due
+        # why the engine closed for good (a fatal runner error: the device is lost), or None
+        self.dead: Optional[str] = None
 
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
@@ -76,6 +83,7 @@ class LLMEngine:
         holds the whole text, as its one delta), as LLM.generate wants (vLLM's FINAL_ONLY)."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+        self._check_alive()
         if pooling_params is not None:
             if sampling_params is not None:
                 raise ValueError("give sampling_params (generation) or pooling_params (embedding), not both")
@@ -181,10 +189,37 @@ class LLMEngine:
 
     # ---- the step ------------------------------------------------------------------------
     def step(self) -> list:
-        """Schedule, run the batch, process the outputs; the RequestOutputs that changed."""
-        out = self.scheduler.schedule()
-        result = self.step_runner.execute(out)
+        """Schedule, run the batch, process the outputs; the RequestOutputs that changed.
+
+        A fatal error (an exception whose ``fatal`` is true: the device is lost) closes the
+        engine: this step returns the final outputs of every unfinished request, ended with
+        "error" and the reason, and every later step() and add_request raises EngineDeadError."""
+        self._check_alive()
+        try:
+            out = self.scheduler.schedule()  # runs the draft model when decoding speculatively
+            result = self.step_runner.execute(out)
+        except Exception as e:
+            if not getattr(e, "fatal", False):
+                raise
+            return self._close_on_fatal(e)
         return self._process(out, result)
+
+    def _check_alive(self) -> None:
+        if self.dead is not None:
+            raise EngineDeadError(self.dead)
+
+    def _close_on_fatal(self, error: Exception) -> list:
+        """No retry can succeed and nothing may run on the device again (not even the frees of
+        a next step): end every unfinished request with "error" and refuse further work."""
+        self.dead = (f"the engine is closed: its device failed with an unrecoverable error, restart the process "
+                     f"to use it again ({type(error).__name__}: {error})")
+        log.error("%s", self.dead)
+        for rid in list(self.scheduler.requests):
+            req = self.scheduler.abort(rid, RequestStatus.FINISHED_ERROR, self.dead)
+            if req is not None:
+                self._aborted.append(req)
+        changed, self._aborted = self._aborted, []
+        return self.processor.make_outputs(changed)
 
     def _process(self, out: SchedulerOutput, result: RunnerOutput) -> list:
         """Apply the step's tokens (token-level stops: the scheduler), then the text (stop

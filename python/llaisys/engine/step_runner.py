@@ -10,7 +10,8 @@ ModelRunner (executor.py: the core, or a test's fake), and owns speculative deco
 drafts (``propose``, which the scheduler calls before it plans a step, since drafts take
 budget and blocks), their verification, and the proposer's per-request state. The engine
 and the scheduler see accepted tokens only. When the step fails as a whole it finds the
-failing rows (``_isolate``) and reports them in ``RunnerOutput.failed``.
+failing rows (``_isolate``) and reports them in ``RunnerOutput.failed``; a fatal error (the
+device is lost) is raised instead, without a retry.
 """
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def isolation_budget(n_rows: int) -> int:
 
 def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def _fatal(e: BaseException) -> bool:
+    """A fatal error (executor.ModelRunner): the device is lost and no retry can succeed."""
+    return bool(getattr(e, "fatal", False))
 
 
 @dataclass
@@ -106,6 +112,8 @@ class StepRunner:
                 self.spec.observe_step(batch.n_tokens, batch.n_seqs, seconds)
             return RunnerOutput(*unpack_result(batch, result, self._verifier()))
         except Exception as e:
+            if _fatal(e):  # no row is to blame and nothing can run again: the engine closes
+                raise
             if batch.n_seqs == 0:  # only frees: no request to blame
                 log.exception("engine step (frees only) failed")
                 return RunnerOutput()
@@ -139,6 +147,8 @@ class StepRunner:
             try:
                 s, lp, pl = unpack_result(sub, self.model_runner.execute(sub), self._verifier())
             except Exception as e:
+                if _fatal(e):  # the device was lost during the search: stop retrying
+                    raise
                 return e
             state["succeeded"] = True
             res.sampled.update(s)

@@ -14,6 +14,7 @@ from pathlib import Path
 from . import cpu_tuning
 from .llaisys_h import (
     DataType,
+    DeviceLostError,
     DeviceType,
     LlaisysError,
     LlaisysInputError,
@@ -111,6 +112,7 @@ __all__ = [
     "check",
     "last_error",
     "DataType",
+    "DeviceLostError",
     "DeviceType",
     "LlaisysError",
     "LlaisysInputError",

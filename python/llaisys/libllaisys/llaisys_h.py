@@ -44,6 +44,7 @@ class Status(IntEnum):
     OUT_OF_MEMORY = -7
     UNSUPPORTED = -8
     DEVICE_ERROR = -9
+    DEVICE_LOST = -10  # a sticky device error: the device's context is unusable until the process restarts
     INTERNAL = -100
 
 
@@ -82,6 +83,15 @@ class LlaisysInputError(LlaisysError, ValueError):
     buffer size): also a ValueError, so input mistakes read as such everywhere."""
 
 
+class DeviceLostError(LlaisysError):
+    """DEVICE_LOST: the device hit a sticky error (a CUDA illegal address, a device-side
+    assert, an uncorrectable ECC error...) and its context is unusable: every later call on it
+    fails until the process restarts. ``fatal`` tells the engine, which imports nothing from
+    here, that no retry can succeed (executor.ModelRunner's contract)."""
+
+    fatal = True
+
+
 _INPUT_STATUSES = {
     Status.INVALID_ARGUMENT,
     Status.SHAPE_MISMATCH,
@@ -93,7 +103,10 @@ _INPUT_STATUSES = {
 
 
 def error_for(status: int, message: str) -> LlaisysError:
-    """The exception for a status: LlaisysInputError for input mistakes, else LlaisysError."""
+    """The exception for a status: LlaisysInputError for input mistakes, DeviceLostError for
+    a lost device, else LlaisysError."""
+    if status == Status.DEVICE_LOST:
+        return DeviceLostError(status, message)
     cls = LlaisysInputError if status in _INPUT_STATUSES else LlaisysError
     return cls(status, message)
 

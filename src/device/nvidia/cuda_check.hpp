@@ -12,9 +12,17 @@
 
 namespace llaisys::device::nvidia {
 
-// Throws llaisys::Error for a failed CUDA call: LLAISYS_STATUS_OUT_OF_MEMORY for
-// cudaErrorMemoryAllocation, LLAISYS_STATUS_DEVICE_ERROR otherwise, with the message
-// "<call> failed: <cudaGetErrorString> (<cudaGetErrorName>) at <file>:<line>".
+// Whether `err` is sticky: the CUDA context is corrupted (an illegal address, a device-side
+// assert, an uncorrectable ECC error...) and every later CUDA call in the process fails.
+bool is_sticky(cudaError_t err);
+
+// The status a CUDA error becomes: OK for cudaSuccess, OUT_OF_MEMORY for
+// cudaErrorMemoryAllocation, DEVICE_LOST for a sticky error, DEVICE_ERROR otherwise.
+llaisysStatus_t cuda_status(cudaError_t err);
+
+// Throws llaisys::Error(cuda_status(err)) for a failed CUDA call, with the message
+// "<call> failed: <cudaGetErrorString> (<cudaGetErrorName>) at <file>:<line>", and for a
+// sticky error the note that the device is lost until the process restarts.
 // Clears the runtime's (non-sticky) last error first, so it does not resurface later.
 [[noreturn]] void cuda_fail(cudaError_t err, const char *call, const char *file, int line);
 

@@ -18,9 +18,10 @@
 //   timing an event that was never recorded is INVALID_ARGUMENT, and timing an event whose
 //   work has not completed is INVALID_ARGUMENT too (synchronize the end event first).
 // - Errors: every CUDA call goes through LLAISYS_CUDA_CHECK, which throws
-//   llaisys::Error(DEVICE_ERROR, "<call> failed: <reason> at file:line"), or OUT_OF_MEMORY
-//   for cudaErrorMemoryAllocation. Releases that happen while the CUDA runtime is already
-//   shutting down (process exit) are ignored: the driver reclaims everything then.
+//   llaisys::Error(DEVICE_ERROR, "<call> failed: <reason> at file:line"), OUT_OF_MEMORY
+//   for cudaErrorMemoryAllocation, or DEVICE_LOST for a sticky error (cuda_errors.cpp).
+//   Releases that happen while the CUDA runtime is already shutting down (process exit) are
+//   ignored: the driver reclaims everything then.
 #include "../runtime_api.hpp"
 
 #include "../../utils/checked.hpp"
@@ -35,10 +36,12 @@ namespace llaisys::device::nvidia {
 void cuda_fail(cudaError_t err, const char *call, const char *file, int line) {
     (void)cudaGetLastError();  // reset a non-sticky error so the next call starts clean
     const char *rel = std::strstr(file, "/src/");
-    llaisysStatus_t status =
-        err == cudaErrorMemoryAllocation ? LLAISYS_STATUS_OUT_OF_MEMORY : LLAISYS_STATUS_DEVICE_ERROR;
+    const llaisysStatus_t status = cuda_status(err);
     fail(status, call, " failed: ", cudaGetErrorString(err), " (", cudaGetErrorName(err), ") at ",
-         rel ? rel + 1 : file, ":", line);
+         rel ? rel + 1 : file, ":", line,
+         status == LLAISYS_STATUS_DEVICE_LOST ? "; the CUDA context is lost (a sticky error): every later call on "
+                                                "the device fails until the process restarts"
+                                              : "");
 }
 
 namespace {

@@ -1,5 +1,6 @@
 #include "cublas_loader.hpp"
 
+#include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../utils/error.hpp"
 
 #include <dlfcn.h>
@@ -83,6 +84,14 @@ const Api &api() {
 void check(int status, const char *what) {
     if (status == kStatusSuccess) return;
     const char *msg = api().status_string ? api().status_string(status) : nullptr;
+    // cuBLAS reports a corrupted context as its own status (EXECUTION_FAILED...): the CUDA
+    // runtime's last error tells whether the cause is sticky (it stays set when it is)
+    const cudaError_t cuda = cudaPeekAtLastError();
+    if (device::nvidia::is_sticky(cuda)) {
+        fail(LLAISYS_STATUS_DEVICE_LOST, what, " failed: ", msg ? msg : "cuBLAS error", " (status ", status,
+             "), after ", cudaGetErrorName(cuda), ": the CUDA context is lost (a sticky error): every later call on "
+             "the device fails until the process restarts");
+    }
     fail(LLAISYS_STATUS_DEVICE_ERROR, what, " failed: ", msg ? msg : "cuBLAS error", " (status ", status, ")");
 }
 

@@ -41,7 +41,8 @@ struct Api {
 // no cuBLAS library can be loaded.
 const Api &api();
 
-// Throws DEVICE_ERROR "<what> failed: <cuBLAS status>" unless status is success.
+// Throws DEVICE_ERROR "<what> failed: <cuBLAS status>" unless status is success (DEVICE_LOST when the
+// CUDA runtime holds a sticky error: the context is corrupted).
 void check(int status, const char *what);
 
 }  // namespace llaisys::ops::nvidia::cublas
