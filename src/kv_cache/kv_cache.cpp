@@ -48,6 +48,14 @@ KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
     }
 }
 
+KVCache::~KVCache() {
+    if (shift_stream_ == nullptr) return;
+    try {  // a destructor must not throw (and at process exit the device runtime may be gone)
+        device::runtime(p_.device).stream_destroy(p_.device_id, shift_stream_);
+    } catch (...) {
+    }
+}
+
 void KVCache::set_rope(std::vector<float> inv_freq) {
     LLAISYS_CHECK(inv_freq.size() == p_.head_dim / 2, LLAISYS_STATUS_SHAPE_MISMATCH, "KV cache set_rope: inv_freq has ",
                   inv_freq.size(), " entries, head_dim / 2 is ", p_.head_dim / 2);

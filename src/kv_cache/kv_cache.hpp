@@ -13,6 +13,9 @@ namespace llaisys::kv {
 class KVCache {
 public:
     explicit KVCache(const llaisysKVCacheParams_t &params);
+    ~KVCache();  // destroys seq_add's stream (GPU caches), after its work
+    KVCache(const KVCache &) = delete;
+    KVCache &operator=(const KVCache &) = delete;
 
     const llaisysKVCacheParams_t &params() const { return p_; }
     llaisysKVLayout_t layout() const { return p_.layout; }
@@ -47,7 +50,8 @@ public:
 private:
     void check_block(size_t block) const;
 
-    // seq_add on a GPU: rotate the keys of `cells` by delta positions (nvidia/shift_nvidia.cpp).
+    // seq_add on a GPU: rotate the keys of `cells` by delta positions, in one launch on the
+    // cache's own stream, synchronized before it returns (nvidia/shift_nvidia.cpp).
     void rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delta);
 
     llaisysKVCacheParams_t p_;
@@ -55,6 +59,8 @@ private:
     std::vector<float> inv_freq_;  // [head_dim / 2] host table of seq_add's rotation
     tensor_t inv_freq_dev_;        // [head_dim / 2] f32 copy on the cache's device (GPU caches only)
     std::unique_ptr<UnifiedCells> cells_;
+    void *shift_stream_ = nullptr;  // GPU SLOT caches: the native stream seq_add's rotation runs on
+                                    // (created on first use by rotate_keys_nvidia, owned here)
 };
 
 }  // namespace llaisys::kv

@@ -106,3 +106,51 @@ def test_block_layout_rejects_slot_operations(tiny):
         with pytest.raises(Exception, match="SLOT"):
             cache.seq_rm(0)
         assert cache.stats().capacity == 64 and cache.stats().block_size == 16
+
+
+def sharpen(hf, path):
+    """Sharp attention (q and k scaled by 8), so a key rotated wrongly shows in the logits."""
+    with torch.no_grad():
+        for layer in hf.model.layers:
+            layer.self_attn.q_proj.weight.mul_(8.0)
+            layer.self_attn.k_proj.weight.mul_(8.0)
+    hf.save_pretrained(path, safe_serialization=True)
+
+
+@pytest.fixture(scope="module")
+def cpu_and_gpu(tmp_path_factory):
+    """The same tiny model on the CPU and on the GPU (the GPU's seq_add against the CPU's)."""
+    if runtime.device_count(DeviceType.NVIDIA) == 0:
+        pytest.skip("no NVIDIA GPU in this build/machine")
+    path = tmp_path_factory.mktemp("tiny_slot_both")
+    sharpen(make_tiny_qwen2(path, tie=True, seed=5), path)
+    with Qwen2Model.from_path(path, device=DeviceType.CPU) as cpu, \
+            Qwen2Model.from_path(path, device=DeviceType.NVIDIA) as gpu:
+        yield cpu, gpu
+
+
+def shifted_logits(m, kv_dtype, delta):
+    """Two sequences whose cells interleave; seq 0's middle positions [2, 6) shifted by delta
+    (some of its cells, scattered among seq 1's, in every layer: one launch on a GPU); then a
+    token of each sequence (seq 0's at position 40 whatever delta is, so only the keys differ)."""
+    with m.create_kv_cache("slot", n_slots=64, dtype=kv_dtype) as cache:
+        step(m, cache, 0, P[:3], 0)
+        step(m, cache, 1, [50, 51, 52], 0)
+        step(m, cache, 0, P[3:], 3)
+        if delta:
+            cache.seq_add(0, 2, 6, delta)
+        return step(m, cache, 0, [42], 40), step(m, cache, 1, [7], 3)
+
+
+@pytest.mark.parametrize("kv_dtype", ["f32", "f16"])
+def test_seq_add_of_scattered_cells_on_the_gpu_matches_the_cpu(cpu_and_gpu, kv_dtype):
+    cpu, gpu = cpu_and_gpu
+    # relative to the largest logit. On the CPU, f16 keys move these logits by 1.3e-4 of it, no
+    # rotation at all by 7e-2, a shift one position off by 3e-2: the bound tells them apart
+    tol = 1e-3 if kv_dtype == "f32" else 2e-3
+    want0, want1 = shifted_logits(cpu, kv_dtype, 30)
+    got0, got1 = shifted_logits(gpu, kv_dtype, 30)
+    np.testing.assert_allclose(got0, want0, atol=tol * np.abs(want0).max())
+    np.testing.assert_allclose(got1, want1, atol=tol * np.abs(want1).max())  # seq 1's keys left alone
+    unshifted, _ = shifted_logits(cpu, kv_dtype, 0)
+    assert np.abs(unshifted - want0).max() > 10 * tol * np.abs(want0).max()  # the shift is visible
