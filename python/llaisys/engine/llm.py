@@ -31,7 +31,7 @@ class LLM:
     """
 
     def __init__(self, model: Optional[str] = None, *, dtype: Optional[str] = None, device: str = "cpu",
-                 kv_layout: str = "block", kv_dtype: str = DEFAULT_KV_DTYPE,
+                 device_id: int = 0, kv_layout: str = "block", kv_dtype: str = DEFAULT_KV_DTYPE,
                  kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY, max_num_seqs: int = 32,
                  max_num_batched_tokens: int = 2048, max_model_len: Optional[int] = None, block_size: int = 16,
                  enable_prefix_caching: Optional[bool] = None, long_prefill_token_threshold: int = 0,
@@ -40,6 +40,8 @@ class LLM:
                  speculative=None, num_speculative_tokens: Optional[int] = None,
                  decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
                  prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES):
+        # device_id: which GPU with device="nvidia" (0 .. device count - 1; the CPU is 0 only): the
+        # model, its KV cache, the sampler and the memory queries all use it (WorkerConfig)
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
         # None keeps the current count, by default the physical cores.
         # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
@@ -55,7 +57,7 @@ class LLM:
         self.spec = None
         self.prompt_cache = None
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
-                                          quant=quant, quantize=quantize,
+                                          device_id=device_id, quant=quant, quantize=quantize,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
                                           gpu_memory_utilization=gpu_memory_utilization, threads=threads))
         try:

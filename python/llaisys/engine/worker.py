@@ -66,6 +66,23 @@ def as_device(device: Union[str, DeviceType]) -> DeviceType:
         raise ValueError(f"unknown device {device!r}; expected 'cpu' or 'nvidia'") from None
 
 
+def check_device_id(device: DeviceType, device_id) -> int:
+    """`device_id` as an int, or ValueError: the CPU is device 0 only; an NVIDIA id must name a
+    GPU this process sees (0 .. runtime.device_count - 1)."""
+    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+        raise ValueError(f"device_id must be an integer >= 0, got {device_id!r}")
+    if device == DeviceType.CPU:
+        if device_id != 0:
+            raise ValueError(f"device_id {device_id} with device='cpu': the CPU is device 0 (device_id picks a GPU "
+                             f"with device='nvidia')")
+        return 0
+    n = runtime.device_count(device)
+    if device_id >= n:
+        seen = "none (no NVIDIA build, driver or GPU)" if n == 0 else f"{n}, ids 0..{n - 1}"
+        raise ValueError(f"device_id {device_id} is out of range: NVIDIA devices this process sees: {seen}")
+    return device_id
+
+
 @dataclass
 class WorkerConfig:
     """What to load and how much memory to give the KV cache."""
@@ -76,6 +93,7 @@ class WorkerConfig:
     quant: Optional[str] = None  # a known model's download format: "q4_k_m", "q8_0", "bf16" (hub.QUANTS)
     quantize: Optional[str] = None  # quantize an HF directory's matrices at load: "q8_0", "q4_k" (models/quantize.py)
     device: str = "cpu"
+    device_id: int = 0  # which device of that type (check_device_id): the model, its KV cache and sampler live there
     kv_layout: str = "block"
     kv_dtype: str = DEFAULT_KV_DTYPE  # K/V storage dtype: "f32", "f16" or "bf16" (config.KV_DTYPES)
     kv_cache_memory: Union[int, str] = DEFAULT_KV_CACHE_MEMORY  # bytes for K and V of all layers
@@ -100,6 +118,8 @@ class Worker:
             if isinstance(u, bool) or not isinstance(u, (int, float)) or not 0.0 < u <= 1.0:
                 raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
         kv_dtype = check_kv_dtype(cfg.kv_dtype)  # checked before the load
+        device = as_device(cfg.device)
+        device_id = check_device_id(device, cfg.device_id)
         if cfg.threads is not None:  # checked (ValueError naming threads) before the load
             runtime.set_num_threads(cfg.threads)
         t0 = time.monotonic()
@@ -115,13 +135,12 @@ class Worker:
         else:
             loaded = load_model(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
             self.tokenizer = Tokenizer.from_dir(self.path)
-        device = as_device(cfg.device)
         self._in_use_before = 0  # device memory in use before the weights (gpu_memory_utilization)
-        if u is not None:  # the model below goes on device 0
-            runtime.empty_cache(device, 0)
-            free, total = runtime.memory_info(device, 0)
+        if u is not None:  # on the device the model below goes to
+            runtime.empty_cache(device, device_id)
+            free, total = runtime.memory_info(device, device_id)
             self._in_use_before = total - free
-        self.model = Model(loaded, device=device)
+        self.model = Model(loaded, device=device, device_id=device_id)
         del loaded  # the core holds its own copy of every weight
         self.load_seconds = time.monotonic() - t0
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()

@@ -33,6 +33,9 @@ def ray_options(args):
             autoscaling = json.loads(args.autoscaling_config)
         except ValueError as e:
             raise ValueError(f"--autoscaling-config is not valid JSON: {e}") from None
+    if getattr(args, "device_id", 0) != 0:
+        raise ValueError("--device-id does not combine with --ray: Ray gives each replica its own GPU, which the "
+                         "replica sees as device 0")
     gpus = 1.0 if args.device == "nvidia" else 0.0
     opts = RayOptions(replicas=args.replicas, autoscaling=autoscaling, replica_cpus=args.replica_cpus,
                       replica_gpus=gpus, threads=args.threads, pin_cores=args.pin_cores, router=args.router,

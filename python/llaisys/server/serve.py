@@ -36,6 +36,8 @@ def add_serve_parser(sub):
     p.add_argument("--port", type=int, default=8000, help="port to bind (0: any free port, printed)")
     e = p.add_argument_group("engine")
     e.add_argument("--device", default="cpu", choices=["cpu", "nvidia"], help="where the model runs")
+    e.add_argument("--device-id", type=int, default=0,
+                   help="which GPU with --device nvidia (default: %(default)s; the CPU is device 0 only)")
     e.add_argument("--threads", type=int, default=None, help=THREADS_HELP)
     e.add_argument("--dtype", default=None, choices=["bf16", "f16", "f32"], help="weight dtype (default: checkpoint's)")
     add_quant_arguments(e)
@@ -123,7 +125,7 @@ def build_state(args):
     from .limits import ServerLimits
     from .protocol import Limits
     from .registry import ModelSpec, Registry, parse_model_arg
-    from ..engine.worker import parse_bytes
+    from ..engine.worker import as_device, check_device_id, parse_bytes
     from .sessions import SessionStore
 
     specs = [parse_model_arg(m) for m in list(args.models) + list(args.model)]
@@ -136,8 +138,9 @@ def build_state(args):
         from .. import runtime
 
         runtime.set_num_threads(args.threads)
-    engine_kwargs = dict(device=args.device, dtype=args.dtype, quant=args.quant, quantize=args.quantize,
-                         kv_layout=args.kv_layout,
+    check_device_id(as_device(args.device), args.device_id)  # before any load (ValueError: exit 2)
+    engine_kwargs = dict(device=args.device, device_id=args.device_id, dtype=args.dtype, quant=args.quant,
+                         quantize=args.quantize, kv_layout=args.kv_layout,
                          kv_dtype=args.kv_dtype,
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,

@@ -52,8 +52,8 @@ def make_spec_decoder(cfg: SpeculativeConfig, runner, target_worker, engine_conf
         raise SpeculativeConfigError("speculative", "the loaded libllaisys has no llaisysSampleProbs, which a "
                                                     "draft model needs to sample (rebuild the library)")
     wc = worker_config
-    draft = Worker(WorkerConfig(model=cfg.draft_model, dtype=wc.dtype, device=wc.device, kv_layout="block",
-                                kv_dtype=wc.kv_dtype, kv_cache_memory=wc.kv_cache_memory,
+    draft = Worker(WorkerConfig(model=cfg.draft_model, dtype=wc.dtype, device=wc.device, device_id=wc.device_id,
+                                kv_layout="block", kv_dtype=wc.kv_dtype, kv_cache_memory=wc.kv_cache_memory,
                                 gpu_memory_utilization=wc.gpu_memory_utilization))
     try:
         tc, dc = target_worker.model.config, draft.model.config
