@@ -2,6 +2,9 @@
 #include "model_handles.hpp"
 
 #include "../models/decoder/params.hpp"
+#ifdef LLAISYS_ENABLE_NVIDIA
+#include "../ops/linear/nvidia/gemm_common.hpp"  // scratch_bytes
+#endif
 
 #include <algorithm>
 #include <cstddef>
@@ -87,6 +90,9 @@ llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *
         const auto m = model_of(model);
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
         *out = m->stats();
+#ifdef LLAISYS_ENABLE_NVIDIA
+        if (m->device() == LLAISYS_DEVICE_NVIDIA) out->scratch_bytes = ops::nvidia::scratch_bytes(m->device_id());
+#endif
     });
 }
 

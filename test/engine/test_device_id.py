@@ -93,3 +93,20 @@ def test_serve_takes_device_id_and_checks_it_before_any_load():
         with pytest.raises(ValueError, match="device_id 7 is out of range"):
             build_state(args)
     assert parser.parse_args(["serve"]).device_id == 0
+
+
+def test_the_core_runner_reports_the_models_memory(tiny):
+    """CoreModelRunner.memory_stats (the /metrics memory gauges) is llaisysModelGetStats: on the
+    CPU the weights and workspace, and no device scratch (the CUDA linears' is counted on a GPU)."""
+    from llaisys.engine.async_engine import AsyncEngine
+
+    with LLM(tiny, device="cpu", kv_cache_memory=4 << 20) as llm:
+        llm.generate("hello")
+        st = llm.engine.memory_stats()
+        assert st == llm.worker.model.stats()
+        assert st.weight_bytes > 0 and st.workspace_bytes > 0 and st.scratch_bytes == 0
+        aeng = AsyncEngine(llm.engine)
+        try:
+            assert aeng.snapshot().memory == st
+        finally:
+            aeng.shutdown()

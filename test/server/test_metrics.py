@@ -188,3 +188,37 @@ def test_pooling_requests_are_counted(engines):
     assert value(s, "llaisys:pooling_requests_finished_total", model_name="m", finished_reason="stop") == 2
     assert value(s, "llaisys:pooled_tokens_total", model_name="m") == 14
     assert value(s, "llaisys:prompt_tokens_total", model_name="m") == 14
+
+
+class MeasuredRunner(fr.FakeRunner):
+    """A fake runner that reports memory as the core's runner does (CoreModelRunner.memory_stats)."""
+
+    def __init__(self):
+        super().__init__()
+        from llaisys.models.model import ModelStatsInfo
+
+        self.memory = ModelStatsInfo(weight_bytes=1000, workspace_bytes=200, workspace_tokens=8, scratch_bytes=0)
+
+    def memory_stats(self):
+        return self.memory
+
+
+def test_the_model_memory_gauges_follow_the_runner(engines):
+    """Weights, workspace and the device's kernel scratch (cuBLAS workspaces included) show as
+    gauges from the first scrape on and follow the runner's figures after a step; a runner
+    without memory_stats (the plain fake) shows none."""
+    from dataclasses import replace
+
+    runner = MeasuredRunner()
+    eng, plain = engines(runner), engines()
+    metrics = ServerMetrics(lambda: {"m": eng, "p": plain})
+    s = samples(metrics)
+    assert value(s, "llaisys:model_weight_bytes", model_name="m") == 1000
+    assert value(s, "llaisys:model_workspace_bytes", model_name="m") == 200
+    assert value(s, "llaisys:device_scratch_bytes", model_name="m") == 0
+    assert ("llaisys:model_weight_bytes", frozenset({("model_name", "p")})) not in s
+    runner.memory = replace(runner.memory, workspace_bytes=300, scratch_bytes=64 << 20)  # a larger step grew them
+    list(eng.add_request("x", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True)))
+    s = samples(metrics)
+    assert value(s, "llaisys:model_workspace_bytes", model_name="m") == 300
+    assert value(s, "llaisys:device_scratch_bytes", model_name="m") == 64 << 20

@@ -175,6 +175,9 @@ typedef struct {
     size_t weight_bytes;         /* weights as stored (packed panels on the CPU) */
     size_t workspace_bytes;      /* the per-step activation workspace now reserved */
     size_t workspace_tokens;     /* the largest step (tokens) it is sized for */
+    size_t scratch_bytes;        /* NVIDIA: the kernels' per-thread scratch and cuBLAS workspaces
+                                    on the model's device, all threads together (shared by every
+                                    model there; grows with the largest GEMM); 0 on the CPU */
 } llaisysModelStats_t;
 
 LLAISYS_API llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *out);

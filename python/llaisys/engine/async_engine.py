@@ -101,6 +101,7 @@ class AsyncEngine:
         self._closing = False  # no new requests
         self._stop = False  # the loop exits once every stream has its final output
         self._metrics = engine.metrics.copy()
+        self._refresh_metrics()  # the gauges (the model's memory too) before the first step
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -256,6 +257,10 @@ class AsyncEngine:
         sched = self.engine.scheduler  # gauges right after commands, not only after steps
         m.num_running, m.num_waiting = len(sched.running), len(sched.waiting)
         m.kv_usage = sched.kv.usage
+        try:  # host counters of the core (weights, workspace, kernel scratch): a C call, no device work
+            m.memory = self.engine.memory_stats()
+        except Exception:  # a gauge must never stop the loop
+            log.debug("could not read the model's memory stats", exc_info=True)
         with self._lock:
             self._metrics = m
 

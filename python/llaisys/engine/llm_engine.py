@@ -183,6 +183,12 @@ class LLMEngine:
     def has_unfinished_requests(self) -> bool:
         return self.scheduler.has_unfinished_requests() or bool(self._aborted)
 
+    def memory_stats(self):
+        """The runner's memory_stats() (models.model.ModelStatsInfo for the core's runner), or
+        None when the runner has none."""
+        stats = getattr(self.runner, "memory_stats", None)
+        return None if stats is None else stats()
+
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; False (nothing done) while any request holds blocks."""
         return self.scheduler.kv.reset_prefix_cache()

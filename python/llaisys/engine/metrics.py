@@ -38,6 +38,9 @@ class EngineMetrics:
     prefix_cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # the KV manager's counters
     spec: Optional[object] = None  # spec.SpecStats: speculative decoding counters (None: not speculating)
     prompt_cache_disk: Optional[object] = None  # prompt_cache.DiskCacheStats (None: no prompt_cache_dir)
+    # the runner's memory (models.model.ModelStatsInfo: weight, workspace, scratch bytes), read by
+    # AsyncEngine with each refresh; None: not read yet, or the runner reports none (a test's fake)
+    memory: Optional[object] = None
     # latency samples in seconds, most recent MAX_SAMPLES
     ttft: deque = field(default_factory=_samples)  # arrival -> first token
     tpot: deque = field(default_factory=_samples)  # mean time per output token after the first

@@ -57,6 +57,11 @@ class CoreModelRunner:
         every token id against. It may exceed the tokenizer's vocabulary (padding rows)."""
         return int(self.model.config.vocab_size)
 
+    def memory_stats(self):
+        """The model's memory (models.model.ModelStatsInfo: weights, step workspace, the
+        device's kernel scratch and cuBLAS workspaces); host counters only, no device call."""
+        return self.model.stats()
+
     def execute(self, batch: StepInput) -> StepResult:
         if batch.kv_layout == "slot":
             for seq in batch.free_seq_ids:

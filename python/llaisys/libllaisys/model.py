@@ -118,6 +118,7 @@ class ModelStats(ctypes.Structure):
         ("weight_bytes", ctypes.c_size_t),
         ("workspace_bytes", ctypes.c_size_t),
         ("workspace_tokens", ctypes.c_size_t),
+        ("scratch_bytes", ctypes.c_size_t),
     ]
 
 

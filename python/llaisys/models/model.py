@@ -31,6 +31,9 @@ class ModelStatsInfo:
     weight_bytes: int  # weights as stored (packed panels on the CPU)
     workspace_bytes: int  # the per-step activation workspace now reserved
     workspace_tokens: int  # the largest step (tokens) it is sized for
+    # NVIDIA: every thread's kernel scratch and cuBLAS workspaces on the model's device (shared
+    # by the models there); 0 on the CPU
+    scratch_bytes: int = 0
 
 
 def c_params(p: ModelParams, dtype: DataType) -> tuple:
@@ -149,7 +152,7 @@ class Model(OwnedHandle):
     def stats(self) -> ModelStatsInfo:
         s = ModelStats()
         check(LIB.llaisysModelGetStats(self.handle, ctypes.byref(s)))
-        return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens)
+        return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens, s.scratch_bytes)
 
     def create_kv_cache(self, layout: str = "block", n_slots: int = 4096, block_size: int = 16,
                         dtype: "DataType | str" = DataType.F32) -> KVCache:

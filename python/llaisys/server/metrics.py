@@ -4,7 +4,7 @@ Two sources, one registry (our own, never the process-global one, so two apps in
 do not clash):
 
 - engine state, read at scrape time from each model's ``AsyncEngine.snapshot()``: gauges
-  (running, waiting, KV usage) and the engine's counters (prompt/generation tokens,
+  (running, waiting, KV usage; the model's weight, workspace and device scratch bytes) and the engine's counters (prompt/generation tokens,
   preemptions, prefix-cache tokens queried and hit, pooling requests and their tokens). Reading at scrape time means the
   numbers are the engine's own, never a second count that could drift from it.
 - per-request observations the server reports through ``on_request_done`` once an HTTP
@@ -93,6 +93,15 @@ class _EngineCollector:
             "sl": GaugeMetricFamily(PREFIX + "spec_decode_mean_accepted_length",
                                     "Tokens emitted per speculative verification (1 + accepted drafts).",
                                     labels=["model_name"]),
+            "mw": GaugeMetricFamily(PREFIX + "model_weight_bytes", "Bytes of the model's weights as stored.",
+                                    labels=["model_name"]),
+            "mk": GaugeMetricFamily(PREFIX + "model_workspace_bytes",
+                                    "Bytes of the model's per-step activation workspace now reserved.",
+                                    labels=["model_name"]),
+            "ms": GaugeMetricFamily(PREFIX + "device_scratch_bytes",
+                                    "NVIDIA: bytes of the kernels' per-thread scratch and cuBLAS workspaces on the "
+                                    "model's device, shared by the models there (0 on the CPU).",
+                                    labels=["model_name"]),
         }
         disk = {key: (CounterMetricFamily if kind == "c" else GaugeMetricFamily)(
             PREFIX + "prompt_cache_disk_" + key.replace("disk_", ""), text, labels=["model_name"])
@@ -117,6 +126,11 @@ class _EngineCollector:
                 fams["sa"].add_metric([name], m.spec.num_accepted_tokens)
                 fams["sr"].add_metric([name], m.spec.acceptance_rate)
                 fams["sl"].add_metric([name], m.spec.mean_accepted_length)
+            mem = getattr(m, "memory", None)
+            if mem is not None:  # the core's runner (a fake reports none)
+                fams["mw"].add_metric([name], mem.weight_bytes)
+                fams["mk"].add_metric([name], mem.workspace_bytes)
+                fams["ms"].add_metric([name], mem.scratch_bytes)
             d = getattr(m, "prompt_cache_disk", None)
             if d is not None:  # --prompt-cache-dir given
                 for key, _, _ in _DISK_SERIES:

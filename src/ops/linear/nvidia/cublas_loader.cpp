@@ -5,8 +5,11 @@
 
 #include <dlfcn.h>
 
+#include <cstddef>
 #include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #ifdef LLAISYS_HAVE_CUBLAS_HEADER
 #include <cublas_api.h>
@@ -30,6 +33,7 @@ static_assert(std::is_same_v<decltype(&cublasSetStream_v2), cublasStatus_t (*)(c
 static_assert(std::is_same_v<decltype(&cublasSetMathMode), cublasStatus_t (*)(cublasHandle_t, cublasMath_t)>);
 static_assert(std::is_same_v<decltype(&cublasGetStatusString), const char *(*)(cublasStatus_t)>);
 static_assert(std::is_same_v<decltype(&cublasDestroy_v2), cublasStatus_t (*)(cublasHandle_t)>);
+static_assert(std::is_same_v<decltype(&cublasSetWorkspace_v2), cublasStatus_t (*)(cublasHandle_t, void *, size_t)>);
 }  // namespace llaisys::ops::nvidia::cublas
 #endif
 
@@ -41,6 +45,37 @@ void resolve(void *lib, const char *name, F &fn, const std::string &from) {
     void *sym = dlsym(lib, name);
     LLAISYS_CHECK(sym != nullptr, LLAISYS_STATUS_UNSUPPORTED, "cuBLAS: ", from, " has no symbol ", name);
     fn = reinterpret_cast<F>(sym);
+}
+
+// The entry points the wrapped set_stream calls, and the workspace bound to each handle.
+int (*raw_set_stream)(Handle, cudaStream_t) = nullptr;    // cublasSetStream_v2
+int (*raw_set_workspace)(Handle, void *, size_t) = nullptr;  // cublasSetWorkspace_v2
+
+struct Binding {
+    Handle handle;
+    void *workspace;  // [bytes] DEVICE
+    size_t bytes;
+};
+
+struct Bindings {
+    std::mutex mutex;
+    std::vector<Binding> list;  // one per handle with a workspace: a few (a handle per thread and device)
+};
+
+Bindings &bindings() {
+    static Bindings *b = new Bindings;  // never destroyed: threads may unbind during process exit
+    return *b;
+}
+
+int set_stream_keeping_workspace(Handle h, cudaStream_t stream) {
+    const int status = raw_set_stream(h, stream);
+    if (status != kStatusSuccess) return status;
+    Bindings &b = bindings();
+    std::lock_guard<std::mutex> lock(b.mutex);
+    for (const Binding &w : b.list) {
+        if (w.handle == h) return raw_set_workspace(h, w.workspace, w.bytes);
+    }
+    return status;
 }
 
 Api load() {
@@ -67,7 +102,9 @@ Api load() {
     Api a{};
     resolve(lib, "cublasCreate_v2", a.create, from);
     resolve(lib, "cublasDestroy_v2", a.destroy, from);
-    resolve(lib, "cublasSetStream_v2", a.set_stream, from);
+    resolve(lib, "cublasSetStream_v2", raw_set_stream, from);
+    resolve(lib, "cublasSetWorkspace_v2", raw_set_workspace, from);
+    a.set_stream = set_stream_keeping_workspace;
     resolve(lib, "cublasSetMathMode", a.set_math_mode, from);
     resolve(lib, "cublasGetStatusString", a.status_string, from);
     resolve(lib, "cublasGemmEx", a.gemm_ex, from);
@@ -79,6 +116,23 @@ Api load() {
 const Api &api() {
     static const Api loaded = load();  // a failed load throws and is retried on the next call
     return loaded;
+}
+
+void bind_workspace(Handle h, void *workspace, size_t bytes) {
+    api();  // loads raw_set_workspace
+    {
+        Bindings &b = bindings();
+        std::lock_guard<std::mutex> lock(b.mutex);
+        std::vector<Binding> &l = b.list;
+        for (size_t i = 0; i < l.size(); i++) {
+            if (l[i].handle == h) {
+                l.erase(l.begin() + std::ptrdiff_t(i));
+                break;
+            }
+        }
+        if (workspace) l.push_back(Binding{h, workspace, bytes});
+    }
+    if (workspace) check(raw_set_workspace(h, workspace, bytes), "cublasSetWorkspace");
 }
 
 void check(int status, const char *what) {

@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 #include <library_types.h>
 
+#include <cstddef>
+
 struct cublasContext;  // cuBLAS's opaque handle type (global, as in cublas_api.h)
 
 namespace llaisys::ops::nvidia::cublas {
@@ -28,7 +30,9 @@ constexpr int kGemmDefault = -1;
 struct Api {
     int (*create)(Handle *);                    // cublasCreate_v2
     int (*destroy)(Handle);                     // cublasDestroy_v2
-    int (*set_stream)(Handle, cudaStream_t);    // cublasSetStream_v2
+    // cublasSetStream_v2, then the handle's workspace bound again (bind_workspace): cuBLAS
+    // resets a handle to its own workspace pool on every cublasSetStream
+    int (*set_stream)(Handle, cudaStream_t);
     int (*set_math_mode)(Handle, int);          // cublasSetMathMode
     const char *(*status_string)(int);          // cublasGetStatusString
     // cublasGemmEx: C = alpha op(A) op(B) + beta C, column-major, alpha/beta host floats
@@ -40,6 +44,12 @@ struct Api {
 // The loaded API (loaded once, thread-safe). Throws UNSUPPORTED, naming what was tried, when
 // no cuBLAS library can be loaded.
 const Api &api();
+
+// Makes `workspace` [bytes] (DEVICE memory the caller owns, which must outlive the binding)
+// the workspace of every later cuBLAS call on `h`, so cuBLAS allocates none of its own and the
+// bytes are counted where the caller allocated them; api().set_stream keeps it bound.
+// workspace NULL forgets the binding (before the handle or the buffer goes away).
+void bind_workspace(Handle h, void *workspace, size_t bytes);
 
 // Throws DEVICE_ERROR "<what> failed: <cuBLAS status>" unless status is success (DEVICE_LOST when the
 // CUDA runtime holds a sticky error: the context is corrupted).

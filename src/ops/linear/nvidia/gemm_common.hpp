@@ -13,16 +13,20 @@
 
 namespace llaisys::ops::nvidia {
 
-// This thread's state on one device: its cuBLAS handle and its scratch buffer. Both linears
-// of a thread share it, so their calls must be ordered on one stream (never nested).
+// This thread's state on one device: its cuBLAS handle, the handle's workspace and its
+// scratch buffer. Both linears of a thread share it, so their calls must be ordered on one
+// stream (never nested).
 struct DeviceState {
     cublas::Handle handle = nullptr;
-    std::byte *scratch = nullptr;  // device memory from core::allocate
+    std::byte *workspace = nullptr;  // [workspace_bytes] cuBLAS's workspace (core::allocate), bound to handle
+    size_t workspace_bytes = 0;
+    std::byte *scratch = nullptr;  // [scratch_bytes] device memory from core::allocate
     size_t scratch_bytes = 0;
 };
 
-// The calling thread's state for device_id, its cuBLAS handle created on first use
-// (released with the scratch when the thread exits).
+// The calling thread's state for device_id, its cuBLAS handle created on first use with a
+// workspace of our own (cublas::bind_workspace: 32 MiB on sm_90 and later, 4 MiB before), so
+// cuBLAS allocates nothing the stats miss. Released with the scratch when the thread exits.
 DeviceState &device_state(int device_id);
 
 // A scratch buffer of at least `bytes` on this state: grown by half again when too small,
@@ -32,6 +36,10 @@ std::byte *scratch(DeviceState &s, int device_id, size_t bytes);
 // The calling thread's scratch buffer on device_id (the one `scratch` grows), for kernels
 // that need no cuBLAS: no handle is created. Same lifetime rules as `scratch`.
 std::byte *thread_scratch(int device_id, size_t bytes);
+
+// Bytes of all threads' scratch buffers and cuBLAS workspaces on device_id now (counted in
+// the allocator's stats too; llaisysModelStats_t.scratch_bytes reports them).
+size_t scratch_bytes(int device_id);
 
 // x rounded up to 256 bytes (each scratch region starts aligned).
 inline size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
