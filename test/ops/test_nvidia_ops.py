@@ -10,6 +10,7 @@ or machine has no NVIDIA GPU.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -175,14 +176,36 @@ def test_linear(bridge, dtype, bias, m, k, n):
 @pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
 @pytest.mark.parametrize("m,k,n", LINEAR_SHAPES)
 def test_linear_f32_activations_16bit_weights(bridge, weight_dtype, bias, m, k, n):
-    """The model's case: f32 activations x bf16/f16 weights. The GPU rounds the activations to
-    the weight dtype (tensor cores), so the reference does too; the product is f32."""
+    """The model's case: f32 activations x bf16/f16 weights. cuBLAS rounds the activations to
+    the weight dtype (tensor cores), so the reference does too; the decode GEMV (gemv16) takes
+    them as they are. The product is f32 either way."""
     x, w = bridge.uniform((m, k), "f32"), bridge.uniform((n, k), weight_dtype)
     b = bridge.uniform((n,), weight_dtype) if bias else None
     out = gpu_empty((m, n), "f32")
     ops.linear(out, gpu(x), gpu(w), gpu(b) if bias else None)
-    xr = x.to(bridge.torch_dtype(weight_dtype)).double()
+    xr = x.double() if gemv16_serves(m, k) else x.to(bridge.torch_dtype(weight_dtype)).double()
     expected = xr @ w.double().T + (b.double() if bias else 0.0)
+    bridge.assert_close(out, expected, "f32", scale=math.sqrt(k))
+
+
+def gemv16_serves(m: int, k: int) -> bool:
+    """Whether the decode GEMV runs a linear of f32 activations over 16-bit weights (gemv16_nvidia.hpp)."""
+    return 1 <= m <= 8 and k % 8 == 0 and os.environ.get("LLAISYS_CUDA_GEMV") != "0"
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["nobias", "bias"])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("k,n", [(8, 1), (64, 3), (1536, 257), (2056, 2), (8960, 33), (1024, 2049)])
+def test_gemv16(bridge, weight_dtype, bias, m, k, n):
+    """The decode GEMV: every row count up to 8 (a template of 1, 2, 4 or 8 rows with the rest
+    masked), k short of, equal to and past its 1024-element unrolled step, an odd row count
+    (a warp's second row past the end). Exact f32 products of unrounded activations, so the
+    bound is f32 summation's; the output is poisoned first, so an unwritten element fails."""
+    x, w = bridge.uniform((m, k), "f32"), bridge.uniform((n, k), weight_dtype)
+    b = bridge.uniform((n,), weight_dtype) if bias else None
+    out = gpu_full((m, n), "f32", float("nan"))
+    ops.linear(out, gpu(x), gpu(w), gpu(b) if bias else None)
+    expected = x.double() @ w.double().T + (b.double() if bias else 0.0)
     bridge.assert_close(out, expected, "f32", scale=math.sqrt(k))
 
 

@@ -6,6 +6,7 @@
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
 #include "gemm_common.hpp"
+#include "gemv16_nvidia.hpp"
 
 #include <climits>
 
@@ -40,6 +41,10 @@ void linear(std::byte *out, const std::byte *in, llaisysDataType_t act, const st
             const std::byte *bias, llaisysDataType_t wdt, size_t m, size_t n, size_t k,
             int device_id, cudaStream_t stream) {
     if (m == 0 || n == 0) return;
+    if (gemv16_serves(act, wdt, m, k, in, weight)) {  // decode: f32 activations over 16-bit weights
+        gemv16(reinterpret_cast<float *>(out), reinterpret_cast<const float *>(in), weight, bias, wdt, m, n, k, stream);
+        return;
+    }
     LLAISYS_CHECK(m <= size_t(INT_MAX) && n <= size_t(INT_MAX) && k <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED,
                   "linear: [", m, ", ", k, "] x [", n, ", ", k, "]^T exceeds cuBLAS's 32-bit sizes");
     DeviceState &st = device_state(device_id);

@@ -15,6 +15,8 @@ namespace llaisys::ops::nvidia {
 //   act == wdt == f32:         f32 GEMM with CUBLAS_COMPUTE_32F_PEDANTIC (no TF32)
 //   act == wdt (bf16/f16):     tensor-core GEMM, f32 accumulation; with a bias the product
 //                              goes to an f32 scratch and is rounded once after the bias add
+//   act f32, wdt bf16/f16, m <= 8: gemv16 (gemv16_nvidia.hpp), no cuBLAS: exact f32 products,
+//                              f32 sums, the bias in its epilogue
 //   act f32, wdt bf16/f16:     in is rounded to wdt in a scratch buffer, the product written
 //                              in f32 (unlike the CPU, which keeps the activations in f32)
 //   act bf16/f16, wdt other:   both operands widened to f32 in scratch, f32 GEMM (exact
