@@ -10,8 +10,8 @@
 // warp one coalesced read of its K and V rows, a dot product per head (a shuffle sum) and an
 // online-softmax update per head, all in registers. The warps' (max, denominator, weighted
 // sum) are merged in shared memory; with one split that is the answer (sum / denominator,
-// zeros for a token that sees nothing), else the block writes its partial state and
-// combine_kernel merges the splits: M = max m_z, L = sum l_z e^(m_z - M), O = sum o_z e^(m_z - M).
+// zeros for a token that sees nothing), else the block writes its partial state and the last
+// split of its (token, kv head) to finish merges them in the same launch (merge_splits).
 // The same function as attention_kernel up to f32 rounding (summation order and where the
 // running max is rescaled).
 //
@@ -31,10 +31,13 @@ constexpr size_t kMinKeysPerSplit = 16;  // 4 keys per warp at least
 constexpr size_t kMaxSplits = 64;
 
 // Partial states of split z of query head h of block x: ml[(x * heads + h) * n_splits + z]
-// (running max, denominator), o[that * dv ..] (weighted sum of V rows).
+// (running max, denominator), o[that * dv ..] (weighted sum of V rows). done[x * kv_heads + kh]
+// counts the splits of (x, kh) that have written theirs: zero before the launch, and the last
+// split, which merges them, sets it back to zero.
 struct Partials {
     float2 *ml;
     float *o;
+    unsigned *done;
     unsigned n_splits;
 };
 
@@ -51,6 +54,55 @@ __device__ __forceinline__ size_t decode_token(const Params &p, const Source &sr
     *row = s;
     if (q_len < p.min_q_len || q_len > p.max_q_len || q0 + tile >= q1) return SIZE_MAX;
     return q0 + tile;
+}
+
+// The outputs of token t's query heads h0 .. h0 + group (block x) from their n_splits partial
+// states, which other blocks of this launch wrote: read through L2 (ld.global.cg), never a
+// stale L1 line. M = max m_z, L = sum l_z e^(m_z - M), O = sum o_z e^(m_z - M). Every (head,
+// split) state is loaded at once into shared memory, the factors e^(m_z - M) / L computed
+// once per (head, split), then each thread sums its outputs' o_z, all loads independent: a
+// few L2 round trips in all, not a chain of them per head.
+template <class TA>
+__device__ void merge_splits(const Params &p, const Partials &part, size_t x, size_t t, size_t h0, size_t group) {
+    __shared__ float s_f[kDecodeMaxGroup][kMaxSplits];  // m_z, then e^(m_z - M) / L
+    __shared__ float s_l[kDecodeMaxGroup][kMaxSplits];  // l_z
+    const unsigned nz = part.n_splits;
+    for (size_t e = threadIdx.x; e < group * nz; e += blockDim.x) {
+        const float2 ml = __ldcg(&part.ml[(x * p.heads + h0 + e / nz) * nz + e % nz]);
+        s_f[e / nz][e % nz] = ml.x;
+        s_l[e / nz][e % nz] = ml.y;
+    }
+    __syncthreads();
+    if (threadIdx.x < group) {  // one thread a head: M, L, then the factors in place of m_z
+        const size_t g = threadIdx.x;
+        float mx = -INFINITY;
+        for (unsigned z = 0; z < nz; z++) mx = fmaxf(mx, s_f[g][z]);
+        float lsum = 0.0f;
+        if (mx != -INFINITY) {
+            for (unsigned z = 0; z < nz; z++) {
+                if (s_f[g][z] != -INFINITY) lsum += s_l[g][z] * expf(s_f[g][z] - mx);
+            }
+        }
+        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+        for (unsigned z = 0; z < nz; z++) s_f[g][z] = s_f[g][z] != -INFINITY ? expf(s_f[g][z] - mx) * inv : 0.0f;
+    }
+    __syncthreads();
+    for (size_t e = threadIdx.x; e < group * p.dv; e += blockDim.x) {
+        const size_t g = e / p.dv, c = e % p.dv;
+        const float *o = part.o + ((x * p.heads + h0 + g) * nz) * p.dv + c;
+        float osum = 0.0f;
+        unsigned z = 0;
+        for (; z + 4 <= nz; z += 4) {  // four loads in flight
+            const float o0 = __ldcg(o + size_t(z) * p.dv), o1 = __ldcg(o + size_t(z + 1) * p.dv);
+            const float o2 = __ldcg(o + size_t(z + 2) * p.dv), o3 = __ldcg(o + size_t(z + 3) * p.dv);
+            osum += o0 * s_f[g][z];
+            osum += o1 * s_f[g][z + 1];
+            osum += o2 * s_f[g][z + 2];
+            osum += o3 * s_f[g][z + 3];
+        }
+        for (; z < nz; z++) osum += __ldcg(o + size_t(z) * p.dv) * s_f[g][z];
+        static_cast<TA *>(p.out)[t * p.out_stride + (h0 + g) * p.dv + c] = from_float<TA>(osum);
+    }
 }
 
 template <class TA, class TK, class Source>
@@ -165,37 +217,18 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Sou
             if (c == 0) part.ml[idx] = make_float2(mx, lsum);
         }
     }
-}
-
-// out of each (token, head) from its n_splits partial states; grid = (blocks x, heads).
-template <class TA, class Source>
-__global__ void __launch_bounds__(kDecodeWarps * 32) combine_kernel(Params p, Source src, Partials part) {
-    const size_t x = blockIdx.x, h = blockIdx.y;
-    size_t s = 0;
-    const size_t t = decode_token(p, src, x, &s);
-    if (t == SIZE_MAX) return;
-    const size_t base = (x * p.heads + h) * part.n_splits;
-    float mx = -INFINITY;
-    for (unsigned z = 0; z < part.n_splits; z++) mx = fmaxf(mx, part.ml[base + z].x);
-    float lsum = 0.0f;
-    if (mx != -INFINITY) {
-        for (unsigned z = 0; z < part.n_splits; z++) {
-            const float2 ml = part.ml[base + z];
-            if (ml.x != -INFINITY) lsum += ml.y * expf(ml.x - mx);
-        }
-    }
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-    TA *out = static_cast<TA *>(p.out) + t * p.out_stride + h * p.dv;
-    for (size_t c = threadIdx.x; c < p.dv; c += blockDim.x) {
-        float osum = 0.0f;
-        if (mx != -INFINITY) {
-            for (unsigned z = 0; z < part.n_splits; z++) {
-                const float mz = part.ml[base + z].x;
-                if (mz != -INFINITY) osum += part.o[(base + z) * p.dv + c] * expf(mz - mx);
-            }
-        }
-        out[c] = from_float<TA>(osum * inv);
-    }
+    if (part.n_splits == 1) return;
+    // The last split of (x, kh) to finish merges all of them (no second launch): every thread's
+    // partial writes are made visible device-wide before one thread takes a ticket.
+    __shared__ bool s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&part.done[x * p.kv_heads + kh], 1u) == part.n_splits - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    merge_splits<TA>(p, part, x, t, kh * group, group);
+    if (threadIdx.x == 0) part.done[x * p.kv_heads + kh] = 0;  // ready for the next launch
 }
 
 // How many splits: enough blocks for two per multiprocessor, at least kMinKeysPerSplit keys a
@@ -213,13 +246,13 @@ inline size_t decode_partial_floats(size_t blocks, size_t heads, size_t dv, size
     return n_splits <= 1 ? 0 : blocks * heads * n_splits * (dv + 2);
 }
 
-// Launches decode_kernel (and combine_kernel when n_splits > 1) over the tokens of rows with
-// [min_q_len, max_q_len] queries, tiles_per_row tokens of each. `scratch` holds
-// decode_partial_floats(...) floats, 8-byte aligned.
+// Launches decode_kernel over the tokens of rows with [min_q_len, max_q_len] queries,
+// tiles_per_row tokens of each. With n_splits > 1, `scratch` holds decode_partial_floats(...)
+// floats, 8-byte aligned, and `done` n_seqs * tiles_per_row * kv_heads zeros (left zero).
 template <class Source>
 void launch_decode(const Params &base, const Source &src, llaisysDataType_t act, llaisysDataType_t kvdt,
                    size_t n_seqs, size_t tiles_per_row, size_t min_q_len, size_t max_q_len, size_t n_splits,
-                   float *scratch, cudaStream_t stream) {
+                   float *scratch, unsigned *done, cudaStream_t stream) {
     if (n_seqs == 0 || tiles_per_row == 0) return;
     LLAISYS_CHECK(n_seqs * tiles_per_row <= size_t(INT_MAX) && base.kv_heads <= 65535 && base.heads <= 65535 &&
                       n_splits <= kMaxSplits,
@@ -231,7 +264,7 @@ void launch_decode(const Params &base, const Source &src, llaisysDataType_t act,
     p.min_q_len = min_q_len;
     p.max_q_len = max_q_len;
     const size_t blocks = n_seqs * tiles_per_row;
-    Partials part{nullptr, nullptr, unsigned(n_splits)};
+    Partials part{nullptr, nullptr, done, unsigned(n_splits)};
     if (n_splits > 1) {
         part.ml = reinterpret_cast<float2 *>(scratch);
         part.o = scratch + 2 * blocks * p.heads * n_splits;
@@ -243,11 +276,6 @@ void launch_decode(const Params &base, const Source &src, llaisysDataType_t act,
             decode_kernel<TA, TKV, Source><<<dim3(unsigned(blocks), unsigned(p.kv_heads), unsigned(n_splits)),
                                              kDecodeWarps * 32, 0, stream>>>(p, src, part);
         });
-        LLAISYS_CUDA_CHECK(cudaGetLastError());
-        if (n_splits > 1) {
-            combine_kernel<TA, Source><<<dim3(unsigned(blocks), unsigned(p.heads)), kDecodeWarps * 32, 0, stream>>>(
-                p, src, part);
-        }
     });
     LLAISYS_CUDA_CHECK(cudaGetLastError());
 }

@@ -1,12 +1,53 @@
 #include "paged_attention_nvidia.hpp"
 
+#include "../../../core/allocator.hpp"
 #include "../../linear/nvidia/gemm_common.hpp"
 #include "decode_kernel.cuh"
+
+#include <utility>
+#include <vector>
 
 namespace llaisys::ops::nvidia {
 
 namespace {
 constexpr size_t kDecodeMaxQueries = 4;  // rows with at most this many queries: decode config
+
+// The split counters of decode_kernel (Partials::done), per (thread, device): zeroed when
+// allocated, and every launch leaves them zero. Grown (after a device synchronize: queued
+// launches may still use the old ones) to the most (token, kv head) pairs seen.
+class SplitCounters {
+public:
+    ~SplitCounters() {
+        for (size_t id = 0; id < bufs_.size(); id++) {
+            try {  // at process exit CUDA may be gone already
+                if (bufs_[id].first) core::release(LLAISYS_DEVICE_NVIDIA, int(id), LLAISYS_MEMORY_DEVICE, bufs_[id].first);
+            } catch (...) {
+            }
+        }
+    }
+    unsigned *get(int device, size_t count, cudaStream_t stream) {
+        if (bufs_.size() <= size_t(device)) bufs_.resize(size_t(device) + 1);
+        auto &[ptr, size] = bufs_[size_t(device)];
+        if (count <= size) return static_cast<unsigned *>(ptr);
+        LLAISYS_CUDA_CHECK(cudaDeviceSynchronize());
+        if (ptr) core::release(LLAISYS_DEVICE_NVIDIA, device, LLAISYS_MEMORY_DEVICE, ptr);
+        ptr = nullptr;
+        size = 0;
+        const size_t grown = count < 1024 ? 1024 : count + count / 2;
+        ptr = core::allocate(LLAISYS_DEVICE_NVIDIA, device, LLAISYS_MEMORY_DEVICE, grown * sizeof(unsigned));
+        size = grown;
+        LLAISYS_CUDA_CHECK(cudaMemsetAsync(ptr, 0, grown * sizeof(unsigned), stream));
+        return static_cast<unsigned *>(ptr);
+    }
+
+private:
+    std::vector<std::pair<void *, size_t>> bufs_;
+};
+
+unsigned *split_counters(int device, size_t count, cudaStream_t stream) {
+    thread_local SplitCounters counters;
+    return counters.get(device, count, stream);
+}
 }  // namespace
 
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
@@ -31,8 +72,9 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
         const size_t splits = attention::decode_splits(blocks * kv_heads, max_kv_len, device);
         const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
         float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
+        unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
         attention::launch_decode(p, src, act, kvdt, view.n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch,
-                                 stream);
+                                 done, stream);
     } else {
         attention::launch(p, src, act, kvdt, view.n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
     }
