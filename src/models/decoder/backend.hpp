@@ -65,6 +65,23 @@ public:
     // out [n, width] = silu(gate) * up of gate_up [n, 2 width] (gate first).
     virtual void swiglu(float *out, const float *gate_up, size_t n, size_t width) = 0;
 
+    // Fused forms of the calls above, which a device may run as one launch; the defaults make
+    // the separate calls. RoPE on the heads q heads and kv_heads k heads (at q_dim) of qkv
+    // [n, qkv_dim], then kv_write of the rotated keys and the values.
+    virtual void rope_kv_write(kv::KVCache &cache, size_t layer, float *qkv, size_t n, size_t heads, size_t kv_heads,
+                               size_t q_dim, size_t qkv_dim) {
+        rope(qkv, n, heads, qkv_dim);
+        rope(qkv + q_dim, n, kv_heads, qkv_dim);
+        kv_write(cache, layer, qkv, n);
+    }
+    // out [n, width] = swiglu of in [n, k] @ w^T, w being gate|up [2 width, k]; gate_up
+    // [n, 2 width] is scratch the product may go through.
+    virtual void linear_swiglu(float *out, float *gate_up, const float *in, const LinearWeight &w, size_t n,
+                               size_t width) {
+        linear(gate_up, in, w, nullptr, n);
+        swiglu(out, gate_up, n, width);
+    }
+
     // Mixture of experts (a sparse layer's FFN, Model::moe_ffn). moe_route reads the router's
     // logits [n, E] and decides each token's n_experts_per_tok (k) experts and their weights
     // (softmax over E, the top k, renormalised when norm_topk_prob), then orders the n k

@@ -72,9 +72,19 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
         ws_.reserve(b.n_tokens, b.n_sample, logit_rows);
     }
     if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
-    be_->begin_step(b, plan_);
-    forward(cache, b.n_tokens);
-    finish_rows(b, params, out);
+    try {
+        be_->begin_step(b, plan_);
+        forward(cache, b.n_tokens);
+        finish_rows(b, params, out);
+    } catch (...) {
+        // Work queued before the failure may still read the workspace and the step's index
+        // buffers, which the next step reuses or regrows: drain it first (a GPU stream).
+        try {
+            be_->finish();
+        } catch (...) {  // the original error is the one to report
+        }
+        throw;
+    }
     return LLAISYS_STATUS_OK;
 }
 
@@ -99,9 +109,7 @@ void Model::forward(kv::KVCache &cache, size_t n) {
             be_->rms_norm_heads(qkv, *L.q_norm, n, nh, qkv_dim);
             be_->rms_norm_heads(k_rows, *L.k_norm, n, nkv, qkv_dim);
         }
-        be_->rope(qkv, n, nh, qkv_dim);
-        be_->rope(k_rows, n, nkv, qkv_dim);
-        be_->kv_write(cache, l, qkv, n);
+        be_->rope_kv_write(cache, l, qkv, n, nh, nkv, c_.q_dim, qkv_dim);  // rope q and k, store k and v
         be_->attention(attn, qkv, cache, l, c_.window[l]);  // [n, nh * hd]
         be_->linear(proj, attn, L.o_w, nullptr, n);        // [n, H]
         // MLP block: x += o_proj; h = post_norm(x)
@@ -109,8 +117,7 @@ void Model::forward(kv::KVCache &cache, size_t n) {
         if (L.sparse) {
             moe_ffn(L, n);  // proj = experts(h) [n, H]
         } else {
-            be_->linear(gate_up, h, L.gate_up_w, nullptr, n);  // [n, 2 I]
-            be_->swiglu(act, gate_up, n, p.intermediate_size);  // [n, I]
+            be_->linear_swiglu(act, gate_up, h, L.gate_up_w, n, p.intermediate_size);  // [n, I]
             be_->linear(proj, act, L.down_w, nullptr, n);       // [n, H]
         }
         if (l + 1 < p.n_layers) {  // x += down_proj; h = next layer's in_norm(x)

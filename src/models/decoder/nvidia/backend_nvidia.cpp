@@ -12,10 +12,12 @@
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../ops/elementwise/nvidia/elementwise_nvidia.hpp"
 #include "../../../ops/embedding/nvidia/embedding_nvidia.hpp"
+#include "../../../ops/linear/nvidia/gemv16_nvidia.hpp"
 #include "../../../ops/linear/nvidia/linear_nvidia.hpp"
 #include "../../../ops/linear/nvidia/quant_linear_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/kv_write_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/paged_attention_nvidia.hpp"
+#include "../../../ops/paged_attention/nvidia/rope_kv_write_nvidia.hpp"
 #include "../../../ops/rms_norm/nvidia/rms_norm_nvidia.hpp"
 #include "../../../ops/rope/nvidia/rope_nvidia.hpp"
 #include "../../../ops/swiglu/nvidia/swiglu_nvidia.hpp"
@@ -190,6 +192,22 @@ public:
     void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
         ops::nvidia::kv_write(cache.k(layer), cache.v(layer), cache.dtype(), bytes(qkv), kF32, c_.qkv_dim, c_.q_dim,
                               c_.q_dim + c_.kv_dim, write_slot_, n, c_.kv_dim, st_);
+    }
+
+    void rope_kv_write(kv::KVCache &cache, size_t layer, float *qkv, size_t n, size_t heads, size_t kv_heads,
+                       size_t q_dim, size_t qkv_dim) override {
+        ops::nvidia::rope_kv_write(qkv, qkv_dim, heads, kv_heads, c_.p.head_dim, q_dim, q_dim + c_.kv_dim, positions_,
+                                   reinterpret_cast<const float *>(inv_freq_.data()), c_.rope_scale, cache.k(layer),
+                                   cache.v(layer), cache.dtype(), write_slot_, n, st_);
+    }
+
+    void linear_swiglu(float *out, float *gate_up, const float *in, const LinearWeight &w, size_t n,
+                       size_t width) override {
+        if (w.qrows.empty() && ops::nvidia::gemv16_serves(kF32, c_.p.dtype, n, w.k, in, w.dense->data())) {
+            ops::nvidia::gemv16_swiglu(out, in, w.dense->data(), c_.p.dtype, n, width, w.k, st_);
+            return;
+        }
+        Backend::linear_swiglu(out, gate_up, in, w, n, width);
     }
 
     void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) override {
