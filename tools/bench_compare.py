@@ -454,8 +454,10 @@ def main() -> None:
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
     print(bench_env.describe(report["machine"]), flush=True)
     for name in args.models:
-        # without --quant the bf16 directory, whatever a bare name resolves to on this CPU (hub.default_quant)
-        model_dir = str(hub.resolve_model(name, quant=args.quant or hub.DEFAULT_QUANT))
+        # without --quant the bf16 directory, whatever a bare name resolves to on this CPU (hub.default_quant);
+        # a local directory or file is taken as it is (resolve_model refuses a quant for it)
+        local = os.path.exists(name)
+        model_dir = str(hub.resolve_model(name, quant=args.quant if local else args.quant or hub.DEFAULT_QUANT))
         samples = {b: [] for b in args.backends}
         for r in range(args.repeats):
             for b in args.backends:  # alternate: A B C, A B C, ...

@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--steps-profiled", type=int, default=1)
     ap.add_argument("--model-dir", type=Path, help="use (or write, if missing) the random weights here")
     ap.add_argument("--device", default="nvidia", choices=["cpu", "nvidia"], help="cpu: a check of this tool")
+    ap.add_argument("--kv-dtype", default="f32", choices=["f32", "f16", "bf16"],
+                    help="the KV cache's dtype (f32: the runs of 2026-11-27)")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     a.quantize = None if a.quantize == "bf16" else a.quantize
@@ -96,7 +98,7 @@ def main() -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1") if a.ncu_steps else None
     times = []
-    with model.create_kv_cache("slot", n_slots=a.prompt + a.steps + 16, dtype="f32") as cache:
+    with model.create_kv_cache("slot", n_slots=a.prompt + a.steps + 16, dtype=a.kv_dtype) as cache:
         nxt = int(step(cache, prompt, np.arange(a.prompt), [0, a.prompt]).token_ids[0])
         for i in range(a.steps):
             if cuda is not None and i == a.steps - a.ncu_steps:
@@ -108,7 +110,7 @@ def main() -> None:
             print("cuProfilerStop:", cuda.cuProfilerStop(), flush=True)
     model.close()
     half = len(times) // 2
-    res = {"shape": a.shape, "quantize": a.quantize, "prompt": a.prompt, "steps": a.steps,
+    res = {"shape": a.shape, "quantize": a.quantize, "prompt": a.prompt, "steps": a.steps, "kv_dtype": a.kv_dtype,
            "ms_per_step_median": 1e3 * statistics.median(times[half:]),
            "ms_first_half": 1e3 * statistics.median(times[:half]), "tok_s": 1 / statistics.median(times[half:])}
     print(json.dumps(res))
