@@ -78,8 +78,9 @@ def add_export_gguf_parser(subparsers) -> argparse.ArgumentParser:
                     "quantizes the matrices to Q8_0.")
     p.add_argument("model", help="a model directory or a known model name")
     p.add_argument("out_file", metavar="OUT.gguf", help="the GGUF file to write (replaced if it exists)")
-    p.add_argument("--dtype", choices=["bf16", "f16", "f32", "q8_0"],
-                   help="convert the weights first, or quantize the matrices to Q8_0 (default: keep them)")
+    p.add_argument("--dtype", choices=["bf16", "f16", "f32", "q8_0", "q4_k_m"],
+                   help="convert the weights first, or quantize the matrices to Q8_0 or llama.cpp's Q4_K_M "
+                        "recipe (default: keep them)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
     p.set_defaults(func=run_export_gguf)
     return p

@@ -121,10 +121,35 @@ def test_q8_0_export_runs_directly_and_converts_back(exported_q8_0, tmp_path):
 
 def test_q8_0_export_refuses_unknown_dtypes(exported_q8_0, tmp_path):
     hf, _ = exported_q8_0
-    with pytest.raises(ValueError, match="dtype must be one of bf16, f16, f32, q8_0"):
+    with pytest.raises(ValueError, match="dtype must be one of bf16, f16, f32, q8_0, q4_k_m"):
         export_gguf(hf, tmp_path / "x.gguf", dtype="q4_k")
     assert cli_main(["export-gguf", str(hf), str(tmp_path / "q.gguf"), "--dtype", "q8_0", "--quiet"]) == 0
     assert gguf.GGUFReader(tmp_path / "q.gguf").tensors[0].tensor_type == gguf.GGMLQuantizationType.Q8_0
+
+
+def test_q4_k_m_export_holds_the_bytes_quantize_at_load_runs(tiny_gguf, tmp_path):
+    """--dtype q4_k_m: every matrix in the tag quantize.plan_types gives it (llama.cpp's Q4_K_M
+    recipe and fallbacks), its bytes those of LLM(dir, quantize="q4_k"), and our GGUF loader
+    reads it back with those dtypes (the GPU peer benchmark runs llama.cpp on such a file)."""
+    from llaisys.models.gguf_model import load_gguf
+    from llaisys.models.loader import load_model
+    from llaisys.models.quantize import plan_types
+
+    hf = convert_gguf(tiny_gguf, tmp_path / "hf")
+    assert cli_main(["export-gguf", str(hf), str(tmp_path / "q4km.gguf"), "--dtype", "q4_k_m", "--quiet"]) == 0
+    out = tmp_path / "q4km.gguf"
+    reader = gguf.GGUFReader(out)
+    assert reader.fields["general.file_type"].contents() == int(gguf.LlamaFileType.MOSTLY_Q4_K_M)
+    at_load = load_model(hf, quantize="q4_k")
+    plan = plan_types(at_load.config, list(read_safetensors(hf / "model.safetensors").tensors), "q4_k")
+    assert plan, "the tiny model has matrices to quantize"
+    by_name = {hf_tensor_name(t.name): t for t in reader.tensors}
+    for name, tag in plan.items():
+        t = by_name[name]
+        assert t.tensor_type == gguf.GGMLQuantizationType[tag.upper()], name
+        assert np.array_equal(np.asarray(t.data).reshape(-1), np.asarray(at_load.tensors[name].data).reshape(-1)), name
+    g = load_gguf(out)
+    assert {t.dtype for t in g.loaded.tensors.values()} == set(plan.values()) | {"f32"}
 
 
 def test_hub_quant_formats(tiny_gguf, tmp_path, monkeypatch):

@@ -4,7 +4,10 @@ The inverse of gguf_convert: weights keep their checkpoint dtype (bf16 stays bf1
 f16, f32 stays f32) except 1-D tensors (norms, biases), which llama.cpp wants in f32 and which
 widen exactly. dtype "q8_0" writes every matrix as Q8_0 instead, quantized from its exact f32
 values by gguf-py (`gguf.quants.quantize`, which llaisys's own Q8_0 quantizer matches bit for
-bit), one tensor at a time as the file is written. The tokenizer (byte-level BPE tokens, token types, merges), the special ids and
+bit), one tensor at a time as the file is written; "q4_k_m" writes llama.cpp's Q4_K_M recipe
+(quantize.plan_types: Q4_K, Q6_K for the output and some attn_v / ffn_down, llama.cpp's
+fallbacks for rows not a multiple of 256) through the library's own quantizers, the very bytes
+`LLM(dir, quantize="q4_k")` runs. The tokenizer (byte-level BPE tokens, token types, merges), the special ids and
 the chat template come from the directory's tokenizer files. Used by tools/bench_compare.py
 so that llama.cpp runs on the very weights llaisys runs on.
 """
@@ -28,8 +31,9 @@ _CONTROL, _USER_DEFINED, _NORMAL, _UNUSED = 3, 4, 1, 5  # llama.cpp token types
 _GGML_TYPE = {"bf16": gguf.GGMLQuantizationType.BF16, "f16": gguf.GGMLQuantizationType.F16,
               "f32": gguf.GGMLQuantizationType.F32}
 _FILE_TYPE = {"bf16": gguf.LlamaFileType.MOSTLY_BF16, "f16": gguf.LlamaFileType.MOSTLY_F16,
-              "f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}
-QUANT_DTYPES = ("q8_0",)  # export dtypes that quantize the matrices
+              "f32": gguf.LlamaFileType.ALL_F32, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0,
+              "q4_k_m": gguf.LlamaFileType.MOSTLY_Q4_K_M}
+QUANT_DTYPES = ("q8_0", "q4_k_m")  # export dtypes that quantize the matrices
 _Q8_0 = gguf.GGMLQuantizationType.Q8_0
 _HF_TO_GGUF = {hf: g for g, hf in _GLOBAL_NAMES.items()}
 _HF_BLOCK_TO_GGUF = {hf: g for g, hf in _BLOCK_NAMES.items()}
@@ -86,6 +90,20 @@ def _add_q8_0(w: gguf.GGUFWriter, name: str, data: np.ndarray, dtype: str) -> No
     w.tensors[-1][name].tensor = _Deferred(lambda: _q8_0(data, dtype), n_bytes)
 
 
+def _add_library_quant(w: gguf.GGUFWriter, name: str, t, tag: str) -> None:
+    """Declare a matrix quantized to `tag` by the library (quantize.quantize_tensor) when written."""
+    from .quantize import quantize_tensor
+    from .tensors import QUANT_BLOCKS
+
+    rows, k = t.data.shape
+    elems, nbytes = QUANT_BLOCKS[tag]
+    byte_shape = (rows, k // elems * nbytes)
+    w.add_tensor_info(name, byte_shape, np.dtype(np.uint8), byte_shape[0] * byte_shape[1],
+                      raw_dtype=gguf.GGMLQuantizationType[tag.upper()])
+    w.tensors[-1][name].tensor = _Deferred(lambda: np.ascontiguousarray(quantize_tensor(t, tag).data),
+                                           byte_shape[0] * byte_shape[1])
+
+
 class _Deferred:
     """Stands for a tensor's bytes in GGUFWriter's plan: made when write_tensors_to_file reads them."""
 
@@ -104,7 +122,8 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
 
     dtype ("bf16", "f16", "f32") converts the weights first, as `--dtype` does at load; None
     keeps the checkpoint's values exactly; "q8_0" quantizes every matrix whose rows are a
-    multiple of 32 elements to Q8_0 (others keep the checkpoint dtype). progress shows the gguf
+    multiple of 32 elements to Q8_0 (others keep the checkpoint dtype); "q4_k_m" follows
+    llama.cpp's Q4_K_M recipe with the library's quantizers. progress shows the gguf
     package's progress bar.
     """
     model_dir, out_path = Path(model_dir), Path(out_path)
@@ -147,10 +166,17 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
         w.add_add_bos_token(False)
         if tok.chat_template:
             w.add_chat_template(tok.chat_template)
+        plan = {}
+        if quant == "q4_k_m":
+            from .quantize import plan_types
+
+            plan = plan_types(cfg, list(loaded.tensors), "q4_k")
         for name, t in loaded.tensors.items():
             if t.data.ndim == 1:  # norms and biases: llama.cpp reads them as f32; widening is exact
                 w.add_tensor(gguf_tensor_name(name), _widen(t.data, dtype))
-            elif quant and t.data.shape[-1] % 32 == 0:
+            elif name in plan:
+                _add_library_quant(w, gguf_tensor_name(name), t, plan[name])
+            elif quant == "q8_0" and t.data.shape[-1] % 32 == 0:
                 _add_q8_0(w, gguf_tensor_name(name), t.data, dtype)
             else:
                 w.add_tensor(gguf_tensor_name(name), np.ascontiguousarray(t.data), raw_dtype=_GGML_TYPE[dtype])
