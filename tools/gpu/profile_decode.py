@@ -5,9 +5,10 @@
         --log-file k.csv python tools/gpu/profile_decode.py --ncu-steps 2 ...
     python tools/gpu/profile_decode.py --parse k.csv --steps-profiled 2
 
-Writes random bf16 weights of the shape (tools/gpu/bench_gpu.py's writer), loads them with
-llaisys on the GPU (f32 KV cache, as bench_compare), prefills a prompt and decodes greedily one
-token a step, timing each step by the host clock (a step returns after its stream synchronize).
+Writes random bf16 weights of the shape (tools/gpu/bench_gpu.py's writer), or takes a GGUF file,
+loads them with llaisys on the GPU (KV cache dtype --kv-dtype, f32 by default as bench_compare),
+prefills a prompt (once untimed, then timed: prefill_tok_s) and decodes greedily one token a
+step, timing each step by the host clock (a step returns after its stream synchronize).
 With --ncu-steps N the last N steps run between cuProfilerStart and cuProfilerStop, so ncu
 measures those kernels alone; --parse sums the kernels of such a CSV by name, per step. Wall
 time minus the kernels' sum is what the GPU spends idle: launches and host work.
@@ -58,7 +59,8 @@ def main() -> None:
     ap.add_argument("--ncu-steps", type=int, default=0, help="profile the last N steps (run under ncu)")
     ap.add_argument("--parse", type=Path, help="an ncu CSV log to sum instead")
     ap.add_argument("--steps-profiled", type=int, default=1)
-    ap.add_argument("--model-dir", type=Path, help="use (or write, if missing) the random weights here")
+    ap.add_argument("--model-dir", type=Path,
+                    help="use (or write, if missing) the random weights here; or a .gguf file, run as it is")
     ap.add_argument("--device", default="nvidia", choices=["cpu", "nvidia"], help="cpu: a check of this tool")
     ap.add_argument("--kv-dtype", default="f32", choices=["f32", "f16", "bf16"],
                     help="the KV cache's dtype (f32: the runs of 2026-11-27)")
@@ -84,9 +86,16 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix=f"llaisys-{a.shape}-") as tmp:
         d = a.model_dir or Path(tmp)
-        if not (d / "config.json").exists():
-            write_random(d, a.shape, "cuda" if a.device == "nvidia" else "cpu")
-        loaded = load_model(str(d), quantize=a.quantize)
+        if d.suffix.lower() == ".gguf":  # a GGUF file as it is (the llama.cpp comparison's weights)
+            from llaisys.models.gguf_model import load_gguf
+
+            if a.quantize:
+                ap.error("--quantize applies to a directory; a GGUF file runs as it is")
+            loaded = load_gguf(d).loaded
+        else:
+            if not (d / "config.json").exists():
+                write_random(d, a.shape, "cuda" if a.device == "nvidia" else "cpu")
+            loaded = load_model(str(d), quantize=a.quantize)
         model = Model(loaded, device=DeviceType[a.device.upper()])
     vocab = model.config.vocab_size
     rng = np.random.default_rng(0)
@@ -98,8 +107,15 @@ def main() -> None:
 
     cuda = ctypes.CDLL("libcuda.so.1") if a.ncu_steps else None
     times = []
-    with model.create_kv_cache("slot", n_slots=a.prompt + a.steps + 16, dtype=a.kv_dtype) as cache:
+    n_slots = a.prompt + a.steps + 16
+    with model.create_kv_cache("slot", n_slots=n_slots, dtype=a.kv_dtype) as warm:  # prefill and decode, untimed once
+        w = int(step(warm, prompt, np.arange(a.prompt), [0, a.prompt]).token_ids[0])
+        for i in range(min(8, a.steps)):
+            w = int(step(warm, [w], [a.prompt + i], [0, 1]).token_ids[0])
+    with model.create_kv_cache("slot", n_slots=n_slots, dtype=a.kv_dtype) as cache:
+        t = time.perf_counter()
         nxt = int(step(cache, prompt, np.arange(a.prompt), [0, a.prompt]).token_ids[0])
+        prefill_s = time.perf_counter() - t
         for i in range(a.steps):
             if cuda is not None and i == a.steps - a.ncu_steps:
                 print("cuProfilerStart:", cuda.cuProfilerStart(), flush=True)
@@ -110,9 +126,12 @@ def main() -> None:
             print("cuProfilerStop:", cuda.cuProfilerStop(), flush=True)
     model.close()
     half = len(times) // 2
-    res = {"shape": a.shape, "quantize": a.quantize, "prompt": a.prompt, "steps": a.steps, "kv_dtype": a.kv_dtype,
+    res = {"shape": a.shape if a.model_dir is None or a.model_dir.suffix.lower() != ".gguf" else a.model_dir.name,
+           "quantize": a.quantize, "prompt": a.prompt, "steps": a.steps, "kv_dtype": a.kv_dtype,
            "ms_per_step_median": 1e3 * statistics.median(times[half:]),
-           "ms_first_half": 1e3 * statistics.median(times[:half]), "tok_s": 1 / statistics.median(times[half:])}
+           "ms_first_half": 1e3 * statistics.median(times[:half]), "tok_s": 1 / statistics.median(times[half:]),
+           "tg_tok_s_mean": len(times) / sum(times),  # llama-bench's tg figure: every step counted
+           "prefill_ms": 1e3 * prefill_s, "prefill_tok_s": a.prompt / prefill_s}
     print(json.dumps(res))
     if a.out:
         a.out.write_text(json.dumps(res, indent=2))
