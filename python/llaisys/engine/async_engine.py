@@ -34,11 +34,14 @@ class RequestStream:
     """The outputs of one request, in order; the last has ``finished`` set (a pooling
     request's stream holds one PoolingRequestOutput)."""
 
-    def __init__(self, engine: "AsyncEngine", request_id: str):
+    def __init__(self, engine: "AsyncEngine", request_id: str, sink: Optional[tuple] = None):
         self.request_id = request_id
         self.finished = False  # the final output has been taken by the reader
         self._engine = engine
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # sink (queue, index): outputs go to that shared queue as (index, output), so one reader
+        # takes several requests' outputs in arrival order with no thread per request; the
+        # stream itself is then not readable (get raises)
+        self._queue = queue.SimpleQueue() if sink is None else _Tagged(*sink)
         self._waker: Optional[Callable[[], None]] = None
 
     def set_waker(self, waker: Optional[Callable[[], None]]) -> None:
@@ -58,6 +61,8 @@ class RequestStream:
 
     def get(self, timeout: Optional[float] = None) -> RequestOutput:
         """The next output; TimeoutError if none comes within `timeout` seconds."""
+        if isinstance(self._queue, _Tagged):
+            raise RuntimeError(f"request {self.request_id!r} delivers into a shared sink; read that queue")
         if self.finished:
             raise RuntimeError(f"request {self.request_id!r} has already delivered its final output")
         try:
@@ -74,6 +79,16 @@ class RequestStream:
     def abort(self) -> None:
         """Abort the request; its final output (finish_reason "abort") still arrives."""
         self._engine.abort(self.request_id)
+
+
+class _Tagged:
+    """A stream's side of a shared sink: put(out) queues (index, out)."""
+
+    def __init__(self, sink: queue.SimpleQueue, index: int):
+        self.sink, self.index = sink, index
+
+    def put(self, out) -> None:
+        self.sink.put((self.index, out))
 
 
 def _error_output(request_id: str, prompt: Optional[str], prompt_ids: list, n: int, error: str):
@@ -95,7 +110,7 @@ class AsyncEngine:
         self.error: Optional[str] = None  # why the loop died
         # request id -> (RequestStream, prompt, prompt ids, n; 0 for pooling) until its final output
         self._streams: dict = {}
-        self._commands: deque = deque()  # ("add", id, ids, sampling, prompt, pooling), ("abort", id)
+        self._commands: deque = deque()  # ("add", id, ids, sampling, max_tokens, pooling, prompt), ("abort", id)
         self._lock = threading.Lock()  # guards _streams, _commands, _closing and the metrics copy
         self._wake = threading.Event()
         self._closing = False  # no new requests
@@ -128,11 +143,23 @@ class AsyncEngine:
                     prompt: Optional[str] = None) -> RequestStream:
         """Queue a request and return its stream. ValueError (SamplingParamsError) for a bad
         request, EngineDeadError once shutdown began or the loop died."""
-        if not isinstance(request_id, str) or not request_id:
-            raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
-        sp = snapshot_sampling_params(sampling_params)  # later changes by the caller do not reach the loop
-        ids, _ = self.engine.check_request(prompt_token_ids, sp)
-        return self._queue_add(request_id, ids, sp, None, prompt)
+        return self.add_requests([(request_id, prompt_token_ids, sampling_params, prompt)])[0]
+
+    def add_requests(self, entries, sink: Optional[queue.SimpleQueue] = None) -> list:
+        """Queue several requests, (request_id, prompt ids, SamplingParams or None, prompt text)
+        each, all or none: every one is checked (LLMEngine.check_request, the one admission
+        pass: the loop adds them without checking again) and its id found free before any is
+        queued, so one bad prompt of an HTTP request refuses them all. With `sink`, each
+        request's outputs go to it as (its index in entries, output). The streams, in order;
+        ValueError / SamplingParamsError, or EngineDeadError once shutdown began or the loop died."""
+        checked = []
+        for request_id, prompt_ids, sampling_params, prompt in entries:
+            if not isinstance(request_id, str) or not request_id:
+                raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
+            sp = snapshot_sampling_params(sampling_params)  # later changes by the caller do not reach the loop
+            ids, max_tokens = self.engine.check_request(prompt_ids, sp)
+            checked.append((request_id, ids, sp, max_tokens, None, prompt))
+        return self._queue_add(checked, sink)
 
     def encode(self, request_id: str, prompt_token_ids, pooling_params: Optional[PoolingParams] = None,
                prompt: Optional[str] = None) -> RequestStream:
@@ -145,19 +172,24 @@ class AsyncEngine:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         pp = snapshot_pooling_params(pooling_params)
         ids = self.engine.check_pooling_request(prompt_token_ids, pp)
-        return self._queue_add(request_id, ids, None, pp, prompt)
+        return self._queue_add([(request_id, ids, None, 0, pp, prompt)], None)[0]
 
-    def _queue_add(self, request_id: str, ids: list, sp: Optional[SamplingParams], pp: Optional[PoolingParams],
-                   prompt: Optional[str]) -> RequestStream:
-        stream = RequestStream(self, request_id)
+    def _queue_add(self, checked: list, sink: Optional[queue.SimpleQueue]) -> list:
+        """Register and queue checked requests, (id, ids, sp, max_tokens, pp, prompt) each: the
+        only id -> request map is here (_streams); all or none."""
+        streams = [RequestStream(self, c[0], None if sink is None else (sink, i)) for i, c in enumerate(checked)]
         with self._lock:
             self._check_open()
-            if request_id in self._streams:
-                raise ValueError(f"request id {request_id!r} is already in use")
-            self._streams[request_id] = (stream, prompt, ids, 0 if sp is None else sp.n)
-            self._commands.append(("add", request_id, ids, sp, prompt, pp))
+            seen = set()
+            for request_id, *_ in checked:
+                if request_id in self._streams or request_id in seen:
+                    raise ValueError(f"request id {request_id!r} is already in use")
+                seen.add(request_id)
+            for stream, (request_id, ids, sp, max_tokens, pp, prompt) in zip(streams, checked):
+                self._streams[request_id] = (stream, prompt, ids, 0 if sp is None else sp.n)
+                self._commands.append(("add", request_id, ids, sp, max_tokens, pp, prompt))
         self._wake.set()
-        return stream
+        return streams
 
     def abort(self, request_id: str) -> None:
         """Abort a request in any state before the next step; unknown or finished ids are ignored."""
@@ -231,10 +263,13 @@ class AsyncEngine:
             commands, self._commands = list(self._commands), deque()
         for cmd in commands:
             if cmd[0] == "add":
-                _, rid, ids, sp, prompt, pp = cmd
-                try:
-                    self.engine.add_request(rid, ids, sp, prompt=prompt, pooling_params=pp)
-                except Exception as e:  # checked up front already; anything left fails this request only
+                _, rid, ids, sp, max_tokens, pp, prompt = cmd
+                try:  # checked in the caller's thread (add_requests / encode): nothing is checked twice
+                    if pp is not None:
+                        self.engine.add_pooling_checked(rid, ids, pp, prompt=prompt)
+                    else:
+                        self.engine.add_checked(rid, ids, sp, max_tokens, prompt=prompt)
+                except Exception as e:  # anything left (an id aliasing "<id>#<i>") fails this request only
                     self._finish_stream(rid, f"{type(e).__name__}: {e}")
             else:  # "abort"
                 self.engine.abort_request(cmd[1])

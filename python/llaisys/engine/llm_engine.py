@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -23,6 +24,25 @@ from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode
                         snapshot_pooling_params, snapshot_sampling_params)
 
 log = logging.getLogger(__name__)
+
+
+def _fatal_closes(step):
+    """LLMEngine.step's guard: a closed engine refuses the step (EngineDeadError), and a fatal
+    error (an exception whose ``fatal`` is true: the device is lost) closes the engine: that
+    step returns the final outputs of every unfinished request, ended with "error" and the
+    reason, and every later step() and add_request raises EngineDeadError."""
+
+    @functools.wraps(step)
+    def guarded(self) -> list:
+        self._check_alive()
+        try:
+            return step(self)
+        except Exception as e:
+            if not getattr(e, "fatal", False):
+                raise
+            return self._close_on_fatal(e)
+
+    return guarded
 
 
 class EngineDeadError(RuntimeError):
@@ -92,6 +112,18 @@ class LLMEngine:
             return
         sp = snapshot_sampling_params(sampling_params)
         ids, max_tokens = self._admit(prompt_token_ids, sp)
+        self.add_checked(request_id, ids, sp, max_tokens, arrival_time, prompt, final_only)
+
+    def add_checked(self, request_id: str, ids: list, sp: SamplingParams, max_tokens: int,
+                    arrival_time: Optional[float] = None, prompt: Optional[str] = None, final_only: bool = False,
+                    ) -> None:
+        """Queue a request that check_request admitted, checking nothing again: `ids` and
+        `max_tokens` are what it returned, `sp` the snapshot it checked, and `request_id` is
+        new (AsyncEngine's map of live requests answers a caller at once). The one admission
+        pass of a request that comes through AsyncEngine. ValueError (that request fails, no
+        other) if an id is taken in the scheduler, where a sequence of n > 1 is "<id>#<i>", so
+        "x#1" beside a live "x" of n = 2 is caught here, or a structured matcher cannot be made."""
+        self._check_alive()
         seq_ids = [request_id] if sp.n == 1 else [f"{request_id}#{i}" for i in range(sp.n)]
         if self.processor.has_group(request_id) or any(s in self.scheduler.requests for s in seq_ids):
             raise ValueError(f"request id {request_id!r} is already in use")
@@ -111,7 +143,12 @@ class LLMEngine:
 
     def _add_pooling(self, request_id: str, prompt_token_ids, pp: PoolingParams, arrival_time: Optional[float],
                      prompt: Optional[str]) -> None:
-        ids = self.check_pooling_request(prompt_token_ids, pp)
+        self.add_pooling_checked(request_id, self.check_pooling_request(prompt_token_ids, pp), pp, arrival_time, prompt)
+
+    def add_pooling_checked(self, request_id: str, ids: list, pp: PoolingParams, arrival_time: Optional[float] = None,
+                            prompt: Optional[str] = None) -> None:
+        """add_checked for a pooling request: `ids` from check_pooling_request, `pp` its snapshot."""
+        self._check_alive()
         if self.processor.has_group(request_id) or request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         arrival = self.clock() if arrival_time is None else arrival_time
@@ -194,20 +231,11 @@ class LLMEngine:
         return self.scheduler.kv.reset_prefix_cache()
 
     # ---- the step ------------------------------------------------------------------------
+    @_fatal_closes
     def step(self) -> list:
-        """Schedule, run the batch, process the outputs; the RequestOutputs that changed.
-
-        A fatal error (an exception whose ``fatal`` is true: the device is lost) closes the
-        engine: this step returns the final outputs of every unfinished request, ended with
-        "error" and the reason, and every later step() and add_request raises EngineDeadError."""
-        self._check_alive()
-        try:
-            out = self.scheduler.schedule()  # runs the draft model when decoding speculatively
-            result = self.step_runner.execute(out)
-        except Exception as e:
-            if not getattr(e, "fatal", False):
-                raise
-            return self._close_on_fatal(e)
+        """Schedule, run the batch, process the outputs; the RequestOutputs that changed."""
+        out = self.scheduler.schedule()
+        result = self.step_runner.execute(out)
         return self._process(out, result)
 
     def _check_alive(self) -> None:

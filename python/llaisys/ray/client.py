@@ -96,8 +96,8 @@ class RemoteStream(RequestStream):
     (get, iteration), fed from the replica's call instead of the local engine."""
 
     def __init__(self, engine: "ReplicaEngine", request_id: str, ids: list, params, prompt: Optional[str],
-                 pooling: bool, n: int):
-        super().__init__(engine, request_id)
+                 pooling: bool, n: int, sink: Optional[tuple] = None):
+        super().__init__(engine, request_id, sink)
         self.replica: Optional[str] = None  # label of the replica that accepted it (the last one)
         self._args = (ids, params, prompt, pooling)
         self._n = n  # completions (0: a pooling request)
@@ -246,12 +246,13 @@ class ReplicaEngine:
         max_tokens = getattr(params, "max_tokens", None) or 0
         return {"session": ctx.session, "hashes": hashes, "tokens": len(ids) + max_tokens}
 
-    def _start(self, request_id: str, ids, params, prompt, pooling: bool, n: int) -> RemoteStream:
+    def _start(self, request_id: str, ids, params, prompt, pooling: bool, n: int,
+               sink: Optional[tuple] = None) -> RemoteStream:
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         if self._closing:
             raise EngineDeadError("the engine is shutting down")
-        stream = RemoteStream(self, request_id, list(ids), params, prompt, pooling, n)
+        stream = RemoteStream(self, request_id, list(ids), params, prompt, pooling, n, sink)
         with self._lock:
             if request_id in self._streams and not self._streams[request_id]._final_put:
                 raise ValueError(f"request id {request_id!r} is already in use")
@@ -272,6 +273,22 @@ class ReplicaEngine:
 
         sp = snapshot_sampling_params(sampling_params)
         return self._start(request_id, prompt_token_ids, sp, prompt, False, sp.n)
+
+    def add_requests(self, entries, sink=None) -> list:
+        """AsyncEngine.add_requests over the replicas: each request is sent and accepted in
+        turn (a replica checks it); if one is refused, those already accepted are aborted."""
+        from ..engine.llm_engine import snapshot_sampling_params
+
+        streams = []
+        try:
+            for i, (request_id, ids, params, prompt) in enumerate(entries):
+                sp = snapshot_sampling_params(params)
+                streams.append(self._start(request_id, ids, sp, prompt, False, sp.n, None if sink is None else (sink, i)))
+        except BaseException:
+            for s in streams:
+                s.abort()
+            raise
+        return streams
 
     def encode(self, request_id: str, prompt_token_ids, pooling_params=None, prompt: Optional[str] = None):
         from ..engine.llm_engine import snapshot_pooling_params

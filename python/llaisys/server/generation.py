@@ -89,21 +89,18 @@ class Generation:
         self.itl: list = []  # seconds between consecutive outputs that brought tokens
         self._last_token_at: Optional[float] = None
         self._streams: list = []
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()  # (prompt index, RequestOutput) from all streams
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()  # (prompt index, RequestOutput): the streams' sink
 
     def start(self, prompts: list, params: list) -> None:
         """Add one engine request per (token ids, text) prompt; a bad one fails them all (400),
-        a dead or closing engine is a 503. Every prompt passes the engine's admission check
-        (vocabulary, context, seed, ...) before any is added, so a request refused there
-        never reaches a step."""
-        check = getattr(getattr(self.engine, "engine", None), "check_request", None)
+        a dead or closing engine is a 503. The engine checks every prompt (vocabulary,
+        context, seed, ...) before it queues any (AsyncEngine.add_requests: the one admission
+        pass), so a request refused there never reaches a step; their outputs come into this
+        Generation's one queue (the engine's sink), read by events()."""
+        entries = [(self.response_id if len(prompts) == 1 else f"{self.response_id}-{i}", ids, sp, text)
+                   for i, ((ids, text), sp) in enumerate(zip(prompts, params))]
         try:
-            if check is not None:
-                for (ids, _), sp in zip(prompts, params):
-                    check(ids, sp)
-            for i, ((ids, text), sp) in enumerate(zip(prompts, params)):
-                rid = self.response_id if len(prompts) == 1 else f"{self.response_id}-{i}"
-                self._streams.append(self.engine.add_request(rid, ids, sp, prompt=text))
+            self._streams = list(self.engine.add_requests(entries, sink=self._queue))
         except EngineDeadError as e:
             self.close()
             raise unavailable(str(e), code="engine_unavailable") from None
@@ -116,15 +113,8 @@ class Generation:
         except ValueError as e:  # ids out of vocabulary, too long for the KV pool
             self.close()
             raise bad_request(str(e), param="prompt") from None
-        for i, s in enumerate(self._streams):
-            threading.Thread(target=self._forward, args=(i, s), daemon=True,
-                             name=f"fwd-{self.response_id}-{i}").start()
         if self.cancels is not None:
             self.cancels.add(self)
-
-    def _forward(self, index: int, stream) -> None:
-        for out in stream:  # ends with the final output, which every abort and failure still delivers
-            self._queue.put((index, out))
 
     def abort(self, cause: str) -> None:
         if self.abort_cause is None:
