@@ -91,9 +91,17 @@ bool Model::plan_kv(kv::KVCache &cache, const llaisysBatch_t &b) {
     rs.kv_slots.clear();
     rs.kv_pos.clear();
     rs.write_slot.resize(b.n_tokens);
+    rs.block_tables = rs.context_lens = nullptr;
     if (cache.layout() == LLAISYS_KV_LAYOUT_BLOCK) {
         const size_t bs = cache.params().block_size;
         std::memcpy(rs.write_slot.data(), b.slot_mapping, b.n_tokens * sizeof(int64_t));
+        if (be_->reads_block_tables()) {  // the GPU reads the tables: nothing flattened per key
+            rs.block_tables = b.block_tables;
+            rs.context_lens = b.context_lens;
+            rs.max_blocks = b.max_blocks;
+            rs.block_size = bs;
+            return true;
+        }
         for (size_t s = 0; s < b.n_seqs; s++) {
             const int32_t *table = b.block_tables + s * b.max_blocks;
             for (int32_t p = 0; p < b.context_lens[s]; p++) {

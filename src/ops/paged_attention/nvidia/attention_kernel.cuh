@@ -81,6 +81,36 @@ struct PagedSource {
     }
 };
 
+// The BLOCK layout read through its block tables, as the engine hands them over (no per-key
+// list flattened on the host): key j of row s holds position j and sits in slot
+// table[s][j / block_size] * block_size + j % block_size; a query at position q sees keys
+// 0 ..= q of its row (the batch's validation guarantees q < context_lens[s] and that every
+// table entry a row uses is a block of the pool).
+struct BlockSource {
+    const int32_t *query_start;   // [n_seqs + 1]
+    const int64_t *q_pos;         // [n_tokens]
+    const int32_t *block_tables;  // [n_seqs, max_blocks]
+    const int32_t *context_lens;  // [n_seqs]
+    size_t max_blocks, block_size;
+    int64_t window = 0;  // > 0: sliding window (position > q_pos - window); 0: none
+
+    __device__ size_t q_begin(size_t s) const { return size_t(query_start[s]); }
+    __device__ size_t q_end(size_t s) const { return size_t(query_start[s + 1]); }
+    __device__ size_t slot(size_t s, size_t j) const {
+        return size_t(block_tables[s * max_blocks + j / block_size]) * block_size + j % block_size;
+    }
+    __device__ size_t n_visible(size_t s, size_t t) const {
+        const int64_t q = q_pos[t];
+        const size_t ctx = size_t(context_lens[s]);
+        return q < 0 ? 0 : (size_t(q) + 1 < ctx ? size_t(q) + 1 : ctx);
+    }
+    __device__ size_t first_visible(size_t, size_t t) const {
+        if (window <= 0) return 0;
+        const int64_t first = q_pos[t] - window + 1;  // positions > q - window
+        return first > 0 ? size_t(first) : 0;
+    }
+};
+
 // self_attention: one row of q_len tokens over kv_len keys stored densely (key j in slot
 // j); token i sits at position kv_len - q_len + i and sees keys 0 ..= that position.
 struct DenseSource {

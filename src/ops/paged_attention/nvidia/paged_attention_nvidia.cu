@@ -50,16 +50,19 @@ unsigned *split_counters(int device, size_t count, cudaStream_t stream) {
 }
 }  // namespace
 
-void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
-                     llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
-                     llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
-                     size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
-                     size_t dv, float scale, cudaStream_t stream, int64_t window) {
-    if (n_tokens == 0 || view.n_seqs == 0 || heads == 0 || dv == 0) return;
+namespace {
+
+// Both views' launches (decode split-K, or one block per (token, kv head); then the prefill
+// configuration for longer rows) over one Source.
+template <class Source>
+void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+         llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
+         size_t n_seqs, size_t n_tokens, size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
+         size_t dv, float scale, cudaStream_t stream, int64_t window) {
+    if (n_tokens == 0 || n_seqs == 0 || heads == 0 || dv == 0) return;
     LLAISYS_CHECK_ARG(kv_heads > 0 && heads % kv_heads == 0, "paged_attention: ", heads,
                       " query heads are not a multiple of ", kv_heads, " kv heads");
     LLAISYS_CHECK_ARG(window >= 0, "paged_attention: window must be >= 0, got ", window);
-    const attention::PagedSource src{view.query_start, view.q_pos, view.kv_start, view.kv_slots, view.kv_pos, window};
     attention::Params p{out, out_stride, q, q_stride, k_cache, v_cache, heads, kv_heads, d, dv, scale, 0, 0, 0, 0};
     const size_t group = heads / kv_heads;
     // rows of up to kDecodeMaxQueries queries: each token's keys split over several blocks
@@ -68,21 +71,45 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
     if (attention::decode_split_serves(group, d, dv)) {
         int device = 0;
         LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
-        const size_t blocks = view.n_seqs * short_tiles;
+        const size_t blocks = n_seqs * short_tiles;
         const size_t splits = attention::decode_splits(blocks * kv_heads, max_kv_len, device);
         const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
         float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
         unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
-        attention::launch_decode(p, src, act, kvdt, view.n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch,
-                                 done, stream);
+        attention::launch_decode(p, src, act, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch, done,
+                                 stream);
     } else {
-        attention::launch(p, src, act, kvdt, view.n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
+        attention::launch(p, src, act, kvdt, n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
     }
     if (max_q_len > kDecodeMaxQueries) {  // prefill config for the longer rows
         const size_t tt = attention::prefill_tile_tokens(group);
-        attention::launch(p, src, act, kvdt, view.n_seqs, tt, attention::ceil_div(max_q_len, tt),
-                          kDecodeMaxQueries + 1, SIZE_MAX, stream);
+        attention::launch(p, src, act, kvdt, n_seqs, tt, attention::ceil_div(max_q_len, tt), kDecodeMaxQueries + 1,
+                          SIZE_MAX, stream);
     }
+}
+
+}  // namespace
+
+void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+                     llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
+                     llaisysDataType_t kvdt, const cpu::AttentionView &view, size_t n_tokens,
+                     size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
+                     size_t dv, float scale, cudaStream_t stream, int64_t window) {
+    const attention::PagedSource src{view.query_start, view.q_pos, view.kv_start, view.kv_slots, view.kv_pos, window};
+    run(src, out, out_stride, q, q_stride, act, k_cache, v_cache, kvdt, view.n_seqs, n_tokens, max_q_len, max_kv_len,
+        heads, kv_heads, d, dv, scale, stream, window);
+}
+
+void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+                     llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
+                     llaisysDataType_t kvdt, const BlockTableView &view, size_t n_tokens,
+                     size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
+                     size_t dv, float scale, cudaStream_t stream, int64_t window) {
+    LLAISYS_CHECK_ARG(view.block_size > 0, "paged_attention: block_size must be > 0");
+    const attention::BlockSource src{view.query_start, view.q_pos,      view.block_tables, view.context_lens,
+                                     view.max_blocks,  view.block_size, window};
+    run(src, out, out_stride, q, q_stride, act, k_cache, v_cache, kvdt, view.n_seqs, n_tokens, max_q_len, max_kv_len,
+        heads, kv_heads, d, dv, scale, stream, window);
 }
 
 }  // namespace llaisys::ops::nvidia

@@ -30,4 +30,27 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
                      size_t dv, float scale, cudaStream_t stream, int64_t window = 0);
 
+// The BLOCK layout's view as the engine gives it (DEVICE arrays; n_seqs, max_blocks and
+// block_size host values): key j of row s (position j) in slot
+// block_tables[s * max_blocks + j / block_size] * block_size + j % block_size, context_lens[s]
+// keys a row. Nothing is flattened per key on the host.
+struct BlockTableView {
+    size_t n_seqs;
+    const int32_t *query_start;   // [n_seqs + 1]
+    const int64_t *q_pos;         // [n_tokens]
+    const int32_t *block_tables;  // [n_seqs, max_blocks]
+    const int32_t *context_lens;  // [n_seqs]
+    size_t max_blocks, block_size;
+};
+
+// paged_attention over a BlockTableView: the same kernels and configurations; a query at
+// position p sees positions 0 ..= p of its row (and, with a window, > p - window), which is
+// what the flattened view of the same tables gives. The batch must have been validated
+// (positions below context_lens, table entries inside the pool).
+void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride,
+                     llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
+                     llaisysDataType_t kvdt, const BlockTableView &view, size_t n_tokens,
+                     size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
+                     size_t dv, float scale, cudaStream_t stream, int64_t window = 0);
+
 }  // namespace llaisys::ops::nvidia
