@@ -91,6 +91,20 @@ def test_logits_every_position(core):
     check_logits_every_position(*core, "block")
 
 
+@pytest.mark.parametrize("layout", ["block", "slot"])
+def test_logits_every_position_on_the_gpu(ckpt, layout):
+    """The same on an NVIDIA GPU (skips without one): BLOCK read through its block tables by
+    the kernels, SLOT through its slot lists; the windowed families test both sources' windows,
+    Qwen3 the q/k norms before the fused RoPE and KV store, Llama the scaled RoPE table."""
+    from llaisys import DeviceType
+
+    if runtime.device_count(DeviceType.NVIDIA) == 0:
+        pytest.skip("no NVIDIA GPU in this build/machine")
+    family, dtype, path, hf = ckpt
+    with Model.from_path(path, device=DeviceType.NVIDIA) as m:  # bf16: the GPU's prefill GEMMs round activations
+        check_logits_every_position(m, Reference(hf, dtype == "bf16"), layout)
+
+
 def test_windows_change_the_reference(ckpt):
     """The windowed families' prompts are long enough that full attention would differ."""
     family, _, path, hf = ckpt

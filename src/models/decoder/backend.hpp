@@ -25,6 +25,13 @@ struct KvPlan {
     std::vector<int32_t> kv_start;    // [n_seqs + 1] range of each row in kv_slots / kv_pos
     std::vector<int32_t> kv_slots;    // [n_visible] cache slot of each visible entry
     std::vector<int64_t> kv_pos;      // [n_visible] its position, ascending within a row
+    // The BLOCK layout for a backend that reads block tables (Backend::reads_block_tables):
+    // the batch's own arrays (valid for the step), and the lists above stay empty; key j of
+    // row s (position j) is in slot block_tables[s * max_blocks + j / block_size] *
+    // block_size + j % block_size. block_tables == nullptr: the lists above are the view.
+    const int32_t *block_tables = nullptr;  // [n_seqs, max_blocks]
+    const int32_t *context_lens = nullptr;  // [n_seqs]
+    size_t max_blocks = 0, block_size = 0;
 };
 
 class Backend {
@@ -37,6 +44,10 @@ public:
         virtual ~Scope() = default;
     };
     virtual std::unique_ptr<Scope> enter() = 0;
+
+    // Whether begin_step takes a BLOCK layout's attention view as its block tables (KvPlan's
+    // block fields) instead of a list of every visible key's slot flattened on the host.
+    virtual bool reads_block_tables() const { return false; }
 
     // Makes the step's index arrays (token ids, positions, write slots, the attention view,
     // the sample rows) readable by the kernels below; b and plan were validated.
@@ -80,6 +91,33 @@ public:
                                size_t width) {
         linear(gate_up, in, w, nullptr, n);
         swiglu(out, gate_up, n, width);
+    }
+
+    // Folded norms: whether this step of n tokens should run every residual add inside the GEMV
+    // that produces it and every RMSNorm inside the GEMV that reads it (the three calls below),
+    // instead of add_rms_norm between them: one launch fewer per norm on a GPU. Only for models
+    // without sparse layers.
+    virtual bool folds_norms(size_t n) const {
+        (void)n;
+        return false;
+    }
+    // out [n, w.n] = rms_norm(x [n, k]) * norm_w @ w^T + bias; h [n, k] is scratch the
+    // normalised rows may go through.
+    virtual void norm_linear(float *out, float *h, const float *x, const Tensor &norm_w, const LinearWeight &w,
+                             const Tensor *bias, size_t n) {
+        rms_norm(h, x, norm_w, n, w.k);
+        linear(out, h, w, bias, n);
+    }
+    // linear_swiglu of rms_norm(x) * norm_w; h and gate_up scratch.
+    virtual void norm_linear_swiglu(float *out, float *gate_up, float *h, const float *x, const Tensor &norm_w,
+                                    const LinearWeight &w, size_t n, size_t width) {
+        rms_norm(h, x, norm_w, n, w.k);
+        linear_swiglu(out, gate_up, h, w, n, width);
+    }
+    // x [n, w.n] += in [n, k] @ w^T; proj [n, w.n] scratch.
+    virtual void linear_residual(float *x, float *proj, const float *in, const LinearWeight &w, size_t n) {
+        linear(proj, in, w, nullptr, n);
+        add(x, proj, n * w.n);
     }
 
     // Mixture of experts (a sparse layer's FFN, Model::moe_ffn). moe_route reads the router's

@@ -90,7 +90,9 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
 
 // Embedding -> n_layers x block -> residual stream in ws_.x(). x is the residual stream, h
 // its normalised copy; each residual add is fused with the norm that follows it (post_norm
-// of this layer, in_norm of the next).
+// of this layer, in_norm of the next). When the backend folds norms (decode steps on a GPU,
+// Backend::folds_norms), h is never written: each norm runs inside the GEMV that reads x, and
+// each residual add inside the GEMV that produces it.
 void Model::forward(kv::KVCache &cache, size_t n) {
     const Weights &w = store_.weights();
     const llaisysModelParams_t &p = c_.p;
@@ -98,20 +100,31 @@ void Model::forward(kv::KVCache &cache, size_t n) {
     float *x = ws_.x(), *h = ws_.h(), *qkv = ws_.qkv(), *attn = ws_.attn(), *proj = ws_.proj();
     float *gate_up = ws_.gate_up(), *act = ws_.act();
     float *k_rows = qkv + c_.q_dim;  // the k heads of each qkv row
+    const bool fold = be_->folds_norms(n);
 
-    be_->embed(x, n);                                   // [n, H]
-    be_->rms_norm(h, x, *w.layers[0].in_norm, n, H);   // h = in_norm(x)
+    be_->embed(x, n);                                                 // [n, H]
+    if (!fold) be_->rms_norm(h, x, *w.layers[0].in_norm, n, H);       // h = in_norm(x)
     for (size_t l = 0; l < p.n_layers; l++) {
         const LayerWeights &L = w.layers[l];
-        // attention block (h = in_norm(x) already)
-        be_->linear(qkv, h, L.qkv_w, L.qkv_b.get(), n);  // [n, qkv_dim]
-        if (p.qk_norm) {                                  // Qwen3: RMSNorm over each q and k head
+        // attention block (h = in_norm(x) already, unless folded)
+        if (fold) {
+            be_->norm_linear(qkv, h, x, *L.in_norm, L.qkv_w, L.qkv_b.get(), n);  // [n, qkv_dim]
+        } else {
+            be_->linear(qkv, h, L.qkv_w, L.qkv_b.get(), n);
+        }
+        if (p.qk_norm) {  // Qwen3: RMSNorm over each q and k head
             be_->rms_norm_heads(qkv, *L.q_norm, n, nh, qkv_dim);
             be_->rms_norm_heads(k_rows, *L.k_norm, n, nkv, qkv_dim);
         }
         be_->rope_kv_write(cache, l, qkv, n, nh, nkv, c_.q_dim, qkv_dim);  // rope q and k, store k and v
-        be_->attention(attn, qkv, cache, l, c_.window[l]);  // [n, nh * hd]
-        be_->linear(proj, attn, L.o_w, nullptr, n);        // [n, H]
+        be_->attention(attn, qkv, cache, l, c_.window[l]);                // [n, nh * hd]
+        if (fold) {  // x += o_proj; the MLP reads post_norm(x) inside its GEMV; x += down_proj
+            be_->linear_residual(x, proj, attn, L.o_w, n);
+            be_->norm_linear_swiglu(act, gate_up, h, x, *L.post_norm, L.gate_up_w, n, p.intermediate_size);
+            be_->linear_residual(x, proj, act, L.down_w, n);
+            continue;
+        }
+        be_->linear(proj, attn, L.o_w, nullptr, n);  // [n, H]
         // MLP block: x += o_proj; h = post_norm(x)
         be_->add_rms_norm(h, x, proj, *L.post_norm, n, H);
         if (L.sparse) {

@@ -25,6 +25,7 @@
 #include "../../../sampling/nvidia/sampler_nvidia.hpp"
 #include "../../../utils/error.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace llaisys::models {
@@ -69,10 +70,11 @@ struct IndexLayout {
     size_t token_ids, positions, write_slot, sample_rows;  // int64 [n], [n], [n], [n_sample]
     size_t query_start, kv_start;                           // int32 [n_seqs + 1] each
     size_t kv_slots, kv_pos;                                // int32 / int64 [n_visible]
+    size_t block_tables, context_lens;                      // int32 [table_entries], [n_seqs] (BLOCK)
     size_t bytes;
 };
 
-IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample) {
+IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample, size_t table_entries) {
     IndexLayout L{};
     size_t at = 0;
     auto take = [&](size_t count, size_t elem) {
@@ -88,6 +90,8 @@ IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample
     L.kv_start = take(n_seqs + 1, 4);
     L.kv_slots = take(n_visible, 4);
     L.kv_pos = take(n_visible, 8);
+    L.block_tables = take(table_entries, 4);
+    L.context_lens = take(table_entries ? n_seqs : 0, 4);
     L.bytes = at;
     return L;
 }
@@ -109,6 +113,8 @@ public:
         (void)cudaStreamDestroy(st_);
     }
 
+    bool reads_block_tables() const override { return true; }
+
     std::unique_ptr<Scope> enter() override {
         struct DeviceScope final : Scope {
             explicit DeviceScope(int id) : guard(id) {}
@@ -120,7 +126,9 @@ public:
     void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override {
         DeviceGuard guard(id_);
         const size_t n = b.n_tokens, n_visible = plan.kv_slots.size(), ns = b.n_sample;
-        const IndexLayout ix = layout_of(n, b.n_seqs, n_visible, ns);
+        const bool blocks = plan.block_tables != nullptr;  // the BLOCK layout's tables as they are
+        const size_t table_entries = blocks ? b.n_seqs * plan.max_blocks : 0;
+        const IndexLayout ix = layout_of(n, b.n_seqs, n_visible, ns, table_entries);
         // the previous step's copy out of staging has completed: every step ends synchronized
         staging_.reserve(ix.bytes);
         index_.reserve(ix.bytes);
@@ -130,9 +138,14 @@ public:
         std::memcpy(hs + ix.write_slot, plan.write_slot.data(), n * sizeof(int64_t));
         for (size_t i = 0; i < ns; i++) reinterpret_cast<int64_t *>(hs + ix.sample_rows)[i] = b.sample_rows[i];
         std::memcpy(hs + ix.query_start, b.query_start, (b.n_seqs + 1) * sizeof(int32_t));
-        std::memcpy(hs + ix.kv_start, plan.kv_start.data(), (b.n_seqs + 1) * sizeof(int32_t));
-        std::memcpy(hs + ix.kv_slots, plan.kv_slots.data(), n_visible * sizeof(int32_t));
-        std::memcpy(hs + ix.kv_pos, plan.kv_pos.data(), n_visible * sizeof(int64_t));
+        if (blocks) {
+            std::memcpy(hs + ix.block_tables, plan.block_tables, table_entries * sizeof(int32_t));
+            std::memcpy(hs + ix.context_lens, plan.context_lens, b.n_seqs * sizeof(int32_t));
+        } else {
+            std::memcpy(hs + ix.kv_start, plan.kv_start.data(), (b.n_seqs + 1) * sizeof(int32_t));
+            std::memcpy(hs + ix.kv_slots, plan.kv_slots.data(), n_visible * sizeof(int32_t));
+            std::memcpy(hs + ix.kv_pos, plan.kv_pos.data(), n_visible * sizeof(int64_t));
+        }
         LLAISYS_CUDA_CHECK(cudaMemcpyAsync(index_.data(), hs, ix.bytes, cudaMemcpyHostToDevice, st_));
         const std::byte *d = index_.data();
         auto i64 = [&](size_t off) { return reinterpret_cast<const int64_t *>(d + off); };
@@ -142,9 +155,21 @@ public:
         positions_ = i64(ix.positions);
         write_slot_ = i64(ix.write_slot);
         sample_rows_ = i64(ix.sample_rows);
-        bounds_ = ops::cpu::view_bounds(b.n_seqs, b.query_start, plan.kv_start.data());
-        view_ = ops::cpu::AttentionView{b.n_seqs,       i32(ix.query_start), positions_,
-                                        i32(ix.kv_start), i32(ix.kv_slots),  i64(ix.kv_pos)};
+        blocks_ = blocks;
+        if (blocks) {
+            bounds_ = ops::cpu::ViewBounds{};
+            for (size_t s = 0; s < b.n_seqs; s++) {
+                bounds_.max_q = std::max(bounds_.max_q, size_t(b.query_start[s + 1] - b.query_start[s]));
+                bounds_.max_kv = std::max(bounds_.max_kv, size_t(plan.context_lens[s]));
+            }
+            block_view_ = ops::nvidia::BlockTableView{b.n_seqs,          i32(ix.query_start),  positions_,
+                                                      i32(ix.block_tables), i32(ix.context_lens), plan.max_blocks,
+                                                      plan.block_size};
+        } else {
+            bounds_ = ops::cpu::view_bounds(b.n_seqs, b.query_start, plan.kv_start.data());
+            view_ = ops::cpu::AttentionView{b.n_seqs,       i32(ix.query_start), positions_,
+                                            i32(ix.kv_start), i32(ix.kv_slots),  i64(ix.kv_pos)};
+        }
     }
 
     void embed(float *x, size_t n) override {
@@ -203,15 +228,63 @@ public:
 
     void linear_swiglu(float *out, float *gate_up, const float *in, const LinearWeight &w, size_t n,
                        size_t width) override {
-        if (w.qrows.empty() && ops::nvidia::gemv16_serves(kF32, c_.p.dtype, n, w.k, in, w.dense->data())) {
+        if (gemv(w, n, in)) {
             ops::nvidia::gemv16_swiglu(out, in, w.dense->data(), c_.p.dtype, n, width, w.k, st_);
             return;
         }
         Backend::linear_swiglu(out, gate_up, in, w, n, width);
     }
 
+    // Decode steps of a dense 16-bit model: every linear is gemv16, which takes the norms and
+    // the residual adds into itself (6 launches a layer instead of 8). Each call below still
+    // falls back to the separate kernels when gemv16 does not serve it.
+    bool folds_norms(size_t n) const override {
+        if (n > ops::nvidia::kGemv16MaxRows) return false;
+        for (const LayerWeights &L : w_.layers) {
+            if (L.sparse || !dense16(L.qkv_w) || !dense16(L.o_w) || !dense16(L.gate_up_w) || !dense16(L.down_w)) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    void norm_linear(float *out, float *h, const float *x, const Tensor &norm_w, const LinearWeight &w,
+                     const Tensor *bias, size_t n) override {
+        if (gemv(w, n, x, norm_w.data())) {
+            ops::nvidia::gemv16_norm(out, x, norm_w.data(), c_.p.rms_norm_eps, w.dense->data(),
+                                     bias ? bias->data() : nullptr, c_.p.dtype, n, w.n, w.k, st_);
+            return;
+        }
+        Backend::norm_linear(out, h, x, norm_w, w, bias, n);
+    }
+
+    void norm_linear_swiglu(float *out, float *gate_up, float *h, const float *x, const Tensor &norm_w,
+                            const LinearWeight &w, size_t n, size_t width) override {
+        if (gemv(w, n, x, norm_w.data())) {
+            ops::nvidia::gemv16_swiglu(out, x, w.dense->data(), c_.p.dtype, n, width, w.k, st_, norm_w.data(),
+                                       c_.p.rms_norm_eps);
+            return;
+        }
+        Backend::norm_linear_swiglu(out, gate_up, h, x, norm_w, w, n, width);
+    }
+
+    void linear_residual(float *x, float *proj, const float *in, const LinearWeight &w, size_t n) override {
+        if (gemv(w, n, in)) {
+            ops::nvidia::gemv16_accumulate(x, in, w.dense->data(), nullptr, c_.p.dtype, n, w.n, w.k, st_);
+            return;
+        }
+        Backend::linear_residual(x, proj, in, w, n);
+    }
+
     void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) override {
         const size_t hd = c_.p.head_dim;
+        if (blocks_) {
+            ops::nvidia::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer),
+                                         cache.v(layer), cache.dtype(), block_view_, n_tokens_, bounds_.max_q,
+                                         bounds_.max_kv, c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale, st_,
+                                         int64_t(window));
+            return;
+        }
         ops::nvidia::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer),
                                      cache.v(layer), cache.dtype(), view_, n_tokens_, bounds_.max_q, bounds_.max_kv,
                                      c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale, st_, int64_t(window));
@@ -267,6 +340,14 @@ public:
     }
 
 private:
+    bool dense16(const LinearWeight &w) const {
+        return w.qrows.empty() && w.dense && (c_.p.dtype == LLAISYS_DTYPE_BF16 || c_.p.dtype == LLAISYS_DTYPE_F16);
+    }
+    // whether gemv16 runs this linear of n rows over `in` (and a norm weight)
+    bool gemv(const LinearWeight &w, size_t n, const float *in, const std::byte *norm_w = nullptr) const {
+        return dense16(w) && ops::nvidia::gemv16_serves(kF32, c_.p.dtype, n, w.k, in, w.dense->data(), norm_w);
+    }
+
     const Config &c_;
     const Weights &w_;
     int id_;
@@ -277,7 +358,9 @@ private:
     // the step in progress (begin_step): device pointers into index_
     size_t n_tokens_ = 0;
     const int64_t *token_ids_ = nullptr, *positions_ = nullptr, *write_slot_ = nullptr, *sample_rows_ = nullptr;
+    bool blocks_ = false;                      // this step's view: block_view_ (BLOCK) or view_
     ops::cpu::AttentionView view_{};
+    ops::nvidia::BlockTableView block_view_{};
     ops::cpu::ViewBounds bounds_{};
 };
 
