@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The llama.cpp peer for the GPU comparison (issue 40 item 6), built here without a GPU: the
 # llama.cpp that llama-cpp-python 0.3.36 vendors (tools/build_llama_cpp.py fetches it), CUDA for
-# sm_90 only, llama-bench and llama-batched-bench linked statically against ggml, stripped, into
-# gpu-carry/llama-cuda/ (ignored; a few MB, carried to the GPU machine with `run`'s carry).
+# sm_90 only, llama-bench and llama-batched-bench linked statically against ggml, stripped and
+# packed as gpu-carry/llama-cuda.tar.xz (ignored; 43 MB, carried to the GPU machine with `run`'s
+# carry and unpacked there into gpu-carry/llama-cuda, which tools/gpu/peer_cuda.sh runs).
 #
 # The toolkit here ships no cuBLAS, so pip's nvidia-cublas wheel (the SONAME libcublas.so.13 of
 # the GPU machine's torch) gives the headers and the link; there the binaries find cuBLAS and
 # cudart through LD_LIBRARY_PATH (tools/gpu/peer_cuda.sh sets it). The driver stub is missing
 # too, so GGML_CUDA_NO_VMM=ON: llama.cpp's legacy memory pool instead of its virtual-memory one
 # (a labelled difference; it allocates no differently once warm). CUDA graphs stay on
-# (GGML_CUDA_GRAPHS, llama.cpp's default). Takes about an hour on 2 cores.
+# (GGML_CUDA_GRAPHS, llama.cpp's default). Took 58 min on 2 cores (2026-11-28), the 22 MMQ
+# template instances the longest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${LLAISYS_HOME:-$HOME/.cache/llaisys}/peers
@@ -33,4 +35,8 @@ nice -n 10 cmake --build "$B" --target llama-bench llama-batched-bench -j "${JOB
 mkdir -p gpu-carry/llama-cuda
 for t in llama-bench llama-batched-bench; do strip -o gpu-carry/llama-cuda/$t "$B/bin/$t"; done
 git -C "$SRC" rev-parse HEAD 2> /dev/null > gpu-carry/llama-cuda/commit || echo "llama-cpp-python 0.3.36" > gpu-carry/llama-cuda/commit
-ls -la gpu-carry/llama-cuda
+# Each binary is 69 MB (ggml-cuda's sm_90 code linked into both); xz with a dictionary that
+# spans both finds the second one in the first: 43 MB, under a call's 64 MiB with room left.
+XZ_OPT="--lzma2=preset=9,dict=256MiB" tar cJf gpu-carry/llama-cuda.tar.xz -C gpu-carry llama-cuda
+rm -rf gpu-carry/llama-cuda
+ls -la gpu-carry/llama-cuda.tar.xz

@@ -11,7 +11,8 @@
 #              128 decode steps after a 1-token prompt (tg128), each after an untimed warm-up;
 #              tools/bench_compare.py --backends llaisys-default --workloads batch --batches 1 64 (its
 #              step loop over the model, the engine's default f16 KV).
-# The peer binaries come from tools/gpu/build_llama_cuda.sh (gpu-carry/llama-cuda). Logs and JSON
+# The peer binaries come from tools/gpu/build_llama_cuda.sh (gpu-carry/llama-cuda, carried as
+# gpu-carry/llama-cuda.tar.xz and unpacked there). Logs and JSON
 # go to $OUT; the last lines are the summary table.
 set -u
 cd "$(dirname "$0")/../.."
@@ -25,7 +26,7 @@ DEV="${PEER_DEVICE:-nvidia}"  # cpu: a check of this script beside a CPU build o
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 # cuBLAS and cudart of the machine's torch (the binaries were linked against the same SONAMEs)
 NV=$(python3 -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]))' 2> /dev/null)/nvidia
-export LD_LIBRARY_PATH="$(ls -d "$NV"/cu13/lib "$NV"/*/lib 2> /dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
+export LD_LIBRARY_PATH="$(ls -d "$NV"/cu13/lib "$NV"/*/lib /usr/local/cuda/lib64 2> /dev/null | tr '\n' ':')${LD_LIBRARY_PATH:-}"
 
 if [ ! -f "$M/config.json" ]; then
     python3 -c "import sys; sys.path.insert(0, 'tools/gpu'); from bench_gpu import write_random; from pathlib import Path; write_random(Path('$M'), '${PEER_SHAPE:-1.5b}', '$([ "$DEV" = cpu ] && echo cpu || echo cuda)')"
@@ -36,6 +37,10 @@ for d in $FORMATS; do
     echo "gguf $d rc=$?: $(stat -c %s "/tmp/peer-$d.gguf" 2> /dev/null) bytes"
 done
 cat "$P/commit" 2> /dev/null | sed 's/^/llama.cpp: /'
+if [ "$DEV" = nvidia ]; then  # the ceiling of the sitting: a device-to-device copy (bytes read + written), and the clocks
+    python3 -c "import sys; sys.path.insert(0, 'tools'); from bench_compare import gpu_copy_bandwidth; print(f'd2d copy: {gpu_copy_bandwidth():.0f} GB/s')" | tee "$OUT/copy.txt"
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem --format=csv,noheader | sed 's/^/clocks before: /' | tee -a "$OUT/copy.txt"
+fi
 
 for d in $FORMATS; do
     G=/tmp/peer-$d.gguf
@@ -55,6 +60,7 @@ for d in $FORMATS; do
     echo "llaisys batch $d rc=$?"
 done
 
+[ "$DEV" = nvidia ] && nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader | sed 's/^/clocks after: /' | tee -a "$OUT/copy.txt"
 python3 - "$OUT" $FORMATS <<'EOF'
 import json, sys
 from pathlib import Path
