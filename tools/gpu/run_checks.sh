@@ -7,8 +7,9 @@
 # all but variants, splits and ncu-detail; variants times decode under GPU_VARIANTS' environments,
 # splits runs the quantized GEMV's tests at each LLAISYS_GEMV_SPLIT and LLAISYS_GEMV_INT8=0; ncu-detail puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
 # decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
-# GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call), then puts
-# GPU_NCU_FORMATS' steps under ncu (tools/gpu/profile_decode.py).
+# GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call; GPU_PROFILE_ROUNDS
+# alternates them that many times), then puts GPU_NCU_FORMATS' steps under ncu (GPU_NCU_ARGS,
+# e.g. "--kv-dtype f16", passed to those runs; tools/gpu/profile_decode.py).
 set -u
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-$PWD/gpu-out}"; mkdir -p "$OUT"
@@ -52,12 +53,18 @@ fi
 
 if stage profile; then
     M=/tmp/llaisys-profile-1.5b
+    # GPU_PROFILE_ROUNDS=R alternates the libraries R times (base, new, base, new, ...: drift of
+    # the machine hits both alike); each run's SM and memory clocks go to clocks.csv, and the
+    # medians and their ratio are printed at the end
+    for r in $(seq 1 "${GPU_PROFILE_ROUNDS:-1}"); do
     for lib in ${GPU_BASE_LIBRARY:+base} new; do
         [ $lib = base ] && L="$GPU_BASE_LIBRARY" || L="$LLAISYS_LIBRARY"
         for q in ${GPU_PROFILE_FORMATS:-bf16 q4_k q8_0}; do
+            tag=$lib-$q$([ "${GPU_PROFILE_ROUNDS:-1}" -gt 1 ] && echo "-r$r")
             LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q \
-                --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$lib-$q.json" > "$OUT/decode-$lib-$q.log" 2>&1
-            echo "decode $lib $q rc=$?: $(tail -1 "$OUT/decode-$lib-$q.log")"
+                --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/decode-$tag.json" > "$OUT/decode-$tag.log" 2>&1
+            echo "decode $tag rc=$?: $(tail -1 "$OUT/decode-$tag.log")"
+            echo "$tag,$(nvidia-smi --query-gpu=clocks.sm,clocks.mem --format=csv,noheader 2> /dev/null)" >> "$OUT/clocks.csv"
         done
         if [ -n "${GPU_PROFILE_LONG:-}" ]; then  # a long context: bf16, a prompt of that many tokens
             LLAISYS_LIBRARY="$L" timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M \
@@ -66,9 +73,24 @@ if stage profile; then
             echo "decode $lib bf16 prompt $GPU_PROFILE_LONG rc=$?: $(tail -1 "$OUT/decode-$lib-long.log")"
         fi
     done
+    done
+    python3 - "$OUT" <<'EOF_SUMMARY'
+import glob, json, re, statistics, sys
+runs = {}
+for f in glob.glob(sys.argv[1] + "/decode-*.json"):
+    m = re.match(r".*/decode-(base|new)-([a-z0-9_]+?)(?:-r\d+)?\.json$", f)
+    if m and m.group(2) != "long":
+        runs.setdefault((m.group(2), m.group(1)), []).append(json.load(open(f))["tok_s"])
+for q in sorted({q for q, _ in runs}):
+    b, n = runs.get((q, "base")), runs.get((q, "new"))
+    line = f"decode {q}: new median {statistics.median(n):.1f} tok/s ({len(n)} runs)" if n else f"decode {q}:"
+    if b and n:
+        line += f", base {statistics.median(b):.1f} ({len(b)}), new/base {statistics.median(n) / statistics.median(b):.3f}"
+    print(line)
+EOF_SUMMARY
     for q in ${GPU_NCU_FORMATS-bf16 q4_k}; do
         timeout "${GPU_PROFILE_LIMIT:-90}" ncu --profile-from-start off --clock-control none --metrics gpu__time_duration.sum \
-            --csv --log-file "$OUT/ncu-$q.csv" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q --steps 8 --ncu-steps 2 \
+            --csv --log-file "$OUT/ncu-$q.csv" python3 tools/gpu/profile_decode.py --model-dir $M --quantize $q --steps 8 --ncu-steps 2 ${GPU_NCU_ARGS:-} \
             > "$OUT/ncu-$q.log" 2>&1
         echo "ncu $q rc=$?"
         cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
