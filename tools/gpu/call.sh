@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One prepared call on a lent GPU machine, the shape that fit in 170 s on 2026-11-28
+# (doc/nvidia.md, "Running on a GPU"). Packed beforehand here (all under gpu-carry/, ignored):
+#   libs.tar.xz        libllaisys-NEW.so (the build under test) and libllaisys-HEAD.so (the
+#                      committed one), sm_90 builds made here: tar cJf, 3 MB for both
+#   tokenizer.tar.xz   a Qwen2.5 tokenizer folder (tokenizer.json, tokenizer_config.json,
+#                      generation_config.json, config.json), for the GPU server test and the peer
+#   llama-cuda.tar.xz  tools/gpu/build_llama_cuda.sh's peer (optional: the peer stage skips without it)
+# and the wheels the GPU image lacks in .whl/ (doc/nvidia.md). Run it with
+#   run(command="bash tools/gpu/call.sh", carry=["gpu-carry", ".whl"])
+# Stages, each result tarred into $OUT/out.tgz as soon as it exists (a call cut short by the
+# lease still returns what it had):
+#   1. the GPU tests of NEW (CALL_TESTS); if they fail, every later stage runs HEAD
+#   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV)
+#   3. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
+#   4. decode at a CALL_LONG-token context
+set -u
+cd "$(dirname "$0")/../.."
+F="${OUT:-$PWD/gpu-out}"; mkdir -p "$F"; export OUT=/tmp/call-out; mkdir -p $OUT
+G=$PWD/gpu-carry; NEW=$G/libllaisys-NEW.so; HEAD=$G/libllaisys-HEAD.so
+for a in tokenizer libs llama-cuda; do [ -f $G/$a.tar.xz ] && tar xJf $G/$a.tar.xz -C $G; done
+export LLAISYS_LIBRARY=$NEW PYTHONUNBUFFERED=1 LLAISYS_SKIP_REAL_MODEL=1 LLAISYS_TEST_TOKENIZER_DIR=$G/tokenizer
+if ls .whl/*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site
+fi
+export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$PWD/python"
+pack() { tar czf "$F/out.tgz" -C /tmp call-out; }
+date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
+
+TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py test/parity/test_quant_model.py
+ test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py}"
+timeout "${CALL_TEST_LIMIT:-80}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
+    > $OUT/pytest-new.log 2>&1
+rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head
+if [ $rc -ne 0 ] && [ -f "$HEAD" ]; then NEW=$HEAD; export LLAISYS_LIBRARY=$HEAD; echo "NEW failed: what follows runs HEAD"; fi
+pack
+
+M=/tmp/llaisys-profile-1.5b; P="python3 tools/gpu/profile_decode.py --model-dir $M --kv-dtype f16"
+for r in $(seq 1 "${CALL_ROUNDS:-1}"); do
+    for v in HEAD NEW; do
+        [ -f "${!v}" ] || continue
+        LLAISYS_LIBRARY=${!v} timeout 60 $P --prompt 64 --steps 64 --out $OUT/ab-$v-$r.json 2>&1 | tail -1 | sed "s/^/$v $r: /"
+    done
+done
+pack
+if [ -x $G/llama-cuda/llama-bench ]; then
+    PEER_LIMIT=75 bash tools/gpu/peer_cuda.sh 2>&1 | tee $OUT/peer.log
+    pack
+fi
+timeout 45 $P --prompt "${CALL_LONG:-4096}" --steps 32 --out $OUT/long.json 2>&1 | tail -1
+pack
