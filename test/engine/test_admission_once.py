@@ -8,24 +8,10 @@ import threading
 
 import pytest
 
-from fake_runner import FakeRunner, make_engine
-from llaisys.engine import AsyncEngine, SamplingParams
+from fake_runner import FakeRunner
+from llaisys.engine import SamplingParams
 
-from test_async_engine import GatedRunner
-
-
-@pytest.fixture
-def started():
-    made = []
-
-    def make(runner=None, **config):
-        eng = AsyncEngine(make_engine(runner, **config))
-        made.append(eng)
-        return eng
-
-    yield make
-    for eng in made:
-        eng.shutdown()
+from test_async_engine import GatedRunner, started  # noqa: F401  (started: the fixture, shared)
 
 
 def drain(sink: queue.SimpleQueue, n: int, timeout: float = 10.0) -> dict:

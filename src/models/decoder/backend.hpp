@@ -97,10 +97,7 @@ public:
     // that produces it and every RMSNorm inside the GEMV that reads it (the three calls below),
     // instead of add_rms_norm between them: one launch fewer per norm on a GPU. Only for models
     // without sparse layers.
-    virtual bool folds_norms(size_t n) const {
-        (void)n;
-        return false;
-    }
+    virtual bool folds_norms(size_t /*n*/) const { return false; }
     // out [n, w.n] = rms_norm(x [n, k]) * norm_w @ w^T + bias; h [n, k] is scratch the
     // normalised rows may go through.
     virtual void norm_linear(float *out, float *h, const float *x, const Tensor &norm_w, const LinearWeight &w,

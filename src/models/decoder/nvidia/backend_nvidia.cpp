@@ -155,7 +155,7 @@ public:
         positions_ = i64(ix.positions);
         write_slot_ = i64(ix.write_slot);
         sample_rows_ = i64(ix.sample_rows);
-        blocks_ = blocks;
+        block_view_ = {};  // block_tables == nullptr: view_ is this step's view
         if (blocks) {
             bounds_ = ops::cpu::ViewBounds{};
             for (size_t s = 0; s < b.n_seqs; s++) {
@@ -278,7 +278,7 @@ public:
 
     void attention(float *out, const float *qkv, const kv::KVCache &cache, size_t layer, uint32_t window) override {
         const size_t hd = c_.p.head_dim;
-        if (blocks_) {
+        if (block_view_.block_tables) {
             ops::nvidia::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer),
                                          cache.v(layer), cache.dtype(), block_view_, n_tokens_, bounds_.max_q,
                                          bounds_.max_kv, c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale, st_,
@@ -358,9 +358,8 @@ private:
     // the step in progress (begin_step): device pointers into index_
     size_t n_tokens_ = 0;
     const int64_t *token_ids_ = nullptr, *positions_ = nullptr, *write_slot_ = nullptr, *sample_rows_ = nullptr;
-    bool blocks_ = false;                      // this step's view: block_view_ (BLOCK) or view_
     ops::cpu::AttentionView view_{};
-    ops::nvidia::BlockTableView block_view_{};
+    ops::nvidia::BlockTableView block_view_{};  // this step's view when it has block tables, else view_
     ops::cpu::ViewBounds bounds_{};
 };
 

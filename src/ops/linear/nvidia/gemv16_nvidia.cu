@@ -229,6 +229,20 @@ void dispatch_rows(size_t m, F &&f) {
     else f(std::integral_constant<int, 8>{});
 }
 
+// f(TW{}, std::integral_constant<int, M>{}) for the 16-bit weight dtype wdt and the row
+// template that covers m rows (gemv16_serves admitted only bf16 and f16).
+template <class F>
+void dispatch_weights_rows(llaisysDataType_t wdt, size_t m, F &&f) {
+    dispatch_float(wdt, [&](auto tag) {
+        if constexpr (!std::is_same_v<decltype(tag), float>) dispatch_rows(m, [&](auto mtag) { f(tag, mtag); });
+    });
+}
+
+unsigned grid_of(size_t blocks, size_t rows) {
+    LLAISYS_CHECK(blocks <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED, "gemv16: ", rows, " rows exceed the CUDA grid");
+    return unsigned(blocks);
+}
+
 bool enabled() {
     static const bool on = [] {
         const char *e = std::getenv("LLAISYS_CUDA_GEMV");
@@ -253,22 +267,16 @@ void launch_gemv(float *out, const float *in, const std::byte *weight, const std
                  float eps, llaisysDataType_t wdt, size_t m, size_t n, size_t k, cudaStream_t stream) {
     if (n == 0) return;
     const bool split = n < kSplitBelowRows && k >= kSplitMinK;
-    const size_t blocks = split ? ceil_div(n, 2) : ceil_div(n, 2 * kWarps);
-    LLAISYS_CHECK(blocks <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED, "gemv16: ", n, " rows exceed the CUDA grid");
-    dispatch_float(wdt, [&](auto tag) {
+    const unsigned grid = grid_of(split ? ceil_div(n, 2) : ceil_div(n, 2 * kWarps), n);
+    dispatch_weights_rows(wdt, m, [&](auto tag, auto mtag) {
         using TW = decltype(tag);
-        if constexpr (!std::is_same_v<TW, float>) {
-            dispatch_rows(m, [&](auto mtag) {
-                constexpr int M = decltype(mtag)::value;
-                const TW *W = reinterpret_cast<const TW *>(weight), *B = reinterpret_cast<const TW *>(bias);
-                const TW *G = reinterpret_cast<const TW *>(norm_w);
-                if (split) {
-                    gemv_kernel<TW, M, int(kWarps), MODE>
-                        <<<unsigned(blocks), kWarps * 32, 0, stream>>>(out, in, W, B, G, eps, m, n, k);
-                } else {
-                    gemv_kernel<TW, M, 1, MODE><<<unsigned(blocks), kWarps * 32, 0, stream>>>(out, in, W, B, G, eps, m, n, k);
-                }
-            });
+        constexpr int M = decltype(mtag)::value;
+        const TW *W = reinterpret_cast<const TW *>(weight), *B = reinterpret_cast<const TW *>(bias);
+        const TW *G = reinterpret_cast<const TW *>(norm_w);
+        if (split) {
+            gemv_kernel<TW, M, int(kWarps), MODE><<<grid, kWarps * 32, 0, stream>>>(out, in, W, B, G, eps, m, n, k);
+        } else {
+            gemv_kernel<TW, M, 1, MODE><<<grid, kWarps * 32, 0, stream>>>(out, in, W, B, G, eps, m, n, k);
         }
     });
     LLAISYS_CUDA_CHECK(cudaGetLastError());
@@ -294,20 +302,15 @@ void gemv16_accumulate(float *out, const float *in, const std::byte *weight, con
 void gemv16_swiglu(float *out, const float *in, const std::byte *weight, llaisysDataType_t wdt, size_t m, size_t I,
                    size_t k, cudaStream_t stream, const std::byte *norm_w, float eps) {
     if (I == 0) return;
-    const size_t blocks = ceil_div(I, kWarps);
-    LLAISYS_CHECK(blocks <= size_t(INT_MAX), LLAISYS_STATUS_UNSUPPORTED, "gemv16: ", I, " rows exceed the CUDA grid");
-    dispatch_float(wdt, [&](auto tag) {
+    const unsigned grid = grid_of(ceil_div(I, kWarps), I);
+    dispatch_weights_rows(wdt, m, [&](auto tag, auto mtag) {
         using TW = decltype(tag);
-        if constexpr (!std::is_same_v<TW, float>) {
-            dispatch_rows(m, [&](auto mtag) {
-                constexpr int M = decltype(mtag)::value;
-                const TW *W = reinterpret_cast<const TW *>(weight), *G = reinterpret_cast<const TW *>(norm_w);
-                if (norm_w) {
-                    swiglu_kernel<TW, M, true><<<unsigned(blocks), kWarps * 32, 0, stream>>>(out, in, W, G, eps, m, I, k);
-                } else {
-                    swiglu_kernel<TW, M, false><<<unsigned(blocks), kWarps * 32, 0, stream>>>(out, in, W, G, eps, m, I, k);
-                }
-            });
+        constexpr int M = decltype(mtag)::value;
+        const TW *W = reinterpret_cast<const TW *>(weight), *G = reinterpret_cast<const TW *>(norm_w);
+        if (norm_w) {
+            swiglu_kernel<TW, M, true><<<grid, kWarps * 32, 0, stream>>>(out, in, W, G, eps, m, I, k);
+        } else {
+            swiglu_kernel<TW, M, false><<<grid, kWarps * 32, 0, stream>>>(out, in, W, G, eps, m, I, k);
         }
     });
     LLAISYS_CUDA_CHECK(cudaGetLastError());
