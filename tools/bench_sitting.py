@@ -4,18 +4,21 @@ C++ benchmarks as the cross-check and the read bandwidth beside every decode fig
     python tools/bench_sitting.py [--model qwen2.5-coder-1.5b-instruct] [--quant q4_k_m]
                                   [--threads N] [--repeats 3] [--out sitting.json] [--quick]
 
-In order, in one sitting:
+In rounds (--repeats of them), each of which runs every engine once, so that a host that speeds
+up or slows down during the sitting (a shared VM's read bandwidth was seen to move from 21 to
+35 GB/s within one sitting) moves every column alike:
 1. the memory read bandwidth (tools/bench_limits/limits.c), the limit of decode;
 2. tools/bench_compare.py --quant: llaisys and llama.cpp (its Python bindings over the same
    compiled llama.cpp) alternating, prefill 512, decode 128 after a 64-token prompt, batch-1/4/16,
    f32 KV on both sides, small pages (LLAISYS_HUGE_PAGES=0; llama.cpp maps the file);
-3. llama.cpp's own `llama-bench -t N -p 512 -n 128 -fa 0,1 -ctk f16 -ctv f16 -r 5 -o json` and
+3. llama.cpp's own `llama-bench -t N -p 512 -n 128 -fa 0,1 -ctk f16 -ctv f16 -r 2 -o json` and
    `llama-batched-bench -npp 64 -ntg 64 -npl 1,4,16 -ctk f32 -ctv f32` on the same file
    (tools/build_llama_cpp.py builds both from the same source as the bindings), with the same
    threads. This llama-bench takes no f32 KV, so its rows are held against the bindings' run
    with f16 KV (`llama.cpp-kvf16`, run in step 2 too), and "llama.cpp at its best" is the best
-   of every llama.cpp figure of the row, whatever its KV dtype (the llaisys column keeps f32);
-4. the read bandwidth again.
+   of every llama.cpp figure of the row, whatever its KV dtype (the llaisys column keeps f32).
+After the last round the bandwidth is measured once more. Every figure is the median over the
+rounds; the bandwidth is the mean of all its measurements, and its range is printed.
 
 The table gives every decode figure as weight GB/s (tok/s x the bytes a token reads: every
 weight but an untied embedding) and as a share of the read bandwidth (the mean of the two
@@ -61,10 +64,11 @@ def run_compare(model: str, quant: str, threads: int, repeats: int, quick: bool)
 
 
 def llama_bench(exe: str, gguf: str, threads: int, quick: bool) -> list:
+    """llama-bench's rows for one round: -r 2 (its own warm-up run comes first)."""
     # f16 KV: this llama-bench takes no f32 cache type (its -ctk list stops at f16), so its rows
     # cross-check the bindings' f16-KV run (llama.cpp-kvf16), not the f32 headline
     cmd = [exe, "-m", gguf, "-t", str(threads), "-p", "64" if quick else "512", "-n", "8" if quick else "128",
-           "-fa", "0,1", "-ctk", "f16", "-ctv", "f16", "-r", "1" if quick else "5", "-o", "json"]
+           "-fa", "0,1", "-ctk", "f16", "-ctv", "f16", "-r", "1" if quick else "2", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     if proc.returncode != 0:
         raise RuntimeError(f"llama-bench failed:\n{proc.stderr[-3000:]}")
@@ -93,13 +97,20 @@ def system_info(peer: dict) -> str:
     return proc.stdout.strip() if proc.returncode == 0 else f"unavailable: {proc.stderr[-300:]}"
 
 
+def bandwidths(res: dict) -> list:
+    """Every read bandwidth of the sitting (GB/s): one a round and the last, or before and after."""
+    rounds = [r["read_gb_s"] for r in res.get("bandwidth_rounds", [])]
+    return rounds + [res["bandwidth_after"]["read_gb_s"]] if rounds else \
+        [res["bandwidth_before"]["read_gb_s"], res["bandwidth_after"]["read_gb_s"]]
+
+
 def med(xs: list) -> float | None:
     return statistics.median(xs) if xs else None
 
 
 def summarise(res: dict) -> dict:
     """The figures of the table, from the raw results."""
-    bw = statistics.mean([res["bandwidth_before"]["read_gb_s"], res["bandwidth_after"]["read_gb_s"]])
+    bw = statistics.mean(bandwidths(res))
     wbytes = res["weight_bytes_per_token"]
     cmp_raw = next(iter(res["compare"]["models"].values()))  # backend -> one result per repeat
 
@@ -109,7 +120,10 @@ def summarise(res: dict) -> dict:
     lb = res["llama_bench"]
     tg = {fa: [r["avg_ts"] for r in lb if r["n_gen"] > 0 and bool(r["flash_attn"]) == fa] for fa in (False, True)}
     pp = {fa: [r["avg_ts"] for r in lb if r["n_prompt"] > 0 and bool(r["flash_attn"]) == fa] for fa in (False, True)}
-    bb = {r["b"]: r["s_tg"] for r in res["batched_bench"]["rows"]}
+    bb_runs: dict = {}
+    for r in res["batched_bench"]["rows"]:  # every round's rows
+        bb_runs.setdefault(r["b"], []).append(r["s_tg"])
+    bb = {b: med(v) for b, v in bb_runs.items()}
     rows = []
 
     def row(what, ours, peers: dict, gbps: bool, bind: str = "bindings"):
@@ -146,8 +160,8 @@ def print_table(res: dict, s: dict) -> None:
     m = res["machine"]
     print(f"\n{bench_env.describe(m)}")
     print(f"file {res['gguf']} ({res['weight_bytes_per_token'] / 1e9:.3f} GB read a token), {res['threads']} threads, "
-          f"f32 KV; read bandwidth {s['read_gb_s']:.1f} GB/s (before {res['bandwidth_before']['read_gb_s']:.1f}, "
-          f"after {res['bandwidth_after']['read_gb_s']:.1f}); llama.cpp {res['llama_cpp_commit']}")
+          f"f32 KV; read bandwidth {s['read_gb_s']:.1f} GB/s (measured {len(bandwidths(res))} times: "
+          f"{min(bandwidths(res)):.1f}-{max(bandwidths(res)):.1f}); llama.cpp {res['llama_cpp_commit']}")
     print(f"llama.cpp system_info: {res['llama_cpp_system_info']}")
     print(f"AnonHugePages during decode (KiB, per repeat): {s['anon_huge_kib']}; THP {m.get('thp')}")
     print("| workload | llaisys tok/s | GB/s (share) | llama.cpp bindings | C++ tool(s) | best peer GB/s (share) "
@@ -178,11 +192,23 @@ def main(argv=None) -> int:
     peer = build_llama_cpp.ensure()
     res = {"machine": bench_env.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
            "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"], "peer": peer}
-    res["bandwidth_before"] = bandwidth(args.threads, args.quick)
-    res["compare"] = run_compare(args.model, args.quant, args.threads, args.repeats, args.quick)
-    res["llama_bench"] = llama_bench(peer["bench"], gguf, args.threads, args.quick)
     bb_exe = str(Path(peer["bench"]).with_name("llama-batched-bench"))
-    res["batched_bench"] = batched_bench(bb_exe, gguf, args.threads, args.quick)
+    res["bandwidth_rounds"], res["llama_bench"], res["batched_bench"] = [], [], {"rows": [], "commands": []}
+    for i in range(args.repeats):
+        print(f"round {i + 1}/{args.repeats}", flush=True)
+        res["bandwidth_rounds"].append(bandwidth(args.threads, args.quick))
+        cmp = run_compare(args.model, args.quant, args.threads, 1, args.quick)
+        if i == 0:
+            res["compare"] = cmp
+        else:  # one result per round and backend, as bench_compare's own repeats would be
+            for name, backends in cmp["models"].items():
+                for b, runs in backends.items():
+                    res["compare"]["models"][name][b] += runs
+        res["llama_bench"] += [dict(r, round=i) for r in llama_bench(peer["bench"], gguf, args.threads, args.quick)]
+        bb = batched_bench(bb_exe, gguf, args.threads, args.quick)
+        res["batched_bench"]["rows"] += [dict(r, round=i) for r in bb["rows"]]
+        res["batched_bench"]["commands"].append(bb["command"])
+    res["bandwidth_before"] = res["bandwidth_rounds"][0]
     res["bandwidth_after"] = bandwidth(args.threads, args.quick)
     first = res["llama_bench"][0] if res["llama_bench"] else {}
     res["llama_cpp_commit"] = first.get("build_commit") or peer.get("llama_cpp_commit")

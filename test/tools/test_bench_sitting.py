@@ -52,3 +52,17 @@ def test_agreeing_peers_are_not_flagged():
     s = bench_sitting.summarise(sitting(bindings_decode=7.9))
     dec = next(r for r in s["rows"] if r["workload"] == "decode (tg128)")
     assert not dec["disagree"] and dec["peer_best"] == "llama-bench fa1 f16 KV"
+
+
+def test_rounds_give_medians_and_every_bandwidth_counts():
+    """A sitting in rounds: batched-bench rows of every round give their median per batch, and
+    the bandwidth is the mean of every round's measurement and the last one."""
+    res = sitting(bindings_decode=7.0)
+    res["bandwidth_rounds"] = [{"read_gb_s": 10.0}, {"read_gb_s": 20.0}, {"read_gb_s": 30.0}]
+    res["bandwidth_after"] = {"read_gb_s": 40.0}
+    res["batched_bench"]["rows"] = [{"b": 16, "s_tg": v} for v in (40.0, 60.0, 50.0)]
+    s = bench_sitting.summarise(res)
+    assert s["read_gb_s"] == pytest.approx(25.0)
+    b16 = next(r for r in s["rows"] if r["workload"] == "batch-16 decode")
+    assert b16["peers"]["llama-batched-bench"] == pytest.approx(50.0)
+    assert b16["ratio_vs_best"] == pytest.approx(80 / 50)
