@@ -101,4 +101,10 @@ llaisysStatus_t llaisysModelStep(llaisysModel_t model, llaisysKVCache_t cache, c
     return capi::model_step(model, cache, batch, params, out);
 }
 
+llaisysStatus_t llaisysModelStepEmbeds(llaisysModel_t model, llaisysKVCache_t cache, const llaisysBatch_t *batch,
+                                       const llaisysBatchEmbeds_t *embeds, const llaisysSamplingParams_t *params,
+                                       llaisysStepOutput_t *out) {
+    return capi::model_step(model, cache, batch, params, out, embeds);
+}
+
 }  // extern "C"

@@ -32,14 +32,15 @@ inline void missing_weights(const models::Model &m, size_t *count, char *name_bu
 // A step through guard(): NO_KV_SPACE (recoverable) gets its message too.
 template <class H>
 llaisysStatus_t model_step(H model, llaisysKVCache_t cache, const llaisysBatch_t *batch,
-                           const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) noexcept {
+                           const llaisysSamplingParams_t *params, llaisysStepOutput_t *out,
+                           const llaisysBatchEmbeds_t *embeds = nullptr) noexcept {
     llaisysStatus_t status = LLAISYS_STATUS_OK;
     llaisysStatus_t guarded = guard([&] {
         const auto m = live(model, "model");
         const auto c = live(cache, "cache");
         LLAISYS_CHECK_ARG(batch != nullptr, "batch is NULL");
         LLAISYS_CHECK_ARG(out != nullptr, "out is NULL");
-        status = m->step(*c, *batch, params, *out);
+        status = m->step(*c, *batch, params, *out, embeds);
     });
     if (guarded != LLAISYS_STATUS_OK) return guarded;
     if (status == LLAISYS_STATUS_NO_KV_SPACE) {

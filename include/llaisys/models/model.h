@@ -224,6 +224,29 @@ LLAISYS_API llaisysStatus_t llaisysModelStep(llaisysModel_t model, llaisysKVCach
                                              const llaisysBatch_t *batch, const llaisysSamplingParams_t *params,
                                              llaisysStepOutput_t *out);
 
+/* Input embeddings for some rows of a step (a prompt given as embeddings, the output of a vision
+ * or audio encoder): those tokens enter the first layer as the given rows instead of the
+ * embedding lookup of their token id. Added after llaisysBatch_t, which has no struct_size and so
+ * cannot grow; this struct carries one, for later fields. */
+typedef struct {
+    size_t struct_size;     /* sizeof(llaisysBatchEmbeds_t) as the caller compiled it */
+    size_t n_rows;          /* tokens of the batch given as embeddings (0: none) */
+    const int32_t *rows;    /* [n_rows] their flat token indices, strictly increasing, < n_tokens */
+    const float *data;      /* [n_rows, hidden_size] f32 host memory, row j for token rows[j];
+                               finite values; only read during the call */
+} llaisysBatchEmbeds_t;
+
+/* llaisysModelStep with input embeddings for the tokens embeds->rows (embeds NULL, or n_rows 0:
+ * exactly llaisysModelStep). The token_ids of those tokens are ignored (any value; the engine
+ * passes 0), the rest of the batch is as llaisysModelStep's, and so are the statuses. More:
+ * INVALID_ARGUMENT naming the field for a struct_size below the fields above, NULL rows or data
+ * with n_rows > 0, n_rows above n_tokens, rows not increasing or outside the batch, and a NaN or
+ * infinite value (naming its row and column); all checked before anything is written. Every
+ * device: on a GPU the rows are copied to the device in the step. */
+LLAISYS_API llaisysStatus_t llaisysModelStepEmbeds(llaisysModel_t model, llaisysKVCache_t cache,
+                                                   const llaisysBatch_t *batch, const llaisysBatchEmbeds_t *embeds,
+                                                   const llaisysSamplingParams_t *params, llaisysStepOutput_t *out);
+
 LLAISYS_EXTERN_C_END
 
 #endif /* LLAISYS_MODELS_MODEL_H */

@@ -141,6 +141,23 @@ class Batch(ctypes.Structure):
     ]
 
 
+class BatchEmbeds(ctypes.Structure):
+    """Mirror of llaisysBatchEmbeds_t (input embedding rows of a step)."""
+
+    _fields_ = [
+        ("struct_size", ctypes.c_size_t),
+        ("n_rows", ctypes.c_size_t),
+        ("rows", _i32p),  # [n_rows] flat token indices, increasing
+        ("data", _f32p),  # [n_rows, hidden_size] f32
+    ]
+
+
+def has_step_embeds(lib: ctypes.CDLL) -> bool:
+    """Whether the loaded library exports llaisysModelStepEmbeds (a library built before it did
+    still loads; a prompt given as embeddings is then refused, naming the missing symbol)."""
+    return hasattr(lib, "llaisysModelStepEmbeds")
+
+
 class StepOutput(ctypes.Structure):
     """Mirror of llaisysStepOutput_t."""
 
@@ -169,6 +186,9 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysModelStep": [M, llaisysKVCache_t, ctypes.POINTER(Batch), ctypes.POINTER(SamplingParams),
                              ctypes.POINTER(StepOutput)],
     }
+    if has_step_embeds(lib):
+        signatures["llaisysModelStepEmbeds"] = [M, llaisysKVCache_t, ctypes.POINTER(Batch), ctypes.POINTER(BatchEmbeds),
+                                                ctypes.POINTER(SamplingParams), ctypes.POINTER(StepOutput)]
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
         fn.argtypes = argtypes

@@ -13,13 +13,14 @@ from ..dtypes import as_dtype
 from ..kv_cache import KVCache, as_layout
 from ..libllaisys import LIB, DataType, DeviceType, Status, check
 from ..libllaisys.kv_cache import llaisysKVCache_t
-from ..libllaisys.model import Activation, Arch, ModelStats, RopeScaling, StepOutput, WeightKind, llaisysModel_t
+from ..libllaisys.model import (Activation, Arch, ModelStats, RopeScaling, StepOutput, WeightKind, has_step_embeds,
+                                llaisysModel_t)
 from ..libllaisys.sampler import SamplingParams as CSamplingParams
 from ..owned import OwnedHandle
 from .arch import weight_slots
 from .config import ModelParams
 from .loader import LoadedModel, load_model
-from .step_io import RowSampling, StepResult, fill_sampling, make_batch, ptr
+from .step_io import RowSampling, StepResult, fill_sampling, make_batch, make_embeds, ptr
 
 __all__ = ["Model", "ModelStatsInfo", "RowSampling", "StepResult", "c_params"]
 
@@ -166,8 +167,12 @@ class Model(OwnedHandle):
              slot_mapping=None, block_tables=None, context_lens=None, seq_ids=None,
              sampling: Optional[Sequence[RowSampling]] = None, top_capacity: int = 0,
              want_logits: bool = False, want_hidden: bool = False,
-             want_logprobs: bool = True) -> Optional[StepResult]:
+             want_logprobs: bool = True, embed_rows=None, embeds=None) -> Optional[StepResult]:
         """One core call for a flat batch (llaisysModelStep; shapes in llaisysBatch_t).
+
+        embed_rows [n_embed] int32 (flat token indices, increasing) with embeds [n_embed, hidden]
+        f32: those tokens' input rows instead of their embedding lookup (llaisysModelStepEmbeds;
+        their token_ids are ignored).
 
         With want_logprobs=False the result's logprobs is None; greedy rows may then be decided
         without computing every logit (the lm_head screen, doc/architecture.md).
@@ -205,7 +210,15 @@ class Model(OwnedHandle):
         if want_hidden:
             res.hidden = np.zeros((n_sample, self.config.hidden_size), np.float32)  # [n_sample, hidden]
             out.hidden = ptr(res.hidden, ctypes.c_float)
-        status = LIB.llaisysModelStep(self.handle, cache.handle, ctypes.byref(batch), params_ptr, ctypes.byref(out))
+        if embed_rows is not None and len(embed_rows):
+            if not has_step_embeds(LIB):
+                raise ValueError("prompt_embeds: the loaded libllaisys has no llaisysModelStepEmbeds (rebuild it)")
+            emb = make_embeds(keep, embed_rows, embeds, self.config.hidden_size)
+            status = LIB.llaisysModelStepEmbeds(self.handle, cache.handle, ctypes.byref(batch), ctypes.byref(emb),
+                                                params_ptr, ctypes.byref(out))
+        else:
+            status = LIB.llaisysModelStep(self.handle, cache.handle, ctypes.byref(batch), params_ptr,
+                                          ctypes.byref(out))
         if status == Status.NO_KV_SPACE:
             return None
         check(status)

@@ -9,7 +9,7 @@ from typing import Optional
 
 import numpy as np
 
-from ..libllaisys.model import Batch
+from ..libllaisys.model import Batch, BatchEmbeds
 from ..libllaisys.sampler import SamplingParams as CSamplingParams
 
 
@@ -105,3 +105,15 @@ def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, sl
         slot_mapping=ptr(slot_mapping, ctypes.c_int64), block_tables=ptr(block_tables, ctypes.c_int32),
         max_blocks=max_blocks, context_lens=ptr(context_lens, ctypes.c_int32), seq_ids=ptr(seq_ids, ctypes.c_int32),
         n_sample=len(sample_rows), sample_rows=ptr(sample_rows, ctypes.c_int32))
+
+
+def make_embeds(keep: list, rows, data, hidden_size: int) -> BatchEmbeds:
+    """A llaisysBatchEmbeds_t over contiguous copies of rows [n_rows] int32 (flat token indices)
+    and data [n_rows, hidden_size] f32 (appended to `keep`). The core checks the values."""
+    rows = arr(rows, np.int32)
+    data = arr(data, np.float32)
+    if rows.ndim != 1 or data.shape != (rows.shape[0], hidden_size):
+        raise ValueError(f"embeds: data of shape {data.shape} for {rows.shape[0]} rows of hidden_size {hidden_size}")
+    keep.extend((rows, data))
+    return BatchEmbeds(struct_size=ctypes.sizeof(BatchEmbeds), n_rows=rows.shape[0], rows=ptr(rows, ctypes.c_int32),
+                       data=ptr(data, ctypes.c_float))

@@ -55,6 +55,9 @@ public:
 
     // x [n, H] = embedding rows of the step's token ids.
     virtual void embed(float *x, size_t n) = 0;
+    // x[rows[j]] = data[j] for j < n_rows: input rows given by the caller (host f32 [n_rows, H],
+    // read before the call returns; rows validated), replacing those tokens' embedding rows.
+    virtual void embed_rows(float *x, const float *data, const int32_t *rows, size_t n_rows) = 0;
     // out [m, d] = rms_norm(in [m, d]) * w [d]; out may alias in.
     virtual void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) = 0;
     // residual [m, d] += in; out [m, d] = rms_norm(residual) * w.

@@ -5,6 +5,8 @@
 #include "../../utils/checked.hpp"
 #include "../../utils/error.hpp"
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 
@@ -83,6 +85,37 @@ void Model::validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) co
             }
         }
     }
+}
+
+llaisysBatch_t Model::with_embeds(const llaisysBatch_t &b, const llaisysBatchEmbeds_t *e) {
+    if (e == nullptr) return b;
+    constexpr size_t kMin = offsetof(llaisysBatchEmbeds_t, data) + sizeof(e->data);
+    LLAISYS_CHECK_ARG(e->struct_size >= kMin, "embeds: struct_size ", e->struct_size, " is smaller than ", kMin,
+                      " (set it to sizeof(llaisysBatchEmbeds_t))");
+    const size_t n = b.n_tokens, m = e->n_rows, H = c_.p.hidden_size;
+    if (m == 0) return b;
+    LLAISYS_CHECK_ARG(e->rows && e->data, "embeds: rows and data are required when n_rows (", m, ") > 0");
+    LLAISYS_CHECK_ARG(m <= n, "embeds: n_rows ", m, " exceeds the batch's n_tokens ", n);
+    LLAISYS_CHECK_ARG(b.token_ids != nullptr, "batch: token_ids, positions and query_start are required");
+    for (size_t j = 0; j < m; j++) {
+        LLAISYS_CHECK(e->rows[j] >= 0 && size_t(e->rows[j]) < n, LLAISYS_STATUS_OUT_OF_RANGE, "embeds: rows[", j,
+                      "] = ", e->rows[j], " is not a token of the batch (n_tokens ", n, ")");
+        LLAISYS_CHECK_ARG(j == 0 || e->rows[j] > e->rows[j - 1], "embeds: rows must increase (rows[", j, "] = ",
+                          e->rows[j], " after ", e->rows[j - 1], ")");
+    }
+    checked_mul(m, H, "embeds: n_rows * hidden_size");
+    for (size_t j = 0; j < m; j++) {
+        const float *row = e->data + j * H;
+        for (size_t k = 0; k < H; k++) {
+            LLAISYS_CHECK_ARG(std::isfinite(row[k]), "embeds: data[", j, ", ", k, "] (the row of token ", e->rows[j],
+                              ") is not finite");
+        }
+    }
+    ids_.assign(b.token_ids, b.token_ids + n);
+    for (size_t j = 0; j < m; j++) ids_[size_t(e->rows[j])] = 0;  // ignored: the lookup's row is overwritten
+    llaisysBatch_t out = b;
+    out.token_ids = ids_.data();
+    return out;
 }
 
 bool Model::plan_kv(kv::KVCache &cache, const llaisysBatch_t &b) {

@@ -54,14 +54,16 @@ void Model::check_cache(const kv::KVCache &cache) const {
                   "the KV cache is on another device than the model");
 }
 
-llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
-                            const llaisysStepOutput_t &out) {
+llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, const llaisysSamplingParams_t *params,
+                            const llaisysStepOutput_t &out, const llaisysBatchEmbeds_t *embeds) {
     check_cache(cache);
     const auto scope = be_->enter();  // the model's device is current until the step returns
     auto missing = missing_weights();
     LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '",
                       missing.empty() ? "" : missing.front(), "'");
+    const llaisysBatch_t b = with_embeds(batch, embeds);  // the embedded tokens' ids ignored
     validate_batch(cache, b);
+    if (embeds && embeds->n_rows == 0) embeds = nullptr;
     if (params && b.n_sample) {
         sampling::check_output(out.sample, b.n_sample);
         for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], c_.p.vocab_size, out.sample.top_capacity);
@@ -74,7 +76,7 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
     if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
     try {
         be_->begin_step(b, plan_);
-        forward(cache, b.n_tokens);
+        forward(cache, b.n_tokens, embeds);
         finish_rows(b, params, out);
     } catch (...) {
         // Work queued before the failure may still read the workspace and the step's index
@@ -88,12 +90,12 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &b, const l
     return LLAISYS_STATUS_OK;
 }
 
-// Embedding -> n_layers x block -> residual stream in ws_.x(). x is the residual stream, h
+// Embedding (or the caller's input rows) -> n_layers x block -> residual stream in ws_.x(). x is the residual stream, h
 // its normalised copy; each residual add is fused with the norm that follows it (post_norm
 // of this layer, in_norm of the next). When the backend folds norms (decode steps on a GPU,
 // Backend::folds_norms), h is never written: each norm runs inside the GEMV that reads x, and
 // each residual add inside the GEMV that produces it.
-void Model::forward(kv::KVCache &cache, size_t n) {
+void Model::forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds) {
     const Weights &w = store_.weights();
     const llaisysModelParams_t &p = c_.p;
     const size_t H = p.hidden_size, nh = p.n_heads, nkv = p.n_kv_heads, qkv_dim = c_.qkv_dim;
@@ -103,6 +105,7 @@ void Model::forward(kv::KVCache &cache, size_t n) {
     const bool fold = be_->folds_norms(n);
 
     be_->embed(x, n);                                                 // [n, H]
+    if (embeds) be_->embed_rows(x, embeds->data, embeds->rows, embeds->n_rows);  // given input rows
     if (!fold) be_->rms_norm(h, x, *w.layers[0].in_norm, n, H);       // h = in_norm(x)
     for (size_t l = 0; l < p.n_layers; l++) {
         const LayerWeights &L = w.layers[l];

@@ -40,15 +40,19 @@ public:
                                                  size_t block_size) const;
 
     // One engine step. Returns NO_KV_SPACE with nothing changed when a SLOT cache is full;
-    // throws for malformed input before anything is written.
+    // throws for malformed input before anything is written. `embeds` (NULL: none) gives some
+    // tokens' input rows instead of their embedding lookup (llaisysModelStepEmbeds).
     llaisysStatus_t step(kv::KVCache &cache, const llaisysBatch_t &batch, const llaisysSamplingParams_t *params,
-                         const llaisysStepOutput_t &out);
+                         const llaisysStepOutput_t &out, const llaisysBatchEmbeds_t *embeds = nullptr);
 
 private:
     void check_cache(const kv::KVCache &cache) const;                    // decoder.cpp
     void validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const;  // batch.cpp
+    // batch.cpp: checks embeds against b; b with 0 for the embedded tokens' ids (in ids_) when
+    // there are any, else b itself
+    llaisysBatch_t with_embeds(const llaisysBatch_t &b, const llaisysBatchEmbeds_t *embeds);
     bool plan_kv(kv::KVCache &cache, const llaisysBatch_t &b);                    // batch.cpp: fills plan_
-    void forward(kv::KVCache &cache, size_t n);                                   // decoder.cpp
+    void forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds);  // decoder.cpp
     void moe_ffn(const LayerWeights &L, size_t n);                                // decoder.cpp
     void finish_rows(const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
                      const llaisysStepOutput_t &out);                              // decoder.cpp
@@ -58,6 +62,7 @@ private:
     int device_id_;
     WeightStore store_;
     KvPlan plan_;
+    std::vector<int64_t> ids_;         // [n_tokens] the step's token ids with embedded rows zeroed
     Workspace ws_;                     // declared before be_: released after the backend has drained
     std::unique_ptr<Backend> be_;
 };

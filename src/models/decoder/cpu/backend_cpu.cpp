@@ -62,6 +62,11 @@ public:
         }
     }
 
+    void embed_rows(float *x, const float *data, const int32_t *rows, size_t n_rows) override {
+        const size_t H = c_.p.hidden_size;
+        for (size_t j = 0; j < n_rows; j++) std::memcpy(x + size_t(rows[j]) * H, data + j * H, H * sizeof(float));
+    }
+
     void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) override {
         ops::cpu::rms_norm(bytes(out), bytes(in), kF32, w.data(), c_.p.dtype, m, d, c_.p.rms_norm_eps);
     }

@@ -99,7 +99,7 @@ IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample
 class NvidiaBackend final : public Backend {
 public:
     NvidiaBackend(const Config &c, const Weights &w, int device_id)
-        : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id),
+        : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id), embeds_(LLAISYS_MEMORY_PINNED_HOST, device_id),
           index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id) {
         DeviceGuard guard(id_);
         LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
@@ -182,6 +182,21 @@ public:
         const tensor_t &table = w_.embed ? w_.embed : w_.lm_head.dense;
         ops::nvidia::embedding(bytes(x), kF32, token_ids_, table->data(), c_.p.dtype, n, c_.p.vocab_size,
                                c_.p.hidden_size, st_);
+    }
+
+    // The rows go through a pinned buffer (the previous step has finished with it: every step
+    // ends synchronized) and reach x by one copy per run of consecutive token rows.
+    void embed_rows(float *x, const float *data, const int32_t *rows, size_t n_rows) override {
+        const size_t row_bytes = c_.p.hidden_size * sizeof(float);
+        embeds_.reserve(n_rows * row_bytes);
+        std::memcpy(embeds_.data(), data, n_rows * row_bytes);
+        for (size_t j = 0; j < n_rows;) {
+            size_t end = j + 1;
+            while (end < n_rows && rows[end] == rows[end - 1] + 1) end++;
+            LLAISYS_CUDA_CHECK(cudaMemcpyAsync(bytes(x) + size_t(rows[j]) * row_bytes, embeds_.data() + j * row_bytes,
+                                               (end - j) * row_bytes, cudaMemcpyHostToDevice, st_));
+            j = end;
+        }
     }
 
     void rms_norm(float *out, const float *in, const Tensor &w, size_t m, size_t d) override {
@@ -353,6 +368,7 @@ private:
     int id_;
     cudaStream_t st_ = nullptr;
     Buffer staging_;   // pinned host: the step's index arrays (IndexLayout)
+    Buffer embeds_;    // pinned host: the step's input embedding rows (embed_rows)
     Buffer index_;     // device copy of staging
     Buffer inv_freq_;  // device: [head_dim / 2] the model's RoPE frequencies
     // the step in progress (begin_step): device pointers into index_
