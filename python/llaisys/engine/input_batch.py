@@ -27,6 +27,7 @@ class _Held:
     num_tokens: int  # ids of tokens[row] that are its known tokens
     num_blocks: int  # ids of blocks[row] that are its block table (BLOCK)
     seq_id: Optional[int]  # SLOT: the core's seq id
+    embeds: Optional[np.ndarray] = None  # [n_prompt, hidden] f32 its prompt's input rows, or None (ids)
 
 
 def _grown(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
@@ -63,7 +64,7 @@ class InputBatch:
                 self.tokens = _grown(self.tokens, 2 * n, 0)
                 self.blocks = _grown(self.blocks, 2 * n, 0)
                 self._free_rows = list(range(2 * n - 1, n - 1, -1))
-            h = _Held(self._free_rows.pop(), nr.request, 0, 0, nr.seq_id)
+            h = _Held(self._free_rows.pop(), nr.request, 0, 0, nr.seq_id, getattr(nr.request, "prompt_embeds", None))
             self.held[nr.req_id] = h
             self._append_tokens(h, nr.token_ids)
             self._set_blocks(h, 0, nr.block_ids)
@@ -139,6 +140,8 @@ class InputBatch:
             pooling=np.fromiter((r.request_id in out.pooling_req_ids for r in reqs), bool, n_seqs),
             kv_layout=self.kv_layout, block_size=self.block_size,
             free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
+        if any(h.embeds is not None for h in held):
+            batch.embed_rows, batch.embeds = _embedded(held, query_start, starts, q_lens)
         if self.kv_layout == "slot":
             batch.seq_ids = np.fromiter((h.seq_id for h in held), np.int32, n_seqs)
             return batch
@@ -150,3 +153,21 @@ class InputBatch:
         batch.block_tables = block_tables
         batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
         return batch
+
+
+def _embedded(held: list, query_start: np.ndarray, starts: np.ndarray, q_lens: np.ndarray) -> tuple:
+    """(embed_rows [n_embed] int32, embeds [n_embed, hidden] f32): the step's tokens whose
+    position falls in their request's embedded prompt, and those rows (a loop over rows, not
+    tokens: each row's embedded tokens are one leading run of its chunk)."""
+    rows, parts = [], []
+    for s, h in enumerate(held):
+        if h.embeds is None:
+            continue
+        p0, p1 = int(starts[s]), min(int(starts[s] + q_lens[s]), h.embeds.shape[0])
+        if p1 > p0:
+            t0 = int(query_start[s])
+            rows.append(np.arange(t0, t0 + p1 - p0, dtype=np.int32))
+            parts.append(h.embeds[p0:p1])
+    if not rows:
+        return None, None
+    return np.concatenate(rows), np.concatenate(parts)

@@ -2,7 +2,8 @@
 
 The pool has ``num_blocks`` blocks of ``block_size`` token slots. Each running request holds
 a block table (its blocks in position order). Full blocks whose K/V has been computed are
-keyed by a chained SHA-256 of (parent block hash, token ids) and kept in a hash -> block map;
+keyed by a chained SHA-256 of (parent block hash, token ids; the rows' bytes for a prompt given
+as embeddings) and kept in a hash -> block map;
 when a request frees them they go to the back of an LRU free queue but stay findable until
 a new allocation takes them from the front (eviction). A hit shares the block (ref count + 1)
 after comparing the stored parent hash and token ids with the request's (collision safety).
@@ -21,13 +22,19 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from .prompt_embeds import embed_digest
 from .request import Request
 
 
-def hash_block_tokens(parent_hash: Optional[bytes], token_ids: Sequence[int]) -> bytes:
-    """SHA-256 over the parent's hash and the block's ids as little-endian int64."""
+def hash_block_tokens(parent_hash: Optional[bytes], token_ids: Sequence[int], embeds: bytes = b"") -> bytes:
+    """SHA-256 over the parent's hash and the block's ids as little-endian int64, then, for a
+    block of a prompt given as embeddings, its rows' float32 bytes (prompt_embeds.embed_digest):
+    embedded rows are keyed by their values, not by their placeholder ids."""
     h = hashlib.sha256(parent_hash or b"\0" * 32)
     h.update(np.asarray(token_ids, dtype="<i8").tobytes())
+    if embeds:
+        h.update(b"prompt_embeds")
+        h.update(embeds)
     return h.digest()
 
 
@@ -122,10 +129,13 @@ class KVCacheManager:
     # ---- prefix cache --------------------------------------------------------------------
     def _hashes(self, req: Request, num_blocks: int) -> list:
         """The request's chained block hashes, at least num_blocks of them (memoised on it)."""
-        bs, hashes = self.block_size, req.block_hashes
+        bs, hashes, emb = self.block_size, req.block_hashes, req.prompt_embeds
         while len(hashes) < num_blocks:
             i = len(hashes)
-            hashes.append(hash_block_tokens(hashes[-1] if i else None, req.all_token_ids[i * bs:(i + 1) * bs]))
+            key = (hashes[-1] if i else None, req.all_token_ids[i * bs:(i + 1) * bs])
+            if emb is not None:  # embedded prompt rows: their bytes too
+                key += (embed_digest(emb, i * bs, (i + 1) * bs),)
+            hashes.append(hash_block_tokens(*key))
         return hashes
 
     def get_computed_blocks(self, req: Request) -> ComputedBlocks:

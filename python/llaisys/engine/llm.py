@@ -104,7 +104,7 @@ class LLM:
             for inp, sp in zip(inputs, params):
                 rid = f"offline-{next(self._ids)}"
                 self.engine.add_request(rid, inp.token_ids, sp, prompt=inp.text, pooling_params=pooling_params,
-                                        final_only=final_only)
+                                        final_only=final_only, prompt_embeds=inp.embeds)
                 ids.append(rid)
         except Exception:
             self.engine.abort_request(ids)
@@ -120,8 +120,11 @@ class LLM:
 
     def generate(self, prompts, sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None
                  ) -> list:
-        """Generate for one prompt or many (strings, token-id lists or chat conversations);
-        returns one finished RequestOutput per prompt, in order."""
+        """Generate for one prompt or many (strings, token-id lists, chat conversations or
+        {"prompt_embeds": float32 [n, hidden]} input embeddings, mixed freely); returns one
+        finished RequestOutput per prompt, in order. An embeddings prompt's output has
+        prompt_token_ids [] (its ids are unknown) and counts n prompt tokens; a bad array
+        is a ValueError naming prompt_embeds and its shape (engine/prompt_embeds.py)."""
         return self._run(self._add(prompts, sampling_params, final_only=True))
 
     def embed(self, prompts, pooling_params: Optional[PoolingParams] = None) -> list:

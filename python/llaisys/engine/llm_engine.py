@@ -14,6 +14,7 @@ from .executor import ModelRunner
 from .metrics import EngineMetrics
 from .output_processor import OutputProcessor
 from .pooling_params import PoolingParams
+from .prompt_embeds import check_prompt_embeds, placeholder_ids
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
@@ -65,6 +66,8 @@ class LLMEngine:
         self.vocab_size = _positive_int(getattr(runner, "vocab_size", None)) or tok_vocab
         # prompt ids must also be known to the tokenizer (their text is the detokenizer's context)
         self._prompt_vocab = min(v for v in (self.vocab_size, tok_vocab, float("inf")) if v is not None)
+        # the width of a prompt's input embedding rows (the runner's model; None: it takes none)
+        self.hidden_size = _positive_int(getattr(runner, "hidden_size", None))
         eos = _eos_ids(tokenizer, eos_token_ids)
         if self.vocab_size is not None and any(t >= self.vocab_size for t in eos):
             # never sampled, so they need no min_tokens ban (which the core would refuse)
@@ -91,7 +94,8 @@ class LLMEngine:
     # ---- requests ------------------------------------------------------------------------
     def add_request(self, request_id: str, prompt_token_ids, sampling_params: Optional[SamplingParams] = None,
                     arrival_time: Optional[float] = None, prompt: Optional[str] = None, *,
-                    pooling_params: Optional[PoolingParams] = None, final_only: bool = False) -> None:
+                    pooling_params: Optional[PoolingParams] = None, final_only: bool = False,
+                    prompt_embeds=None) -> None:
         """Queue a request; ValueError if it is malformed or could never fit
         (SamplingParamsError, naming the field, for a sampling parameter).
 
@@ -100,23 +104,41 @@ class LLMEngine:
         PoolingRequestOutput carrying the pooled vector (give sampling_params or pooling_params).
 
         ``final_only``: step() reports the request only when it finishes (its final output
-        holds the whole text, as its one delta), as LLM.generate wants (vLLM's FINAL_ONLY)."""
+        holds the whole text, as its one delta), as LLM.generate wants (vLLM's FINAL_ONLY).
+
+        ``prompt_embeds`` (with ``prompt_token_ids`` None): the prompt as input embedding rows,
+        float [n, hidden] (engine/prompt_embeds.py: a ValueError naming the shape otherwise).
+        Such a request never speculates (``speculative=True`` is refused)."""
         if not isinstance(request_id, str) or not request_id:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         self._check_alive()
         if pooling_params is not None:
             if sampling_params is not None:
                 raise ValueError("give sampling_params (generation) or pooling_params (embedding), not both")
-            self._add_pooling(request_id, prompt_token_ids, snapshot_pooling_params(pooling_params), arrival_time,
-                              prompt)
+            pp = snapshot_pooling_params(pooling_params)
+            embeds = self._check_embeds(prompt_token_ids, prompt_embeds)
+            ids = self.check_pooling_request(prompt_token_ids if embeds is None else placeholder_ids(embeds), pp)
+            self.add_pooling_checked(request_id, ids, pp, arrival_time, prompt, prompt_embeds=embeds)
             return
         sp = snapshot_sampling_params(sampling_params)
-        ids, max_tokens = self._admit(prompt_token_ids, sp)
-        self.add_checked(request_id, ids, sp, max_tokens, arrival_time, prompt, final_only)
+        embeds = self._check_embeds(prompt_token_ids, prompt_embeds)
+        if embeds is not None and sp.speculative:
+            raise SamplingParamsError("speculative", "a prompt given as prompt_embeds does not speculate (its "
+                                                     "proposers need token ids); leave speculative unset")
+        ids, max_tokens = self._admit(prompt_token_ids if embeds is None else placeholder_ids(embeds), sp)
+        self.add_checked(request_id, ids, sp, max_tokens, arrival_time, prompt, final_only, prompt_embeds=embeds)
+
+    def _check_embeds(self, prompt_token_ids, prompt_embeds):
+        """The checked float32 rows of an embeddings prompt (None when the prompt is ids)."""
+        if prompt_embeds is None:
+            return None
+        if prompt_token_ids is not None:
+            raise ValueError("give prompt_token_ids or prompt_embeds, not both")
+        return check_prompt_embeds(prompt_embeds, self.hidden_size, self.config.max_model_len)
 
     def add_checked(self, request_id: str, ids: list, sp: SamplingParams, max_tokens: int,
                     arrival_time: Optional[float] = None, prompt: Optional[str] = None, final_only: bool = False,
-                    ) -> None:
+                    prompt_embeds=None) -> None:
         """Queue a request that check_request admitted, checking nothing again: `ids` and
         `max_tokens` are what it returned, `sp` the snapshot it checked, and `request_id` is
         new (AsyncEngine's map of live requests answers a caller at once). The one admission
@@ -133,7 +155,8 @@ class LLMEngine:
         for i, sid in enumerate(seq_ids):
             leader = seqs[0] if i and self.config.enable_prefix_caching else None
             seqs.append(Request(sid, request_id, i, ids, sp, seed=(base_seed + i) % 2 ** 64, max_tokens=max_tokens,
-                                eos_token_ids=self.eos_token_ids, times=RequestTimes(arrival), leader=leader))
+                                eos_token_ids=self.eos_token_ids, times=RequestTimes(arrival), leader=leader,
+                                prompt_embeds=prompt_embeds))
         if sp.structured is not None:  # one matcher per sequence (ValueError if it cannot be made)
             for req in seqs:
                 req.structured = self.structured.matcher(sp.structured)
@@ -141,19 +164,17 @@ class LLMEngine:
         for req in seqs:
             self.scheduler.add_request(req)
 
-    def _add_pooling(self, request_id: str, prompt_token_ids, pp: PoolingParams, arrival_time: Optional[float],
-                     prompt: Optional[str]) -> None:
-        self.add_pooling_checked(request_id, self.check_pooling_request(prompt_token_ids, pp), pp, arrival_time, prompt)
-
     def add_pooling_checked(self, request_id: str, ids: list, pp: PoolingParams, arrival_time: Optional[float] = None,
-                            prompt: Optional[str] = None) -> None:
-        """add_checked for a pooling request: `ids` from check_pooling_request, `pp` its snapshot."""
+                            prompt: Optional[str] = None, prompt_embeds=None) -> None:
+        """add_checked for a pooling request: `ids` from check_pooling_request, `pp` its snapshot
+        (`prompt_embeds`: the checked rows of an embeddings prompt, `ids` its placeholders)."""
         self._check_alive()
         if self.processor.has_group(request_id) or request_id in self.scheduler.requests:
             raise ValueError(f"request id {request_id!r} is already in use")
         arrival = self.clock() if arrival_time is None else arrival_time
         req = Request(request_id, request_id, 0, ids, SamplingParams(), seed=0, max_tokens=0,
-                      eos_token_ids=frozenset(), times=RequestTimes(arrival), pooling_params=pp)
+                      eos_token_ids=frozenset(), times=RequestTimes(arrival), pooling_params=pp,
+                      prompt_embeds=prompt_embeds)
         self.processor.add_group(request_id, prompt, [req])
         self.scheduler.add_request(req)
 

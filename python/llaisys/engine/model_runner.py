@@ -26,7 +26,9 @@ def row_sampling(req: Request, offset: int = 0, drafts=()) -> RowSampling:
         repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
         frequency_penalty=sp.frequency_penalty, seed=req.seed, step=req.num_output_tokens + offset,
         n_logprobs=sp.logprobs or 0,
-        prompt_tokens=np.asarray(req.prompt_token_ids, np.int64) if penalties else None,
+        # an embeddings prompt's ids are unknown: its penalties count the output only
+        prompt_tokens=np.asarray(req.prompt_token_ids if req.prompt_embeds is None else [], np.int64)
+        if penalties else None,
         output_tokens=np.asarray(output, np.int64) if penalties else None,
         logit_bias=req.logit_bias_now(offset) or None,
         allowed_mask=req.structured.mask() if req.structured is not None else None)
@@ -56,6 +58,11 @@ class CoreModelRunner:
         """The logits width: rows of the lm_head (config vocab_size), the bound the core checks
         every token id against. It may exceed the tokenizer's vocabulary (padding rows)."""
         return int(self.model.config.vocab_size)
+
+    @property
+    def hidden_size(self) -> int:
+        """The width of a prompt's input embedding rows (prompt_embeds)."""
+        return int(self.model.config.hidden_size)
 
     def memory_stats(self):
         """The model's memory (models.model.ModelStatsInfo: weights, step workspace, the
@@ -89,7 +96,8 @@ class CoreModelRunner:
         res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
                               query_start=batch.query_start, sample_rows=core_rows, sampling=sampling,
                               top_capacity=top, want_logprobs=wants_logprobs, want_hidden=len(hidden_rows) > 0,
-                              want_logits=batch.want_logits, **layout)
+                              want_logits=batch.want_logits, embed_rows=batch.embed_rows, embeds=batch.embeds,
+                              **layout)
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
         if sampling is None:

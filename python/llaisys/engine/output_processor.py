@@ -43,7 +43,7 @@ class _Group:
 
     request_id: str  # the caller's id
     prompt: Optional[str]
-    prompt_token_ids: list
+    prompt_token_ids: list  # [] for a prompt given as embeddings (its ids are unknown)
     seqs: list  # [Request] by completion index
     final_only: bool = False  # only its final output is wanted (LLM.generate): no per-step outputs
 
@@ -55,13 +55,13 @@ class OutputProcessor:
         self._texts: dict = {}  # req_id -> _SeqText
 
     def add_group(self, request_id: str, prompt: Optional[str], seqs: list, final_only: bool = False) -> None:
-        self._groups[request_id] = _Group(request_id, prompt, list(seqs[0].prompt_token_ids), list(seqs), final_only)
+        ids = [] if seqs[0].prompt_embeds is not None else list(seqs[0].prompt_token_ids)
+        self._groups[request_id] = _Group(request_id, prompt, ids, list(seqs), final_only)
         if seqs[0].is_pooling:
             return  # no text to follow
         for req in seqs:
             sp = req.sampling_params
-            self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, req.prompt_token_ids,
-                                                                          sp.skip_special_tokens))
+            self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, ids, sp.skip_special_tokens))
 
     def has_group(self, request_id: str) -> bool:
         return request_id in self._groups
@@ -177,7 +177,7 @@ class OutputProcessor:
         vec = PoolingOutput(req.embedding) if reason == "stop" and req.embedding is not None else None
         return PoolingRequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
                                     outputs=vec, finished=True, finish_reason=reason,
-                                    usage=Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=0,
+                                    usage=Usage(prompt_tokens=g.seqs[0].num_prompt_tokens, completion_tokens=0,
                                                 cached_tokens=0),
                                     metrics=copy.copy(req.times), error=error or req.error)
 
@@ -201,7 +201,7 @@ class OutputProcessor:
         for r in g.seqs:
             self._texts.pop(r.request_id, None)
         lead = g.seqs[0]
-        usage = Usage(prompt_tokens=len(g.prompt_token_ids), completion_tokens=sum(r.num_output_tokens for r in g.seqs),
+        usage = Usage(prompt_tokens=lead.num_prompt_tokens, completion_tokens=sum(r.num_output_tokens for r in g.seqs),
                       cached_tokens=max(lead.num_cached_tokens, 0))
         return RequestOutput(request_id=g.request_id, prompt=g.prompt, prompt_token_ids=g.prompt_token_ids,
                              outputs=outputs, finished=True, usage=usage, metrics=copy.copy(lead.times), error=error)
@@ -210,7 +210,7 @@ class OutputProcessor:
         outputs = [self._completion(r) for r in g.seqs]
         finished = all(r.is_finished for r in g.seqs)
         lead = g.seqs[0]
-        usage = Usage(prompt_tokens=len(g.prompt_token_ids),
+        usage = Usage(prompt_tokens=g.seqs[0].num_prompt_tokens,
                       completion_tokens=sum(r.num_output_tokens for r in g.seqs),
                       cached_tokens=max(lead.num_cached_tokens, 0))
         failed = next((r for r in g.seqs if r.error), None)

@@ -123,6 +123,9 @@ class Request:
     spec_token_ids: list = field(default_factory=list)  # [k] draft ids ([] : no speculation this step)
     spec_probs: Optional[np.ndarray] = None  # [k, vocab] f32 the draft distributions (None: point masses)
     spec_state: Optional[object] = None  # spec.decoder.SpecRequestState: its recent acceptance
+    # a prompt given as input embeddings: [n_prompt, hidden] f32, read-only, shared by siblings;
+    # prompt_token_ids are then placeholders (engine/prompt_embeds.py). None: the prompt is ids
+    prompt_embeds: Optional[np.ndarray] = None
     # structured output: the grammar's engine.structured_matcher.Matcher, at the position after the
     # output so far (advanced by append_token); None: unconstrained
     structured: Optional[object] = None

@@ -53,6 +53,9 @@ class StepInput:
     trims: list = field(default_factory=list)  # SLOT: (seq id, position) drop the seq's cells from
     #   position on before computing (rejected drafts of the previous step)
     want_logits: bool = False  # the runner returns the sample rows' raw logits (a sampled draft's p)
+    # prompts given as input embeddings: these tokens enter as the given rows, not by their id
+    embed_rows: Optional[np.ndarray] = None  # [n_embed] int32 flat token indices, increasing; None: none
+    embeds: Optional[np.ndarray] = None  # [n_embed, hidden] f32 the rows of those tokens
 
     @property
     def offsets(self) -> list:
@@ -110,6 +113,11 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
         sample_offsets=None if batch.sample_offsets is None else batch.sample_offsets[sample_keep],
         spec={rid: r for rid, r in batch.spec.items() if rid in kept_ids},
         trims=batch.trims if keep_frees else [], want_logits=batch.want_logits)
+    if batch.embed_rows is not None:
+        emb_keep = tok_keep[batch.embed_rows]
+        if emb_keep.any():
+            sub.embed_rows = new_index[batch.embed_rows[emb_keep]].astype(np.int32)
+            sub.embeds = batch.embeds[emb_keep]
     if batch.kv_layout == "slot":
         sub.seq_ids = batch.seq_ids[rows]
     else:

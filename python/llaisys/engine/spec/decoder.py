@@ -104,6 +104,8 @@ class SpecDecoder:
         sp = req.sampling_params
         if req.is_pooling or getattr(sp, "speculative", None) is False or _constrained(req):
             return 0
+        if getattr(req, "prompt_embeds", None) is not None:  # proposers need the prompt's ids
+            return 0
         if req.num_computed_tokens != req.num_tokens - 1:  # not decoding (prefill left, or resumed)
             return 0
         room = min(req.max_tokens - req.num_output_tokens - 1, self.max_model_len - req.num_tokens)
