@@ -110,7 +110,8 @@ class AsyncEngine:
         self.error: Optional[str] = None  # why the loop died
         # request id -> (RequestStream, prompt, prompt ids, n; 0 for pooling) until its final output
         self._streams: dict = {}
-        self._commands: deque = deque()  # ("add", id, ids, sampling, max_tokens, pooling, prompt), ("abort", id)
+        self._commands: deque = deque()  # ("add", id, ids, sampling, max_tokens, pooling, prompt,
+        #                                  embeds), ("abort", id)
         self._lock = threading.Lock()  # guards _streams, _commands, _closing and the metrics copy
         self._wake = threading.Event()
         self._closing = False  # no new requests
@@ -130,6 +131,11 @@ class AsyncEngine:
         return self.engine.config
 
     @property
+    def hidden_size(self):
+        """The width of a prompt's input embedding rows (None: the runner takes none)."""
+        return self.engine.hidden_size
+
+    @property
     def is_alive(self) -> bool:
         return self._thread.is_alive() and self.error is None
 
@@ -146,8 +152,8 @@ class AsyncEngine:
         return self.add_requests([(request_id, prompt_token_ids, sampling_params, prompt)])[0]
 
     def add_requests(self, entries, sink: Optional[queue.SimpleQueue] = None) -> list:
-        """Queue several requests, (request_id, prompt ids, SamplingParams or None, prompt text)
-        each, all or none: every one is checked (LLMEngine.check_request, the one admission
+        """Queue several requests, (request_id, prompt ids or {"prompt_embeds": rows},
+        SamplingParams or None, prompt text) each, all or none: every one is checked (LLMEngine.check_request, the one admission
         pass: the loop adds them without checking again) and its id found free before any is
         queued, so one bad prompt of an HTTP request refuses them all. With `sink`, each
         request's outputs go to it as (its index in entries, output). The streams, in order;
@@ -157,8 +163,12 @@ class AsyncEngine:
             if not isinstance(request_id, str) or not request_id:
                 raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
             sp = snapshot_sampling_params(sampling_params)  # later changes by the caller do not reach the loop
-            ids, max_tokens = self.engine.check_request(prompt_ids, sp)
-            checked.append((request_id, ids, sp, max_tokens, None, prompt))
+            embeds = None
+            if isinstance(prompt_ids, dict):  # {"prompt_embeds": rows}: a prompt given as input embeddings
+                ids, max_tokens, embeds = self.engine.check_embeds_request(prompt_ids.get("prompt_embeds"), sp)
+            else:
+                ids, max_tokens = self.engine.check_request(prompt_ids, sp)
+            checked.append((request_id, ids, sp, max_tokens, None, prompt, embeds))
         return self._queue_add(checked, sink)
 
     def encode(self, request_id: str, prompt_token_ids, pooling_params: Optional[PoolingParams] = None,
@@ -172,10 +182,10 @@ class AsyncEngine:
             raise ValueError(f"request_id must be a non-empty string, got {request_id!r}")
         pp = snapshot_pooling_params(pooling_params)
         ids = self.engine.check_pooling_request(prompt_token_ids, pp)
-        return self._queue_add([(request_id, ids, None, 0, pp, prompt)], None)[0]
+        return self._queue_add([(request_id, ids, None, 0, pp, prompt, None)], None)[0]
 
     def _queue_add(self, checked: list, sink: Optional[queue.SimpleQueue]) -> list:
-        """Register and queue checked requests, (id, ids, sp, max_tokens, pp, prompt) each: the
+        """Register and queue checked requests, (id, ids, sp, max_tokens, pp, prompt, embeds) each: the
         only id -> request map is here (_streams); all or none."""
         streams = [RequestStream(self, c[0], None if sink is None else (sink, i)) for i, c in enumerate(checked)]
         with self._lock:
@@ -185,9 +195,10 @@ class AsyncEngine:
                 if request_id in self._streams or request_id in seen:
                     raise ValueError(f"request id {request_id!r} is already in use")
                 seen.add(request_id)
-            for stream, (request_id, ids, sp, max_tokens, pp, prompt) in zip(streams, checked):
-                self._streams[request_id] = (stream, prompt, ids, 0 if sp is None else sp.n)
-                self._commands.append(("add", request_id, ids, sp, max_tokens, pp, prompt))
+            for stream, (request_id, ids, sp, max_tokens, pp, prompt, embeds) in zip(streams, checked):
+                shown = ids if embeds is None else []  # an embeddings prompt's ids are unknown
+                self._streams[request_id] = (stream, prompt, shown, 0 if sp is None else sp.n)
+                self._commands.append(("add", request_id, ids, sp, max_tokens, pp, prompt, embeds))
         self._wake.set()
         return streams
 
@@ -263,12 +274,12 @@ class AsyncEngine:
             commands, self._commands = list(self._commands), deque()
         for cmd in commands:
             if cmd[0] == "add":
-                _, rid, ids, sp, max_tokens, pp, prompt = cmd
+                _, rid, ids, sp, max_tokens, pp, prompt, embeds = cmd
                 try:  # checked in the caller's thread (add_requests / encode): nothing is checked twice
                     if pp is not None:
                         self.engine.add_pooling_checked(rid, ids, pp, prompt=prompt)
                     else:
-                        self.engine.add_checked(rid, ids, sp, max_tokens, prompt=prompt)
+                        self.engine.add_checked(rid, ids, sp, max_tokens, prompt=prompt, prompt_embeds=embeds)
                 except Exception as e:  # anything left (an id aliasing "<id>#<i>") fails this request only
                     self._finish_stream(rid, f"{type(e).__name__}: {e}")
             else:  # "abort"

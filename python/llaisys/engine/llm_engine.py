@@ -122,11 +122,27 @@ class LLMEngine:
             return
         sp = snapshot_sampling_params(sampling_params)
         embeds = self._check_embeds(prompt_token_ids, prompt_embeds)
-        if embeds is not None and sp.speculative:
+        ids, max_tokens = self._admit(prompt_token_ids, sp) if embeds is None else self._admit_embeds(embeds, sp)
+        self.add_checked(request_id, ids, sp, max_tokens, arrival_time, prompt, final_only, prompt_embeds=embeds)
+
+    def check_embeds_request(self, prompt_embeds, sampling_params: Optional[SamplingParams] = None) -> tuple:
+        """check_request for a prompt given as input embeddings: (its placeholder ids, the
+        max_tokens it gets, its checked read-only float32 rows for add_checked's
+        ``prompt_embeds``), or the ValueError of check_request or engine/prompt_embeds.py."""
+        sp = snapshot_sampling_params(sampling_params)
+        if prompt_embeds is None:
+            raise ValueError(f"prompt_embeds must be a float array of shape [n, {self.hidden_size}], got None")
+        embeds = self._check_embeds(None, prompt_embeds)
+        admitted = self._admit_embeds(embeds, sp)
+        if sp.structured is not None:
+            self.structured.matcher(sp.structured)
+        return (*admitted, embeds)
+
+    def _admit_embeds(self, embeds, sp: SamplingParams) -> tuple:
+        if sp.speculative:
             raise SamplingParamsError("speculative", "a prompt given as prompt_embeds does not speculate (its "
                                                      "proposers need token ids); leave speculative unset")
-        ids, max_tokens = self._admit(prompt_token_ids if embeds is None else placeholder_ids(embeds), sp)
-        self.add_checked(request_id, ids, sp, max_tokens, arrival_time, prompt, final_only, prompt_embeds=embeds)
+        return self._admit(placeholder_ids(embeds), sp)
 
     def _check_embeds(self, prompt_token_ids, prompt_embeds):
         """The checked float32 rows of an embeddings prompt (None when the prompt is ids)."""

@@ -82,6 +82,7 @@ class CompletionRequest(GenerationRequest):
     prompts: list = field(default_factory=list)  # each a non-empty str or a non-empty list of token ids
     echo: bool = False  # prepend the prompt to the text
     suffix: Optional[str] = None  # text after the completion: fill-in-the-middle with each prompt the prefix
+    prompt_embeds: object = None  # instead of prompts: a base64 string or a list of them (completion_embeds.py)
 
 
 def _refuse_unsupported(body: dict) -> None:
@@ -217,9 +218,17 @@ def parse_completion(body: dict, limits: Limits) -> CompletionRequest:
     check_body("CompletionRequest", body, limits)
     logprobs = get_field(body, "logprobs")
     req = CompletionRequest(**_common(body, limits, logprobs, ("max_tokens",)))
-    req.prompts = prompt_list(body["prompt"])
+    raw, req.prompt_embeds = get_field(body, "prompt"), get_field(body, "prompt_embeds")
+    if raw is None and req.prompt_embeds is None:
+        raise missing("prompt")
+    if raw is not None and req.prompt_embeds is not None:
+        raise bad_request("give prompt or prompt_embeds, not both", param="prompt_embeds")
+    req.prompts = [] if raw is None else prompt_list(raw)
     req.echo = get_field(body, "echo", False)
     req.suffix = get_field(body, "suffix")
+    if req.prompt_embeds is not None and (req.echo or req.suffix is not None):
+        raise bad_request("echo and suffix need a text or token-id prompt, not prompt_embeds",
+                          param="echo" if req.echo else "suffix", code="unsupported_parameter")
     if req.echo and logprobs is not None:
         raise bad_request("echo with logprobs is not supported (prompt logprobs are not computed)", param="echo",
                           code="unsupported_parameter")

@@ -136,7 +136,12 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
         "echo": BOOL,
         "suffix": _str("text after the completion: fill-in-the-middle with the prompt as the prefix, in the "
                        "model's FIM layout (models with FIM tokens; text prompts)"),
-    }), ("prompt",), "POST /v1/completions")
+        "prompt_embeds": {"anyOf": [_str(minLength=1), {"type": "array", "items": _str(minLength=1), "minItems": 1,
+                                                          "maxItems": MAX_PROMPTS}],
+                          "x-message": "'{where}' must be a base64 string or an array of them, got {got}",
+                          "description": "instead of prompt: base64 of little-endian float32 [n, hidden_size] input "
+                                         f"embeddings, or an array of at most {MAX_PROMPTS} of them"},
+    }), (), "POST /v1/completions (prompt or prompt_embeds is required)")
     embeddings = _body({
         "model": SAMPLING["model"],
         "input": dict(prompt, description=f"a string, an array of token ids, or an array of at most "

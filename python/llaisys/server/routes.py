@@ -22,6 +22,7 @@ from .infill import completion_fim_prompts, infill
 from .protocol import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                        parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
+from .completion_embeds import embeds_prompts, prompt_len
 from .reasoning import opened_in_prompt, resolve_parser
 from .respond import Run
 from .tool_calls import template_messages, with_tool_constraint
@@ -155,14 +156,17 @@ def completions():
     try:
         tok = served.engine.tokenizer
         fim = {}
-        if req.suffix is None:
+        if req.prompt_embeds is not None:
+            prompts = embeds_prompts(req.prompt_embeds, getattr(served.engine, "hidden_size", None),
+                                     served.max_model_len)
+        elif req.suffix is None:
             prompts = _completion_prompts(req, tok)
         else:  # fill-in-the-middle: each prompt the prefix, in the model's FIM layout, ending at its FIM stops
             prompts, stops = completion_fim_prompts(req.prompts, req.suffix, tok, served.max_model_len,
                                                     req.max_tokens or COMPLETIONS_DEFAULT_MAX_TOKENS)
             if not req.sampling.get("ignore_eos"):
                 fim["stop_token_ids"] = list(dict.fromkeys(list(req.sampling.get("stop_token_ids") or []) + stops))
-        params = [_sampling(req, len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS, **fim)
+        params = [_sampling(req, prompt_len(ids), served, "prompt", COMPLETIONS_DEFAULT_MAX_TOKENS, **fim)
                   for ids, _ in prompts]
         echo = [""] * len(prompts)
         if req.echo:
