@@ -32,6 +32,8 @@ STAMP_ID := $(shell printf '%s %s' "$(CURDIR)" "$(PY)" | cksum | cut -d' ' -f1)
 PKG_SOURCES := CMakeLists.txt pyproject.toml requirements-build.txt $(shell find src include python cmake web \
 	-type f ! -name '*.pyc' ! -name '*.so' ! -path '*/__pycache__/*' 2> /dev/null)
 NPROC := $(shell nproc 2> /dev/null || echo 2)
+# where pip builds the library (kept: an edit recompiles what it touches; `make ctest` builds there too)
+PKG_BUILD = $(BUILD)/pkg
 
 .PHONY: serve test install install-test ctest nvidia-check test-asan pytest
 
@@ -84,7 +86,7 @@ $(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
 		     "on Debian or Ubuntu: sudo apt-get install g++)" >&2; exit 1; }
 	@echo "llaisys: building libllaisys (C++17 + OpenMP: about $$(( (8 + $(NPROC) - 1) / $(NPROC) )) min on $(NPROC) cores" \
 	      "the first time, seconds after an edit) and installing the package; full log: $(BUILD)/install.log"
-	@$(PIP) install -v --no-build-isolation . 2>&1 | tee $(BUILD)/install.log | awk ' \
+	@$(PIP) install -v --no-build-isolation -C build-dir=$(PKG_BUILD) . 2>&1 | tee $(BUILD)/install.log | awk ' \
 		match($$0, /\[ *[0-9]+\/[0-9]+\]/) { split(substr($$0, RSTART + 1, RLENGTH - 2), n, "/"); \
 			d = int(10 * n[1] / n[2]); if (d > last || n[1] == n[2]) { last = d; \
 			sub(/^ +/, ""); printf "  %3d%% %s\n", 100 * n[1] / n[2], substr($$0, 1, 110); fflush() } } \
@@ -100,15 +102,22 @@ $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 	$(PIP) install -q -r requirements-test.txt
 	@touch $@
 
-# PYTEST_ARGS narrows the run, e.g. make pytest PYTEST_ARGS="test/core -x"
+# PYTEST_ARGS narrows the run, e.g. make pytest PYTEST_ARGS="test/core -x". The suite runs in
+# PYTEST_WORKERS processes (pytest-xdist; 0 runs it in this one), a test file at a time each, so
+# a module's server or reference is built once: alone the suite keeps ~1 of 2 cores busy (its
+# servers, browsers and clients wait on each other), two workers keep both.
+PYTEST_WORKERS ?= $(shell n=$(NPROC); echo $$(( n < 4 ? n : 4 )))
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 pytest: install-test
-	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
 
-# The C program that uses libllaisys through the public headers alone.
-ctest:
-	cmake -S . -B $(BUILD)/ctest -G Ninja -DCMAKE_BUILD_TYPE=Release > /dev/null
-	cmake --build $(BUILD)/ctest
-	ctest --test-dir $(BUILD)/ctest --output-on-failure
+# The C programs that use libllaisys through the public headers alone, built in the package's
+# own build directory against the library pip built there (compiled once, not twice): the
+# reconfigure only adds the test targets, whose objects are all that is compiled.
+ctest: install
+	cmake -S . -B $(PKG_BUILD) -DLLAISYS_BUILD_TESTS=ON > /dev/null
+	cmake --build $(PKG_BUILD)
+	ctest --test-dir $(PKG_BUILD) --output-on-failure
 
 # With nvcc present, the NVIDIA backend must compile and link (nothing here runs it).
 nvidia-check:
@@ -134,4 +143,4 @@ test-asan: install-test
 	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-		$(PY) -m pytest -q -p no:cacheprovider --capture=sys -m "not slow" $(ASAN_TESTS)
+		$(PY) -m pytest -q -p no:cacheprovider --capture=sys -m "not slow" $(XDIST) $(ASAN_TESTS)
