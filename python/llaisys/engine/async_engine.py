@@ -153,7 +153,8 @@ class AsyncEngine:
 
     def add_requests(self, entries, sink: Optional[queue.SimpleQueue] = None) -> list:
         """Queue several requests, (request_id, prompt ids or {"prompt_embeds": rows},
-        SamplingParams or None, prompt text) each, all or none: every one is checked (LLMEngine.check_request, the one admission
+        SamplingParams or None, prompt text) each, all or none: every one is checked
+        (LLMEngine.check_request or check_embeds_request, the one admission
         pass: the loop adds them without checking again) and its id found free before any is
         queued, so one bad prompt of an HTTP request refuses them all. With `sink`, each
         request's outputs go to it as (its index in entries, output). The streams, in order;

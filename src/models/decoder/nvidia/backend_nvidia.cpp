@@ -99,7 +99,8 @@ IndexLayout layout_of(size_t n, size_t n_seqs, size_t n_visible, size_t n_sample
 class NvidiaBackend final : public Backend {
 public:
     NvidiaBackend(const Config &c, const Weights &w, int device_id)
-        : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id), embeds_(LLAISYS_MEMORY_PINNED_HOST, device_id),
+        : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id),
+          embeds_(LLAISYS_MEMORY_PINNED_HOST, device_id),
           index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id) {
         DeviceGuard guard(id_);
         LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
