@@ -12,9 +12,12 @@ import pytest
 from web_helpers import SMALL_SERVER, LiveServer, PageErrors, StaticServer, chromium_path, make_pages, unavailable
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
-    """One headless Chromium for the session."""
+    """One headless Chromium for a test module. Not for the session: Playwright's sync API keeps
+    an asyncio loop running in the main thread while it is open, so under pytest-xdist every
+    later module of the same worker that calls asyncio.run (the Ray router's units, the async
+    engine's) failed with "asyncio.run() cannot be called from a running event loop"."""
     path = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
