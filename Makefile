@@ -35,26 +35,14 @@ NPROC := $(shell nproc 2> /dev/null || echo 2)
 # where pip builds the library (kept: an edit recompiles what it touches; `make ctest` builds there too)
 PKG_BUILD = $(BUILD)/pkg
 
-.PHONY: serve test install install-test ctest nvidia-check asan-build test-asan pytest
+.PHONY: serve test install install-test ctest nvidia-check test-asan pytest
 
 # The OpenAI-compatible server and the chat page at http://127.0.0.1:8000/ (the default model
 # is downloaded and verified on first use). Pass options with ARGS, e.g. make serve ARGS="--port 9000".
 serve: install
 	$(PY) -m llaisys.cli serve $(ARGS)
 
-# The C tests; then pytest, while the NVIDIA compile check and the ASan build run beside it at the
-# lowest priority (the suite leaves part of the cores idle: its servers, browsers and clients wait
-# on each other; niced, the compilers take only that part); then the sanitizer run. A failure of
-# either side fails the target, after both have finished.
-test: install-test ctest
-	@trap 'kill $$bg 2> /dev/null' EXIT; \
-	 nice -n 19 $(MAKE) --no-print-directory nvidia-check asan-build > $(BUILD)/background-builds.log 2>&1 & bg=$$!; \
-	 $(MAKE) --no-print-directory pytest; rc=$$?; \
-	 wait $$bg; brc=$$?; echo "---- beside pytest: make nvidia-check asan-build ($(BUILD)/background-builds.log)"; \
-	 cat $(BUILD)/background-builds.log; \
-	 [ $$brc = 0 ] || echo "llaisys: the NVIDIA compile check or the ASan build failed (above)" >&2; \
-	 [ $$rc = 0 ] && [ $$brc = 0 ]
-	@$(MAKE) --no-print-directory test-asan
+test: install-test ctest nvidia-check pytest test-asan
 
 install: $(STAMPS)/install
 
@@ -149,11 +137,9 @@ nvidia-check:
 # under ASan. Child processes that tests start (test_handle_misuse) inherit the preload.
 ASAN_TESTS = test/ops test/core test/parity test/sampling test/models/test_model_loader.py \
 	test/models/test_gguf_convert_tiny.py test/models/test_moe_registry.py
-asan-build:
+test-asan: install-test
 	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
-
-test-asan: install-test asan-build
 	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
