@@ -68,6 +68,20 @@ def tiny_model(qwen05_dir, tmp_path_factory):
     return make_tiny_checkpoint(tmp_path_factory.mktemp("ray_tiny"), qwen05_dir, tie=True)
 
 
+def wait_healthy(c, deadline: float) -> None:
+    """Until /health answers 200: the ingress (a new one after a redeploy) has reached its replicas."""
+    while True:
+        try:
+            status, body = c.get("/health", key=None, timeout=5)
+        except OSError:
+            status, body = 0, b""
+        if status == 200:
+            return
+        assert b'"failed"' not in body, body[:2000]  # the ingress could not load: say why at once
+        assert time.monotonic() < deadline, f"the Ray application did not become ready: {status} {body[:300]}"
+        time.sleep(1.0)
+
+
 @pytest.fixture(scope="module")
 def cluster(tiny_model, request):
     ray = pytest.importorskip("ray")
@@ -98,16 +112,7 @@ def cluster(tiny_model, request):
     c = Cluster(port)
     c.app_args = (settings, engine, opts)  # what build_app was given (the drain test redeploys)
     deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            status, body = c.get("/health", key=None, timeout=5)
-        except OSError:
-            status, body = 0, b""
-        if status == 200:
-            break
-        assert b'"failed"' not in body, body[:2000]  # the ingress could not load: say why at once
-        assert time.monotonic() < deadline, f"the Ray application did not become ready: {status} {body[:300]}"
-        time.sleep(1.0)
+    wait_healthy(c, deadline)
     # both replicas have reported to the router (routing and metrics read the reports)
     while len([k for k in c.metrics() if k.startswith("llaisys:replica_num_requests_running")]) < 2:
         assert time.monotonic() < deadline, "the replicas' routing reports never arrived"

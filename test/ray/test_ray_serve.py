@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import API_KEY, MODEL
+from conftest import API_KEY, MODEL, wait_healthy
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120  # bound on any one wait below
@@ -273,5 +273,7 @@ def test_scale_down_drains_the_removed_replica(cluster):
     while len(_replica_actor_names()) != 1:  # the scale-down completes
         assert time.monotonic() < deadline, _replica_actor_names()
         time.sleep(0.5)
+    # the redeployed ingress answers 503 "loading" (Retry-After) until it has reached the new replica
+    wait_healthy(cluster, time.monotonic() + WAIT_S)
     status, out = cluster.post("/v1/completions", {"model": MODEL, "prompt": "after", "max_tokens": 4})
     assert status == 200, out
