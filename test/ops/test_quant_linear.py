@@ -75,7 +75,7 @@ real_k = {"q4_0": 4864, "q5_0": 896, "q8_0": 4864, "q4_k": 8960, "q5_k": 1536, "
 for fmt, (qt, bs, bb) in FORMATS.items():
     worst = 0.0
     for k in (256, real_k[fmt]):
-        n = 37  # odd: not a multiple of the 16-row work chunks
+        n = 29 if k == 256 else 37  # not multiples of the 16-row groups: last ones of 13 and 5 rows
         blocks = rand_blocks(fmt, n, k, rng)
         W = gguf.quants.dequantize(blocks, qt)
         w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
@@ -95,6 +95,14 @@ print(json.dumps(res))
 
 # Formats a packed handle repacks 16 rows at a time from AVX2 on (src/ops/linear/cpu/quant_x16.hpp).
 X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
+
+
+def repacked(fmt, isa):
+    """Whether a packed handle of fmt is in the x16 layout under isa (x16::enabled in
+    src/ops/linear/cpu/quant_x16.cpp: Q6_K only for the AVX-512 VNNI kernels)."""
+    if isa == "scalar" or fmt not in X16_FORMATS:
+        return False
+    return fmt != "q6_k" or isa.startswith("avx512") and "avx512_vnni" in cpu_flags()
 
 
 def run_child(isa, code, split="0", avx_vnni="0", gfni="1"):
@@ -197,11 +205,11 @@ def x16_f32_from(fmt, isa):
     """From how many rows a packed handle of fmt takes the float path under isa without AMX
     (quant_f32_min_rows in src/ops/linear/cpu/quant_gemm.cpp; 128 stands for the file layout's
     crossovers, all within 2 < m <= 128)."""
-    if isa == "scalar" or fmt not in X16_FORMATS:
+    if not repacked(fmt, isa):
         return 128  # not repacked: as the tensor's own bytes
     if isa.startswith("avx512") and "avx512_vnni" in cpu_flags() or isa == "avx2" and "avx_vnni" in cpu_flags():
         return float("inf")  # the VNNI kernels (LLAISYS_AVX_VNNI unset: on where the CPU has it)
-    return {"q6_k": 64, "q8_0": 128}.get(fmt, float("inf"))
+    return {"q8_0": 128}.get(fmt, float("inf"))
 
 
 # On a CPU with AMX (quant_amx.cpp) the float path rounds the dequantized weights and the
@@ -282,7 +290,7 @@ def test_packed_handle_apply_and_argmax(fmt):
             assert r < 1.0
             plain = llaisys.Tensor((m, n), "f32")
             ops.linear(plain, xt, w)  # the tensor's own bytes: the same kernels, or the file's layout's
-            if fmt in X16_FORMATS:  # the handle's copy is repacked (quant_x16.hpp): other sums
+            if repacked(fmt, llaisys.runtime.cpu_isa()):  # the handle's copy is repacked (quant_x16.hpp)
                 assert bound_ratio(plain.numpy(), x, W, act_block(fmt))[0] < 1.0
                 plain = llaisys.Tensor((m, n), "f32")
                 packed(plain, xt)

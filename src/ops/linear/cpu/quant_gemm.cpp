@@ -134,7 +134,7 @@ size_t quant_f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
-        return dt == LLAISYS_DTYPE_Q6_K ? 64 : dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;
+        return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (Q6_K is x16 only on AVX-512 VNNI)
     }
     const bool k_quant = reads_q8k(dt);
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
