@@ -26,7 +26,9 @@ typedef enum {
 
 typedef struct {
     llaisysKVLayout_t layout;
-    llaisysDataType_t dtype; /* storage dtype of K and V: f32, f16 or bf16 */
+    llaisysDataType_t dtype; /* storage dtype of K and V: f32, f16, bf16, or q8_0 (CPU only; head_dim a
+                              * multiple of 32; each head's row head_dim / 32 blocks of 34 bytes, as
+                              * llama.cpp's -ctk/-ctv q8_0). q8_0 elsewhere is UNSUPPORTED. */
     size_t n_layers;
     size_t n_kv_heads;
     size_t head_dim;

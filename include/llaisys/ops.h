@@ -108,7 +108,8 @@ LLAISYS_API llaisysStatus_t llaisysSelfAttention(llaisysTensor_t out, llaisysTen
  * and sees cache entries kv_slots[kv_start[s] .. kv_start[s+1]) with positions kv_pos[..]
  * (ascending within a row); token t attends the entries of its row with kv_pos <= q_pos[t].
  * out [n, heads, dv], q [n, heads, d] (one float dtype); k_cache [n_slots, kv_heads, d],
- * v_cache [n_slots, kv_heads, dv] (one float dtype); q_pos [n] i64; query_start and
+ * v_cache [n_slots, kv_heads, dv] (one float dtype, or q8_0 on the CPU with d and dv multiples
+ * of 32, read block by block; UNSUPPORTED on a GPU); q_pos [n] i64; query_start and
  * kv_start [n_seqs+1] i32; kv_slots [m] i32 (each < n_slots); kv_pos [m] i64.
  * A query that sees no entry gets zeros. */
 LLAISYS_API llaisysStatus_t llaisysPagedAttention(llaisysTensor_t out, llaisysTensor_t q,

@@ -2,6 +2,8 @@
 
 #include "../device/runtime_api.hpp"
 #include "../ops/rope/cpu/rope_cpu.hpp"
+#include "../quant/dequant.hpp"
+#include "../quant/quantize.hpp"
 #include "../utils/checked.hpp"
 #include "../utils/error.hpp"
 #include "../utils/types.hpp"
@@ -12,18 +14,30 @@
 
 namespace llaisys::kv {
 
+size_t KVCache::row_bytes(const llaisysKVCacheParams_t &p) {
+    const size_t elems = checked_mul(p.n_kv_heads, p.head_dim, "KV cache n_kv_heads * head_dim");
+    if (p.dtype == LLAISYS_DTYPE_Q8_0) return quant::row_bytes(p.dtype, elems);  // head_dim % 32 == 0 (checked)
+    return checked_mul(elems, dtype_size(p.dtype), "KV cache row bytes");
+}
+
 size_t KVCache::bytes_per_slot(const llaisysKVCacheParams_t &p) {
-    size_t row = checked_mul(checked_mul(p.n_kv_heads, p.head_dim, "KV cache n_kv_heads * head_dim"), dtype_size(p.dtype),
-                          "KV cache row bytes");
+    const size_t row = row_bytes(p);
     return checked_mul(checked_mul(2, p.n_layers, "KV cache 2 * n_layers"), row, "KV cache bytes per slot");
 }
 
 KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
     LLAISYS_CHECK_ARG(p_.layout == LLAISYS_KV_LAYOUT_BLOCK || p_.layout == LLAISYS_KV_LAYOUT_SLOT,
                       "unknown KV layout ", int(p_.layout));
-    LLAISYS_CHECK(is_float_dtype(p_.dtype), LLAISYS_STATUS_DTYPE_MISMATCH, "KV cache dtype must be f32, f16 or bf16");
+    LLAISYS_CHECK(is_float_dtype(p_.dtype) || p_.dtype == LLAISYS_DTYPE_Q8_0, LLAISYS_STATUS_DTYPE_MISMATCH,
+                  "KV cache dtype (kv_dtype) must be f32, f16, bf16 or q8_0, got ", dtype_name(p_.dtype));
     LLAISYS_CHECK_ARG(p_.n_layers > 0 && p_.n_kv_heads > 0 && p_.head_dim > 0 && p_.head_dim % 2 == 0,
                       "KV cache needs n_layers, n_kv_heads > 0 and an even head_dim > 0");
+    if (p_.dtype == LLAISYS_DTYPE_Q8_0) {  // q8_0: the CPU kernels only, whole 32-value blocks per head
+        LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED,
+                      "kv_dtype q8_0 runs on the CPU only (use f16, bf16 or f32 on this device)");
+        LLAISYS_CHECK(p_.head_dim % quant_block_size(p_.dtype) == 0, LLAISYS_STATUS_UNSUPPORTED,
+                      "kv_dtype q8_0 needs a head_dim that is a multiple of 32, the model's is ", p_.head_dim);
+    }
     LLAISYS_CHECK_ARG(p_.n_slots > 0, "KV cache needs at least one slot");
     // slots are int32 in block tables and attention views
     LLAISYS_CHECK_ARG(p_.n_slots <= size_t(INT32_MAX), "KV cache n_slots ", p_.n_slots, " exceeds ", INT32_MAX);
@@ -71,8 +85,8 @@ void KVCache::set_rope(std::vector<float> inv_freq) {
     inv_freq_ = std::move(inv_freq);
 }
 
-std::byte *KVCache::k(size_t layer) const { return k_->data() + layer * p_.n_slots * row_elems() * k_->element_size(); }
-std::byte *KVCache::v(size_t layer) const { return v_->data() + layer * p_.n_slots * row_elems() * v_->element_size(); }
+std::byte *KVCache::k(size_t layer) const { return k_->data() + layer * p_.n_slots * row_bytes(); }
+std::byte *KVCache::v(size_t layer) const { return v_->data() + layer * p_.n_slots * row_bytes(); }
 
 UnifiedCells &KVCache::cells() {
     LLAISYS_CHECK(cells_ != nullptr, LLAISYS_STATUS_UNSUPPORTED,
@@ -112,7 +126,7 @@ size_t KVCache::block_bytes() const {
 void KVCache::read_block(size_t block, void *dst, size_t capacity) const {
     check_block(block);
     LLAISYS_CHECK_ARG(dst != nullptr, "dst is NULL");
-    const size_t total = block_bytes(), part = p_.block_size * row_elems() * dtype_size(p_.dtype);
+    const size_t total = block_bytes(), part = p_.block_size * row_bytes();
     LLAISYS_CHECK(capacity >= total, LLAISYS_STATUS_BUFFER_TOO_SMALL, "a block holds ", total,
                   " bytes, the buffer has ", capacity);
     auto &rt = device::runtime(p_.device);
@@ -128,7 +142,7 @@ void KVCache::read_block(size_t block, void *dst, size_t capacity) const {
 void KVCache::write_block(size_t block, const void *src, size_t size) {
     check_block(block);
     LLAISYS_CHECK_ARG(src != nullptr, "src is NULL");
-    const size_t total = block_bytes(), part = p_.block_size * row_elems() * dtype_size(p_.dtype);
+    const size_t total = block_bytes(), part = p_.block_size * row_bytes();
     LLAISYS_CHECK(size == total, LLAISYS_STATUS_SHAPE_MISMATCH, "a block holds ", total, " bytes, got ", size);
     auto &rt = device::runtime(p_.device);
     auto kind = p_.device == LLAISYS_DEVICE_CPU ? LLAISYS_MEMCPY_H2H : LLAISYS_MEMCPY_H2D;
@@ -150,12 +164,25 @@ void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
         fail(LLAISYS_STATUS_UNSUPPORTED, "seq_add: no backend for device ", int(p_.device), " in this build");
 #endif
     }
-    // RoPE composes: rotating a key stored at p by delta gives the key at p + delta.
+    // RoPE composes: rotating a key stored at p by delta gives the key at p + delta. A q8_0
+    // row is widened to f32, rotated and quantized again (as llama.cpp's K shift does).
+    const bool q8 = p_.dtype == LLAISYS_DTYPE_Q8_0;
+    std::vector<float> f(q8 ? row_elems() : 0);  // [n_kv_heads * head_dim] one q8_0 row in f32
     for (size_t layer = 0; layer < p_.n_layers; layer++) {
         for (int32_t cell : shifted) {
-            std::byte *row = k(layer) + size_t(cell) * row_elems() * dtype_size(p_.dtype);
-            ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(), inv_freq_.data(),
-                           1.0f);
+            std::byte *row = k(layer) + size_t(cell) * row_bytes();
+            if (!q8) {
+                ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(),
+                               inv_freq_.data(), 1.0f);
+                continue;
+            }
+            auto *blocks = reinterpret_cast<quant::BlockQ8_0 *>(row);
+            const size_t nb = row_elems() / quant::kBlock32;
+            for (size_t b = 0; b < nb; b++) quant::dequantize_block(blocks[b], f.data() + b * quant::kBlock32);
+            auto *fb = reinterpret_cast<std::byte *>(f.data());
+            ops::cpu::rope(fb, fb, &delta, LLAISYS_DTYPE_F32, 1, p_.n_kv_heads, p_.head_dim, row_elems(),
+                           inv_freq_.data(), 1.0f);
+            for (size_t b = 0; b < nb; b++) quant::quantize_block(f.data() + b * quant::kBlock32, blocks[b]);
         }
     }
 }

@@ -22,8 +22,12 @@ public:
     llaisysDataType_t dtype() const { return p_.dtype; }
     size_t n_slots() const { return p_.n_slots; }
     size_t row_elems() const { return p_.n_kv_heads * p_.head_dim; }  // elements of one slot of one layer
+    size_t row_bytes() const { return row_bytes(p_); }                 // bytes of one slot of one layer
+    // Bytes of one slot of one layer: elements x dtype size, or whole q8_0 blocks (34 bytes
+    // per 32 values, each head's row its own head_dim / 32 blocks).
+    static size_t row_bytes(const llaisysKVCacheParams_t &params);
 
-    std::byte *k(size_t layer) const;  // [n_slots, n_kv_heads, head_dim] of layer
+    std::byte *k(size_t layer) const;  // [n_slots, n_kv_heads, head_dim] of layer (row_bytes() per slot)
     std::byte *v(size_t layer) const;
 
     UnifiedCells &cells();  // SLOT only; throws UNSUPPORTED on BLOCK

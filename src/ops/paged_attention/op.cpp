@@ -40,7 +40,12 @@ void run(Tensor &out, const Tensor &q, const Tensor &k_cache, const Tensor &v_ca
     check_same_dtype(op, {&out, &q});
     check_same_dtype(op, {&k_cache, &v_cache});
     check_float(op, out);
-    check_float(op, k_cache);
+    if (k_cache.dtype() == LLAISYS_DTYPE_Q8_0) {  // q8_0 K/V: the CPU kernels only
+        LLAISYS_CHECK(k_cache.device() == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED, op,
+                      ": a q8_0 KV cache is read on the CPU only, got ", k_cache.describe());
+    } else {
+        check_float(op, k_cache);
+    }
     check_ndim(op, "q", q, 3);
     check_ndim(op, "k_cache", k_cache, 3);
     check_ndim(op, "v_cache", v_cache, 3);

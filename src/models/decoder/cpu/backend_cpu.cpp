@@ -11,6 +11,7 @@
 #include "../../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
 #include "../../../ops/rope/cpu/rope_cpu.hpp"
 #include "../../../ops/swiglu/cpu/swiglu_cpu.hpp"
+#include "../../../quant/quantize.hpp"
 #include "../../../sampling/sampler.hpp"
 #include "../../../utils/types.hpp"
 
@@ -25,8 +26,15 @@ constexpr llaisysDataType_t kF32 = LLAISYS_DTYPE_F32;
 std::byte *bytes(float *p) { return reinterpret_cast<std::byte *>(p); }
 const std::byte *bytes(const float *p) { return reinterpret_cast<const std::byte *>(p); }
 
-// f32 row -> KV storage dtype
+// f32 row -> KV storage dtype. q8_0: blocks of 32 (n is heads x head_dim, head_dim a multiple
+// of 32, so each head's row is its own blocks), rounded to nearest with d = max|x| / 127 as
+// ggml's quantize_row_q8_0 (quant::quantize_block, bit-identical to gguf-py).
 void store_row(std::byte *dst, llaisysDataType_t dt, const float *src, size_t n) {
+    if (dt == LLAISYS_DTYPE_Q8_0) {
+        auto *b = reinterpret_cast<quant::BlockQ8_0 *>(dst);
+        for (size_t i = 0; i < n / quant::kBlock32; i++) quant::quantize_block(src + i * quant::kBlock32, b[i]);
+        return;
+    }
     dispatch_float(dt, [&](auto tag) {
         using T = decltype(tag);
         T *d = reinterpret_cast<T *>(dst);
@@ -95,7 +103,7 @@ public:
     }
 
     void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
-        const size_t kv_dim = c_.kv_dim, row_bytes = kv_dim * dtype_size(cache.dtype());
+        const size_t kv_dim = c_.kv_dim, row_bytes = cache.row_bytes();
         for (size_t t = 0; t < n; t++) {
             const size_t slot = size_t(plan_->write_slot[t]);
             const float *row = qkv + t * c_.qkv_dim;

@@ -21,9 +21,9 @@ static inline size_t padded(size_t n) { return (n + kPad - 1) / kPad * kPad; }
 // row; the walk starts at first_key (min over r of n_first[r]), so keys before a sliding
 // window are never read.
 struct TileJob {
-    const void *k_cache;     // [n_slots, kv_heads, d] of kv_dtype
+    const void *k_cache;     // [n_slots, kv_heads, d] of kv_dtype (Q8_0: d / 32 blocks of 34 bytes a head)
     const void *v_cache;     // [n_slots, kv_heads, dv] of kv_dtype
-    int kv_dtype;            // llaisysDataType_t: F32, F16 or BF16
+    int kv_dtype;            // llaisysDataType_t: F32, F16, BF16, or Q8_0 (d, dv multiples of 32)
     size_t kv_heads, kh;     // kv heads per slot, the one this tile reads
     size_t d, dv;            // head dims; dp = padded(d), dvp = padded(dv)
     const int32_t *slots;    // [n_keys] cache slot of each key of the row, in position order

@@ -31,7 +31,7 @@ struct Task {
 };
 
 // Levels are ordered (cpu_isa.hpp): Avx512Bf16 runs the AVX-512 tile (the dot products are
-// for the GEMM's bf16 weights; attention reads f32 queries and f32/f16/bf16 K/V).
+// for the GEMM's bf16 weights; attention reads f32 queries and f32/f16/bf16/q8_0 K/V).
 attn::TileFn tile_kernel() {
     const Isa isa = active_isa();
     if (isa >= Isa::Avx512) return attn::avx512::attend_tile;
@@ -117,6 +117,15 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
 
 }  // namespace
 
+void check_kv_dtype(llaisysDataType_t kvdt, size_t d, size_t dv) {
+    if (kvdt != LLAISYS_DTYPE_Q8_0) {
+        dispatch_float(kvdt, [](auto) {});  // f32, f16 or bf16, else DTYPE_MISMATCH
+        return;
+    }
+    LLAISYS_CHECK(d % quant_block_size(kvdt) == 0 && dv % quant_block_size(kvdt) == 0, LLAISYS_STATUS_SHAPE_MISMATCH,
+                  "paged_attention: a q8_0 KV cache needs head dims that are multiples of 32, got ", d, " and ", dv);
+}
+
 VisibleRange visible_range(const int64_t *pos, size_t n, int64_t p, int64_t window) {
     const size_t end = size_t(std::upper_bound(pos, pos + n, p) - pos);  // kv_pos <= p
     if (window <= 0 || p < INT64_MIN + window) return {0, end};          // (p - window would overflow: no bound)
@@ -128,7 +137,7 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      const std::byte *k_cache, const std::byte *v_cache, llaisysDataType_t kvdt,
                      const AttentionView &view, size_t heads, size_t kv_heads, size_t d, size_t dv, float scale,
                      int64_t window) {
-    dispatch_float(kvdt, [](auto) {});  // the tile kernel takes f32, f16 and bf16 caches
+    check_kv_dtype(kvdt, d, dv);  // the tile kernel takes f32, f16, bf16 and q8_0 caches
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
         attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride, k_cache,

@@ -40,7 +40,8 @@ inline ViewBounds view_bounds(size_t n_seqs, const int32_t *query_start, const i
 // window - 1 positions before it. window 0: the whole causal context.
 //   out     [n_tokens, heads, dv], rows `out_stride` elements apart (dtype act)
 //   q       [n_tokens, heads, d],  rows `q_stride` elements apart (dtype act)
-//   k_cache [n_slots, kv_heads, d], v_cache [n_slots, kv_heads, dv] (dtype kvdt)
+//   k_cache [n_slots, kv_heads, d], v_cache [n_slots, kv_heads, dv] (dtype kvdt: f32, f16, bf16,
+//           or q8_0 with d and dv multiples of 32, each head's row d / 32 blocks of 34 bytes)
 // A query that sees no entry gets zeros.
 // Blocked (flash-attention style) kernel on the process's SIMD path (utils/cpu_isa.hpp).
 void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size_t q_stride, llaisysDataType_t act,
@@ -54,6 +55,10 @@ void paged_attention_reference(std::byte *out, size_t out_stride, const std::byt
                                llaisysDataType_t act, const std::byte *k_cache, const std::byte *v_cache,
                                llaisysDataType_t kvdt, const AttentionView &view, size_t heads, size_t kv_heads,
                                size_t d, size_t dv, float scale, int64_t window = 0);
+
+// DTYPE_MISMATCH unless kvdt is a KV dtype the CPU kernels read; SHAPE_MISMATCH for q8_0
+// with head dims that are not whole blocks.
+void check_kv_dtype(llaisysDataType_t kvdt, size_t d, size_t dv);
 
 // The visible entries of a row to a query at position p: [first, end) of the row's ascending
 // positions pos [n] (the rule above; binary searches, so a window costs what it covers).

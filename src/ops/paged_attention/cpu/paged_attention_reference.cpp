@@ -5,15 +5,33 @@
 // softmax, one exp per score and a rescale whenever the max grows).
 #include "paged_attention_cpu.hpp"
 
+#include "../../../quant/dequant.hpp"
 #include "../../../utils/types.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 namespace llaisys::ops::cpu {
 namespace {
+
+// One head's cache row of TK values (a float type, or quant::BlockQ8_0 blocks) -> f32 [n].
+template <class TK>
+void widen_row(float *dst, const TK *row, size_t n) {
+    if constexpr (std::is_same_v<TK, quant::BlockQ8_0>) {
+        for (size_t b = 0; b < n / quant::kBlock32; b++) quant::dequantize_block(row[b], dst + b * quant::kBlock32);
+    } else {
+        for (size_t p = 0; p < n; p++) dst[p] = to_f32(row[p]);
+    }
+}
+
+// Elements of TK per value: a q8_0 row of n values is n / 32 blocks.
+template <class TK>
+constexpr size_t per_value() {
+    return std::is_same_v<TK, quant::BlockQ8_0> ? quant::kBlock32 : 1;
+}
 
 template <class TA, class TK>
 void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, const TK *k_cache, const TK *v_cache,
@@ -50,10 +68,10 @@ void attention_impl(TA *out, size_t out_stride, const TA *q, size_t q_stride, co
 
                 for (size_t j = vis.first; j < vis.end; j++) {
                     size_t slot = size_t(slots[j]);
-                    const TK *kr = k_cache + (slot * kv_heads + size_t(kh)) * d;
-                    const TK *vr = v_cache + (slot * kv_heads + size_t(kh)) * dv;
-                    for (size_t p = 0; p < d; p++) kf[p] = to_f32(kr[p]);
-                    for (size_t p = 0; p < dv; p++) vf[p] = to_f32(vr[p]);
+                    const TK *kr = k_cache + (slot * kv_heads + size_t(kh)) * d / per_value<TK>();
+                    const TK *vr = v_cache + (slot * kv_heads + size_t(kh)) * dv / per_value<TK>();
+                    widen_row(kf.data(), kr, d);
+                    widen_row(vf.data(), vr, dv);
                     for (size_t g = 0; g < group; g++) {
                         const float *qg = qf.data() + g * d;
                         float score = 0.0f;
@@ -90,12 +108,15 @@ void paged_attention_reference(std::byte *out, size_t out_stride, const std::byt
                                size_t d, size_t dv, float scale, int64_t window) {
     dispatch_float(act, [&](auto atag) {
         using TA = decltype(atag);
-        dispatch_float(kvdt, [&](auto ktag) {
+        check_kv_dtype(kvdt, d, dv);
+        auto run = [&](auto ktag) {
             using TK = decltype(ktag);
             attention_impl(reinterpret_cast<TA *>(out), out_stride, reinterpret_cast<const TA *>(q), q_stride,
                            reinterpret_cast<const TK *>(k_cache), reinterpret_cast<const TK *>(v_cache), view, heads,
                            kv_heads, d, dv, scale, window);
-        });
+        };
+        if (kvdt == LLAISYS_DTYPE_Q8_0) run(quant::BlockQ8_0{});
+        else dispatch_float(kvdt, run);
     });
 }
 
