@@ -58,6 +58,12 @@ LLAISYS_API int llaisysCpuAmxBuilt(void);
  * LLAISYS_AVX_VNNI=0); 0 otherwise. Chosen once per process. */
 LLAISYS_API int llaisysCpuQuantVnni(void);
 
+/* 1 when block-quantized weights of `dtype` (a llaisysDataType_t) are repacked 16 rows at a time
+ * at load in this process (the "x16" layout of the int8 kernels: Q4_K, Q8_0 and Q5_0 from AVX2 on,
+ * Q6_K only where those kernels are AVX-512 VNNI's; none with LLAISYS_QUANT_X16=0 or
+ * llaisysCpuIsa() "scalar"), 0 otherwise (any other dtype included). Chosen once per process. */
+LLAISYS_API int llaisysCpuQuantRepacked(int dtype);
+
 /* How far ahead, in bytes, the block-quantized weights' kernels prefetch each weight row in this
  * process, into *bytes (0: not at all, the hardware prefetchers alone), and why, into *reason: a
  * NUL-terminated line naming the CPU kind and the measurement behind the value, or the environment

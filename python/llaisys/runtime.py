@@ -29,6 +29,18 @@ def cpu_vnni() -> bool:
     return bool(LIB.llaisysCpuQuantVnni())
 
 
+def quant_repacked() -> list:
+    """The GGUF block formats ("q4_k", ...) whose weights this process repacks 16 rows at a time
+    at load for its int8 kernels (the x16 layout, doc/architecture.md); the others keep the
+    file's layout. The library's own choice, made once per process."""
+    from .libllaisys import DataType
+
+    if not hasattr(LIB, "llaisysCpuQuantRepacked"):
+        raise RuntimeError("the loaded libllaisys has no llaisysCpuQuantRepacked (rebuild it)")
+    return [f for f in ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
+            if LIB.llaisysCpuQuantRepacked(int(DataType[f.upper()]))]
+
+
 def quant_prefetch() -> tuple[int, str]:
     """(bytes, reason): how far ahead the quantized kernels prefetch each weight row in this
     process (0: not at all), and why: the CPU kind and the measurement behind the value, or

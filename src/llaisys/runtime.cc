@@ -4,6 +4,7 @@
 #include "../core/allocator.hpp"
 #include "../core/threads.hpp"
 #include "../device/runtime_api.hpp"
+#include "../ops/linear/cpu/quant_x16.hpp"
 #include "../utils/cpu_isa.hpp"
 #include "llaisys/runtime.h"
 
@@ -78,6 +79,10 @@ const char *llaisysCpuIsa(void) { return isa_name(active_isa()); }
 int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 
 int llaisysCpuQuantVnni(void) { return cpu_has_avx512_vnni() || cpu_has_avx_vnni() ? 1 : 0; }
+
+int llaisysCpuQuantRepacked(int dtype) {
+    return ops::cpu::x16::enabled(static_cast<llaisysDataType_t>(dtype)) ? 1 : 0;
+}
 
 llaisysStatus_t llaisysCpuQuantPrefetch(size_t *bytes, const char **reason) {
     return guard([&] {

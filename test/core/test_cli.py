@@ -12,6 +12,7 @@ import pytest
 
 import llaisys
 from llaisys import cli, cli_info, runtime
+from cpu_features import cpu_flags
 
 
 def _actions():
@@ -106,6 +107,11 @@ def test_info(capsys, tmp_path, monkeypatch):
     quick = runtime.cpu_amx() or runtime.cpu_vnni()
     assert fields["vnni"].endswith(f"a bare model name runs {'q4_k_m' if quick else 'bf16'}")
     assert fields["models"].split()[1] == str(tmp_path)
+    repacked = runtime.quant_repacked()  # the x16 layout: q4_k, q8_0, q5_0 from avx2 on, q6_k on avx512 vnni
+    assert repacked == ([] if runtime.cpu_isa() == "scalar" else
+                        ["q5_0", "q8_0", "q4_k"] + (["q6_k"] if runtime.cpu_isa().startswith("avx512")
+                                                    and "avx512_vnni" in cpu_flags() else []))
+    assert fields["repack"].split()[1:1 + len(repacked)] == repacked
     for key in ("python", "cpu", "simd", "devices", "openmp"):
         assert key in fields
     assert re.search(r"^  tiny-model +model +2\.5 kB$", out, re.M)
@@ -122,6 +128,7 @@ def test_info_names_a_forced_isa_and_an_empty_cache(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert re.search(r"^isa +scalar +\(forced by LLAISYS_ISA=scalar\)$", out.stdout, re.M)
+    assert re.search(r"^repack +none: quantized weights keep the file's layout", out.stdout, re.M)
     if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
         from llaisys.libllaisys import cpu_tuning
 

@@ -47,5 +47,8 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
     lib.llaisysCpuQuantVnni.argtypes = []
     lib.llaisysCpuQuantVnni.restype = ctypes.c_int
+    if hasattr(lib, "llaisysCpuQuantRepacked"):  # (a library built before it lacks it: runtime.quant_repacked says)
+        lib.llaisysCpuQuantRepacked.argtypes = [ctypes.c_int]
+        lib.llaisysCpuQuantRepacked.restype = ctypes.c_int
     lib.llaisysCpuAmxBuilt.argtypes = []
     lib.llaisysCpuAmxBuilt.restype = ctypes.c_int
