@@ -8,8 +8,10 @@ A step of T tokens whose rows attend A (query, key) pairs in all takes about
 w0 is the step's fixed part (on a CPU, reading every weight once), w1 each token's share of the
 linears, w2 attention's share, which grows with the context a chunk starts at. The weights are
 a non-negative least-squares fit over the most recent ``WINDOW`` steps, refreshed every
-``REFIT_EVERY`` observations while the window fills, then every ``REFIT_EVERY_FULL`` (a fit
-costs about a millisecond: at every fourth step it was most of a small model's step cost).
+``REFIT_EVERY`` observations while the window fills, then every ``REFIT_EVERY_FULL`` (a fit of
+all seven subsets costs about a millisecond: at every fourth step it was most of a small
+model's step cost; when the three-term fit is non-negative, as in steady decoding, it is the
+best of them and the others are not tried).
 
 What the scheduler asks is ``chunk_tokens(seconds, start)``: the longest prefill chunk starting at
 context position ``start`` that fits in ``seconds``. It never plans past twice the longest step
@@ -73,6 +75,9 @@ class StepCost:
                 continue
             full = np.zeros(3)
             full[keep] = w / scale[keep]
+            if len(keep) == 3:  # the unconstrained optimum is feasible: no subset fits better
+                best = full
+                break
             err = float(np.sum((a @ full - x[:, 2]) ** 2))
             if err < best_err:
                 best, best_err = full, err
