@@ -34,13 +34,13 @@ def _prepare(logits: np.ndarray, rows: Sequence[RowSampling], top_capacity: int)
     n = logits.shape[0]
     res = StepResult(np.zeros(n, np.int64), np.zeros(n, np.float32), None, None, None, None)
     out = SampleOutput()
-    out.token_ids = res.token_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
-    out.logprobs = res.logprobs.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+    out.token_ids = res.token_ids.ctypes.data
+    out.logprobs = res.logprobs.ctypes.data
     if top_capacity:
         res.top_ids = np.zeros((n, top_capacity), np.int64)
         res.top_logprobs = np.zeros((n, top_capacity), np.float32)
-        out.top_ids = res.top_ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
-        out.top_logprobs = res.top_logprobs.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+        out.top_ids = res.top_ids.ctypes.data
+        out.top_logprobs = res.top_logprobs.ctypes.data
         out.top_capacity = top_capacity
     return logits, params, out, res, keep
 

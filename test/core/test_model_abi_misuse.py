@@ -29,10 +29,9 @@ N_CELLS = 16  # SLOT cache
 BAD_ENUMS = [99, -1]
 NULL = None
 
-_i32, _i64, _f32 = ctypes.c_int32, ctypes.c_int64, ctypes.c_float
+_i64, _f32 = ctypes.c_int64, ctypes.c_float
 _ARRAY_TYPES = {"token_ids": np.int64, "positions": np.int64, "query_start": np.int32, "slot_mapping": np.int64,
                 "block_tables": np.int32, "context_lens": np.int32, "seq_ids": np.int32, "sample_rows": np.int32}
-_CTYPES = {np.int64: _i64, np.int32: _i32}
 
 
 def last_error() -> str:
@@ -126,8 +125,7 @@ def make_batch(fields: dict, **over):
               "max_blocks": (arrays["block_tables"] if arrays.get("block_tables") is not None
                              else base.get("block_tables", np.zeros((1, 0)))).shape[1]}
     counts.update({k: v for k, v in over.items() if k in counts})
-    ptrs = {k: None if a is None else a.ctypes.data_as(ctypes.POINTER(_CTYPES[a.dtype.type]))
-            for k, a in arrays.items()}
+    ptrs = {k: None if a is None else a.ctypes.data for k, a in arrays.items()}  # c_void_p fields
     return Batch(**counts, **ptrs), list(arrays.values())
 
 
@@ -147,8 +145,8 @@ def step(model, cache, fields: dict, params=..., out: StepOutput | None = None, 
     ids = np.full(max(n_sample, 1), -1, np.int64)
     if out is None:
         out = StepOutput()
-        out.logits = logits.ctypes.data_as(ctypes.POINTER(_f32))
-        out.sample.token_ids = ids.ctypes.data_as(ctypes.POINTER(_i64))
+        out.logits = logits.ctypes.data
+        out.sample.token_ids = ids.ctypes.data
     params = greedy(max(n_sample, 1)) if params is ... else params
     status = LIB.llaisysQwen2ModelStep(model, cache, ctypes.byref(batch), params, ctypes.byref(out))
     del keep
@@ -300,11 +298,10 @@ def sample_out(n: int = 1, top: int = 0, token_ids: bool = True, top_arrays: boo
     """(SampleOutput, keep-alive arrays) for n rows with `top` logprobs per row."""
     ids, lp = np.zeros(n, np.int64), np.zeros(n, np.float32)
     tids, tlp = np.zeros((n, max(top, 1)), np.int64), np.zeros((n, max(top, 1)), np.float32)
-    o = SampleOutput(token_ids=ids.ctypes.data_as(ctypes.POINTER(_i64)) if token_ids else None,
-                     logprobs=lp.ctypes.data_as(ctypes.POINTER(_f32)), top_capacity=top)
+    o = SampleOutput(token_ids=ids.ctypes.data if token_ids else None, logprobs=lp.ctypes.data, top_capacity=top)
     if top_arrays:
-        o.top_ids = tids.ctypes.data_as(ctypes.POINTER(_i64))
-        o.top_logprobs = tlp.ctypes.data_as(ctypes.POINTER(_f32))
+        o.top_ids = tids.ctypes.data
+        o.top_logprobs = tlp.ctypes.data
     return o, [ids, lp, tids, tlp]
 
 

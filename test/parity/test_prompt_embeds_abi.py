@@ -96,8 +96,7 @@ def embeds_struct(keep, rows, data, size=None):
     data = np.ascontiguousarray(data, np.float32)
     keep.extend((rows, data))
     e = BatchEmbeds(struct_size=size if size is not None else ctypes.sizeof(BatchEmbeds), n_rows=len(rows),
-                    rows=rows.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-                    data=data.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
+                    rows=rows.ctypes.data, data=data.ctypes.data)
     return ctypes.byref(e), e
 
 

@@ -140,7 +140,7 @@ def test_bad_masks_are_invalid_argument(logits, mask, words, text):
     p.mask_words = words  # a count without a mask
     ids = np.zeros(1, np.int64)
     out = SampleOutput()
-    out.token_ids = ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int64))
+    out.token_ids = ids.ctypes.data
     row = np.ascontiguousarray(logits[:1])
     st = LIB.llaisysSample(row.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1, VOCAB, ctypes.byref(p),
                            ctypes.byref(out))

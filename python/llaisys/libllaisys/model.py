@@ -9,9 +9,6 @@ from .kv_cache import llaisysKVCache_t
 from .sampler import SampleOutput, SamplingParams
 
 llaisysModel_t = ctypes.c_void_p
-_i32p = ctypes.POINTER(ctypes.c_int32)
-_i64p = ctypes.POINTER(ctypes.c_int64)
-_f32p = ctypes.POINTER(ctypes.c_float)
 _sizep = ctypes.POINTER(ctypes.c_size_t)
 
 
@@ -123,21 +120,23 @@ class ModelStats(ctypes.Structure):
 
 
 class Batch(ctypes.Structure):
-    """Mirror of llaisysBatch_t (the step contract)."""
+    """Mirror of llaisysBatch_t (the step contract). The array fields are plain addresses
+    (c_void_p, set from ndarray.ctypes.data): typed ctypes pointers cost a few microseconds each
+    to make, ten of them a step; the C types are in the comments."""
 
     _fields_ = [
         ("n_tokens", ctypes.c_size_t),
-        ("token_ids", _i64p),
-        ("positions", _i64p),
+        ("token_ids", ctypes.c_void_p),  # int64 [n_tokens]
+        ("positions", ctypes.c_void_p),  # int64 [n_tokens]
         ("n_seqs", ctypes.c_size_t),
-        ("query_start", _i32p),
-        ("slot_mapping", _i64p),
-        ("block_tables", _i32p),
+        ("query_start", ctypes.c_void_p),  # int32 [n_seqs + 1]
+        ("slot_mapping", ctypes.c_void_p),  # int64 [n_tokens] (BLOCK)
+        ("block_tables", ctypes.c_void_p),  # int32 [n_seqs, max_blocks] (BLOCK)
         ("max_blocks", ctypes.c_size_t),
-        ("context_lens", _i32p),
-        ("seq_ids", _i32p),
+        ("context_lens", ctypes.c_void_p),  # int32 [n_seqs] (BLOCK)
+        ("seq_ids", ctypes.c_void_p),  # int32 [n_seqs] (SLOT)
         ("n_sample", ctypes.c_size_t),
-        ("sample_rows", _i32p),
+        ("sample_rows", ctypes.c_void_p),  # int32 [n_sample]
     ]
 
 
@@ -147,8 +146,8 @@ class BatchEmbeds(ctypes.Structure):
     _fields_ = [
         ("struct_size", ctypes.c_size_t),
         ("n_rows", ctypes.c_size_t),
-        ("rows", _i32p),  # [n_rows] flat token indices, increasing
-        ("data", _f32p),  # [n_rows, hidden_size] f32
+        ("rows", ctypes.c_void_p),  # int32 [n_rows] flat token indices, increasing
+        ("data", ctypes.c_void_p),  # f32 [n_rows, hidden_size]
     ]
 
 
@@ -163,8 +162,8 @@ class StepOutput(ctypes.Structure):
 
     _fields_ = [
         ("sample", SampleOutput),
-        ("logits", _f32p),
-        ("hidden", _f32p),
+        ("logits", ctypes.c_void_p),  # f32 [n_sample, vocab] or NULL (addresses as in Batch)
+        ("hidden", ctypes.c_void_p),  # f32 [n_rows, hidden] or NULL
     ]
 
 

@@ -39,10 +39,10 @@ class SampleOutput(ctypes.Structure):
     """Mirror of llaisysSampleOutput_t."""
 
     _fields_ = [
-        ("token_ids", _i64p),
-        ("logprobs", _f32p),
-        ("top_ids", _i64p),
-        ("top_logprobs", _f32p),
+        ("token_ids", ctypes.c_void_p),  # int64 [n_rows] (addresses, as in model.Batch)
+        ("logprobs", ctypes.c_void_p),  # f32 [n_rows] or NULL
+        ("top_ids", ctypes.c_void_p),  # int64 [n_rows, top_capacity] or NULL
+        ("top_logprobs", ctypes.c_void_p),  # f32 [n_rows, top_capacity] or NULL
         ("top_capacity", ctypes.c_size_t),
     ]
 

@@ -194,22 +194,22 @@ class Model(OwnedHandle):
                 fill_sampling(params[i], r, keep)
             params_ptr = params
             res.token_ids = np.zeros(n_sample, np.int64)  # [n_sample]
-            out.sample.token_ids = ptr(res.token_ids, ctypes.c_int64)
+            out.sample.token_ids = ptr(res.token_ids)
             if want_logprobs:
                 res.logprobs = np.zeros(n_sample, np.float32)  # [n_sample]
-                out.sample.logprobs = ptr(res.logprobs, ctypes.c_float)
+                out.sample.logprobs = ptr(res.logprobs)
             if top_capacity > 0:
                 res.top_ids = np.zeros((n_sample, top_capacity), np.int64)  # [n_sample, top_capacity]
                 res.top_logprobs = np.zeros((n_sample, top_capacity), np.float32)
-                out.sample.top_ids = ptr(res.top_ids, ctypes.c_int64)
-                out.sample.top_logprobs = ptr(res.top_logprobs, ctypes.c_float)
+                out.sample.top_ids = ptr(res.top_ids)
+                out.sample.top_logprobs = ptr(res.top_logprobs)
                 out.sample.top_capacity = top_capacity
         if want_logits:
             res.logits = np.zeros((n_sample, self.config.vocab_size), np.float32)  # [n_sample, vocab]
-            out.logits = ptr(res.logits, ctypes.c_float)
+            out.logits = ptr(res.logits)
         if want_hidden:
             res.hidden = np.zeros((n_sample, self.config.hidden_size), np.float32)  # [n_sample, hidden]
-            out.hidden = ptr(res.hidden, ctypes.c_float)
+            out.hidden = ptr(res.hidden)
         if embed_rows is not None and len(embed_rows):
             if not has_step_embeds(LIB):
                 raise ValueError("prompt_embeds: the loaded libllaisys has no llaisysModelStepEmbeds (rebuild it)")

@@ -50,8 +50,9 @@ class StepResult:
     #   (the engine's runners: of batch.hidden_rows, None when the batch has no pooling row)
 
 
-def ptr(a: Optional[np.ndarray], ctype):
-    return None if a is None else a.ctypes.data_as(ctypes.POINTER(ctype))
+def ptr(a: Optional[np.ndarray]) -> Optional[int]:
+    """The address of a contiguous array for a c_void_p field of the step structs, None for None."""
+    return None if a is None else a.ctypes.data
 
 
 def arr(a, dtype) -> Optional[np.ndarray]:
@@ -100,11 +101,11 @@ def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, sl
     keep.extend((token_ids, positions, query_start, sample_rows, slot_mapping, block_tables, context_lens, seq_ids))
     max_blocks = block_tables.shape[1] if block_tables is not None and block_tables.ndim == 2 else 0
     return Batch(
-        n_tokens=len(token_ids), token_ids=ptr(token_ids, ctypes.c_int64), positions=ptr(positions, ctypes.c_int64),
-        n_seqs=len(query_start) - 1, query_start=ptr(query_start, ctypes.c_int32),
-        slot_mapping=ptr(slot_mapping, ctypes.c_int64), block_tables=ptr(block_tables, ctypes.c_int32),
-        max_blocks=max_blocks, context_lens=ptr(context_lens, ctypes.c_int32), seq_ids=ptr(seq_ids, ctypes.c_int32),
-        n_sample=len(sample_rows), sample_rows=ptr(sample_rows, ctypes.c_int32))
+        n_tokens=len(token_ids), token_ids=ptr(token_ids), positions=ptr(positions),
+        n_seqs=len(query_start) - 1, query_start=ptr(query_start),
+        slot_mapping=ptr(slot_mapping), block_tables=ptr(block_tables),
+        max_blocks=max_blocks, context_lens=ptr(context_lens), seq_ids=ptr(seq_ids),
+        n_sample=len(sample_rows), sample_rows=ptr(sample_rows))
 
 
 def make_embeds(keep: list, rows, data, hidden_size: int) -> BatchEmbeds:
@@ -115,5 +116,5 @@ def make_embeds(keep: list, rows, data, hidden_size: int) -> BatchEmbeds:
     if rows.ndim != 1 or data.shape != (rows.shape[0], hidden_size):
         raise ValueError(f"embeds: data of shape {data.shape} for {rows.shape[0]} rows of hidden_size {hidden_size}")
     keep.extend((rows, data))
-    return BatchEmbeds(struct_size=ctypes.sizeof(BatchEmbeds), n_rows=rows.shape[0], rows=ptr(rows, ctypes.c_int32),
-                       data=ptr(data, ctypes.c_float))
+    return BatchEmbeds(struct_size=ctypes.sizeof(BatchEmbeds), n_rows=rows.shape[0], rows=ptr(rows),
+                       data=ptr(data))
