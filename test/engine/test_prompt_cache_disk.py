@@ -1,6 +1,7 @@
 """The prompt cache on disk with the real 0.5B: a closed LLM's prefix blocks serve the next one
 (>= 90 % of the prompt cached, the same greedy tokens); damaged or foreign files are misses with
-a log line and the right answer; blocks evicted under memory pressure come back from disk."""
+a log line and the right answer (a q8_0 LLM uses only files of its own KV dtype); blocks evicted
+under memory pressure come back from disk."""
 
 from __future__ import annotations
 
@@ -98,6 +99,25 @@ def test_damaged_and_foreign_files_are_misses_with_a_log_line(qwen05_dir, first_
     assert len(refusals) == 5, refusals
     for why in ("checksum", "truncated", *FOREIGN):
         assert any(why in m for m in refusals), (why, refusals)
+
+
+def test_a_q8_0_cache_uses_only_its_own_files(qwen05_dir, first_run, tmp_path):
+    """The f16 run's files are not a q8_0 LLM's (another KV dtype, another payload size): it
+    reads none of them, writes its own beside them, and a restart serves the prompt from those
+    with the same greedy tokens."""
+    src, prompt_ids, _ = first_run
+    d = tmp_path / "cache"
+    shutil.copytree(src, d)
+    f16_files = set(d.glob("*.kvb"))
+    with make_llm(qwen05_dir, d, kv_dtype="q8_0") as llm:
+        first = llm.generate(PROMPTS[0], SP)[0]
+        assert llm.engine.scheduler.kv.tier.stats.hits == 0
+    assert first.usage.cached_tokens == 0
+    assert set(d.glob("*.kvb")) > f16_files  # its own files, the f16 ones kept
+    with make_llm(qwen05_dir, d, kv_dtype="q8_0") as llm:
+        again = llm.generate(PROMPTS[0], SP)[0]
+    assert again.usage.cached_tokens >= 0.9 * len(prompt_ids[0])
+    assert list(again.outputs[0].token_ids) == list(first.outputs[0].token_ids)
 
 
 def test_blocks_evicted_under_memory_pressure_come_back_from_disk(qwen05_dir, tmp_path):

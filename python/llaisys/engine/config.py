@@ -10,8 +10,11 @@ KV_MAX_SEQS = 256
 
 KV_LAYOUTS = ("block", "slot")
 
-# K/V storage dtypes the attention kernels read natively (CPU and CUDA, both layouts).
-KV_DTYPES = ("f32", "f16", "bf16")
+# K/V storage dtypes the attention kernels read natively, both layouts: f32, f16 and bf16 on
+# the CPU and CUDA; q8_0 (llama.cpp's -ctk/-ctv q8_0: 32 values and one f16 scale in 34 bytes)
+# on the CPU only, for models whose head_dim is a multiple of 32 (Worker checks both).
+KV_DTYPES = ("f32", "f16", "bf16", "q8_0")
+KV_DTYPES_CPU_ONLY = ("q8_0",)
 # Chosen by measurement (tools/bench_kv_dtype.py, tools/perplexity.py; doc/benchmarks.md "KV
 # cache dtype"): f16 halves the KV bytes of f32 and moved no greedy token on the parity prompts,
 # with logits closer to f32's than bf16's (10 mantissa bits against 7); llama.cpp's default too.

@@ -9,14 +9,15 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .. import runtime
-from ..dtypes import as_dtype
+from ..dtypes import as_dtype, is_quantized, quant_byte_shape
+from ..dtypes import block_size as quant_block_size
 from ..kv_cache import as_layout
 from ..libllaisys import DeviceType
 from ..models import hub
 from ..models.loader import load_model
 from ..models.model import Model
 from ..models.tokenizer import Tokenizer
-from .config import DEFAULT_KV_DTYPE, EngineConfig, check_kv_dtype
+from .config import DEFAULT_KV_DTYPE, KV_DTYPES, KV_DTYPES_CPU_ONLY, EngineConfig, check_kv_dtype
 from .model_runner import CoreModelRunner
 
 DEFAULT_KV_CACHE_MEMORY = 1 << 30  # 1 GiB
@@ -119,6 +120,9 @@ class Worker:
                 raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {u!r}")
         kv_dtype = check_kv_dtype(cfg.kv_dtype)  # checked before the load
         device = as_device(cfg.device)
+        if kv_dtype in KV_DTYPES_CPU_ONLY and device != DeviceType.CPU:
+            raise ValueError(f"kv_dtype {kv_dtype!r} runs on the CPU only; on device {device.name.lower()!r} "
+                             f"use one of {tuple(d for d in KV_DTYPES if d not in KV_DTYPES_CPU_ONLY)}")
         device_id = check_device_id(device, cfg.device_id)
         if cfg.threads is not None:  # checked (ValueError naming threads) before the load
             runtime.set_num_threads(cfg.threads)
@@ -145,6 +149,11 @@ class Worker:
         self.load_seconds = time.monotonic() - t0
         self.kv_layout = as_layout(cfg.kv_layout).name.lower()
         self.kv_dtype = as_dtype(kv_dtype)
+        head_dim = int(self.model.config.head_dim)
+        if is_quantized(self.kv_dtype) and head_dim % quant_block_size(self.kv_dtype):
+            self.model.close()
+            raise ValueError(f"kv_dtype {kv_dtype!r} stores blocks of {quant_block_size(self.kv_dtype)} values "
+                             f"per head; this model's head_dim {head_dim} is not a multiple (use f16, bf16 or f32)")
         self.kv_budget = parse_bytes(cfg.kv_cache_memory)
         self.gpu_memory_utilization = cfg.gpu_memory_utilization
         self.cache = None
@@ -155,13 +164,19 @@ class Worker:
         return base[:-5] if base.lower().endswith(".gguf") else base
 
     def bytes_per_token(self) -> int:
+        """Bytes of K and V for one token over all layers (the pool is sized by these)."""
         c = self.model.config
-        return 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * self.kv_dtype_size()
+        return 2 * c.num_hidden_layers * c.num_key_value_heads * self.kv_row_bytes()
 
-    def kv_dtype_size(self) -> int:
+    def kv_row_bytes(self) -> int:
+        """Bytes of one head's K (or V) row: head_dim values of the KV dtype, or whole blocks of a
+        block-quantized one (q8_0: head_dim / 32 blocks of 34 bytes)."""
+        head_dim = int(self.model.config.head_dim)
+        if is_quantized(self.kv_dtype):
+            return quant_byte_shape((head_dim,), self.kv_dtype)[0]
         from ..libllaisys import LIB
 
-        return LIB.llaisysDataTypeSize(int(self.kv_dtype))
+        return head_dim * LIB.llaisysDataTypeSize(int(self.kv_dtype))
 
     def workspace_bytes(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
         """Device memory of one step's buffers at the largest batch (the core's run state: f32
