@@ -147,6 +147,30 @@ def test_q8_0_rows_are_gguf_quantization_of_the_f32_rows(qwen05_model):
         assert (scales != 0).all() and np.isfinite(scales).all()
 
 
+@pytest.mark.slow
+def test_q8_0_slot_shift_requantizes_rotated_keys(qwen05_model):
+    """SLOT seq_add on a q8_0 cache widens each key row, re-rotates it and quantizes it again: a
+    prefill at 0.. shifted by 37 decodes like one prefilled at 37.. (measured: logits within
+    0.43, the f32 cache's 1.4e-5; the second rounding is the difference), far from the
+    unshifted cache's 14.5."""
+    model, tokenizer = qwen05_model
+    ids = tokenizer.encode("def fibonacci(n):\n    # the n-th Fibonacci number, by a loop\n    a, b = 0, 1\n")
+    n, delta = len(ids) - 1, 37
+
+    def decode(start: int, shift: int):
+        with model.create_kv_cache("slot", n_slots=256, dtype="q8_0") as cache:
+            model.step(cache, token_ids=ids[:n], positions=np.arange(start, start + n), query_start=[0, n],
+                       sample_rows=[n - 1], seq_ids=[0])
+            if shift:
+                cache.seq_add(0, 0, -1, shift)
+            return model.step(cache, token_ids=ids[n:], positions=[n + delta], query_start=[0, 1], sample_rows=[0],
+                              seq_ids=[0], want_logits=True).logits[0]
+
+    direct, shifted, unshifted = decode(delta, 0), decode(0, delta), decode(0, 0)
+    assert np.abs(shifted - direct).max() < 1.0 and shifted.argmax() == direct.argmax()
+    assert np.abs(unshifted - direct).max() > 5.0
+
+
 def _greedy(model, tokenizer, prompts, layout, kv_dtype):
     cfg = EngineConfig(max_num_seqs=len(prompts), max_num_batched_tokens=1024, max_model_len=512, num_blocks=256,
                        block_size=16, kv_layout=layout)
