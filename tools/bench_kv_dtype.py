@@ -1,6 +1,6 @@
 """KV cache dtype: accuracy against f32 KV and decode speed, per KV layout.
 
-    python tools/bench_kv_dtype.py [--model NAME|DIR] [--kv-dtypes f32 f16 bf16]
+    python tools/bench_kv_dtype.py [--model NAME|DIR] [--kv-dtypes f32 f16 bf16 q8_0]
         [--layouts block slot] [--part accuracy speed] [--ctx1 2048] [--ctx16 512]
         [--steps 16] [--repeats 3] [--threads 2] [--out FILE]
 
@@ -189,7 +189,7 @@ def speed(model, tokenizer, layouts, dtypes, ctx1: int, ctx16: int, steps: int, 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
-    ap.add_argument("--kv-dtypes", nargs="+", default=["f32", "f16", "bf16"])
+    ap.add_argument("--kv-dtypes", nargs="+", default=["f32", "f16", "bf16", "q8_0"])
     ap.add_argument("--layouts", nargs="+", default=["block", "slot"], choices=("block", "slot"))
     ap.add_argument("--part", nargs="+", default=["accuracy", "speed"], choices=("accuracy", "speed"))
     ap.add_argument("--ctx1", type=int, default=2048, help="context of the batch-1 decode")

@@ -1,6 +1,6 @@
 """Perplexity over a fixed text every machine has: CPython's standard library source.
 
-    python tools/perplexity.py [--model NAME|DIR|FILE.gguf ...] [--kv-dtype f32 f16 bf16]
+    python tools/perplexity.py [--model NAME|DIR|FILE.gguf ...] [--kv-dtype f32 f16 bf16 q8_0]
         [--gguf FILE ...] [--llama-kv-dtype f16] [--window 512] [--max-windows N]
         [--threads N] [--out FILE]
 
@@ -47,7 +47,7 @@ import numpy as np
 STDLIB_FILES = ("bisect.py", "colorsys.py", "fnmatch.py", "glob.py", "graphlib.py", "heapq.py", "queue.py",
                 "sched.py", "shlex.py", "string.py", "textwrap.py")
 DEFAULT_WINDOW = 512
-KV_DTYPES = ("f32", "f16", "bf16")
+KV_DTYPES = ("f32", "f16", "bf16", "q8_0")  # engine/config.py KV_DTYPES (not imported: the llama.cpp worker has no llaisys)
 
 
 class PerplexityError(ValueError):
@@ -158,10 +158,13 @@ def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -
 
     n_win, n = wins.shape
     first, end = scored_rows(n)
-    # ggml's type ids (the bindings name no GGML_TYPE_BF16; ggml.h: GGML_TYPE_BF16 = 30)
-    kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30)}[kv_dtype]
+    # ggml's type ids (the bindings name no GGML_TYPE_BF16; ggml.h: GGML_TYPE_BF16 = 30, Q8_0 = 8)
+    kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30),
+          "q8_0": getattr(L, "GGML_TYPE_Q8_0", 8)}[kv_dtype]
+    # a quantized V cache needs llama.cpp's flash attention (-fa), as with llama-cli -ctv q8_0
+    extra = {"flash_attn": True} if kv_dtype == "q8_0" else {}
     llm = Llama(model_path=gguf, n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads, n_threads_batch=threads,
-                logits_all=True, type_k=kv, type_v=kv, verbose=False)
+                logits_all=True, type_k=kv, type_v=kv, verbose=False, **extra)
     nll = np.zeros((n_win, end - first))
     top = np.zeros((n_win, end - first), np.int64)
     for w, toks in enumerate(wins):
