@@ -20,7 +20,7 @@ less than wall time (it still shares caches); the GMAC/s column is then per core
 --crossover times, per format, the int8 dot-product path against the float (dequantize + f32
 GEMM) path at each m, in child processes alternating between the two (LLAISYS_QUANT_F32_ROWS),
 and reports the smallest m from which the float path stays faster: the figures behind
-quant_f32_min_rows in src/ops/linear/cpu/quant_gemm.cpp."""
+the crossovers in src/ops/linear/cpu/quant_plan.cpp (printed by `llaisys info`)."""
 
 from __future__ import annotations
 

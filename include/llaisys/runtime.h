@@ -64,6 +64,14 @@ LLAISYS_API int llaisysCpuQuantVnni(void);
  * llaisysCpuIsa() "scalar"), 0 otherwise (any other dtype included). Chosen once per process. */
 LLAISYS_API int llaisysCpuQuantRepacked(int dtype);
 
+/* How this process runs a linear over block-quantized weights of `dtype`, into *text: one
+ * NUL-terminated line naming the layout (the file's rows or x16 groups), the int8 kernel, the
+ * activation row count from which the float path (dequantize + GEMM) takes over and what that
+ * runs on, e.g. "q6_k: file rows, int8 on AVX2 row kernels below 128 rows, float path (f32
+ * GEMM, AVX2) from there". Owned by the library, valid and unchanged until the process ends.
+ * INVALID_ARGUMENT for a dtype that is not block-quantized. Chosen once per process. */
+LLAISYS_API llaisysStatus_t llaisysCpuQuantPlan(int dtype, const char **text);
+
 /* How far ahead, in bytes, the block-quantized weights' kernels prefetch each weight row in this
  * process, into *bytes (0: not at all, the hardware prefetchers alone), and why, into *reason: a
  * NUL-terminated line naming the CPU kind and the measurement behind the value, or the environment

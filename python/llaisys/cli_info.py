@@ -56,15 +56,12 @@ def _wait_policy() -> str:
     return why
 
 
-def _repacked() -> str:
-    """Which GGUF formats the int8 kernels read repacked 16 rows at a time (the x16 layout)."""
+def _linear() -> str:
+    """The quantized linear's plan, a line per GGUF format (layout, int8 kernel, crossover, float
+    path), continuation lines indented under the first."""
     from llaisys import runtime
 
-    fmts = runtime.quant_repacked()
-    if not fmts:
-        return "none: quantized weights keep the file's layout (no AVX2, or LLAISYS_QUANT_X16=0)"
-    note = "" if "q6_k" in fmts else "; q6_k keeps the file's layout (its 256-bit x16 kernel lost on Zen 3)"
-    return f"{' '.join(fmts)} 16 rows at a time for the int8 kernels{note}"
+    return "\n          ".join(runtime.quant_plan(f) for f in runtime.QUANT_FORMATS)
 
 
 def _prefetch() -> str:
@@ -97,7 +94,7 @@ def info_lines() -> list:
         f"amx       {'yes: quantized prefill and batches run on AMX tiles (LLAISYS_AMX=0 turns it off)' if runtime.cpu_amx() else 'no'}",
         f"vnni      {'yes: quantized weights run on vpdpbusd (avx512_vnni or avx_vnni; LLAISYS_AVX_VNNI=0 turns the second off)' if runtime.cpu_vnni() else 'no'}"
         f"  -> a bare model name runs {hub.default_quant()}",
-        f"repack    {_repacked()}",
+        f"linear    {_linear()}",
         f"prefetch  {_prefetch()}",
         f"threads   {runtime.num_threads()}  "
         + (f"(OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}; " if os.environ.get("OMP_NUM_THREADS") else "(")

@@ -29,16 +29,37 @@ def cpu_vnni() -> bool:
     return bool(LIB.llaisysCpuQuantVnni())
 
 
+QUANT_FORMATS = ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")  # the GGUF block formats the CPU runs
+
+
+def _need_plan() -> None:
+    if not hasattr(LIB, "llaisysCpuQuantPlan"):
+        raise RuntimeError("the loaded libllaisys has no llaisysCpuQuantPlan (rebuild it)")
+
+
 def quant_repacked() -> list:
     """The GGUF block formats ("q4_k", ...) whose weights this process repacks 16 rows at a time
     at load for its int8 kernels (the x16 layout, doc/architecture.md); the others keep the
     file's layout. The library's own choice, made once per process."""
     from .libllaisys import DataType
 
-    if not hasattr(LIB, "llaisysCpuQuantRepacked"):
-        raise RuntimeError("the loaded libllaisys has no llaisysCpuQuantRepacked (rebuild it)")
-    return [f for f in ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")
-            if LIB.llaisysCpuQuantRepacked(int(DataType[f.upper()]))]
+    _need_plan()
+    return [f for f in QUANT_FORMATS if LIB.llaisysCpuQuantRepacked(int(DataType[f.upper()]))]
+
+
+def quant_plan(fmt: str) -> str:
+    """How this process runs a linear over weights of GGUF block format `fmt` ("q4_k", ...): one
+    line naming the layout, the int8 kernel, the activation row count from which the float path
+    takes over and what it runs on (the library's table, src/ops/linear/cpu/quant_plan.cpp).
+    ValueError for a name that is not one of QUANT_FORMATS."""
+    from .libllaisys import DataType
+
+    if fmt not in QUANT_FORMATS:
+        raise ValueError(f"fmt must be one of {QUANT_FORMATS}, got {fmt!r}")
+    _need_plan()
+    text = ctypes.c_char_p()
+    check(LIB.llaisysCpuQuantPlan(int(DataType[fmt.upper()]), ctypes.byref(text)))
+    return (text.value or b"").decode("utf-8", "replace")
 
 
 def quant_prefetch() -> tuple[int, str]:

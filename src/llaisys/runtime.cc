@@ -4,8 +4,9 @@
 #include "../core/allocator.hpp"
 #include "../core/threads.hpp"
 #include "../device/runtime_api.hpp"
-#include "../ops/linear/cpu/quant_x16.hpp"
+#include "../ops/linear/cpu/quant_plan.hpp"
 #include "../utils/cpu_isa.hpp"
+#include "../utils/types.hpp"
 #include "llaisys/runtime.h"
 
 #include <memory>
@@ -81,7 +82,18 @@ int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 int llaisysCpuQuantVnni(void) { return cpu_has_avx512_vnni() || cpu_has_avx_vnni() ? 1 : 0; }
 
 int llaisysCpuQuantRepacked(int dtype) {
-    return ops::cpu::x16::enabled(static_cast<llaisysDataType_t>(dtype)) ? 1 : 0;
+    const auto dt = static_cast<llaisysDataType_t>(dtype);
+    return is_quant_dtype(dt) && ops::cpu::quant_plan(dt).x16 ? 1 : 0;
+}
+
+llaisysStatus_t llaisysCpuQuantPlan(int dtype, const char **text) {
+    return guard([&] {
+        const auto dt = static_cast<llaisysDataType_t>(dtype);
+        LLAISYS_CHECK_ARG(is_quant_dtype(dt), "dtype ", dtype, " is not block-quantized (q4_0, q5_0, q8_0, q4_k, "
+                          "q5_k, q6_k are)");
+        const ops::cpu::QuantPlan &plan = ops::cpu::quant_plan(dt);  // a function-local static: lives to the end
+        if (text) *text = plan.text.c_str();
+    });
 }
 
 llaisysStatus_t llaisysCpuQuantPrefetch(size_t *bytes, const char **reason) {

@@ -3,6 +3,7 @@ once, `info` and `smoke` say which SIMD path and how many threads the library ch
 `generate` reports time to first token and tokens/s on stderr."""
 
 import argparse
+import ctypes
 import os
 import re
 import subprocess
@@ -111,7 +112,16 @@ def test_info(capsys, tmp_path, monkeypatch):
     assert repacked == ([] if runtime.cpu_isa() == "scalar" else
                         ["q5_0", "q8_0", "q4_k"] + (["q6_k"] if runtime.cpu_isa().startswith("avx512")
                                                     and "avx512_vnni" in cpu_flags() else []))
-    assert fields["repack"].split()[1:1 + len(repacked)] == repacked
+    plan = out.split("\nlinear    ", 1)[1].splitlines()[:len(runtime.QUANT_FORMATS)]  # a line per format
+    for fmt, line in zip(runtime.QUANT_FORMATS, plan):
+        assert line.strip() == runtime.quant_plan(fmt)
+        assert line.strip().startswith(f"{fmt}: {'x16 groups' if fmt in repacked else 'file rows'}, int8 on ")
+    with pytest.raises(ValueError, match="fmt"):
+        runtime.quant_plan("f16")
+    from llaisys.libllaisys import LIB, DataType, Status
+    text = ctypes.c_char_p()
+    assert LIB.llaisysCpuQuantPlan(int(DataType.F32), ctypes.byref(text)) == Status.INVALID_ARGUMENT  # the C side
+    assert "is not block-quantized" in LIB.llaisysGetLastError().decode()
     for key in ("python", "cpu", "simd", "devices", "openmp"):
         assert key in fields
     assert re.search(r"^  tiny-model +model +2\.5 kB$", out, re.M)
@@ -128,7 +138,8 @@ def test_info_names_a_forced_isa_and_an_empty_cache(tmp_path):
                          timeout=60)
     assert out.returncode == 0, out.stderr
     assert re.search(r"^isa +scalar +\(forced by LLAISYS_ISA=scalar\)$", out.stdout, re.M)
-    assert re.search(r"^repack +none: quantized weights keep the file's layout", out.stdout, re.M)
+    assert re.search(r"^linear +q4_0: file rows, int8 on scalar loops below 8 rows, float path \(f32 GEMM, "
+                     r"scalar\) from there$", out.stdout, re.M), out.stdout
     if not any(v in os.environ for v in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")):
         from llaisys.libllaisys import cpu_tuning
 

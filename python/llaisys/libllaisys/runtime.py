@@ -47,8 +47,10 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
     lib.llaisysCpuQuantVnni.argtypes = []
     lib.llaisysCpuQuantVnni.restype = ctypes.c_int
-    if hasattr(lib, "llaisysCpuQuantRepacked"):  # (a library built before it lacks it: runtime.quant_repacked says)
+    if hasattr(lib, "llaisysCpuQuantPlan"):  # (a library built before them lacks both: runtime.quant_plan says)
         lib.llaisysCpuQuantRepacked.argtypes = [ctypes.c_int]
         lib.llaisysCpuQuantRepacked.restype = ctypes.c_int
+        lib.llaisysCpuQuantPlan.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        lib.llaisysCpuQuantPlan.restype = ctypes.c_int32
     lib.llaisysCpuAmxBuilt.argtypes = []
     lib.llaisysCpuAmxBuilt.restype = ctypes.c_int

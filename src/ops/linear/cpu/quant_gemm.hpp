@@ -2,20 +2,13 @@
 // rows dequantized to f32 a k-block at a time and run through the packed GEMM's register tiles
 // (gemm_packed_kernel.inc), instead of the int8 dot products (quant_kernels.hpp). It is more
 // exact (no activation rounding) and, past a measured number of rows per format and ISA,
-// faster: linear_quant_rows (quant_weight.cpp) dispatches on quant_f32_min_rows.
+// faster: linear_quant_rows (quant_weight.cpp) dispatches on the plan's crossover
+// (quant_plan.hpp: QuantPlan::f32_min_rows, measured per format and ISA in quant_plan.cpp).
 #pragma once
 
 #include "quant_weight.hpp"
 
 namespace llaisys::ops::cpu {
-
-// The smallest m at which the float path beats the int8 one for weight rows of dtype dt under
-// the active ISA (SIZE_MAX: never); measured, the figures are in quant_gemm.cpp.
-// LLAISYS_QUANT_F32_ROWS=<m> (read once per process) puts every format's crossover at m: 0
-// forces the float path, a huge value the int8 one (tests and tools/bench_quant_linear.py
-// --crossover use it to run both paths on one shape).
-// x16: for rows in the x16 layout (quant_x16.hpp), whose int8 kernels hold on far longer.
-size_t quant_f32_min_rows(llaisysDataType_t dt, bool x16 = false);
 
 // out [m, n] f32 = x [m, k] f32 @ W^T (+ bias [n] of float dtype bias_dt when not null), W
 // the row ranges segs [n_segs] as linear_quant_rows takes them (already validated there).

@@ -12,6 +12,7 @@
 #include "../../cpu_simd/row_kernels.hpp"
 #include "quant_gemm.hpp"
 #include "quant_kernels.hpp"
+#include "quant_plan.hpp"
 #include "quant_x16.hpp"
 
 #include <algorithm>
@@ -24,23 +25,6 @@ namespace {
 // row passes over it (16 rows of Q4_K at k = 1536 are 14 KiB).
 constexpr size_t kChunkRows = 16;
 static_assert(kChunkRows == x16::kRows);
-
-using DotRowsFn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, size_t, const std::byte *,
-                           size_t, size_t, size_t);
-
-DotRowsFn dot_rows_fn() {
-    if (cpu_has_avx512_vnni()) return quant_avx512::dot_rows;
-    if (active_isa() >= Isa::Avx2) return quant_avx2::dot_rows;
-    return quant_scalar::dot_rows;
-}
-
-using DotX16Fn = void (*)(llaisysDataType_t, float *, size_t, const std::byte *, size_t, const std::byte *, size_t,
-                          size_t, size_t);
-
-DotX16Fn dot_x16_fn() {  // x16 segments exist from AVX2 on (x16::enabled)
-    if (cpu_has_avx512_vnni()) return cpu_has_gfni() ? quant_avx512_gfni::dot_x16 : quant_avx512::dot_x16;
-    return cpu_has_avx_vnni() ? quant_avxvnni::dot_x16 : quant_avx2::dot_x16;
-}
 
 }  // namespace
 
@@ -61,7 +45,7 @@ void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisys
         LLAISYS_CHECK_ARG(row0 + rows <= s.row0 || s.row0 + s.rows <= row0, "quant weight: rows [", row0, ", ",
                           row0 + rows, ") overlap rows [", s.row0, ", ", s.row0 + s.rows, ") set before");
     const size_t nb = k_ / quant_block_size(dt), row_bytes = nb * quant_block_bytes(dt);
-    const bool packed = x16::enabled(dt);
+    const bool packed = quant_plan(dt).x16;
     const size_t groups = ceil_div(rows, x16::kRows), group_bytes = packed ? nb * x16::block_bytes(dt) : 0;
     const size_t total = packed ? checked_mul(groups, group_bytes, "quant weight: bytes")
                                 : checked_mul(rows, row_bytes, "quant weight: bytes");
@@ -124,7 +108,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
                   dtype_name(bias_dt), " is not f32, f16 or bf16");
     if (m == 0) return;
     size_t f32_from = 0;  // the float path wins from this many rows on, for every segment's dtype
-    for (size_t i = 0; i < n_segs; i++) f32_from = std::max(f32_from, quant_f32_min_rows(segs[i].dt, segs[i].x16));
+    for (size_t i = 0; i < n_segs; i++) f32_from = std::max(f32_from, quant_plan(segs[i].dt).f32_from(segs[i].x16));
     if (m >= f32_from) {
         linear_quant_f32(out, x, segs, n_segs, n, k, bias, bias_dt, m);
         return;
@@ -150,8 +134,6 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
 
     size_t items = 0;  // chunks of kChunkRows rows of one segment
     for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kChunkRows);
-    const DotRowsFn dot = dot_rows_fn();
-    const DotX16Fn dot16 = dot_x16_fn();
     // each thread streams its own share of the groups; one done first takes the others' last
     parallel_for_stealing(items, [&](size_t t) {
         size_t c = t, si = 0;
@@ -161,10 +143,11 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
         const bool k_quant = reads_q8k(s.dt);
         const auto *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
         const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
+        const QuantPlan &plan = quant_plan(s.dt);  // (a tensor's own bytes: file rows, whatever the plan's layout)
         if (s.x16)  // chunk c is group c (kChunkRows == x16::kRows)
-            dot16(s.dt, out + j0, n, s.data + c * nb * x16::block_bytes(s.dt), rows, xq, stride, m, nb);
+            plan.dot_x16(s.dt, out + j0, n, s.data + c * nb * x16::block_bytes(s.dt), rows, xq, stride, m, nb);
         else
-            dot(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
+            plan.dot_rows(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
         if (bias) {
             dispatch_float(bias_dt, [&](auto tag) {
                 const auto *b = reinterpret_cast<const decltype(tag) *>(bias) + j0;  // [rows]

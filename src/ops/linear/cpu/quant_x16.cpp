@@ -5,27 +5,10 @@
 
 #include "../../../quant/dequant.hpp"
 #include "../../../utils/error.hpp"
-#include "../../../utils/cpu_isa.hpp"
 
-#include <cstdlib>
 #include <cstring>
 
 namespace llaisys::ops::cpu::x16 {
-
-bool enabled(llaisysDataType_t dt) {
-    static const bool on = [] {
-        const char *env = std::getenv("LLAISYS_QUANT_X16");
-        return !(env && std::strcmp(env, "0") == 0) && active_isa() >= Isa::Avx2;
-    }();
-    // Q6_K only for the 512-bit vpdpbusd kernels. On 256-bit vectors its x16 kernel spent about
-    // twice the file's one-row walk per weight (6-bit values rebuilt 8 rows at a time, one
-    // broadcast activation word per 4 k): on Zen 3 (AVX2, 2 threads) it lost at every m, 2x at
-    // m = 1 to 4 (lm_head 22.7 ms against 12.3 at m = 1), 1.3x at 64, and tied at 256 where
-    // both take the float path; as half the 1.5B Q4_K_M's bytes (ffn_down, lm_head) it cost
-    // decode 15-30%.
-    if (dt == LLAISYS_DTYPE_Q6_K) return on && cpu_has_avx512_vnni();
-    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0);
-}
 
 size_t block_bytes(llaisysDataType_t dt) {
     switch (dt) {

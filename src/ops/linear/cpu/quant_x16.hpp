@@ -81,10 +81,6 @@ struct BlockQ5_0 {
 };
 static_assert(sizeof(BlockQ5_0) == 352);
 
-// Whether QuantWeight repacks rows of dtype dt: a format above, under AVX2 or better, Q6_K only
-// where the x16 kernels are AVX-512 VNNI's (LLAISYS_QUANT_X16=0, read once, turns it off for
-// every format: the file's layout and its kernels, for A/B runs and tests).
-bool enabled(llaisysDataType_t dt);
 // Bytes of one x16 block of dtype dt (dt supported).
 size_t block_bytes(llaisysDataType_t dt);
 // dst [nb] x16 blocks (one group) from the file's rows src [rows][nb blocks], 1 <= rows <= 16;

@@ -1,0 +1,175 @@
+// The quantized linear's plan (quant_plan.hpp): one table, format x ISA x rows -> kernel.
+#include "quant_plan.hpp"
+
+#include "../../../utils/cpu_isa.hpp"
+#include "../../../utils/error.hpp"
+#include "../../../utils/types.hpp"
+#include "quant_kernels.hpp"
+
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace llaisys::ops::cpu {
+namespace {
+
+constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q5_0, LLAISYS_DTYPE_Q8_0,
+                                          LLAISYS_DTYPE_Q4_K, LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K};
+
+// The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
+// vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit
+// vpdpbusd kernels. On 256-bit vectors its x16 kernel spent about twice the file's one-row walk
+// per weight (6-bit values rebuilt 8 rows at a time, one broadcast activation word per 4 k): on
+// Zen 3 (AVX2, 2 threads) it lost at every m, 2x at m = 1 to 4 (lm_head 22.7 ms against 12.3 at
+// m = 1), 1.3x at 64, and tied at 256 where both take the float path; as half the 1.5B Q4_K_M's
+// bytes (ffn_down, lm_head) it cost decode 15-30%. Q4_0 and Q5_K have no x16 kernels. Without
+// AVX2 a plain-loop x16 kernel ran 4-25x slower than the float path: the file's layout.
+bool repacks(llaisysDataType_t dt) {
+    static const bool on = [] {
+        const char *env = std::getenv("LLAISYS_QUANT_X16");
+        return !(env && std::strcmp(env, "0") == 0) && active_isa() >= Isa::Avx2;
+    }();
+    if (dt == LLAISYS_DTYPE_Q6_K) return on && cpu_has_avx512_vnni();
+    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0);
+}
+
+// The crossover: the smallest m at which the float path beats the int8 one.
+size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
+    // Measured with tools/bench_quant_linear.py --crossover (1.5B o shape, k = n = 1536, two
+    // threads, AMD EPYC AVX2, load average 6-9 on 2 cores; medians of 3 alternating children),
+    // float path speedup over int8 at m = 8 / 16 / 32 / 64:
+    //   avx2:   Q4_K 0.61 / 0.94 / 1.03 / 1.14   Q6_K 0.65 / 1.02 / 1.14 / 1.24
+    //           Q5_0 0.77 / 1.25 / 1.50 / 1.64   Q8_0 0.76 / 1.21 / 1.28 / 1.37
+    //   scalar: Q4_K 0.71 / 1.15 / 2.04 at m = 8 / 16 / 32; Q8_0 1.03 / 1.85 / 2.33
+    // (between 16 and 32 the float path pads m to a whole panel of 16: Q4_K 0.85 at m = 24).
+    // Q4_0 is taken as Q8_0/Q5_0 and Q5_K as Q4_K/Q6_K; AVX-512 (not on this machine) as AVX2.
+    // These int8 figures predate the 128-bit 4 x 4 tiles of the 32-blocks (quant_dot.inc), which
+    // run m = 8 at 1.6x (Q5_0) and 1.25x (Q8_0) the old speed per core: about the float path's
+    // speed at m = 16 now, so their crossover of 16 is, if anything, low (to be re-measured on a
+    // quiet host with --crossover).
+    // Those are Zen 1's (cpu_splits_256). On a full-width core (Zen 3, AVX2; medians of 3
+    // alternating children, 2026-11-25, after the int8 kernels' 256-bit rows and register-held
+    // sums) the int8 path holds on longer, float path speedup at m = 16 / 32 / 64 / 128:
+    //   o:       Q8_0 0.95 / 1.01          Q5_0 1.30 / 1.51 / 1.65    Q4_K 0.94 / 1.03 / 0.91 / 0.97
+    //            Q6_K 0.69 / 0.78 / 0.89 / 1.06
+    //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
+    // (Q4_0 taken as Q8_0, Q5_K as Q4_K).
+    // AVX-512 (Xeon with VNNI and BF16, 2 threads, 2026-11-26; the int8 path on vpdpbusd, the
+    // float path on f32 FMAs even where the CPU has vdpbf16ps), float path speedup at m = 8 /
+    // 16 / 32 / 64:
+    //   o:       Q4_K 0.29 / 0.58 / 1.12 / 1.25   Q6_K 0.33 / 0.65 / 1.24 / 1.43
+    //            Q8_0 0.55 / 1.10 / 2.08 / 2.29   Q5_0 0.52 / 1.04 / 2.07 / 2.22
+    //   gate_up: Q4_K 0.30 / 0.58 / 1.13 / 1.25   Q6_K 0.30 / 0.58 / 1.08 / 1.20
+    //            Q8_0 0.51 / 0.94 / 1.82 / 1.96   Q5_0 0.47 / 0.84 / 1.88 / 2.11
+    // The float path costs about the same from 8 to 32 rows (one panel of kPackedNrAvx512 = 32
+    // activation rows either way); at 16 the int8 path wins on the large matrices (o + gate_up:
+    // Q8_0 5%, Q5_0 15%), so 32 for all.
+    // AMX (the same Xeon, 2026-11-26; the float path on bf16 tiles, quant_amx.cpp: its cost is
+    // the dequantization, flat from 4 to 32 rows), gate_up, float path speedup at m = 4 / 8 / 16:
+    //   Q4_K 0.33 / 0.66 / 1.35   Q6_K 0.41 / 0.84 / 1.59   Q8_0 0.66 / 1.47 / 2.87
+    // and at m = 128 3.5x to 6.2x; int8 grows linearly in m, so the K-quants cross near 12.
+    // Rows in the x16 layout (quant_x16.hpp; Intel Xeon VM, 2026-11-27, 2 threads, one run;
+    // float path speedup over the x16 int8 kernels at m = 16 / 32 / 64 / 128):
+    //   AMX tiles, gate_up:      Q4_K 0.53 / 0.92 / 1.40 / 2.14   Q6_K 0.52 / 1.01 / 1.59 / 1.83
+    //                            Q8_0 0.40 / 0.70 / 1.05 / 1.16   Q5_0 0.39 / 0.75 / 1.12 / 1.39
+    //   AVX-512 VNNI, f32 FMAs:  0.37-0.57 at m = 512 (o; gate_up 0.36-0.61 at 64 and 256): never
+    //   AVX2 (LLAISYS_ISA=avx2 on the same CPU), o: Q4_K 0.56 / 0.72 / 0.73 / 0.79 (0.80 at 512)
+    //       Q6_K 0.73 / 0.93 / 1.09 / 1.14   Q8_0 0.64 / 0.83 / 0.90 / 1.05   Q5_0 0.54 / .. / 0.86 at 512
+    //   AVX-VNNI (the same, LLAISYS_ISA=avx2 with the VEX vpdpbusd), o, m = 16 / 64 / 128 / 256:
+    //       Q4_K 0.36 / 0.48 / 0.49 / 0.50   Q6_K 0.59 / 0.85 / 0.85 / 0.84
+    //       Q8_0 0.36 / 0.47 / 0.48 / 0.45   Q5_0 0.43 / 0.62 / 0.62 / 0.61: never
+    // (A full-width AMD core may differ: not measured.)
+    if (x16) {
+        if (cpu_uses_amx()) return 64;
+        if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
+        return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (Q6_K is x16 only on AVX-512 VNNI)
+    }
+    const bool k_quant = reads_q8k(dt);
+    if (cpu_uses_amx()) return k_quant ? 12 : 8;
+    const Isa isa = active_isa();
+    if (isa == Isa::Scalar) return k_quant ? 16 : 8;
+    if (isa >= Isa::Avx512) return 32;
+    if (isa == Isa::Avx2 && !cpu_splits_256()) {
+        switch (dt) {
+        case LLAISYS_DTYPE_Q5_0: return 16;
+        case LLAISYS_DTYPE_Q4_0:
+        case LLAISYS_DTYPE_Q8_0: return 32;
+        case LLAISYS_DTYPE_Q6_K: return 128;
+        default: return 64;  // Q4_K, Q5_K
+        }
+    }
+    return k_quant ? 32 : 16;
+}
+
+
+// LLAISYS_QUANT_F32_ROWS=<m>, read once: every format's crossover at m; -1 when unset.
+long forced_f32_rows() {
+    static const long forced = [] {
+        const char *env = std::getenv("LLAISYS_QUANT_F32_ROWS");
+        char *end = nullptr;
+        const long v = env && *env ? std::strtol(env, &end, 10) : -1;
+        return end && *end == '\0' && v >= 0 ? v : -1;
+    }();
+    return forced;
+}
+
+QuantPlan make_plan(llaisysDataType_t dt) {
+    QuantPlan p;
+    p.x16 = repacks(dt);
+    const long forced = forced_f32_rows();
+    p.f32_min_rows = forced >= 0 ? size_t(forced) : f32_min_rows(dt, false);
+    p.f32_min_rows_x16 = forced >= 0 ? size_t(forced) : f32_min_rows(dt, true);
+    std::string int8;
+    if (cpu_has_avx512_vnni()) {
+        p.dot_rows = quant_avx512::dot_rows;
+        int8 = "AVX-512 VNNI row kernels";
+    } else if (active_isa() >= Isa::Avx2) {
+        p.dot_rows = quant_avx2::dot_rows;
+        const bool tiles = cpu_splits_256() && !reads_q8k(dt);
+        int8 = tiles ? "AVX2 128-bit 4 x 4 tiles (this CPU splits 256-bit ops)" : "AVX2 row kernels";
+    } else {
+        p.dot_rows = quant_scalar::dot_rows;
+        int8 = "scalar loops";
+    }
+    if (p.x16) {  // x16 groups exist from AVX2 on
+        if (cpu_has_avx512_vnni()) {
+            p.dot_x16 = cpu_has_gfni() ? quant_avx512_gfni::dot_x16 : quant_avx512::dot_x16;
+            int8 = cpu_has_gfni() ? "AVX-512 VNNI + GFNI" : "AVX-512 VNNI";
+        } else {
+            p.dot_x16 = cpu_has_avx_vnni() ? quant_avxvnni::dot_x16 : quant_avx2::dot_x16;
+            int8 = cpu_has_avx_vnni() ? "AVX-VNNI (256-bit vpdpbusd)" : "AVX2 (vpmaddubsw)";
+        }
+    }
+    const size_t from = p.f32_from(p.x16);
+    const Isa isa = active_isa();
+    const char *flt = cpu_uses_amx() ? "AMX bf16 tiles"
+                      : isa >= Isa::Avx512 ? "f32 GEMM, AVX-512"
+                      : isa == Isa::Avx2  ? "f32 GEMM, AVX2"
+                                          : "f32 GEMM, scalar";
+    p.text = std::string(dtype_name(dt)) + ": " + (p.x16 ? "x16 groups" : "file rows") + ", int8 on " + int8;
+    if (from == SIZE_MAX)
+        p.text += " at every batch size";
+    else if (from == 0)
+        p.text = std::string(dtype_name(dt)) + ": float path (" + flt + ") at every batch size";
+    else
+        p.text += " below " + std::to_string(from) + " rows, float path (" + flt + ") from there";
+    if (forced >= 0) p.text += " (LLAISYS_QUANT_F32_ROWS=" + std::to_string(forced) + ")";
+    return p;
+}
+
+}  // namespace
+
+const QuantPlan &quant_plan(llaisysDataType_t dt) {
+    static const auto plans = [] {
+        struct Table {
+            QuantPlan p[sizeof kFormats / sizeof kFormats[0]];
+        } t;
+        for (size_t i = 0; i < sizeof kFormats / sizeof kFormats[0]; i++) t.p[i] = make_plan(kFormats[i]);
+        return t;
+    }();
+    for (size_t i = 0; i < sizeof kFormats / sizeof kFormats[0]; i++)
+        if (kFormats[i] == dt) return plans.p[i];
+    fail(LLAISYS_STATUS_INVALID_ARGUMENT, "quant plan: dtype ", int(dt), " is not block-quantized");
+}
+
+}  // namespace llaisys::ops::cpu
