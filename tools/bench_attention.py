@@ -4,7 +4,7 @@ of Qwen2.5-0.5B (14 heads, 2 kv heads, head dim 64) or Qwen2.5-1.5B (12 / 2 / 12
 
     python tools/bench_attention.py [--models 0.5b 1.5b] [--cases decode16x512 ...] [--out FILE]
 
-f32 queries, a KV cache of --kv-dtype (bf16 by default, as the model keeps it) in the BLOCK
+f32 queries, a KV cache of --kv-dtype (bf16 by default; q8_0 is quantized with ops.quantize) in the BLOCK
 layout (16-slot blocks in shuffled order, so the slot lists are not contiguous). Cases:
 decode R x C is R rows of one query token each after C cached positions; prefill is one
 512-token chunk from position 0 (causal). GB/s counts the K and V bytes of the rows once
@@ -23,6 +23,7 @@ import numpy as np
 
 import llaisys
 from llaisys import ops
+from llaisys.dtypes import is_quantized, quant_byte_shape
 from bench_timing import run_header, time_per_call
 
 MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}  # heads, kv heads, head dim
@@ -34,6 +35,20 @@ CASES = {  # name -> (rows, query tokens per row, cached positions per row)
 }
 BLOCK = 16
 DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+KV_DTYPES = (*DTYPE_BYTES, "q8_0")
+
+
+def row_bytes(d: int, kv_dtype: str) -> int:
+    """Bytes of one head's K (or V) row of d values."""
+    return quant_byte_shape((d,), kv_dtype)[0] if is_quantized(kv_dtype) else d * DTYPE_BYTES[kv_dtype]
+
+
+def kv_tensor(x: np.ndarray, kv_dtype: str) -> llaisys.Tensor:
+    if not is_quantized(kv_dtype):
+        return llaisys.Tensor.from_numpy(x, dtype=kv_dtype)
+    out = llaisys.Tensor(x.shape, kv_dtype)
+    ops.quantize(out, llaisys.Tensor.from_numpy(x))
+    return out
 
 
 def make_inputs(model: str, case: str, kv_dtype: str, rng) -> tuple[list, tuple, float]:
@@ -49,11 +64,11 @@ def make_inputs(model: str, case: str, kv_dtype: str, rng) -> tuple[list, tuple,
     n = rows * q_len
     t = llaisys.Tensor.from_numpy
     q = t(rng.standard_normal((n, heads, d), dtype=np.float32))
-    k = t(rng.standard_normal((n_blocks * BLOCK, kv_heads, d), dtype=np.float32), dtype=kv_dtype)
-    v = t(rng.standard_normal((n_blocks * BLOCK, kv_heads, d), dtype=np.float32), dtype=kv_dtype)
+    k = kv_tensor(rng.standard_normal((n_blocks * BLOCK, kv_heads, d), dtype=np.float32), kv_dtype)
+    v = kv_tensor(rng.standard_normal((n_blocks * BLOCK, kv_heads, d), dtype=np.float32), kv_dtype)
     args = [q, k, v, t(q_pos), t(np.arange(0, n + 1, q_len, dtype=np.int32)),
             t(np.arange(0, rows * ctx + 1, ctx, dtype=np.int32)), t(kv_slots), t(kv_pos)]
-    kv_bytes = rows * ctx * kv_heads * 2 * d * DTYPE_BYTES[kv_dtype]
+    kv_bytes = rows * ctx * kv_heads * 2 * row_bytes(d, kv_dtype)
     return args, (n, heads, d), kv_bytes
 
 
@@ -78,7 +93,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=["0.5b"], choices=list(MODELS))
     ap.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
-    ap.add_argument("--kv-dtype", default="bf16", choices=list(DTYPE_BYTES))
+    ap.add_argument("--kv-dtype", default="bf16", choices=list(KV_DTYPES))
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--min-time", type=float, default=0.3)
     ap.add_argument("--out", default="bench_attention.json")
