@@ -1,8 +1,8 @@
 """The KV cache dtype: one default (config.DEFAULT_KV_DTYPE, chosen by measurement in
 doc/benchmarks.md) for LLM, WorkerConfig, `llaisys generate` and `llaisys serve`; bad values
 are a ValueError naming kv_dtype before anything loads; each dtype sizes the pool by its own
-bytes; and on the real 0.5B the default KV dtype's and q8_0's greedy tokens on the parity
-prompts, in both layouts, are f32 KV's choice wherever f32 KV's top-2 margin exceeds a small
+bytes; and on the real 0.5B the default KV dtype's (both layouts) and q8_0's (BLOCK) greedy
+tokens on the parity prompts are f32 KV's choice wherever f32 KV's top-2 margin exceeds a small
 tie margin (teacher-forced f32 KV logits on the tested dtype's own continuation).
 
 q8_0 (llama.cpp's -ctk/-ctv q8_0) runs on the CPU only, for head dims that are whole 32-value
@@ -188,9 +188,12 @@ def _greedy(model, tokenizer, prompts, layout, kv_dtype):
 NEW_TOKENS = 32
 
 
+# q8_0 in the BLOCK layout only (CI time): the SLOT layout reads it through the same kernel
+# (test/ops/test_paged_attention_q8.py, both layouts' slot orders; the shift test above runs the
+# 0.5B on a q8_0 SLOT cache), and measured the same tokens as BLOCK on these prompts.
 @pytest.mark.slow
-@pytest.mark.parametrize("layout", ["block", "slot"])
-@pytest.mark.parametrize("kv_dtype", sorted(TIE_MARGINS))
+@pytest.mark.parametrize("kv_dtype,layout", [(DEFAULT_KV_DTYPE, "block"), (DEFAULT_KV_DTYPE, "slot"),
+                                             ("q8_0", "block")])
 def test_kv_greedy_is_f32_kv_choice_up_to_near_ties(qwen05_model, layout, kv_dtype):
     from parity.test_qwen05_greedy import CHATS
 
