@@ -123,3 +123,51 @@ def test_pooling_rows_ask_hidden_states_of_every_token():
 
 def test_fake_runner_satisfies_the_protocol():
     assert isinstance(FakeRunner(), ModelRunner)
+
+
+class Shadow:
+    """Checks every prepare of an engine's InputBatch against a full gather of the same step:
+    the steady-decode path (reusing the previous step's index arrays) must build the same
+    StepInput, and counts how often it ran."""
+
+    def __init__(self, engine):
+        self.ib = engine.step_runner.inputs
+        self.real_prepare, self.real_advanced = self.ib.prepare, self.ib._advanced
+        self.ib.prepare, self.ib._advanced = self.prepare, self.advanced
+        self.fast = self.steps = 0
+
+    def advanced(self, out, starts):
+        b = self.real_advanced(out, starts)
+        self.fast += b is not None
+        return b
+
+    def prepare(self, out):
+        got = self.real_prepare(out)
+        self.steps += 1
+        starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in out.scheduled), np.int64,
+                             len(out.scheduled))
+        want = self.ib._gather(out, starts)
+        for name in ("token_ids", "positions", "seq_of_token", "query_start", "context_lens", "sample_rows",
+                     "pooling", "slot_mapping", "block_tables", "seq_ids", "free_seq_ids", "sample_offsets"):
+            a, b = getattr(got, name), getattr(want, name)
+            assert (a is None) == (b is None) and (a is None or (a.dtype == b.dtype and np.array_equal(a, b))), name
+        assert got.req_ids == want.req_ids and got.finished_req_ids == want.finished_req_ids
+        assert [r.request_id for r in got.sample_requests] == [r.request_id for r in want.sample_requests]
+        return got
+
+
+@pytest.mark.parametrize("layout", ["block", "slot"])
+@pytest.mark.parametrize("num_blocks", [20, 400])  # preempting each other; all fit (steady decoding)
+def test_steady_decode_steps_reuse_the_previous_arrays_and_build_the_same_input(layout, num_blocks):
+    from fake_runner import make_engine, run_all
+
+    eng = make_engine(FakeRunner(), kv_layout=layout, num_blocks=num_blocks, max_num_batched_tokens=16)
+    shadow = Shadow(eng)
+    for i in range(5):
+        prompt = [(7 * i + 3 * j) % 250 + 1 for j in range(23 + 5 * i)]
+        eng.add_request(f"r{i}", prompt, SamplingParams(max_tokens=20 + 3 * i, ignore_eos=True))
+    finals = run_all(eng)
+    assert all(len(o.outputs[0].token_ids) == 20 + 3 * int(rid[1:]) for rid, o in finals.items())
+    assert shadow.fast > 0  # the steady-decode path ran, and matched the full gather every time
+    if num_blocks == 400:  # nothing preempts: once the prompts are in, every step but a finish is steady
+        assert shadow.fast >= shadow.steps // 2, (shadow.fast, shadow.steps)

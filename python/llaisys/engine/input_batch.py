@@ -4,7 +4,9 @@ Each request the runner holds has a row of two persistent numpy buffers: its kno
 ids and its block table. ``update`` applies a SchedulerOutput's deltas (new requests whole,
 held ones as the tokens and blocks they gained, finished ones dropped: sched_output.py);
 ``prepare`` then gathers the step's StepInput from the buffers with a handful of numpy
-operations, whatever the batch size: no array is built from the requests' Python lists.
+operations, whatever the batch size: no array is built from the requests' Python lists. A
+step that decodes one token for exactly the rows of the previous one (steady decoding, the
+common step) reuses that step's index arrays and advances its positions by one.
 """
 
 from __future__ import annotations
@@ -47,6 +49,10 @@ class InputBatch:
         self.tokens = np.zeros((8, 256), np.int64)  # [rows, cap] known ids of each held request
         self.blocks = np.zeros((8, 16), np.int32)  # [rows, cap] block table of each held request (BLOCK)
         self.held: dict = {}  # req_id -> _Held
+        self._last: Optional[StepInput] = None  # the previous step, when it was a plain decode step
+        self._last_rows: Optional[np.ndarray] = None  # [n_seqs] its buffer rows
+        self._tables_moved = False  # a held row's block table or seq id changed since the previous step
+        self._num_embedded = 0  # held requests whose prompt is input embeddings
         self._free_rows: list = list(range(7, -1, -1))  # rows no request holds (popped from the end)
         # every request whose whole token list crossed into the runner (a test reads it)
         self.num_requests_received = 0
@@ -66,6 +72,7 @@ class InputBatch:
                 self._free_rows = list(range(2 * n - 1, n - 1, -1))
             h = _Held(self._free_rows.pop(), nr.request, 0, 0, nr.seq_id, getattr(nr.request, "prompt_embeds", None))
             self.held[nr.req_id] = h
+            self._num_embedded += h.embeds is not None
             self._append_tokens(h, nr.token_ids)
             self._set_blocks(h, 0, nr.block_ids)
             self.num_requests_received += 1
@@ -75,13 +82,15 @@ class InputBatch:
             if c.new_token_ids[i]:
                 self._append_tokens(h, c.new_token_ids[i])
             self._set_blocks(h, c.num_kept_blocks[i], c.new_block_ids[i])
-            h.seq_id = c.seq_ids[i]
+            if h.seq_id != c.seq_ids[i]:
+                h.seq_id, self._tables_moved = c.seq_ids[i], True
 
     def drop(self, req_id: str) -> None:
         """Forget a finished request (unknown ids are ignored)."""
         h = self.held.pop(req_id, None)
         if h is not None:
             self._free_rows.append(h.row)
+            self._num_embedded -= h.embeds is not None
 
     def _append_tokens(self, h: _Held, ids: list) -> None:
         n = h.num_tokens + len(ids)
@@ -95,6 +104,8 @@ class InputBatch:
         if ids:
             self.blocks = _grown(self.blocks, 0, n)
             self.blocks[h.row, keep:n] = ids
+        if ids or n != h.num_blocks:
+            self._tables_moved = True
         h.num_blocks = n
 
     # ---- the step ------------------------------------------------------------------------
@@ -102,9 +113,55 @@ class InputBatch:
         """The step's flat arrays (step_input.StepInput) for the rows of `out`."""
         reqs = out.scheduled
         n_seqs = len(reqs)
+        starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+        plain = (n_seqs and out.total_num_scheduled_tokens == n_seqs and len(out.sample_req_ids) == n_seqs
+                 and not (out.spec_token_ids or out.pooling_req_ids or out.trims or self._num_embedded))
+        batch = self._advanced(out, starts) if plain else None
+        self._tables_moved = False
+        if batch is None:
+            batch = self._gather(out, starts)
+        self._last = batch if plain else None
+        return batch
+
+    def _advanced(self, out: SchedulerOutput, starts: np.ndarray) -> Optional[StepInput]:
+        """A plain decode step over exactly the previous plain step's rows, in its order, each one
+        token further: that step's index arrays, the positions advanced (None otherwise)."""
+        last = self._last
+        if (last is None or len(last.req_ids) != len(starts) or not np.array_equal(starts, last.positions + 1)
+                or any(a != r.request_id for a, r in zip(last.req_ids, out.scheduled))):
+            return None
+        positions = starts
+        batch = StepInput(
+            token_ids=self.tokens[self._last_rows, positions], positions=positions, seq_of_token=last.seq_of_token,
+            query_start=last.query_start, context_lens=(positions + 1).astype(np.int32), sample_rows=last.sample_rows,
+            req_ids=last.req_ids, sample_requests=last.sample_requests, pooling=last.pooling,
+            kv_layout=self.kv_layout, block_size=self.block_size,
+            free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
+        held = [self.held[rid] for rid in last.req_ids] if self._tables_moved else None
+        if self.kv_layout == "slot":
+            batch.seq_ids = last.seq_ids if held is None else np.fromiter((h.seq_id for h in held), np.int32, len(held))
+            return batch
+        batch.block_tables = last.block_tables if held is None else self._tables(held, self._last_rows)
+        bs = self.block_size
+        blocks = batch.block_tables[last.seq_of_token, positions // bs].astype(np.int64)
+        batch.slot_mapping = blocks * bs + positions % bs
+        return batch
+
+    def _tables(self, held: list, rows: np.ndarray) -> np.ndarray:
+        """[n_seqs, width] int32 the block tables of `held` (buffer rows `rows`), 0 past each one's."""
+        num_blocks = np.fromiter((h.num_blocks for h in held), np.int64, len(held))
+        width = int(num_blocks.max()) if len(held) else 0
+        block_tables = self.blocks[rows, :width]  # [n_seqs, width] one gather
+        block_tables[np.arange(width)[None, :] >= num_blocks[:, None]] = 0  # padding past a row's table
+        return block_tables
+
+    def _gather(self, out: SchedulerOutput, starts: np.ndarray) -> StepInput:
+        """Any step: every array gathered from the buffers."""
+        reqs = out.scheduled
+        n_seqs = len(reqs)
         held = [self.held[r.request_id] for r in reqs]
         rows = np.fromiter((h.row for h in held), np.int64, n_seqs)  # [n_seqs] buffer row of each row
-        starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+        self._last_rows = rows
         q_lens = np.fromiter((out.num_scheduled_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
         query_start = np.zeros(n_seqs + 1, np.int32)
         np.cumsum(q_lens, out=query_start[1:])
@@ -145,10 +202,7 @@ class InputBatch:
         if self.kv_layout == "slot":
             batch.seq_ids = np.fromiter((h.seq_id for h in held), np.int32, n_seqs)
             return batch
-        num_blocks = np.fromiter((h.num_blocks for h in held), np.int64, n_seqs)
-        width = int(num_blocks.max()) if n_seqs else 0
-        block_tables = self.blocks[rows, :width]  # [n_seqs, width] one gather
-        block_tables[np.arange(width)[None, :] >= num_blocks[:, None]] = 0  # padding past a row's table
+        block_tables = self._tables(held, rows)
         bs = self.block_size
         batch.block_tables = block_tables
         batch.slot_mapping = block_tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
