@@ -52,6 +52,10 @@ LLAISYS_API int llaisysCpuUsesAmx(void);
  * llaisysCpuUsesAmx() is 0 on every CPU. */
 LLAISYS_API int llaisysCpuAmxBuilt(void);
 
+/* 1 when this CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 and Zen+: family
+ * 17h, models below 30h; LLAISYS_SPLIT_256=0|1 overrides it), 0 otherwise. Chosen once per process. */
+LLAISYS_API int llaisysCpuSplits256(void);
+
 /* 1 when the block-quantized weights' int8 kernels run on vpdpbusd in this process: AVX-512
  * VNNI (llaisysCpuIsa() "avx512" or "avx512bf16" on a CPU with it), or AVX-VNNI (Intel's client
  * cores without AVX-512; not with llaisysCpuIsa() "scalar" or the environment variable

@@ -37,6 +37,13 @@ def _need_plan() -> None:
         raise RuntimeError("the loaded libllaisys has no llaisysCpuQuantPlan (rebuild it)")
 
 
+def cpu_splits_256() -> bool:
+    """Whether this CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 / Zen+;
+    LLAISYS_SPLIT_256=0|1 overrides it): the library's own answer, read once per process."""
+    _need_plan()
+    return bool(LIB.llaisysCpuSplits256())
+
+
 def quant_repacked() -> list:
     """The GGUF block formats ("q4_k", ...) whose weights this process repacks 16 rows at a time
     at load for its int8 kernels (the x16 layout, doc/architecture.md); the others keep the

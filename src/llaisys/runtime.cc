@@ -81,6 +81,8 @@ int llaisysCpuUsesAmx(void) { return cpu_uses_amx() ? 1 : 0; }
 
 int llaisysCpuQuantVnni(void) { return cpu_has_avx512_vnni() || cpu_has_avx_vnni() ? 1 : 0; }
 
+int llaisysCpuSplits256(void) { return cpu_splits_256() ? 1 : 0; }
+
 int llaisysCpuQuantRepacked(int dtype) {
     const auto dt = static_cast<llaisysDataType_t>(dtype);
     return is_quant_dtype(dt) && ops::cpu::quant_plan(dt).x16 ? 1 : 0;

@@ -105,7 +105,7 @@ def test_info(capsys, tmp_path, monkeypatch):
     assert fields["threads"].split()[1] == str(runtime.num_threads())
     assert fields["amx"].split()[1] == ("yes:" if runtime.cpu_amx() else "no")
     assert fields["vnni"].split()[1] == ("yes:" if runtime.cpu_vnni() else "no")
-    quick = runtime.cpu_amx() or runtime.cpu_vnni()
+    quick = runtime.cpu_amx() or runtime.cpu_vnni() or runtime.cpu_isa() != "scalar" and not runtime.cpu_splits_256()
     assert fields["vnni"].endswith(f"a bare model name runs {'q4_k_m' if quick else 'bf16'}")
     assert fields["models"].split()[1] == str(tmp_path)
     repacked = runtime.quant_repacked()  # the x16 layout: q4_k, q8_0, q5_0 from avx2 on, q6_k on avx512 vnni

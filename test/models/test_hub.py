@@ -198,27 +198,34 @@ def test_verify_converted(tmp_path, damage):
 
 
 DEFAULT_CHILD = ("from llaisys import runtime; from llaisys.models import hub; "
-                 "print(runtime.cpu_amx(), runtime.cpu_vnni(), hub.default_quant())")
+                 "print(runtime.cpu_amx(), runtime.cpu_vnni(), runtime.cpu_splits_256(), hub.default_quant())")
 
 
 @pytest.mark.parametrize("env_set", [{"LLAISYS_AMX": "0"}, {}, {"LLAISYS_ISA": "avx2"},
-                                     {"LLAISYS_ISA": "avx2", "LLAISYS_AVX_VNNI": "0"}, {"LLAISYS_ISA": "scalar"}])
+                                     {"LLAISYS_ISA": "avx2", "LLAISYS_AVX_VNNI": "0"}, {"LLAISYS_ISA": "scalar"},
+                                     {"LLAISYS_ISA": "avx2", "LLAISYS_AVX_VNNI": "0", "LLAISYS_SPLIT_256": "1"},
+                                     {"LLAISYS_ISA": "avx2", "LLAISYS_AVX_VNNI": "0", "LLAISYS_SPLIT_256": "0"}])
 def test_default_format_follows_the_quantized_kernels(env_set):
     """A bare name runs the Q4_K_M file where the quantized kernels run on vpdpbusd (AVX-512 VNNI,
-    AVX-VNNI) or AMX, the bf16 directory elsewhere (README, "Which format"); LLAISYS_ISA=avx2
-    leaves AVX-VNNI deciding, LLAISYS_AVX_VNNI=0 turns that off, LLAISYS_AMX=0 leaves VNNI
-    deciding. All are read once per process, hence the children."""
+    AVX-VNNI) or AMX, or on AVX2 cores that run 256-bit ops whole; the bf16 directory without
+    AVX2 and on cores that split them (README, "Which format"). LLAISYS_ISA=avx2 leaves AVX-VNNI
+    deciding, LLAISYS_AVX_VNNI=0 turns that off, LLAISYS_AMX=0 leaves VNNI deciding,
+    LLAISYS_SPLIT_256 stands for the core kind. All are read once per process, hence the children."""
     import os
     import sys
 
     from cpu_features import cpu_flags
 
-    env = {k: v for k, v in os.environ.items() if k not in ("LLAISYS_AMX", "LLAISYS_ISA", "LLAISYS_AVX_VNNI")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("LLAISYS_AMX", "LLAISYS_ISA", "LLAISYS_AVX_VNNI", "LLAISYS_SPLIT_256")}
     env.update(env_set)
     out = subprocess.run([sys.executable, "-c", DEFAULT_CHILD], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
-    amx, vnni, quant = out.stdout.split()
-    assert quant == ("q4_k_m" if "True" in (amx, vnni) else "bf16")
+    amx, vnni, splits, quant = out.stdout.split()
+    whole_256 = env_set.get("LLAISYS_ISA") != "scalar" and splits == "False"
+    assert quant == ("q4_k_m" if "True" in (amx, vnni) or whole_256 else "bf16")
+    if "LLAISYS_SPLIT_256" in env_set:
+        assert splits == str(env_set["LLAISYS_SPLIT_256"] == "1")
     if env_set:
         assert amx == "False"
     flags = cpu_flags()

@@ -47,7 +47,9 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
     lib.llaisysCpuQuantVnni.argtypes = []
     lib.llaisysCpuQuantVnni.restype = ctypes.c_int
-    if hasattr(lib, "llaisysCpuQuantPlan"):  # (a library built before them lacks both: runtime.quant_plan says)
+    if hasattr(lib, "llaisysCpuQuantPlan"):  # (a library built before them lacks these: runtime.quant_plan says)
+        lib.llaisysCpuSplits256.argtypes = []
+        lib.llaisysCpuSplits256.restype = ctypes.c_int
         lib.llaisysCpuQuantRepacked.argtypes = [ctypes.c_int]
         lib.llaisysCpuQuantRepacked.restype = ctypes.c_int
         lib.llaisysCpuQuantPlan.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
