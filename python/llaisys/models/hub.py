@@ -369,16 +369,13 @@ def _export(spec: ModelSpec, quant: str, progress: bool, keep_gguf: bool) -> Pat
 
 def default_quant() -> str:
     """The format a known model's bare name resolves to on this machine, by measurement (README,
-    "Which format"; doc/benchmarks.md): the published Q4_K_M file where the quantized kernels run
-    on vpdpbusd (llaisys.runtime.cpu_vnni(): AVX-512 VNNI, or AVX-VNNI on Intel's client cores)
-    or AMX tiles (cpu_amx()): on an AVX-512 Xeon without AMX the 0.5B file prefills 2.0x,
-    decodes 2.0x and serves 16 streams 2.2x as fast as the bf16 directory, which holds the same
-    weights; on the same cores limited to AVX2 + AVX-VNNI 1.5-1.7x. The file too on AVX2 cores
-    that run 256-bit ops whole: on Zen 3 (2026-11-28, after the x16 layout's Q6_K fix) the 0.5B
-    file decodes 1.9-2.3x, serves 16 streams 1.1-1.2x and prefills 0.9-1.1x the directory. Else
-    DEFAULT_QUANT, the bf16 directory: without AVX2 (the int8 kernels are plain loops), and on
-    cores that split 256-bit ops (Zen 1), where the file prefilled and served batches slower,
-    measured before the x16 layout and not since."""
+    "Which format"; doc/benchmarks.md). The published Q4_K_M file where the quantized kernels run
+    on vpdpbusd (runtime.cpu_vnni()) or AMX tiles (cpu_amx()): on an AVX-512 Xeon without AMX the
+    0.5B file prefills 2.0x, decodes 2.0x and serves 16 streams 2.2x as fast as the bf16
+    directory (the same weights). The file too on AVX2 cores that run 256-bit ops whole: on Zen 3
+    it decodes 1.9-2.3x, serves 16 streams 1.1-1.2x and ties on prefill. Else DEFAULT_QUANT, the
+    bf16 directory: without AVX2, and on cores that split 256-bit ops (Zen 1: the file prefilled
+    and served batches slower, measured before the x16 layout)."""
     from ..runtime import cpu_amx, cpu_isa, cpu_splits_256, cpu_vnni
 
     if cpu_amx() or cpu_vnni():
