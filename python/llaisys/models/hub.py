@@ -371,11 +371,10 @@ def default_quant() -> str:
     """The format a known model's bare name resolves to on this machine, by measurement (README,
     "Which format"; doc/benchmarks.md). The published Q4_K_M file where the quantized kernels run
     on vpdpbusd (runtime.cpu_vnni()) or AMX tiles (cpu_amx()): on an AVX-512 Xeon without AMX the
-    0.5B file prefills 2.0x, decodes 2.0x and serves 16 streams 2.2x as fast as the bf16
-    directory (the same weights). The file too on AVX2 cores that run 256-bit ops whole: on Zen 3
-    it decodes 1.9-2.3x, serves 16 streams 1.1-1.2x and ties on prefill. Else DEFAULT_QUANT, the
-    bf16 directory: without AVX2, and on cores that split 256-bit ops (Zen 1: the file prefilled
-    and served batches slower, measured before the x16 layout)."""
+    0.5B file prefills, decodes and serves 16 streams 2.0-2.2x as fast as the bf16 directory (the
+    same weights); and on AVX2 cores that run 256-bit ops whole (Zen 3: decode 1.9-2.3x, 16
+    streams 1.1-1.2x, prefill a tie). Else DEFAULT_QUANT, the bf16 directory: without AVX2, and
+    on cores that split 256-bit ops (Zen 1, measured before the x16 layout)."""
     from ..runtime import cpu_amx, cpu_isa, cpu_splits_256, cpu_vnni
 
     if cpu_amx() or cpu_vnni():
