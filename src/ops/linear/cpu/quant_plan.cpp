@@ -101,7 +101,6 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     return k_quant ? 32 : 16;
 }
 
-
 // LLAISYS_QUANT_F32_ROWS=<m>, read once: every format's crossover at m; -1 when unset.
 long forced_f32_rows() {
     static const long forced = [] {
