@@ -73,7 +73,7 @@ def test_q8_0_needs_whole_blocks_per_head(tmp_path):
     """A model whose head_dim (16) is not a multiple of 32: a ValueError from LLM; the C ABI's
     cache creation is a status naming kv_dtype, never a crash, as is q8_0 on a GPU (whether or
     not this build has one)."""
-    from models.conftest import write_tiny_gguf
+    from tiny_gguf import write_tiny_gguf
 
     from llaisys.kv_cache import KVCache
     from llaisys.libllaisys import DeviceType, LlaisysError

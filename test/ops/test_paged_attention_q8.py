@@ -21,7 +21,7 @@ import torch
 
 import llaisys
 from llaisys import ops
-from ops.test_paged_attention import reference, row, slot_lists
+from test_paged_attention import reference, row, slot_lists  # (test/ops is on sys.path, as for quant_cases)
 
 gguf = pytest.importorskip("gguf")
 Q8_0 = gguf.GGMLQuantizationType.Q8_0
