@@ -32,15 +32,9 @@ def cpu_vnni() -> bool:
 QUANT_FORMATS = ("q4_0", "q5_0", "q8_0", "q4_k", "q5_k", "q6_k")  # the GGUF block formats the CPU runs
 
 
-def _need_plan() -> None:
-    if not hasattr(LIB, "llaisysCpuQuantPlan"):
-        raise RuntimeError("the loaded libllaisys has no llaisysCpuQuantPlan (rebuild it)")
-
-
 def cpu_splits_256() -> bool:
     """Whether this CPU executes 256-bit vector ops as two 128-bit halves (AMD Zen 1 / Zen+;
     LLAISYS_SPLIT_256=0|1 overrides it): the library's own answer, read once per process."""
-    _need_plan()
     return bool(LIB.llaisysCpuSplits256())
 
 
@@ -50,7 +44,6 @@ def quant_repacked() -> list:
     file's layout. The library's own choice, made once per process."""
     from .libllaisys import DataType
 
-    _need_plan()
     return [f for f in QUANT_FORMATS if LIB.llaisysCpuQuantRepacked(int(DataType[f.upper()]))]
 
 
@@ -63,7 +56,6 @@ def quant_plan(fmt: str) -> str:
 
     if fmt not in QUANT_FORMATS:
         raise ValueError(f"fmt must be one of {QUANT_FORMATS}, got {fmt!r}")
-    _need_plan()
     text = ctypes.c_char_p()
     check(LIB.llaisysCpuQuantPlan(int(DataType[fmt.upper()]), ctypes.byref(text)))
     return (text.value or b"").decode("utf-8", "replace")

@@ -47,12 +47,11 @@ def declare(lib: ctypes.CDLL) -> None:
     lib.llaisysCpuUsesAmx.restype = ctypes.c_int
     lib.llaisysCpuQuantVnni.argtypes = []
     lib.llaisysCpuQuantVnni.restype = ctypes.c_int
-    if hasattr(lib, "llaisysCpuQuantPlan"):  # (a library built before them lacks these: runtime.quant_plan says)
-        lib.llaisysCpuSplits256.argtypes = []
-        lib.llaisysCpuSplits256.restype = ctypes.c_int
-        lib.llaisysCpuQuantRepacked.argtypes = [ctypes.c_int]
-        lib.llaisysCpuQuantRepacked.restype = ctypes.c_int
-        lib.llaisysCpuQuantPlan.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-        lib.llaisysCpuQuantPlan.restype = ctypes.c_int32
+    lib.llaisysCpuSplits256.argtypes = []
+    lib.llaisysCpuSplits256.restype = ctypes.c_int
+    lib.llaisysCpuQuantRepacked.argtypes = [ctypes.c_int]
+    lib.llaisysCpuQuantRepacked.restype = ctypes.c_int
+    lib.llaisysCpuQuantPlan.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    lib.llaisysCpuQuantPlan.restype = ctypes.c_int32
     lib.llaisysCpuAmxBuilt.argtypes = []
     lib.llaisysCpuAmxBuilt.restype = ctypes.c_int
