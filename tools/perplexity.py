@@ -47,7 +47,8 @@ import numpy as np
 STDLIB_FILES = ("bisect.py", "colorsys.py", "fnmatch.py", "glob.py", "graphlib.py", "heapq.py", "queue.py",
                 "sched.py", "shlex.py", "string.py", "textwrap.py")
 DEFAULT_WINDOW = 512
-KV_DTYPES = ("f32", "f16", "bf16", "q8_0")  # engine/config.py KV_DTYPES (not imported: the llama.cpp worker has no llaisys)
+# engine/config.py KV_DTYPES (not imported: the llama.cpp worker has no llaisys)
+KV_DTYPES = ("f32", "f16", "bf16", "q8_0")
 
 
 class PerplexityError(ValueError):
