@@ -12,6 +12,28 @@ from typing import Callable, Optional, Sequence
 
 PROMPT_CONTEXT = 5  # prompt tokens decoded as left context of the first output token
 REPLACEMENT = "\ufffd"
+MEMO_IDS = 1 << 18  # one-token decodes kept per skip_special_tokens value (a vocabulary's worth)
+
+
+class MemoDecode:
+    """``decode`` with the text of single ids memoised: a steady decode step's window is the
+    token emitted last (the context) plus the new one, so half its decodes are of one id, and a
+    tokenizer's decode is a pure function of the ids. Longer windows go to ``decode`` as they are."""
+
+    def __init__(self, decode: Callable):
+        self._decode = decode
+        self._one = ({}, {})  # by skip_special_tokens: token id -> text
+
+    def __call__(self, ids, skip_special_tokens: bool = False) -> str:
+        if len(ids) != 1:
+            return self._decode(ids, skip_special_tokens=skip_special_tokens)
+        memo = self._one[bool(skip_special_tokens)]
+        text = memo.get(ids[0])
+        if text is None:
+            text = self._decode(ids, skip_special_tokens=skip_special_tokens)
+            if len(memo) < MEMO_IDS:
+                memo[ids[0]] = text
+        return text
 
 
 class IncrementalDetokenizer:

@@ -77,13 +77,24 @@ class InputBatch:
             self._set_blocks(h, 0, nr.block_ids)
             self.num_requests_received += 1
         c = out.cached_reqs
-        for i, rid in enumerate(c.req_ids):
+        rows, cols, ids = [], [], []  # the single new tokens (a decode step's), written in one go
+        for rid, new, keep, blocks, seq_id in zip(c.req_ids, c.new_token_ids, c.num_kept_blocks, c.new_block_ids,
+                                                  c.seq_ids):
             h = self.held[rid]
-            if c.new_token_ids[i]:
-                self._append_tokens(h, c.new_token_ids[i])
-            self._set_blocks(h, c.num_kept_blocks[i], c.new_block_ids[i])
-            if h.seq_id != c.seq_ids[i]:
-                h.seq_id, self._tables_moved = c.seq_ids[i], True
+            if len(new) == 1:
+                rows.append(h.row)
+                cols.append(h.num_tokens)
+                ids.append(new[0])
+                h.num_tokens += 1
+            elif new:
+                self._append_tokens(h, new)
+            if blocks or keep != h.num_blocks:
+                self._set_blocks(h, keep, blocks)
+            if h.seq_id != seq_id:
+                h.seq_id, self._tables_moved = seq_id, True
+        if rows:
+            self.tokens = _grown(self.tokens, 0, max(cols) + 1)
+            self.tokens[rows, cols] = ids
 
     def drop(self, req_id: str) -> None:
         """Forget a finished request (unknown ids are ignored)."""
@@ -143,8 +154,12 @@ class InputBatch:
             return batch
         batch.block_tables = last.block_tables if held is None else self._tables(held, self._last_rows)
         bs = self.block_size
+        offsets = positions % bs
+        if held is None and offsets.all():  # no row enters a new block: each slot follows the last one
+            batch.slot_mapping = last.slot_mapping + 1
+            return batch
         blocks = batch.block_tables[last.seq_of_token, positions // bs].astype(np.int64)
-        batch.slot_mapping = blocks * bs + positions % bs
+        batch.slot_mapping = blocks * bs + offsets
         return batch
 
     def _tables(self, held: list, rows: np.ndarray) -> np.ndarray:

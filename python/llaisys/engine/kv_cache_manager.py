@@ -203,11 +203,15 @@ class KVCacheManager:
         another block already holds leaves this block uncached (it stays private)."""
         if not self.enable_prefix_caching:
             return
-        table, bs = self.tables.get(req.request_id, []), self.block_size
-        n_full = min(req.num_computed_tokens // bs, len(table))
+        bs = self.block_size
+        n_full = req.num_computed_tokens // bs
         start = self._num_hashed.get(req.request_id, 0)
         if start >= n_full:
             return  # no newly completed block (every decode step but one in block_size)
+        table = self.tables.get(req.request_id, [])
+        n_full = min(n_full, len(table))
+        if start >= n_full:
+            return
         hashes = self._hashes(req, n_full)
         for i in range(start, n_full):
             blk = self.blocks[table[i]]
@@ -238,6 +242,9 @@ class KVCacheManager:
         when the free pool is too small.
         """
         table = self.tables.get(req.request_id, [])
+        if (computed is None and table and len(table) * self.block_size >= req.num_computed_tokens + num_new_tokens
+                and (req.slot_seq_id is not None or self.layout != "slot")):
+            return True  # its table already covers them (a decode step but one in block_size)
         hit = computed.block_ids if computed is not None else []
         start = computed.num_tokens if computed is not None else req.num_computed_tokens
         need = self.blocks_for(start + num_new_tokens) - len(table) - len(hit)

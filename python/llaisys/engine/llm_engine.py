@@ -306,7 +306,9 @@ class LLMEngine:
         failed: list = []
         outputs = self.processor.make_outputs(changed, on_error=lambda seqs, msg: failed.extend(
             self._fail_seqs(seqs, msg)))
-        finished = [r for r in changed if r.is_finished] + [r for r in failed if r not in changed]
+        finished = [r for r in changed if r.status >= RequestStatus.FINISHED_STOPPED]  # r.is_finished (hot)
+        if failed:
+            finished += [r for r in failed if r not in changed]
         self.step_runner.release(r.request_id for r in finished)
         self.metrics.update(self.scheduler, out, result.num_sampled, finished)
         return outputs

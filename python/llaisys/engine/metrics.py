@@ -79,8 +79,9 @@ class EngineMetrics:
         if out is not None and out.total_num_scheduled_tokens:
             self.num_steps += 1
             self.computed_tokens_total += out.total_num_scheduled_tokens
-            self.prompt_tokens_total += sum(r.num_prompt_tokens for r in out.scheduled
-                                            if r.request_id in out.new_req_ids)
+            if out.new_req_ids:
+                self.prompt_tokens_total += sum(r.num_prompt_tokens for r in out.scheduled
+                                                if r.request_id in out.new_req_ids)
         self.generation_tokens_total += num_sampled
         for req in finished:
             self._on_finished(req)

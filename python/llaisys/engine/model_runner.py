@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import operator
 from typing import Optional
 
 import numpy as np
 
 from ..kv_cache import KVCache
 from ..models.model import Model, RowSampling
+from ..models.step_io import PackedSampling
 from .executor import empty_result
 from .request import Request
 from .step_input import StepInput, StepResult
@@ -39,6 +41,54 @@ def row_sampling(req: Request, offset: int = 0, drafts=()) -> RowSampling:
 POOLING_ROW = RowSampling()
 
 
+def _steady(req: Request) -> bool:
+    """Whether the request's row_sampling (offset 0) changes only in ``step`` from now on: no
+    penalties (they read the output), no grammar mask, min_tokens reached (the bias is fixed)."""
+    sp = req.sampling_params
+    return (sp.repetition_penalty == 1.0 and sp.presence_penalty == 0.0 and sp.frequency_penalty == 0.0
+            and req.structured is None and len(req.output_token_ids) >= sp.min_tokens)
+
+
+# what row_sampling reads of a request and its SamplingParams, besides the output (C-speed getters)
+_REQ_KEY = operator.attrgetter("seed", "sampling_params", "structured")
+_SP_KEY = operator.attrgetter("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "presence_penalty",
+                              "frequency_penalty", "logprobs", "min_tokens", "logit_bias", "stop_token_ids",
+                              "ignore_eos")
+
+
+class SamplingRows:
+    """The previous step's sampling rows, kept packed (step_io.PackedSampling): while the sample
+    rows are the same requests in the same order with the same parameters (steady decoding), a
+    step writes only each row's ``step`` and re-packs only the rows that are not steady, instead
+    of building and packing every row's parameters again. The parameters are compared each step
+    (a request's SamplingParams changed inside the engine must reach the core, which refuses a
+    bad one: failure isolation, test_real_model_failures.py)."""
+
+    def __init__(self):
+        self._reqs: list = []  # the Requests of the packed rows, in order
+        self._keys: list = []  # their parameters when packed (_REQ_KEY, _SP_KEY)
+        self._packed: Optional[PackedSampling] = None
+        self._unsteady: list = []  # rows packed again each step
+        self.wants_logprobs = False  # any packed row asked for logprobs
+
+    def pack(self, reqs: list) -> PackedSampling:
+        """The rows (offset 0) of `reqs` packed as row_sampling gives them."""
+        p = self._packed
+        keys = list(map(_REQ_KEY, reqs))
+        keys += list(map(_SP_KEY, [k[1] for k in keys]))
+        if (p is None or len(reqs) != len(self._reqs) or not all(map(operator.is_, reqs, self._reqs))
+                or keys != self._keys):
+            p = self._packed = PackedSampling([row_sampling(r) for r in reqs])
+            self._reqs, self._keys = list(reqs), keys
+            self._unsteady = [i for i, r in enumerate(reqs) if not _steady(r)]
+            self.wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
+            return p
+        for i in self._unsteady:
+            p.refill(i, row_sampling(reqs[i]))
+        p.steps[:] = [len(r.output_token_ids) for r in reqs]
+        return p
+
+
 def _head(a: Optional[np.ndarray], n: int) -> Optional[np.ndarray]:
     """The first n rows of a per-sample-row array (the generation rows), or None."""
     return None if a is None else a[:n]
@@ -52,6 +102,7 @@ class CoreModelRunner:
     def __init__(self, model: Model, cache: KVCache):
         self.model = model
         self.cache = cache
+        self.sampling_rows = SamplingRows()  # the previous step's sampling rows, kept packed
 
     @property
     def vocab_size(self) -> int:
@@ -82,17 +133,22 @@ class CoreModelRunner:
         if batch.n_tokens == 0:
             return empty_result()
         n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
-        rows = [row_sampling(r, o, r.spec_token_ids) for r, o in zip(batch.sample_requests, batch.offsets)]
-        # One call for both kinds: the core's sample rows are the generation rows' last tokens,
-        # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
-        # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
-        # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
-        sampling = rows + [POOLING_ROW] * len(hidden_rows) if rows else None
+        reqs = batch.sample_requests
+        if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
+            sampling = self.sampling_rows.pack(reqs)
+            top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs
+        else:
+            rows = [row_sampling(r, o, r.spec_token_ids) for r, o in zip(reqs, batch.offsets)]
+            # One call for both kinds: the core's sample rows are the generation rows' last tokens,
+            # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
+            # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
+            # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
+            sampling = rows + [POOLING_ROW] * len(hidden_rows) if rows else None
+            top = max((r.n_logprobs for r in rows), default=0)
+            wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
         core_rows = np.concatenate([batch.sample_rows, hidden_rows]) if len(hidden_rows) else batch.sample_rows
-        top = max((r.n_logprobs for r in rows), default=0)
         layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
                       context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)
-        wants_logprobs = any(r.sampling_params.logprobs is not None for r in batch.sample_requests)
         res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
                               query_start=batch.query_start, sample_rows=core_rows, sampling=sampling,
                               top_capacity=top, want_logprobs=wants_logprobs, want_hidden=len(hidden_rows) > 0,

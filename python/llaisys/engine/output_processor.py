@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
+from .detokenizer import IncrementalDetokenizer, MemoDecode, find_stop, stop_prefix_len
 from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
 
@@ -48,9 +48,21 @@ class _Group:
     final_only: bool = False  # only its final output is wanted (LLM.generate): no per-step outputs
 
 
+_FINISHED = RequestStatus.FINISHED_STOPPED  # statuses from here on are finished (RequestStatus.is_finished)
+
+
+def _running(seqs: list) -> bool:
+    """Whether any of the sequences is unfinished."""
+    for r in seqs:
+        if r.status < _FINISHED:
+            return True
+    return False
+
+
 class OutputProcessor:
     def __init__(self, decode: Callable):
-        self.decode = decode  # decode(ids, skip_special_tokens=bool) -> str
+        # decode(ids, skip_special_tokens=bool) -> str; one-token decodes memoised (detokenizer.py)
+        self.decode = MemoDecode(decode)
         self._groups: dict = {}  # external id -> _Group
         self._texts: dict = {}  # req_id -> _SeqText
 
@@ -79,9 +91,10 @@ class OutputProcessor:
         text could not be made (FINISHED_ERROR). A request the scheduler already finished
         (length, a grammar's end) may still end on a stop string, which then is its reason."""
         finishes = []
+        texts = self._texts
         for req in reqs:
-            st = self._texts.get(req.request_id)
-            if st is None or req.is_pooling:
+            st = texts.get(req.request_id)
+            if st is None or req.pooling_params is not None:
                 continue
             try:
                 if self._consume(req, st):
@@ -94,7 +107,8 @@ class OutputProcessor:
     def _consume(self, req: Request, st: _SeqText) -> bool:
         """Run the request's unseen output tokens through its detokenizer; True if a stop
         string ended it (req.stop_reason is the string)."""
-        sp, ids, n = req.sampling_params, req.output_token_ids, req.num_output_tokens
+        sp, ids = req.sampling_params, req.output_token_ids
+        n = len(ids)
         for i in range(st.seen, n):
             st.seen = i + 1
             # the eos / stop id that ended it, or a token the grammar refused (never shown)
@@ -114,7 +128,7 @@ class OutputProcessor:
                     req.stop_reason, req.stopped_by_token = s, False
                     req.truncate_output(i + 1)
                     return True
-        if req.is_finished:
+        if req.status >= _FINISHED:
             st.text += st.detok.flush()  # nothing more is coming
         return False
 
@@ -126,13 +140,10 @@ class OutputProcessor:
         If making one request's output raises, that request alone ends: ``on_error(seqs,
         message)`` is called (the engine finishes the unfinished ones with "error") and its
         final output carries what had been sent so far and the error; the others go on."""
-        seen = {}
-        for req in reqs:
-            seen.setdefault(req.external_id, None)
         outs = []
-        for gid in seen:
+        for gid in dict.fromkeys([req.external_id for req in reqs]):  # first-seen order
             g = self._groups.get(gid)
-            if g is None or g.final_only and not all(r.is_finished for r in g.seqs):
+            if g is None or g.final_only and _running(g.seqs):
                 continue
             try:
                 out = self._pooling_output(g) if g.seqs[0].is_pooling else self._group_output(g)

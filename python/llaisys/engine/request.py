@@ -182,17 +182,22 @@ class Request:
 
         As in vLLM, a stop token counts only after min_tokens other tokens (the sampler bans it
         until then, see logit_bias_now), the grammar's end once min_tokens are out."""
-        self.append_output_token(token_id, logprobs)
-        if self.times.first_token is None:
-            self.times.first_token = now
-        self.times.last_token = now
+        out = self.output_token_ids
+        out.append(token_id)  # append_output_token, inlined (once a token a step)
+        self.all_token_ids.append(token_id)
+        if self.logprobs is not None:
+            self.logprobs.append(logprobs if logprobs is not None else {})
+        times = self.times
+        if times.first_token is None:
+            times.first_token = now
+        times.last_token = now
         if self.structured is not None:
             try:
                 self.structured.advance(token_id)
             except StructuredOutputError as e:  # the grammar refuses the token
                 self.error, self.error_param = str(e), e.param
                 return RequestStatus.FINISHED_ERROR
-        sp, n = self.sampling_params, len(self.output_token_ids)
+        sp, n = self.sampling_params, len(out)
         if n > sp.min_tokens and ((not sp.ignore_eos and token_id in self.eos_token_ids)
                                   or token_id in sp.stop_token_ids):
             self.stop_reason = token_id if token_id in sp.stop_token_ids else None

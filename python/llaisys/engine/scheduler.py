@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from itertools import repeat
 from typing import Callable, Optional
 
 from .config import EngineConfig
@@ -34,9 +35,11 @@ from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
 from .sched_output import NewRequestData, SchedulerOutput
-from .step_cost import StepCost, attention_pairs
+from .step_cost import StepCost
 
 log = logging.getLogger(__name__)
+
+_FINISHED = RequestStatus.FINISHED_STOPPED  # statuses from here on are finished (RequestStatus.is_finished)
 
 
 def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optional[int]) -> int:
@@ -125,12 +128,16 @@ class Scheduler:
         cost, target = self.step_cost, self.config.decode_gap_ms / 1e3
         if cost is None or target <= 0:
             return None
-        decoding = [r for r in self.running if r.num_tokens - r.num_computed_tokens == 1]
-        if not decoding and len(self.running) + len(self.waiting) < 2:
+        tokens = pairs = 0  # of the decode rows
+        for r in self.running:
+            start = r.num_computed_tokens
+            if len(r.all_token_ids) - start == 1:
+                n = 1 + len(r.spec_token_ids)
+                tokens += n
+                pairs += n * start + n * (n + 1) // 2  # attention_pairs(n, start), inlined (hot)
+        if not tokens and len(self.running) + len(self.waiting) < 2:
             return None  # one prompt alone: its chunks take the whole token budget
-        n = [1 + len(r.spec_token_ids) for r in decoding]  # each decode row's tokens
-        pairs = sum(map(attention_pairs, n, (r.num_computed_tokens for r in decoding)))
-        return target - cost.seconds(sum(n), pairs)  # less the fixed part and the decode rows
+        return target - cost.seconds(tokens, pairs)  # less the fixed part and the decode rows
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
         n = req.num_tokens - num_computed
@@ -144,15 +151,16 @@ class Scheduler:
 
     def _add_row(self, out: SchedulerOutput, req: Request, n: int, drafts: Optional[list] = None) -> None:
         rid = req.request_id
+        computed = req.num_computed_tokens
         out.scheduled.append(req)
         out.num_scheduled_tokens[rid] = n
-        out.num_computed_tokens[rid] = req.num_computed_tokens
+        out.num_computed_tokens[rid] = computed
         if drafts:
             out.spec_token_ids[rid] = drafts
             n -= len(drafts)
-        if req.is_pooling:
+        if req.pooling_params is not None:
             out.pooling_req_ids.add(rid)
-        elif req.num_computed_tokens + n == req.num_tokens:
+        elif computed + n == len(req.all_token_ids):
             out.sample_req_ids.add(rid)
         out.total_num_scheduled_tokens += n
         if req.times.first_scheduled is None:
@@ -163,14 +171,15 @@ class Scheduler:
         """What the runner learns of a scheduled request: all of it the first time, after that
         the tokens and blocks it gained since it was last scheduled (sched_output.py)."""
         rid = req.request_id
-        table = self.kv.block_table(rid) if self.kv.layout == "block" else []
+        table = self.kv.tables.get(rid, ()) if self.kv.layout == "block" else ()
+        known = req.all_token_ids
         if req.runner_tokens < 0:
-            out.new_reqs.append(NewRequestData(rid, req, list(req.all_token_ids), list(table), req.slot_seq_id))
+            out.new_reqs.append(NewRequestData(rid, req, list(known), list(table), req.slot_seq_id))
         else:
             keep = min(req.runner_blocks, len(table))
-            out.cached_reqs.add(rid, rid in out.resumed_req_ids, req.all_token_ids[req.runner_tokens:], keep,
-                                table[keep:], req.slot_seq_id)
-        req.runner_tokens, req.runner_blocks = req.num_tokens, len(table)
+            out.cached_reqs.add(rid, bool(out.resumed_req_ids) and rid in out.resumed_req_ids,
+                                known[req.runner_tokens:], keep, table[keep:] if table else [], req.slot_seq_id)
+        req.runner_tokens, req.runner_blocks = len(known), len(table)
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         i = 0
@@ -178,15 +187,19 @@ class Scheduler:
             req = self.running[i]
             # keep one token for each running request after this one (budget >= len(running) - i holds)
             reserve = len(self.running) - i - 1
-            n = self._chunk(req, req.num_computed_tokens, budget - reserve)
+            if len(req.all_token_ids) - req.num_computed_tokens == 1 and budget > reserve:
+                n = 1  # a decode row (what _chunk gives it), the common case
+            else:
+                n = self._chunk(req, req.num_computed_tokens, budget - reserve)
             assert n >= 1, "a running request must get a token (max_num_batched_tokens >= max_num_seqs)"
-            k = self._drafts_fitting(req, n, budget - reserve)
+            k = self._drafts_fitting(req, n, budget - reserve) if req.spec_token_ids else 0
             if k and self.kv.allocate_slots(req, n + k):  # never preempts: drafts only use free room
                 self._add_row(out, req, n + k, req.spec_token_ids[:k])
                 budget -= n + k
                 i += 1
                 continue
-            req.spec_token_ids, req.spec_probs = [], None
+            if req.spec_token_ids or req.spec_probs is not None:
+                req.spec_token_ids, req.spec_probs = [], None
             while not self.kv.allocate_slots(req, n):
                 victim = self.running.pop()
                 self._preempt(victim, out)
@@ -266,7 +279,7 @@ class Scheduler:
         touched = []
         now = self.clock()
         for req in out.scheduled:
-            if req.is_finished:  # aborted while the step ran (or failed in it)
+            if req.status >= _FINISHED:  # aborted while the step ran (or failed in it)
                 continue
             try:
                 if self._advance(req, out, sampled, logprobs, pooled, now):
@@ -286,13 +299,13 @@ class Scheduler:
             return self._advance_spec(req, out, sampled, logprobs, now)
         req.num_computed_tokens += out.num_scheduled_tokens[rid]
         self.kv.cache_blocks(req)
-        if req.is_pooling:
+        if req.pooling_params is not None:
             return self._pool(req, (pooled or {}).get(rid))
         tokens = sampled.get(rid) if rid in out.sample_req_ids else None
         if not tokens:
             return False  # a middle prefill chunk: nothing sampled
-        lps = (logprobs or {}).get(rid) or [None] * len(tokens)
-        for tok, lp in zip(tokens, lps):
+        lps = logprobs.get(rid) if logprobs else None
+        for tok, lp in zip(tokens, lps or repeat(None)):
             status = req.append_token(int(tok), lp, now)
             if status is not None:
                 self.finish(req, status, req.error)  # the request's reason (a grammar failure) is kept

@@ -139,7 +139,15 @@ def unpack_result(batch: StepInput, result: StepResult, verifier: Optional[Calla
         raise RuntimeError(f"the runner returned {ids.shape[0]} sampled ids for {batch.n_sample} sample rows")
     pooled = _pooled_sums(batch, result.hidden)
     sampled, logprobs = {}, {}
-    verify = verifier(batch, result) if verifier is not None and batch.spec else None
+    if not batch.spec:  # one sample row a request (no drafts to verify): the common step
+        for i, (req, t) in enumerate(zip(batch.sample_requests, ids.tolist() if ids.dtype.kind in "iu"
+                                         else [int(t) for t in ids])):
+            sampled[req.request_id] = [t]
+            want = req.sampling_params.logprobs
+            if want is not None:
+                logprobs[req.request_id] = [_logprob_entry(want, result, i, t, ids)]
+        return sampled, logprobs, pooled
+    verify = verifier(batch, result) if verifier is not None else None
     i, reqs = 0, batch.sample_requests
     while i < len(reqs):
         req = reqs[i]

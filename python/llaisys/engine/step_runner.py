@@ -58,7 +58,7 @@ class RunnerOutput:
 
     @property
     def num_sampled(self) -> int:
-        return sum(len(t) for t in self.sampled.values())
+        return sum(map(len, self.sampled.values()))
 
 
 class StepRunner:
@@ -104,10 +104,14 @@ class StepRunner:
             t0 = time.perf_counter()
             result = self.model_runner.execute(batch)
             seconds = time.perf_counter() - t0
-            if batch.n_tokens and self.step_cost is not None:
-                n = np.diff(batch.query_start).astype(np.int64)  # [n_seqs] tokens of each row
-                pairs = int(attention_pairs(n, batch.context_lens.astype(np.int64) - n).sum())
-                self.step_cost.observe(batch.n_tokens, pairs, seconds)
+            n_tokens = batch.n_tokens
+            if n_tokens and self.step_cost is not None:
+                if n_tokens == batch.n_seqs:  # one token a row (decoding): a row's pairs are its context
+                    pairs = int(batch.context_lens.sum(dtype=np.int64))
+                else:
+                    n = np.diff(batch.query_start).astype(np.int64)  # [n_seqs] tokens of each row
+                    pairs = int(attention_pairs(n, batch.context_lens.astype(np.int64) - n).sum())
+                self.step_cost.observe(n_tokens, pairs, seconds)
             if self.spec is not None:
                 self.spec.observe_step(batch.n_tokens, batch.n_seqs, seconds)
             return RunnerOutput(*unpack_result(batch, result, self._verifier()))

@@ -20,7 +20,7 @@ from ..owned import OwnedHandle
 from .arch import weight_slots
 from .config import ModelParams
 from .loader import LoadedModel, load_model
-from .step_io import RowSampling, StepResult, fill_sampling, make_batch, make_embeds, ptr
+from .step_io import PackedSampling, RowSampling, StepResult, fill_sampling, make_batch, make_embeds, ptr
 
 __all__ = ["Model", "ModelStatsInfo", "RowSampling", "StepResult", "c_params"]
 
@@ -165,7 +165,7 @@ class Model(OwnedHandle):
 
     def step(self, cache: KVCache, *, token_ids, positions, query_start, sample_rows=None,
              slot_mapping=None, block_tables=None, context_lens=None, seq_ids=None,
-             sampling: Optional[Sequence[RowSampling]] = None, top_capacity: int = 0,
+             sampling: "Optional[Sequence[RowSampling] | PackedSampling]" = None, top_capacity: int = 0,
              want_logits: bool = False, want_hidden: bool = False,
              want_logprobs: bool = True, embed_rows=None, embeds=None) -> Optional[StepResult]:
         """One core call for a flat batch (llaisysModelStep; shapes in llaisysBatch_t).
@@ -173,6 +173,9 @@ class Model(OwnedHandle):
         embed_rows [n_embed] int32 (flat token indices, increasing) with embeds [n_embed, hidden]
         f32: those tokens' input rows instead of their embedding lookup (llaisysModelStepEmbeds;
         their token_ids are ignored).
+
+        sampling: one RowSampling per sample row, or a step_io.PackedSampling of them (already in
+        C form, kept between steps by the engine's runner).
 
         With want_logprobs=False the result's logprobs is None; greedy rows may then be decided
         without computing every logit (the lm_head screen, doc/architecture.md).
@@ -189,10 +192,12 @@ class Model(OwnedHandle):
         if sampling is not None:
             if len(sampling) != n_sample:
                 raise ValueError(f"{len(sampling)} sampling rows for {n_sample} sample rows")
-            params = (CSamplingParams * max(n_sample, 1))()
-            for i, r in enumerate(sampling):
-                fill_sampling(params[i], r, keep)
-            params_ptr = params
+            if isinstance(sampling, PackedSampling):  # packed by the caller (kept between steps)
+                params_ptr = sampling.params
+            else:
+                params_ptr = (CSamplingParams * max(n_sample, 1))()
+                for i, r in enumerate(sampling):
+                    fill_sampling(params_ptr[i], r, keep)
             res.token_ids = np.zeros(n_sample, np.int64)  # [n_sample]
             out.sample.token_ids = ptr(res.token_ids)
             if want_logprobs:

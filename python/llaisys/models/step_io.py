@@ -88,6 +88,33 @@ def fill_sampling(c: CSamplingParams, r: RowSampling, keep: list) -> None:
         c.mask_words = len(mask)
 
 
+class PackedSampling:
+    """Sampling rows already in their C form (an llaisysSamplingParams_t array and the arrays it
+    points into), kept between steps by a caller whose rows change only in ``step`` from one
+    step to the next (engine/model_runner.SamplingRows); Model.step takes it in place of RowSamplings."""
+
+    def __init__(self, rows: "list[RowSampling]"):
+        n, size = len(rows), ctypes.sizeof(CSamplingParams)
+        self._raw = np.zeros(max(n, 1) * size, np.uint8)  # the array's memory (numpy owns it)
+        self.params = (CSamplingParams * max(n, 1)).from_buffer(self._raw)
+        self._keep: list = [[] for _ in range(n)]  # per row: the arrays its pointers hold
+        # [n] uint64 view of each row's ``step`` field (the one value a steady row changes)
+        self.steps = self._raw.view(np.uint64).reshape(max(n, 1), size // 8)[:n, CSamplingParams.step.offset // 8]
+        self.n = n
+        self.top = max((r.n_logprobs for r in rows), default=0)  # the widest n_logprobs
+        for i, r in enumerate(rows):
+            fill_sampling(self.params[i], r, self._keep[i])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def refill(self, i: int, r: RowSampling) -> None:
+        """Write row i again from scratch (a row whose parameters change: penalties, a mask...)."""
+        self.params[i] = CSamplingParams()
+        self._keep[i] = []
+        fill_sampling(self.params[i], r, self._keep[i])
+
+
 def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, slot_mapping, block_tables,
                context_lens, seq_ids) -> Batch:
     """A llaisysBatch_t over contiguous copies of the arrays (appended to `keep`)."""
