@@ -99,6 +99,18 @@ LLAISYS_API llaisysStatus_t llaisysKVCacheBlockRead(llaisysKVCache_t cache, size
                                                     size_t capacity);
 LLAISYS_API llaisysStatus_t llaisysKVCacheBlockWrite(llaisysKVCache_t cache, size_t block, const void *src,
                                                      size_t size);
+/* BLOCK layout only (UNSUPPORTED on SLOT, which moves cells with SeqAdd): cache reuse, cached
+ * tokens moved to new positions (doc/engine.md "Cache reuse"). For each i < n, in every layer,
+ * slot dst_slots[i] gets slot src_slots[i]'s V and its K re-rotated by deltas[i] positions (RoPE
+ * composes: the key stored for position p becomes the key for p + delta), with SeqAdd's rotation
+ * and table: the model's (scaled) one for a cache the model made, else that of rope_theta (a
+ * cache made with rope_theta 0 has none: a nonzero delta is then INVALID_ARGUMENT). Slots are in
+ * [0, n_slots): OUT_OF_RANGE otherwise. The dst slots must be distinct and none may be a src
+ * slot, |delta| <= INT32_MAX: INVALID_ARGUMENT otherwise. n = 0 is a no-op; NULL arrays with
+ * n > 0 are INVALID_ARGUMENT. CPU caches only: UNSUPPORTED on other devices. Nothing is changed
+ * on an error. */
+LLAISYS_API llaisysStatus_t llaisysKVCacheCopyShift(llaisysKVCache_t cache, size_t n, const int32_t *src_slots,
+                                                    const int32_t *dst_slots, const int64_t *deltas);
 /* Both layouts: forget everything (SLOT: all cells free). */
 LLAISYS_API llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache);
 

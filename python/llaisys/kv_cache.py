@@ -97,6 +97,17 @@ class KVCache(OwnedHandle):
         arr = np.frombuffer(data, np.uint8)
         check(LIB.llaisysKVCacheBlockWrite(self.handle, block, arr.ctypes.data, arr.nbytes))
 
+    def copy_shift(self, src_slots, dst_slots, deltas) -> None:
+        """BLOCK: slot dst_slots[i] of every layer gets slot src_slots[i]'s V and its K re-rotated
+        by deltas[i] positions (llaisysKVCacheCopyShift; cache reuse). Equal lengths, or ValueError."""
+        src = np.ascontiguousarray(src_slots, np.int32)
+        dst = np.ascontiguousarray(dst_slots, np.int32)
+        delta = np.ascontiguousarray(deltas, np.int64)
+        if not src.ndim == dst.ndim == delta.ndim == 1 or not len(src) == len(dst) == len(delta):
+            raise ValueError(f"copy_shift needs three 1-D arrays of one length, got shapes {src.shape}, "
+                             f"{dst.shape} and {delta.shape}")
+        check(LIB.llaisysKVCacheCopyShift(self.handle, len(src), src.ctypes.data, dst.ctypes.data, delta.ctypes.data))
+
     # -- SLOT layout sequence operations (llama.cpp's llama_memory_seq_*) ----------------
     @staticmethod
     def _seq(seq: int, allow_all: bool = False) -> int:

@@ -8,7 +8,9 @@
 #include "../utils/error.hpp"
 #include "../utils/types.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <vector>
 
@@ -53,7 +55,9 @@ KVCache::KVCache(const llaisysKVCacheParams_t &params) : p_(params) {
     std::vector<size_t> shape{p_.n_layers, p_.n_slots, p_.n_kv_heads, p_.head_dim};
     k_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
     v_ = Tensor::create(shape, p_.dtype, p_.device, p_.device_id);
-    if (cells_) {  // SLOT: seq_add's default table, that of rope_theta
+    // seq_add's (SLOT) and copy_shift's (BLOCK) default table, that of rope_theta (a BLOCK cache
+    // may be made without one: then only a delta 0 copy works until set_rope)
+    if (cells_ || (std::isfinite(p_.rope_theta) && p_.rope_theta > 0.0f)) {
         std::vector<float> inv_freq(p_.head_dim / 2);  // [head_dim / 2]
         for (size_t j = 0; j < inv_freq.size(); j++) {
             inv_freq[j] = 1.0f / std::pow(p_.rope_theta, float(2 * j) / float(p_.head_dim));
@@ -164,25 +168,62 @@ void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
         fail(LLAISYS_STATUS_UNSUPPORTED, "seq_add: no backend for device ", int(p_.device), " in this build");
 #endif
     }
-    // RoPE composes: rotating a key stored at p by delta gives the key at p + delta. A q8_0
-    // row is widened to f32, rotated and quantized again (as llama.cpp's K shift does).
-    const bool q8 = p_.dtype == LLAISYS_DTYPE_Q8_0;
-    std::vector<float> f(q8 ? row_elems() : 0);  // [n_kv_heads * head_dim] one q8_0 row in f32
+    std::vector<float> scratch;
     for (size_t layer = 0; layer < p_.n_layers; layer++) {
-        for (int32_t cell : shifted) {
-            std::byte *row = k(layer) + size_t(cell) * row_bytes();
-            if (!q8) {
-                ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(),
-                               inv_freq_.data(), 1.0f);
-                continue;
-            }
-            auto *blocks = reinterpret_cast<quant::BlockQ8_0 *>(row);
-            const size_t nb = row_elems() / quant::kBlock32;
-            for (size_t b = 0; b < nb; b++) quant::dequantize_block(blocks[b], f.data() + b * quant::kBlock32);
-            auto *fb = reinterpret_cast<std::byte *>(f.data());
-            ops::cpu::rope(fb, fb, &delta, LLAISYS_DTYPE_F32, 1, p_.n_kv_heads, p_.head_dim, row_elems(),
-                           inv_freq_.data(), 1.0f);
-            for (size_t b = 0; b < nb; b++) quant::quantize_block(f.data() + b * quant::kBlock32, blocks[b]);
+        for (int32_t cell : shifted) rotate_key_cpu(layer, cell, delta, scratch);
+    }
+}
+
+// RoPE composes: rotating a key stored at p by delta gives the key at p + delta. A q8_0 row is
+// widened to f32, rotated and quantized again (as llama.cpp's K shift does).
+void KVCache::rotate_key_cpu(size_t layer, int32_t slot, int64_t delta, std::vector<float> &scratch) {
+    std::byte *row = k(layer) + size_t(slot) * row_bytes();
+    if (p_.dtype != LLAISYS_DTYPE_Q8_0) {
+        ops::cpu::rope(row, row, &delta, p_.dtype, 1, p_.n_kv_heads, p_.head_dim, row_elems(), inv_freq_.data(),
+                       1.0f);
+        return;
+    }
+    scratch.resize(row_elems());  // [n_kv_heads * head_dim] one q8_0 row in f32
+    auto *blocks = reinterpret_cast<quant::BlockQ8_0 *>(row);
+    const size_t nb = row_elems() / quant::kBlock32;
+    for (size_t b = 0; b < nb; b++) quant::dequantize_block(blocks[b], scratch.data() + b * quant::kBlock32);
+    auto *fb = reinterpret_cast<std::byte *>(scratch.data());
+    ops::cpu::rope(fb, fb, &delta, LLAISYS_DTYPE_F32, 1, p_.n_kv_heads, p_.head_dim, row_elems(), inv_freq_.data(),
+                   1.0f);
+    for (size_t b = 0; b < nb; b++) quant::quantize_block(scratch.data() + b * quant::kBlock32, blocks[b]);
+}
+
+void KVCache::copy_shift(size_t n, const int32_t *src, const int32_t *dst, const int64_t *delta) {
+    LLAISYS_CHECK(p_.layout == LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_STATUS_UNSUPPORTED,
+                  "copy_shift needs the BLOCK layout; the SLOT layout moves cells with seq_add");
+    if (n == 0) return;
+    LLAISYS_CHECK_ARG(src != nullptr && dst != nullptr && delta != nullptr,
+                      "copy_shift: src, dst and delta must not be NULL when n > 0");
+    LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED,
+                  "copy_shift (cache reuse) runs on the CPU only in this build");
+    std::vector<int32_t> dsts(dst, dst + n);  // [n] sorted: distinct, and no src among them
+    std::sort(dsts.begin(), dsts.end());
+    for (size_t i = 0; i < n; i++) {
+        for (int32_t s : {src[i], dst[i]}) {
+            LLAISYS_CHECK(s >= 0 && size_t(s) < p_.n_slots, LLAISYS_STATUS_OUT_OF_RANGE, "copy_shift: slot ", s,
+                          " (entry ", i, ") is outside [0, ", p_.n_slots, ")");
+        }
+        LLAISYS_CHECK_ARG(delta[i] >= -int64_t(INT32_MAX) && delta[i] <= int64_t(INT32_MAX), "copy_shift: delta ",
+                          delta[i], " (entry ", i, ") is outside [-", INT32_MAX, ", ", INT32_MAX, "]");
+        LLAISYS_CHECK_ARG(delta[i] == 0 || !inv_freq_.empty(), "copy_shift: the cache has no RoPE table to rotate "
+                          "keys with (made with rope_theta 0; a model's cache has the model's)");
+        LLAISYS_CHECK_ARG(!std::binary_search(dsts.begin(), dsts.end(), src[i]), "copy_shift: slot ", src[i],
+                          " is both a src (entry ", i, ") and a dst");
+    }
+    const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
+    LLAISYS_CHECK_ARG(dup == dsts.end(), "copy_shift: dst slot ", dup == dsts.end() ? 0 : *dup, " is given twice");
+    const size_t rb = row_bytes();
+    std::vector<float> scratch;
+    for (size_t layer = 0; layer < p_.n_layers; layer++) {
+        for (size_t i = 0; i < n; i++) {
+            std::memcpy(k(layer) + size_t(dst[i]) * rb, k(layer) + size_t(src[i]) * rb, rb);
+            std::memcpy(v(layer) + size_t(dst[i]) * rb, v(layer) + size_t(src[i]) * rb, rb);
+            if (delta[i] != 0) rotate_key_cpu(layer, dst[i], delta[i], scratch);
         }
     }
 }

@@ -37,6 +37,11 @@ public:
     // SLOT: shift seq's positions and re-rotate the stored keys by delta.
     void seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta);
 
+    // BLOCK, CPU (cache reuse): for i < n, in every layer, slot dst[i] gets slot src[i]'s V and
+    // its K re-rotated by delta[i] positions, with seq_add's rotation and table. The dst slots
+    // are distinct and none is a src slot; every check is made before anything is written.
+    void copy_shift(size_t n, const int32_t *src, const int32_t *dst, const int64_t *delta);
+
     // The RoPE frequencies seq_add rotates keys with: inv_freq [head_dim / 2], the model's
     // (scaled) table (ops/rope/rope_freqs.hpp). A pure rotation (attention scale 1). Until it
     // is called, the default table of params().rope_theta. A GPU cache keeps a device copy.
@@ -54,13 +59,18 @@ public:
 private:
     void check_block(size_t block) const;
 
+    // CPU: re-rotate the key of `slot` in `layer` by delta positions, in place (seq_add and
+    // copy_shift). A q8_0 row is widened into `scratch` [row_elems()], rotated, quantized again.
+    void rotate_key_cpu(size_t layer, int32_t slot, int64_t delta, std::vector<float> &scratch);
+
     // seq_add on a GPU: rotate the keys of `cells` by delta positions, in one launch on the
     // cache's own stream, synchronized before it returns (nvidia/shift_nvidia.cpp).
     void rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delta);
 
     llaisysKVCacheParams_t p_;
     tensor_t k_, v_;  // [n_layers, n_slots, n_kv_heads, head_dim]
-    std::vector<float> inv_freq_;  // [head_dim / 2] host table of seq_add's rotation
+    std::vector<float> inv_freq_;  // [head_dim / 2] host table of seq_add's (and copy_shift's) rotation;
+                                   // empty for a BLOCK cache made without a rope_theta > 0 or set_rope
     tensor_t inv_freq_dev_;        // [head_dim / 2] f32 copy on the cache's device (GPU caches only)
     std::unique_ptr<UnifiedCells> cells_;
     void *shift_stream_ = nullptr;  // GPU SLOT caches: the native stream seq_add's rotation runs on

@@ -108,6 +108,11 @@ llaisysStatus_t llaisysKVCacheBlockWrite(llaisysKVCache_t cache, size_t block, c
     return guard([&] { cache_of(cache)->write_block(block, src, size); });
 }
 
+llaisysStatus_t llaisysKVCacheCopyShift(llaisysKVCache_t cache, size_t n, const int32_t *src_slots,
+                                        const int32_t *dst_slots, const int64_t *deltas) {
+    return guard([&] { cache_of(cache)->copy_shift(n, src_slots, dst_slots, deltas); });
+}
+
 llaisysStatus_t llaisysKVCacheClear(llaisysKVCache_t cache) {
     return guard([&] { cache_of(cache)->clear(); });
 }

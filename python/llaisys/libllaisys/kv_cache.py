@@ -63,6 +63,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysKVCacheBlockBytes": [C, ctypes.POINTER(ctypes.c_size_t)],
         "llaisysKVCacheBlockRead": [C, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t],
         "llaisysKVCacheBlockWrite": [C, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t],
+        "llaisysKVCacheCopyShift": [C, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
