@@ -9,10 +9,12 @@ lines before the cursor, `prompt` the cursor line typed so far, `input_suffix` t
 lines after; `input_extra` a ring of 32-line chunks of other standard-library modules,
 --ring-tokens tokens in all (counted with the server's /tokenize), unchanged while typing as
 llama.vim keeps it in insert mode (--ring-update-every N moves the ring every N requests: a
-new chunk appended, the oldest dropped).
+new chunk appended, the oldest dropped; those keystrokes are reported apart, for a server run
+with and without --cache-reuse).
 
 Cold prefill: --cold requests of the same size whose first chunk is unique (nothing of the
-prompt is cached), before the session. TTFT is send to the first server-sent event
+prompt is cached; a server with --cache-reuse stops its walk at that chunk too, as
+llama-server's does), before the session. TTFT is send to the first server-sent event
 (`stream: true`), the first token. Prints TTFT p50/p99 of the keystrokes against the cold
 median, and writes them (every request's TTFT, prompt and cached tokens) as JSON. Standard
 library only.
@@ -148,22 +150,26 @@ def run(args) -> dict:
               f"cached {final['tokens_cached']}", flush=True)
     keys = []
     for i, state in enumerate(states):
-        if args.ring_update_every and i and i % args.ring_update_every == 0 and spare:
+        moved = bool(args.ring_update_every and i and i % args.ring_update_every == 0 and spare)
+        if moved:
             ring = ring[1:] + [spare.pop(0)]
         ttft, final = client.infill_ttft(body_of(*state, ring, args.n_predict))
         keys.append({"ttft_s": ttft, "prompt_tokens": final["tokens_evaluated"], "cached": final["tokens_cached"],
-                     "prompt_ms": final["timings"]["prompt_ms"]})
+                     "prompt_ms": final["timings"]["prompt_ms"], "ring_moved": moved})
         print(f"key {i}: ttft {ttft:.3f} s, prompt {final['tokens_evaluated']}, cached {final['tokens_cached']}",
               flush=True)
     cold_med = percentile([c["ttft_s"] for c in cold], 50) if cold else None
     kt = [k["ttft_s"] for k in keys]
+    mt = [k["ttft_s"] for k in keys if k["ring_moved"]]  # the keystrokes whose ring moved (server --cache-reuse)
     res = {"date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "base_url": args.base_url,
            "config": {k: getattr(args, k) for k in ("requests", "ring_tokens", "n_predict", "cold", "line", "n_prefix",
                                                    "n_suffix", "ring_update_every")},
            "ring_chunks": len(ring_all[:ring_n]), "ring_tokens": sum(c["tokens"] for c in ring_all[:ring_n]),
            "cold": cold, "cold_ttft_median_s": cold_med, "keystrokes": keys,
            "ttft_p50_s": percentile(kt, 50), "ttft_p99_s": percentile(kt, 99),
-           "p50_over_cold": percentile(kt, 50) / cold_med if cold_med else None}
+           "p50_over_cold": percentile(kt, 50) / cold_med if cold_med else None,
+           "ttft_p50_moved_s": percentile(mt, 50) if mt else None,
+           "moved_p50_over_cold": percentile(mt, 50) / cold_med if mt and cold_med else None}
     return res
 
 
@@ -186,6 +192,9 @@ def main(argv=None) -> int:
     print(f"ring {res['ring_chunks']} chunks / {res['ring_tokens']} tokens; keystroke TTFT p50 "
           f"{res['ttft_p50_s']:.3f} s, p99 {res['ttft_p99_s']:.3f} s; cold prefill "
           + (f"{cold:.3f} s (p50 = {100 * res['p50_over_cold']:.0f}% of it)" if cold else "not measured"))
+    if res["ttft_p50_moved_s"] is not None:
+        print(f"keystrokes whose ring moved: TTFT p50 {res['ttft_p50_moved_s']:.3f} s"
+              + (f" ({100 * res['moved_p50_over_cold']:.0f}% of cold)" if cold else ""))
     with open(args.output, "w") as f:
         json.dump(res, f, indent=1)
     return 0

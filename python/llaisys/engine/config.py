@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from .cache_reuse import check_cache_reuse
+
 # The SLOT layout's largest seq id + 1 (LLAISYS_KV_MAX_SEQS in include/llaisys/kv_cache.h).
 KV_MAX_SEQS = 256
 
@@ -63,6 +65,9 @@ class EngineConfig:
     # about this many ms, by the step times measured so far (scheduler.py); 0: token budget only
     decode_gap_ms: float = DEFAULT_DECODE_GAP_MS
     kv_layout: str = "block"  # "block" (paged, block tables) or "slot" (unified cells, seq ids)
+    # llama-server's --cache-reuse: the shortest run of a recent request's cached tokens taken at
+    # a new position (BLOCK, CPU; cache_reuse.py, an approximation); 0: off. LLM wires it.
+    cache_reuse: int = 0
     seed: Optional[int] = None  # seeds the per-request seeds the engine picks; None: from the OS
 
     def __post_init__(self) -> None:
@@ -91,6 +96,7 @@ class EngineConfig:
             if self.max_num_seqs > KV_MAX_SEQS:
                 raise ValueError(f"max_num_seqs must be <= {KV_MAX_SEQS} with kv_layout='slot' "
                                  f"(seq ids), got {self.max_num_seqs}")
+        check_cache_reuse(self.cache_reuse, self.kv_layout, self.enable_prefix_caching)
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 

@@ -54,7 +54,8 @@ class ComputedBlocks:
     """A prefix-cache hit: blocks holding the first ``num_tokens`` tokens of a request."""
 
     block_ids: list  # hit blocks in position order
-    num_tokens: int  # len(block_ids) * block_size
+    num_tokens: int  # len(block_ids) * block_size, plus the tokens a cache-reuse plan copies after them
+    reuse: Optional[object] = None  # cache_reuse.ReusePlan: those tokens, copied by allocate_slots
 
 
 @dataclass
@@ -96,6 +97,9 @@ class KVCacheManager:
         # a lower tier (prompt_cache.PromptCacheTier: save, restore, contains, start_lookup, miss)
         # that keeps evicted cached blocks and gives them back on a lookup; None: memory only
         self.tier = None
+        # cache_reuse.CacheReuse (cache_reuse > 0): takes a request's tokens past its hit from a
+        # recent request's cached blocks at another position; None: off
+        self.reuse = None
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -158,6 +162,10 @@ class KVCacheManager:
             if blk.parent_hash != parent or blk.token_ids != tuple(req.all_token_ids[i * bs:(i + 1) * bs]):
                 break  # hash collision: not the same tokens
             hits.append(bid)
+        if self.reuse is not None:
+            plan = self.reuse.plan(req, len(hits) * bs, self)
+            if plan is not None:
+                return ComputedBlocks(hits, plan.num_tokens, plan)
         return ComputedBlocks(hits, len(hits) * bs)
 
     def _restore_from_tier(self, req: Request, start: int, n_max: int, hits: list) -> None:
@@ -249,8 +257,13 @@ class KVCacheManager:
         start = computed.num_tokens if computed is not None else req.num_computed_tokens
         need = self.blocks_for(start + num_new_tokens) - len(table) - len(hit)
         reclaimed = sum(1 for b in hit if self.blocks[b].ref_cnt == 0)  # hits now sitting in the free queue
-        if need > len(self.free_queue) - reclaimed:
+        plan = computed.reuse if computed is not None else None
+        read = [b for b in plan.blocks_read(self.block_size) if b in self.free_queue and b not in set(hit)] \
+            if plan is not None else []  # free source blocks the copy reads: no allocation below may take them
+        if need > len(self.free_queue) - reclaimed - len(read):
             return False
+        for bid in read:
+            del self.free_queue[bid]
         if self.layout == "slot" and req.slot_seq_id is None:
             req.slot_seq_id = self._free_seq_ids.popleft()
         for bid in hit:
@@ -260,6 +273,10 @@ class KVCacheManager:
             blk.ref_cnt += 1
         table = table + hit + [self._take_free_block() for _ in range(max(need, 0))]
         self.tables[req.request_id] = table
+        if plan is not None:
+            self.reuse.apply(computed, table, self.block_size)  # on a failure computed falls back to the hit
+            for bid in read:  # back in the queue, as just used
+                self.free_queue[bid] = None
         if computed is not None:
             self._num_hashed[req.request_id] = len(hit)
             self._count_lookup(req, computed)
@@ -304,7 +321,9 @@ class KVCacheManager:
             blk.ref_cnt -= 1
             if blk.ref_cnt == 0:
                 self.free_queue[bid] = None
-        self._num_hashed.pop(req.request_id, None)
+        n_hashed = self._num_hashed.pop(req.request_id, None)
+        if self.reuse is not None and n_hashed:
+            self.reuse.remember(req, n_hashed, self.block_size)
         if req.slot_seq_id is not None:
             self._free_seq_ids.append(req.slot_seq_id)
             self.released_seq_ids.append(req.slot_seq_id)

@@ -7,6 +7,7 @@ import logging
 from typing import Iterator, Optional, Sequence, Union
 
 from ..models import hub
+from .cache_reuse import CacheReuse, check_cache_reuse
 from .config import DEFAULT_DECODE_GAP_MS, DEFAULT_KV_DTYPE, EngineConfig
 from .llm_engine import LLMEngine
 from .outputs import RequestOutput
@@ -39,7 +40,7 @@ class LLM:
                  threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None,
                  speculative=None, num_speculative_tokens: Optional[int] = None,
                  decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
-                 prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES):
+                 prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES, cache_reuse: int = 0):
         # device_id: which GPU with device="nvidia" (0 .. device count - 1; the CPU is 0 only): the
         # model, its KV cache, the sampler and the memory queries all use it (WorkerConfig)
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
@@ -51,7 +52,11 @@ class LLM:
         # decode_gap_ms: the step time prefill chunks are cut to while requests decode (EngineConfig)
         # prompt_cache_dir: keep evicted prefix-cache blocks there, and every cached block on close(),
         # for this and later processes, under prompt_cache_max_bytes (doc/engine.md "Prompt cache on disk")
+        # cache_reuse: llama-server's --cache-reuse N: a prompt's tokens after its cached prefix are
+        # taken from a recent request's cached blocks at another position, in runs of >= N tokens
+        # (an approximation; BLOCK layout, CPU; doc/engine.md "Cache reuse"); 0: off
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
+        check_cache_reuse(cache_reuse, kv_layout, enable_prefix_caching, device)
         cache_cap = None if prompt_cache_dir is None else check_options(prompt_cache_dir, prompt_cache_max_bytes,
                                                                         kv_layout, enable_prefix_caching)
         self.spec = None
@@ -69,7 +74,8 @@ class LLM:
                                        max_model_len=max_model_len or limit, block_size=block_size,
                                        num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
-                                       decode_gap_ms=decode_gap_ms, kv_layout=self.worker.kv_layout, seed=seed)
+                                       decode_gap_ms=decode_gap_ms, kv_layout=self.worker.kv_layout, seed=seed,
+                                       cache_reuse=cache_reuse)
             runner = self.worker.make_runner(self.config)
             if spec_cfg is not None:
                 self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)
@@ -77,6 +83,8 @@ class LLM:
             if cache_cap is not None:
                 self.prompt_cache = open_tier(prompt_cache_dir, cache_cap, self.worker, runner.cache, block_size)
                 self.engine.scheduler.kv.tier = self.prompt_cache
+            if cache_reuse:
+                self.engine.scheduler.kv.reuse = CacheReuse(cache_reuse, runner.cache)
         except Exception:
             if self.spec is not None:
                 self.spec.close()

@@ -65,6 +65,9 @@ def add_serve_parser(sub):
                         "(doc/engine.md, 'Prompt cache on disk')")
     e.add_argument("--prompt-cache-max-bytes", default="4GiB",
                    help="size cap of --prompt-cache-dir, least recently used files go first (default: %(default)s)")
+    e.add_argument("--cache-reuse", type=int, default=0, metavar="N",
+                   help="take runs of >= N cached tokens at a new position (llama-server's --cache-reuse: an "
+                        "editor's moved ring of chunks); an approximation, BLOCK layout, CPU (default: 0, off)")
     e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
     e.add_argument("--speculative", default=None, metavar="ngram|draft:MODEL",
                    help="speculative decoding: n-gram prompt lookup, or a draft model with the same tokenizer "
@@ -165,6 +168,11 @@ def build_state(args):
                       False if args.no_prefix_caching else None)
         engine_kwargs.update(prompt_cache_dir=args.prompt_cache_dir,
                              prompt_cache_max_bytes=args.prompt_cache_max_bytes)
+    if args.cache_reuse:  # checked here, before any load (ValueError: exit 2)
+        from ..engine.cache_reuse import check_cache_reuse
+
+        engine_kwargs["cache_reuse"] = check_cache_reuse(args.cache_reuse, args.kv_layout,
+                                                         False if args.no_prefix_caching else None, args.device)
     keys = list(args.api_key) or ([os.environ["LLAISYS_API_KEY"]] if os.environ.get("LLAISYS_API_KEY") else [])
     if any(not k for k in keys):
         raise ValueError("--api-key must not be empty")
