@@ -51,8 +51,9 @@ class StepResult:
 
 
 def ptr(a: Optional[np.ndarray]) -> Optional[int]:
-    """The address of a contiguous array for a c_void_p field of the step structs, None for None."""
-    return None if a is None else a.ctypes.data
+    """The address of a contiguous array for a c_void_p field of the step structs, None for None
+    (``a.ctypes.data`` without building the ctypes helper object: ~9 arrays a step)."""
+    return None if a is None else a.__array_interface__["data"][0]
 
 
 def arr(a, dtype) -> Optional[np.ndarray]:
