@@ -1,7 +1,9 @@
 """Convert a GGUF file into a HuggingFace model directory (bf16 safetensors).
 
 Its `general.architecture` picks the family through the registry (models/arch/: qwen2,
-qwen3, qwen2moe, qwen3moe, whose stacked experts become per-expert tensors: gguf_moe.py; GGUF llama files hold q/k rows permuted for llama.cpp's RoPE and are not converted).
+qwen3, qwen2moe, qwen3moe, whose stacked experts become per-expert tensors: gguf_moe.py), and a
+`llama` file with experts is Mixtral (its q/k rows un-permuted from llama.cpp's RoPE order);
+dense `llama` files are not converted.
 
 Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
 (nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
@@ -22,11 +24,12 @@ import gguf
 import numpy as np
 
 from . import bf16
-from .arch import hf_config_dict, parse_config, spec_for_gguf
+from .arch import hf_config_dict, parse_config, spec_for_gguf, spec_for_name
 from .config import ModelParams
 from .files import ModelFileError
 from .gguf_check import check_gguf
-from .gguf_moe import SHARED_GATE, is_stack, moe_config_fields, moe_keys, stack_shapes
+from .gguf_moe import (SHARED_GATE, is_mixtral, is_stack, mixtral_gguf_name, mixtral_tensor_name, moe_config_fields,
+                       moe_keys, permuted_heads, stack_shapes, unpermute_rows)
 from .gguf_tokenizer import build_tokenizer_files, metadata
 from .loader import validate_tensors
 from .safetensors_io import TensorSpec, write_safetensors_streaming
@@ -88,9 +91,14 @@ def _gguf_keys(arch: str) -> dict:
     return {f: k.format(arch=arch) for f, k in _GGUF_KEY_PATTERNS.items()}
 
 
-def hf_tensor_name(gguf_name: str, source: str = "GGUF file") -> str:
-    """GGUF tensor name -> HF name, e.g. "blk.3.attn_q.bias" -> "model.layers.3.self_attn.q_proj.bias"."""
+def hf_tensor_name(gguf_name: str, source: str = "GGUF file", mixtral: bool = False) -> str:
+    """GGUF tensor name -> HF name, e.g. "blk.3.attn_q.bias" -> "model.layers.3.self_attn.q_proj.bias";
+    mixtral: a Mixtral file's router and experts under their Mixtral names (gguf_moe)."""
     parts = gguf_name.split(".")
+    if mixtral and parts[0] == "blk" and len(parts) in (4, 5) and parts[1].isdecimal() and len(parts[1]) <= 6:
+        name = mixtral_tensor_name(parts)
+        if name is not None:
+            return name
     if len(parts) == 2 and parts[0] in _GLOBAL_NAMES and parts[1] in ("weight", "bias"):
         return f"{_GLOBAL_NAMES[parts[0]]}.{parts[1]}"
     if (len(parts) == 4 and parts[0] == "blk" and parts[1].isdecimal() and len(parts[1]) <= 6
@@ -103,7 +111,7 @@ def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bo
                  tensor_names: Iterable[str] = ()) -> ModelParams:
     """The config from `<arch>.*` metadata; `tensor_names` (HF names) tell a MoE file's dense layers."""
     arch = metadata(reader, "general.architecture", str, source)
-    spec = spec_for_gguf(arch, source)
+    spec = spec_for_name("MixtralForCausalLM") if is_mixtral(reader) else spec_for_gguf(arch, source)
     keys = _gguf_keys(arch)
     d = {"architectures": [spec.architecture], "model_type": spec.model_type, "vocab_size": vocab_size,
          "tie_word_embeddings": tied, "torch_dtype": "bfloat16"}
@@ -126,8 +134,9 @@ def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bo
 def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
     """Map and shape every GGUF tensor; returns (config, [(TensorSpec, ReaderTensor)])."""
     plan, seen = [], {}
+    mixtral = is_mixtral(reader)
     for t in reader.tensors:
-        name = hf_tensor_name(t.name, source)
+        name = hf_tensor_name(t.name, source, mixtral)
         if name in seen:
             raise ModelFileError(source, t.name, f"GGUF tensors {seen[name]!r} and {t.name!r} both map to {name!r}")
         if t.tensor_type not in _DEQUANTIZABLE:
@@ -153,16 +162,34 @@ def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
     try:
         validate_tensors(config, {s.name: s for s, _ in plan}, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
-        gguf_names = {hf: g for hf, g in seen.items()}
         arch = metadata(reader, "general.architecture", str, source)
-        key = {**_gguf_keys(arch), **moe_keys(arch)}.get(e.field) or gguf_names.get(e.field, e.field)
-        raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
+        raise gguf_error(e, source, arch, seen, mixtral) from None
+    if mixtral:  # llama.cpp's q/k row permutation undone, whole rows (quantized blocks move unchanged)
+        plan = [(spec, _unpermuted(spec, t, config, source)) for spec, t in plan]
     return config, plan
+
+
+def gguf_error(e: ModelFileError, source: str, arch: str, seen: dict, mixtral: bool) -> ModelFileError:
+    """`e` (about HF names and config fields) restated with the GGUF key or tensor it came from."""
+    per_expert = mixtral and any(len(g.split(".")) == 5 for g in seen.values())
+    key = ({**_gguf_keys(arch), **moe_keys(arch)}.get(e.field) or seen.get(e.field)
+           or (mixtral_gguf_name(e.field, per_expert) if mixtral else None) or e.field)
+    return ModelFileError(source, key, f"{e.message} (GGUF: {key})")
+
+
+def _unpermuted(spec: TensorSpec, t, config: ModelParams, source: str):
+    heads = permuted_heads(spec.name, config.n_heads, config.n_kv_heads)
+    if heads is None:
+        return t
+    order = unpermute_rows(spec.shape[0], heads, source, t.name)
+    data = t.data.reshape(spec.shape[0], -1)  # [rows, values or row bytes]
+    return _ExpertSlice(t.name, t.tensor_type, data[order])
 
 
 @dataclass
 class _ExpertSlice:
-    """One expert of a GGUF stack, read as a reader tensor is: its rows (values or row bytes)."""
+    """Rows of a GGUF tensor (one expert of a stack; a q/k weight in HF's row order), read as a
+    reader tensor is: its rows (values or row bytes)."""
 
     name: str  # the stack's GGUF name, for errors
     tensor_type: gguf.GGMLQuantizationType

@@ -22,6 +22,7 @@ shapes against the config) before any tensor is read.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,8 +36,8 @@ from .arch import hf_config_dict
 from .chat_template import ChatTemplate
 from .files import ModelFileError
 from .gguf_check import GGUFFile, TensorInfo, read_gguf
-from .gguf_convert import _gguf_keys, _read_config, hf_tensor_name
-from .gguf_moe import SHARED_GATE, expert_name, is_stack, moe_keys, stack_shapes
+from .gguf_convert import _read_config, gguf_error, hf_tensor_name
+from .gguf_moe import SHARED_GATE, expert_name, is_mixtral, is_stack, permuted_heads, stack_shapes, unpermute_rows
 from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
 from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
@@ -74,8 +75,9 @@ def type_name(type_id: int) -> str:
 def _plan(f: GGUFFile, source: str) -> dict:
     """HF name -> (TensorInfo, dtype tag as stored) for every tensor, names and types checked."""
     plan, seen = {}, {}
+    mixtral = is_mixtral(f)
     for info in f.tensors:
-        name = hf_tensor_name(info.name, source)
+        name = hf_tensor_name(info.name, source, mixtral)
         if name in seen:
             raise ModelFileError(source, info.name, f"GGUF tensors {seen[name]!r} and {info.name!r} both map to {name!r}")
         seen[name] = info.name
@@ -110,11 +112,8 @@ def _config_and_check(f: GGUFFile, plan: dict, source: str):
     try:
         validate_tensors(config, specs, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
-        gguf_names = {hf: info.name for hf, (info, _) in plan.items()}
-        keys = {**_gguf_keys(f.fields["general.architecture"].contents()), **moe_keys(
-            f.fields["general.architecture"].contents())}
-        key = keys.get(e.field) or gguf_names.get(e.field, e.field)
-        raise ModelFileError(source, key, f"{e.message} (GGUF: {key})") from None
+        raise gguf_error(e, source, f.fields["general.architecture"].contents(),
+                         {hf: info.name for hf, (info, _) in plan.items()}, is_mixtral(f)) from None
     return config
 
 
@@ -199,8 +198,8 @@ def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenize
 
 
 def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGUFModel:
-    """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE) for the model; see the
-    module docstring (gguf_moe.py for the experts).
+    """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral) for the model;
+    see the module docstring (gguf_moe.py for the experts).
 
     dtype: the float dtype ("bf16", "f16", "f32") of everything that is not a quantized matrix;
     None: f32 for a quantized file, the matrices' own dtype for a float one.
@@ -216,8 +215,14 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
     tokenizer = tokenizer_from_files(files, config, source)
     dtype = _float_dtype(plan, dtype)
     tensors = {}
+    mixtral = is_mixtral(f)
     for name, (info, tag) in plan.items():
-        tensors.update(_split(name, _tensor(f, name, info, tag, dtype, source)))
+        t = _tensor(f, name, info, tag, dtype, source)
+        heads = permuted_heads(name, config.n_heads, config.n_kv_heads) if mixtral else None
+        if heads is not None:  # llama.cpp's q/k row permutation undone (gguf_moe.py), a copy of the rows
+            t = dataclasses.replace(t, data=np.ascontiguousarray(t.data[unpermute_rows(t.shape[0], heads, source,
+                                                                                        info.name)]))
+        tensors.update(_split(name, t))
     return GGUFModel(LoadedModel(config=config, tensors=tensors, dtype=dtype, path=path), tokenizer, f)
 
 
