@@ -3,7 +3,7 @@
     python tools/bench_compare.py [--models NAME ...] [--backends llaisys llama.cpp-bf16 ...]
                                   [--repeats 3] [--threads N] [--quick] [--out bench_compare.json]
                                   [--device cpu|nvidia] [--workloads prefill decode batch offline]
-                                  [--quant q4_k_m|q8_0]
+                                  [--quant q4_k_m|q8_0] [--gguf FILE ...]
 
 Workloads (greedy, random token ids from a fixed seed, the same for every backend; every
 backend gets the same warm-up: each timed run follows an untimed one of the same shape, in a
@@ -39,8 +39,11 @@ Like for like (the headline columns), and what differs in the labelled ones:
 
 --quant q4_k_m|q8_0 runs llaisys (llaisys, llaisys-default) and llama.cpp (llama.cpp with f32 KV,
 llama.cpp-kvf16) on one GGUF file per model as it is (`hub.resolve_model(name, quant=...)`): the
-same bytes, no conversion. "decode weight GB/s" is decode tok/s times the bytes of every weight
-but an untied embedding, counted from what was loaded (for --quant, the file's tensors).
+same bytes, no conversion; --gguf FILE ... does the same on given files (tools/make_moe_gguf.py's
+random Qwen3-30B-A3B-shaped one). "decode weight GB/s" is decode tok/s times the bytes a token
+reads: every weight but an untied embedding, counted from what was loaded (for --quant, the
+file's tensors), and of a mixture of experts only the ACTIVE weights: attention, router, lm_head
+and top k / n of the expert tensors (bench_limits.decode_bytes).
 
 With --device nvidia the same workloads run on the GPU (llaisys and transformers on cuda:0; the
 llama.cpp build is CPU-only and is left out), batch-B goes up to 256 sequences, and the llaisys
@@ -116,12 +119,16 @@ def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32")
         loaded = load_gguf(model_dir).loaded
     else:  # --quantize: the directory's matrices quantized at load (llaisys only)
         loaded = load_model(model_dir, quantize=spec.get("quantize"))
-    # bytes a decode step streams: every weight but an untied embedding (only a row of it is read)
-    weight_bytes = sum(t.data.nbytes for name, t in loaded.tensors.items()
-                       if loaded.config.tie_word_embeddings or name != "model.embed_tokens.weight")
+    # bytes a decode step streams: every weight but an untied embedding (only a row of it is read);
+    # of a mixture of experts, the active weights (top k / n of the expert tensors)
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "bench_limits"))
+    from bench_limits import decode_bytes
+
+    weight_bytes = decode_bytes(loaded)
     model = Model(loaded, device=DeviceType[device.upper()])
     vocab = model.config.vocab_size
-    res = {"meta": {"isa": cpu_isa(), "amx": cpu_amx(), "kv_dtype": kv_dtype, "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
+    res = {"meta": {"isa": cpu_isa(), "amx": cpu_amx(), "kv_dtype": kv_dtype, "weight_bytes_per_token": weight_bytes,
+                    "greedy_screen": os.environ.get("LLAISYS_GREEDY_SCREEN", "1") != "0",
                     "huge_pages": os.environ.get("LLAISYS_HUGE_PAGES", "1") != "0"}}
 
     def step(cache, toks, pos, starts, seqs, rows):
@@ -410,6 +417,9 @@ def main() -> None:
     ap.add_argument("--quant", choices=["q4_k_m", "q8_0"], default=None,
                     help="run every backend on this GGUF file of each model as it is (llaisys and llama.cpp "
                          "read the same file; transformers has no quantized path and is left out)")
+    ap.add_argument("--gguf", nargs="+", default=None, metavar="FILE",
+                    help="run these GGUF files as they are, as --quant runs a model's file (e.g. the random "
+                         "Qwen3-30B-A3B-shaped file of tools/make_moe_gguf.py); replaces --models")
     ap.add_argument("--quantize", choices=["q8_0", "q4_k"], default=None,
                     help="llaisys quantizes each model directory's matrices at load (LLM(quantize=...)); the "
                          "peers keep the directory's weights, so this is a labelled row, not like for like")
@@ -426,6 +436,10 @@ def main() -> None:
     args = ap.parse_args()
     from llaisys.models import hub
 
+    if args.gguf:
+        if args.quant or args.quantize:
+            ap.error("--gguf runs each file as it is: give neither --quant nor --quantize")
+        args.models, args.quant = args.gguf, "file"
     allowed = QUANT_BACKENDS + EXTRA_BACKENDS if args.quant else ALL_BACKENDS + OPTIONAL_BACKENDS
     args.backends = args.backends or list(QUANT_BACKENDS if args.quant else ALL_BACKENDS)
     if set(args.backends) - set(allowed):
@@ -457,7 +471,12 @@ def main() -> None:
         # without --quant the bf16 directory, whatever a bare name resolves to on this CPU (hub.default_quant);
         # a local directory or file is taken as it is (resolve_model refuses a quant for it)
         local = os.path.exists(name)
-        model_dir = str(hub.resolve_model(name, quant=args.quant if local else args.quant or hub.DEFAULT_QUANT))
+        if args.gguf:
+            model_dir = str(hub.resolve_model(name))
+            if not model_dir.lower().endswith(".gguf"):
+                ap.error(f"--gguf {name}: not a .gguf file")
+        else:
+            model_dir = str(hub.resolve_model(name, quant=args.quant if local else args.quant or hub.DEFAULT_QUANT))
         samples = {b: [] for b in args.backends}
         for r in range(args.repeats):
             for b in args.backends:  # alternate: A B C, A B C, ...

@@ -1,7 +1,7 @@
 """One sitting on this CPU kind: llaisys against llama.cpp on one GGUF file, with llama.cpp's own
 C++ benchmarks as the cross-check and the read bandwidth beside every decode figure.
 
-    python tools/bench_sitting.py [--model qwen2.5-coder-1.5b-instruct] [--quant q4_k_m]
+    python tools/bench_sitting.py [--model qwen2.5-coder-1.5b-instruct] [--quant q4_k_m] [--gguf FILE]
                                   [--threads N] [--repeats 3] [--out sitting.json] [--quick]
 
 In rounds (--repeats of them), each of which runs every engine once, so that a host that speeds
@@ -21,7 +21,8 @@ After the last round the bandwidth is measured once more. Every figure is the me
 rounds; the bandwidth is the mean of all its measurements, and its range is printed.
 
 The table gives every decode figure as weight GB/s (tok/s x the bytes a token reads: every
-weight but an untied embedding) and as a share of the read bandwidth (the mean of the two
+weight but an untied embedding; of a mixture of experts the active weights, top k / n of the
+experts: bench_limits.decode_bytes) and as a share of the read bandwidth (the mean of the two
 measurements), the ratio of llaisys to llama.cpp at its best (the best of its bindings and its C++
 tools), and flags where the bindings and the C++ tools disagree by more than 3%. The JSON holds
 every sample, the machine (CPU, flags, THP mode, load), llama.cpp's commit and system_info, and
@@ -54,9 +55,10 @@ def bandwidth(threads: int, quick: bool) -> dict:
     return {"read_gb_s": lim["read_bandwidth_gb_s"], "read_cpu_share": lim["read_cpu_share"]}
 
 
-def run_compare(model: str, quant: str, threads: int, repeats: int, quick: bool) -> dict:
+def run_compare(model: str, quant: str, threads: int, repeats: int, quick: bool, gguf: str | None = None) -> dict:
     out = Path(tempfile.mkdtemp()) / "compare.json"
-    cmd = [sys.executable, str(HERE / "bench_compare.py"), "--models", model, "--quant", quant,
+    what = ["--gguf", gguf] if gguf else ["--models", model, "--quant", quant]
+    cmd = [sys.executable, str(HERE / "bench_compare.py"), *what,
            "--backends", "llaisys", "llama.cpp", "llama.cpp-kvf16", "--workloads", "prefill", "decode", "batch",
            "--batches", "1", "4", "16", "--threads", str(threads), "--repeats", str(repeats), "--out", str(out)]
     subprocess.run(cmd + (["--quick"] if quick else []), check=True)
@@ -185,10 +187,15 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--out", default="sitting.json")
     ap.add_argument("--quick", action="store_true", help="tiny workloads: check the tool runs, not a figure")
+    ap.add_argument("--gguf", default=None, metavar="FILE",
+                    help="a GGUF file run as it is instead of --model/--quant (tools/make_moe_gguf.py's random "
+                         "Qwen3-30B-A3B-shaped file: decode GB/s then counts its active weights)")
     args = ap.parse_args(argv)
     from llaisys.models import hub
 
-    gguf = str(hub.resolve_model(args.model, quant=args.quant))
+    if args.gguf and not (args.gguf.lower().endswith(".gguf") and os.path.isfile(args.gguf)):
+        ap.error(f"--gguf {args.gguf}: not an existing .gguf file")
+    gguf = args.gguf or str(hub.resolve_model(args.model, quant=args.quant))
     peer = build_llama_cpp.ensure()
     res = {"machine": bench_env.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
            "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"], "peer": peer}
@@ -197,7 +204,7 @@ def main(argv=None) -> int:
     for i in range(args.repeats):
         print(f"round {i + 1}/{args.repeats}", flush=True)
         res["bandwidth_rounds"].append(bandwidth(args.threads, args.quick))
-        cmp = run_compare(args.model, args.quant, args.threads, 1, args.quick)
+        cmp = run_compare(args.model, args.quant, args.threads, 1, args.quick, args.gguf)
         if i == 0:
             res["compare"] = cmp
         else:  # one result per round and backend, as bench_compare's own repeats would be

@@ -94,7 +94,8 @@ def measure(threads: int, quick: bool = False) -> dict:
 
 def weight_traffic(model_path) -> dict:
     """Bytes read per decoded token, FLOPs per prefill token and the weight dtype, from the files
-    (a model directory, or a GGUF file as bench_compare.py --quant runs it)."""
+    (a model directory, or a GGUF file as bench_compare.py --quant runs it); a mixture of experts
+    counts its active weights (per_token)."""
     from llaisys.models.loader import load_model  # validates and memory-maps; reads no weights
 
     if str(model_path).lower().endswith(".gguf"):
@@ -104,15 +105,27 @@ def weight_traffic(model_path) -> dict:
     else:
         loaded = load_model(model_path)
     quantized = any(str(t.dtype) not in ("f32", "f16", "bf16") for t in loaded.tensors.values())
-    cfg = loaded.config
-    sizes = {name: t.data.nbytes for name, t in loaded.tensors.items()}
-    counts = {name: t.data.size for name, t in loaded.tensors.items()}
-    embed = "model.embed_tokens.weight"
-    tied = cfg.tie_word_embeddings or "lm_head.weight" not in sizes
-    read_bytes = sum(sizes.values()) - (0 if tied else sizes[embed])
-    params_per_token = sum(counts.values()) - counts[embed] - counts.get("lm_head.weight", 0)
-    return {"decode_bytes_per_token": read_bytes, "prefill_flops_per_token": 2 * params_per_token,
+    counts = per_token(loaded, "size")
+    params_per_token = sum(counts.values()) - counts["model.embed_tokens.weight"] - counts.get("lm_head.weight", 0)
+    return {"decode_bytes_per_token": decode_bytes(loaded), "prefill_flops_per_token": int(2 * params_per_token),
             "weight_dtype": "quantized" if quantized else loaded.dtype}
+
+
+def per_token(loaded, attr: str) -> dict:
+    """name -> how much of each tensor one token reads (`attr` "nbytes": bytes, "size": values):
+    all of it, but of a mixture of experts' expert tensors top k / n (the experts a token is
+    routed to: its ACTIVE weights; shared experts and routers are read whole)."""
+    cfg = loaded.config
+    share = cfg.n_experts_per_tok / cfg.n_experts if cfg.n_experts else 1.0
+    return {name: getattr(t.data, attr) * (share if ".experts." in name else 1.0) for name, t in loaded.tensors.items()}
+
+
+def decode_bytes(loaded) -> int:
+    """Weight bytes a decode token reads: every active weight (per_token) but an untied embedding,
+    of which only a row is read."""
+    sizes = per_token(loaded, "nbytes")
+    tied = loaded.config.tie_word_embeddings or "lm_head.weight" not in sizes
+    return int(sum(sizes.values()) - (0 if tied else sizes["model.embed_tokens.weight"]))
 
 
 def figures_from(doc) -> list:
