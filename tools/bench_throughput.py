@@ -33,7 +33,7 @@ from typing import Optional
 
 import numpy as np
 
-import llaisys.models.qwen2 as qwen2_module
+import llaisys.models.model as model_module
 from llaisys.engine import EngineConfig, LLMEngine, SamplingParams
 from llaisys.engine.worker import Worker, WorkerConfig
 from llaisys.models import hub
@@ -93,8 +93,8 @@ def _pct(xs: list, q: float) -> Optional[float]:
 
 
 class CoreCallTimer:
-    """Times the C call of each step (llaisysQwen2ModelStep) by standing in for the ctypes
-    library object that llaisys.models.qwen2 calls through; everything else in a run's wall
+    """Times the C call of each step (llaisysModelStep) by standing in for the ctypes
+    library object that llaisys.models.model calls through; everything else in a run's wall
     time is Python: scheduling, building the step's index arrays, sampling bookkeeping,
     detokenization and output processing."""
 
@@ -104,8 +104,8 @@ class CoreCallTimer:
         self._lib = None
 
     def __enter__(self):
-        self._lib = qwen2_module.LIB
-        step = self._lib.llaisysQwen2ModelStep
+        self._lib = model_module.LIB
+        step = self._lib.llaisysModelStep
 
         def timed(*a):
             t = time.perf_counter()
@@ -118,16 +118,16 @@ class CoreCallTimer:
         lib = self._lib
 
         class Proxy:
-            llaisysQwen2ModelStep = staticmethod(timed)
+            llaisysModelStep = staticmethod(timed)
 
             def __getattr__(self, name):
                 return getattr(lib, name)
 
-        qwen2_module.LIB = Proxy()
+        model_module.LIB = Proxy()
         return self
 
     def __exit__(self, *exc):
-        qwen2_module.LIB = self._lib
+        model_module.LIB = self._lib
 
 
 class TimedRunner:
