@@ -3,6 +3,7 @@ C++ benchmarks as the cross-check and the read bandwidth beside every decode fig
 
     python tools/bench_sitting.py [--model qwen2.5-coder-1.5b-instruct] [--quant q4_k_m] [--gguf FILE]
                                   [--threads N] [--repeats 3] [--out sitting.json] [--quick]
+    python tools/bench_sitting.py --summary sitting.json     # a saved sitting's table again
 
 In rounds (--repeats of them), each of which runs every engine once, so that a host that speeds
 up or slows down during the sitting (a shared VM's read bandwidth was seen to move from 21 to
@@ -153,7 +154,8 @@ def summarise(res: dict) -> dict:
          "llama-bench fa0 f16 KV": med(pp[False]), "llama-bench fa1 f16 KV": med(pp[True])}, False, "bindings f16 KV")
     for b in (1, 4, 16):
         row(f"batch-{b} decode", med(runs("llaisys", f"batch-{b}")),
-            {"bindings": med(runs("llama.cpp", f"batch-{b}")), "llama-batched-bench": bb.get(b)}, b == 1)
+            {"bindings": med(runs("llama.cpp", f"batch-{b}")), "bindings f16 KV": med(runs("llama.cpp-kvf16", f"batch-{b}")),
+             "llama-batched-bench": bb.get(b)}, b == 1)
     huge = {b: [(r.get("meta") or {}).get("anon_huge_kib") for r in cmp_raw[b]] for b in cmp_raw}
     return {"read_gb_s": bw, "rows": rows, "anon_huge_kib": huge}
 
@@ -190,7 +192,14 @@ def main(argv=None) -> int:
     ap.add_argument("--gguf", default=None, metavar="FILE",
                     help="a GGUF file run as it is instead of --model/--quant (tools/make_moe_gguf.py's random "
                          "Qwen3-30B-A3B-shaped file: decode GB/s then counts its active weights)")
+    ap.add_argument("--summary", default=None, metavar="JSON",
+                    help="print the table of a sitting's JSON again (summarised as this version does) and exit")
     args = ap.parse_args(argv)
+    if args.summary:
+        res = json.loads(Path(args.summary).read_text())
+        res["summary"] = summarise(res)
+        print_table(res, res["summary"])
+        return 0
     from llaisys.models import hub
 
     if args.gguf and not (args.gguf.lower().endswith(".gguf") and os.path.isfile(args.gguf)):
