@@ -141,6 +141,15 @@ public:
     }
 
     void expert_linear(float *out, const float *in, const ExpertWeight &w) override {
+        // quantized experts with few rows each (decode, small batches): one loop over all of them
+        bool grouped = true;
+        qexperts_.resize(w.experts.size());
+        for (size_t e = 0; e < w.experts.size() && grouped; e++) {
+            qexperts_[e] = w.experts[e].quant.get();
+            grouped = qexperts_[e] != nullptr || offsets_[e + 1] == offsets_[e];
+        }
+        if (grouped && ops::cpu::linear_quant_grouped(out, in, qexperts_.data(), offsets_.data(), w.experts.size()))
+            return;
         for (size_t e = 0; e < w.experts.size(); e++) {  // only the experts the route chose
             const size_t r0 = size_t(offsets_[e]), rows = size_t(offsets_[e + 1]) - r0;
             if (rows) linear(out + r0 * w.n, in + r0 * w.k, w.experts[e], nullptr, rows);
@@ -202,6 +211,7 @@ private:
     std::vector<int32_t> offsets_;  // [E + 1] expert e's pairs: positions [offsets[e], offsets[e + 1])
     std::vector<int32_t> row_of_;   // [n k] the token of the pair at each position
     std::vector<int32_t> pos_;      // [n k] the position of pair t k + j
+    std::vector<const ops::cpu::QuantWeight *> qexperts_;  // [E] expert_linear's weights, for the grouped call
 };
 
 }  // namespace

@@ -158,4 +158,68 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     });
 }
 
+bool linear_quant_grouped(float *out, const float *x, const QuantWeight *const *w, const int32_t *rows,
+                          size_t n_groups) {
+    size_t n = 0, k = 0, m_all = size_t(rows[n_groups]) - size_t(rows[0]);
+    bool need32 = false, needk = false;
+    for (size_t g = 0; g < n_groups; g++) {
+        const size_t m = size_t(rows[g + 1] - rows[g]);
+        if (m == 0) continue;
+        LLAISYS_CHECK_ARG(w[g]->complete(), "quantized linear: the weight's rows are not all set");
+        if (n == 0) n = w[g]->n(), k = w[g]->k();
+        LLAISYS_CHECK_ARG(w[g]->n() == n && w[g]->k() == k, "grouped quantized linear: the weights differ in shape");
+        for (const QuantRows &s : w[g]->views()) {
+            if (m >= quant_plan(s.dt).f32_from(s.x16)) return false;
+            (reads_q8k(s.dt) ? needk : need32) = true;
+        }
+    }
+    if (n == 0) return true;
+    thread_local std::vector<BlockQ8_32> xq32;
+    thread_local std::vector<BlockQ8_K> xqk;
+    const size_t nb32 = need32 ? k / 32 : 0, nbk = needk ? k / quant::kBlockK : 0;
+    if (xq32.size() < m_all * nb32) xq32.resize(m_all * nb32);
+    if (xqk.size() < m_all * nbk) xqk.resize(m_all * nbk);
+    BlockQ8_32 *q32 = xq32.data();
+    BlockQ8_K *qk = xqk.data();
+    const float *x0 = x + size_t(rows[0]) * k;
+    const auto quantize = simd::row_kernels().quantize_q8_32;
+    const auto quantize_k = simd::row_kernels().quantize_q8_k;
+#pragma omp parallel for schedule(static) if (m_all * k >= 65536)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(m_all); i++) {
+        if (need32) quantize(x0 + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
+        if (needk) quantize_k(x0 + size_t(i) * k, qk + size_t(i) * nbk, nbk);
+    }
+    // work items: chunks of kChunkRows rows of one segment of one group's weight, in order
+    struct Item {
+        uint32_t g, seg, chunk;
+    };
+    thread_local std::vector<Item> items;
+    items.clear();
+    for (size_t g = 0; g < n_groups; g++) {
+        if (rows[g + 1] == rows[g]) continue;
+        const auto &views = w[g]->views();
+        for (size_t si = 0; si < views.size(); si++)
+            for (size_t c = 0; c < ceil_div(views[si].rows, kChunkRows); c++)
+                items.push_back(Item{uint32_t(g), uint32_t(si), uint32_t(c)});
+    }
+    const Item *item = items.data();  // (a thread_local named in the loop would be each thread's own)
+    parallel_for_stealing(items.size(), [&](size_t t) {
+        const Item it = item[t];
+        const QuantRows &s = w[it.g]->views()[it.seg];
+        const size_t row = size_t(rows[it.g] - rows[0]), m = size_t(rows[it.g + 1] - rows[it.g]);
+        const size_t r0 = size_t(it.chunk) * kChunkRows, n_rows = std::min(kChunkRows, s.rows - r0);
+        const bool k_quant = reads_q8k(s.dt);
+        const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
+        const std::byte *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
+        xq += row * stride;
+        float *o = out + size_t(rows[it.g]) * n + s.row0 + r0;
+        const QuantPlan &plan = quant_plan(s.dt);
+        if (s.x16)
+            plan.dot_x16(s.dt, o, n, s.data + it.chunk * nb * x16::block_bytes(s.dt), n_rows, xq, stride, m, nb);
+        else
+            plan.dot_rows(s.dt, o, n, s.data + r0 * s.row_bytes, s.row_bytes, n_rows, xq, stride, m, nb);
+    });
+    return true;
+}
+
 }  // namespace llaisys::ops::cpu

@@ -16,6 +16,7 @@
 #include "llaisys.h"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -79,5 +80,14 @@ void linear_quant(float *out, const float *x, const QuantWeight &w, const std::b
 // not copy the weight.
 void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t n_segs, size_t n, size_t k,
                        const std::byte *bias, llaisysDataType_t bias_dt, size_t m);
+
+// A mixture of experts' decode: for each g < n_groups with rows[g] < rows[g + 1],
+// out[rows[g] .. rows[g + 1]) = x[rows[g] .. rows[g + 1]) @ W_g^T, the W_g of one shape [n, k].
+// One parallel loop over every group's row chunks (a linear_quant call per expert would end a
+// loop, with its barrier, per expert). Returns false, having done nothing, when some group has
+// enough rows that linear_quant would take its float path: the caller then runs linear_quant
+// per group.
+bool linear_quant_grouped(float *out, const float *x, const QuantWeight *const *w, const int32_t *rows,
+                          size_t n_groups);
 
 }  // namespace llaisys::ops::cpu
