@@ -210,7 +210,8 @@ bool linear_quant_grouped(float *out, const float *x, const QuantWeight *const *
         const size_t r0 = size_t(it.chunk) * kChunkRows, n_rows = std::min(kChunkRows, s.rows - r0);
         const bool k_quant = reads_q8k(s.dt);
         const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
-        const std::byte *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
+        const std::byte *xq = k_quant ? reinterpret_cast<const std::byte *>(qk)
+                                      : reinterpret_cast<const std::byte *>(q32);
         xq += row * stride;
         float *o = out + size_t(rows[it.g]) * n + s.row0 + r0;
         const QuantPlan &plan = quant_plan(s.dt);
