@@ -28,7 +28,6 @@ none takes most tokens), which is what makes the file's batch speed representati
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,6 +182,8 @@ def make_moe_gguf(out_path, tokenizer, shape: str = "qwen3-30b-a3b", layers: int
                   seed: int = 0, progress: bool = False) -> Path:
     """Write the random file (replaced atomically); returns its path. `tokenizer`: a GGUF path
     whose tokenizer.* metadata is copied, or that metadata as a dict."""
+    from llaisys.models.gguf_export import writing_gguf
+
     s = SHAPES[shape]
     if layers is not None:
         if not 1 <= layers <= 48:
@@ -192,9 +193,7 @@ def make_moe_gguf(out_path, tokenizer, shape: str = "qwen3-30b-a3b", layers: int
     vocab = len(tok["tokenizer.ggml.tokens"])
     out_path = Path(out_path).expanduser()
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
-    w = gguf.GGUFWriter(str(tmp), "qwen3moe")
-    try:
+    with writing_gguf(out_path, "qwen3moe", progress) as w:
         w.add_name(f"random {shape} ({s.layers} layers, seed {seed})")
         w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_K_M)
         w.add_block_count(s.layers)
@@ -219,15 +218,6 @@ def make_moe_gguf(out_path, tokenizer, shape: str = "qwen3-30b-a3b", layers: int
                 w.add_tensor_info(name, (*shp[:-1], row_bytes(tag, shp[-1])), np.dtype(np.uint8), t.nbytes,
                                   raw_dtype=_Q[tag.upper()])
             w.tensors[-1][name].tensor = t
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file(progress=progress)
-        w.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        w.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return out_path
 
 

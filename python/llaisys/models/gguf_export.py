@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 import gguf
 import numpy as np
@@ -37,6 +38,26 @@ QUANT_DTYPES = ("q8_0", "q4_k_m")  # export dtypes that quantize the matrices
 _Q8_0 = gguf.GGMLQuantizationType.Q8_0
 _HF_TO_GGUF = {hf: g for g, hf in _GLOBAL_NAMES.items()}
 _HF_BLOCK_TO_GGUF = {hf: g for g, hf in _BLOCK_NAMES.items()}
+
+
+@contextmanager
+def writing_gguf(out_path: Path, arch: str, progress: bool = False) -> Iterator[gguf.GGUFWriter]:
+    """A GGUFWriter on a temporary file beside out_path for the body to fill (metadata, tensor
+    infos and tensors); after it, the file is written and renamed over out_path, so a reader
+    never sees half a file. If the body or the write fails, the temporary file is removed."""
+    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
+    w = gguf.GGUFWriter(str(tmp), arch)
+    try:
+        yield w
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file(progress=progress)
+        w.close()
+        os.replace(tmp, out_path)
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def gguf_tensor_name(hf_name: str) -> str:
@@ -140,9 +161,8 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
     tok = Tokenizer.from_dir(model_dir)
     tokens, token_types, merges = _vocab(model_dir, cfg.vocab_size)
 
-    tmp = out_path.with_name(f".{out_path.name}.tmp-{os.getpid()}")
-    w = gguf.GGUFWriter(str(tmp), "qwen2")
-    try:
+    # the tensors are streamed from the memory-mapped checkpoint as the file is written
+    with writing_gguf(out_path, "qwen2", progress) as w:
         w.add_name(model_dir.name)
         w.add_file_type(_FILE_TYPE[quant or dtype])
         w.add_context_length(cfg.max_position_embeddings)
@@ -180,13 +200,4 @@ def export_gguf(model_dir: Union[str, os.PathLike], out_path: Union[str, os.Path
                 _add_q8_0(w, gguf_tensor_name(name), t.data, dtype)
             else:
                 w.add_tensor(gguf_tensor_name(name), np.ascontiguousarray(t.data), raw_dtype=_GGML_TYPE[dtype])
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file(progress=progress)  # streamed from the memory-mapped checkpoint
-        w.close()
-        os.replace(tmp, out_path)
-    except BaseException:
-        w.close()
-        tmp.unlink(missing_ok=True)
-        raise
     return out_path
