@@ -26,6 +26,55 @@ namespace {
 constexpr size_t kChunkRows = 16;
 static_assert(kChunkRows == x16::kRows);
 
+// m activation rows quantized for the int8 kernels: Q8_32 blocks for the formats that read
+// them, Q8_K blocks for the K-quants, in buffers kept per thread across calls (one caller at a
+// time on a thread: neither entry point below calls the other).
+struct QuantizedActs {
+    const BlockQ8_32 *q32;
+    const BlockQ8_K *qk;
+    size_t nb32, nbk;  // blocks a row (0: not made)
+
+    // row 0 of the blocks dt's kernel reads, and their stride and count a row
+    const std::byte *rows_for(llaisysDataType_t dt, size_t &stride, size_t &nb) const {
+        const bool k_quant = reads_q8k(dt);
+        nb = k_quant ? nbk : nb32;
+        stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
+        return k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
+    }
+};
+
+QuantizedActs quantize_acts(const float *x, size_t m, size_t k, bool need32, bool needk) {
+    thread_local std::vector<BlockQ8_32> xq32;
+    thread_local std::vector<BlockQ8_K> xqk;
+    const size_t nb32 = need32 ? k / 32 : 0, nbk = needk ? k / quant::kBlockK : 0;
+    if (xq32.size() < m * nb32) xq32.resize(m * nb32);
+    if (xqk.size() < m * nbk) xqk.resize(m * nbk);
+    BlockQ8_32 *q32 = xq32.data();
+    BlockQ8_K *qk = xqk.data();
+    const auto quantize = simd::row_kernels().quantize_q8_32;
+    const auto quantize_k = simd::row_kernels().quantize_q8_k;
+#pragma omp parallel for schedule(static) if (m * k >= 65536)
+    for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
+        if (need32) quantize(x + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
+        if (needk) quantize_k(x + size_t(i) * k, qk + size_t(i) * nbk, nbk);
+    }
+    return {q32, qk, nb32, nbk};
+}
+
+// Chunk `chunk` (kChunkRows rows from row r0 = chunk * kChunkRows) of segment s against m
+// quantized activation rows: out[i * n + r] for the chunk's rows r.
+void dot_chunk(const QuantRows &s, size_t chunk, float *out, size_t n, const QuantizedActs &acts, size_t xrow,
+               size_t m) {
+    size_t stride, nb;
+    const std::byte *xq = acts.rows_for(s.dt, stride, nb) + xrow * stride;
+    const size_t r0 = chunk * kChunkRows, rows = std::min(kChunkRows, s.rows - r0);
+    const QuantPlan &plan = quant_plan(s.dt);  // (a tensor's own bytes: file rows, whatever the plan's layout)
+    if (s.x16)  // chunk c is group c (kChunkRows == x16::kRows)
+        plan.dot_x16(s.dt, out, n, s.data + chunk * nb * x16::block_bytes(s.dt), rows, xq, stride, m, nb);
+    else
+        plan.dot_rows(s.dt, out, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
+}
+
 }  // namespace
 
 QuantWeight::QuantWeight(size_t n, size_t k) : n_(n), k_(k) {
@@ -115,22 +164,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
     }
     bool need32 = false, needk = false;
     for (size_t i = 0; i < n_segs; i++) (reads_q8k(segs[i].dt) ? needk : need32) = true;
-
-    // [m][k / 32] and [m][k / 256] quantized activations, kept per thread across calls
-    thread_local std::vector<BlockQ8_32> xq32;
-    thread_local std::vector<BlockQ8_K> xqk;
-    const size_t nb32 = need32 ? k / 32 : 0, nbk = needk ? k / quant::kBlockK : 0;
-    if (xq32.size() < m * nb32) xq32.resize(m * nb32);
-    if (xqk.size() < m * nbk) xqk.resize(m * nbk);
-    BlockQ8_32 *q32 = xq32.data();
-    BlockQ8_K *qk = xqk.data();
-    const auto quantize = simd::row_kernels().quantize_q8_32;
-    const auto quantize_k = simd::row_kernels().quantize_q8_k;
-#pragma omp parallel for schedule(static) if (m * k >= 65536)
-    for (ptrdiff_t i = 0; i < ptrdiff_t(m); i++) {
-        if (need32) quantize(x + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
-        if (needk) quantize_k(x + size_t(i) * k, qk + size_t(i) * nbk, nbk);
-    }
+    const QuantizedActs acts = quantize_acts(x, m, k, need32, needk);
 
     size_t items = 0;  // chunks of kChunkRows rows of one segment
     for (size_t i = 0; i < n_segs; i++) items += ceil_div(segs[i].rows, kChunkRows);
@@ -140,14 +174,7 @@ void linear_quant_rows(float *out, const float *x, const QuantRows *segs, size_t
         while (c >= ceil_div(segs[si].rows, kChunkRows)) c -= ceil_div(segs[si++].rows, kChunkRows);
         const auto &s = segs[si];
         const size_t r0 = c * kChunkRows, rows = std::min(kChunkRows, s.rows - r0), j0 = s.row0 + r0;
-        const bool k_quant = reads_q8k(s.dt);
-        const auto *xq = k_quant ? reinterpret_cast<const std::byte *>(qk) : reinterpret_cast<const std::byte *>(q32);
-        const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
-        const QuantPlan &plan = quant_plan(s.dt);  // (a tensor's own bytes: file rows, whatever the plan's layout)
-        if (s.x16)  // chunk c is group c (kChunkRows == x16::kRows)
-            plan.dot_x16(s.dt, out + j0, n, s.data + c * nb * x16::block_bytes(s.dt), rows, xq, stride, m, nb);
-        else
-            plan.dot_rows(s.dt, out + j0, n, s.data + r0 * s.row_bytes, s.row_bytes, rows, xq, stride, m, nb);
+        dot_chunk(s, c, out + j0, n, acts, 0, m);
         if (bias) {
             dispatch_float(bias_dt, [&](auto tag) {
                 const auto *b = reinterpret_cast<const decltype(tag) *>(bias) + j0;  // [rows]
@@ -174,21 +201,7 @@ bool linear_quant_grouped(float *out, const float *x, const QuantWeight *const *
         }
     }
     if (n == 0) return true;
-    thread_local std::vector<BlockQ8_32> xq32;
-    thread_local std::vector<BlockQ8_K> xqk;
-    const size_t nb32 = need32 ? k / 32 : 0, nbk = needk ? k / quant::kBlockK : 0;
-    if (xq32.size() < m_all * nb32) xq32.resize(m_all * nb32);
-    if (xqk.size() < m_all * nbk) xqk.resize(m_all * nbk);
-    BlockQ8_32 *q32 = xq32.data();
-    BlockQ8_K *qk = xqk.data();
-    const float *x0 = x + size_t(rows[0]) * k;
-    const auto quantize = simd::row_kernels().quantize_q8_32;
-    const auto quantize_k = simd::row_kernels().quantize_q8_k;
-#pragma omp parallel for schedule(static) if (m_all * k >= 65536)
-    for (ptrdiff_t i = 0; i < ptrdiff_t(m_all); i++) {
-        if (need32) quantize(x0 + size_t(i) * k, q32 + size_t(i) * nb32, nb32);
-        if (needk) quantize_k(x0 + size_t(i) * k, qk + size_t(i) * nbk, nbk);
-    }
+    const QuantizedActs acts = quantize_acts(x + size_t(rows[0]) * k, m_all, k, need32, needk);
     // work items: chunks of kChunkRows rows of one segment of one group's weight, in order
     struct Item {
         uint32_t g, seg, chunk;
@@ -207,18 +220,7 @@ bool linear_quant_grouped(float *out, const float *x, const QuantWeight *const *
         const Item it = item[t];
         const QuantRows &s = w[it.g]->views()[it.seg];
         const size_t row = size_t(rows[it.g] - rows[0]), m = size_t(rows[it.g + 1] - rows[it.g]);
-        const size_t r0 = size_t(it.chunk) * kChunkRows, n_rows = std::min(kChunkRows, s.rows - r0);
-        const bool k_quant = reads_q8k(s.dt);
-        const size_t nb = k_quant ? nbk : nb32, stride = nb * (k_quant ? sizeof(BlockQ8_K) : sizeof(BlockQ8_32));
-        const std::byte *xq = k_quant ? reinterpret_cast<const std::byte *>(qk)
-                                      : reinterpret_cast<const std::byte *>(q32);
-        xq += row * stride;
-        float *o = out + size_t(rows[it.g]) * n + s.row0 + r0;
-        const QuantPlan &plan = quant_plan(s.dt);
-        if (s.x16)
-            plan.dot_x16(s.dt, o, n, s.data + it.chunk * nb * x16::block_bytes(s.dt), n_rows, xq, stride, m, nb);
-        else
-            plan.dot_rows(s.dt, o, n, s.data + r0 * s.row_bytes, s.row_bytes, n_rows, xq, stride, m, nb);
+        dot_chunk(s, it.chunk, out + size_t(rows[it.g]) * n + s.row0 + size_t(it.chunk) * kChunkRows, n, acts, row, m);
     });
     return true;
 }
