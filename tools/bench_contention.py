@@ -20,9 +20,10 @@ after --busy-limit seconds, so none outlives the tool.
   same bf16 weights (llama.cpp-f16: rounded to f16, ggml's faster path on AVX2), or on the very
   GGUF file llaisys runs where the model resolves to one (--quant, or a bare name on a CPU whose
   default format is the GGUF), built by tools/build_llama_cpp.py (not started here: it must
-  exist). Its OpenMP team waits as llaisys' does: llama-bench runs with the wait settings llaisys
-  chose for this CPU kind (libllaisys/cpu_tuning.py; --peer-wait default gives it OpenMP's own
-  ~3 ms spin instead, a labelled condition).
+  exist). Its threads wait as llaisys' do: llama-bench runs with the OpenMP wait settings llaisys
+  chose for this CPU kind (libllaisys/cpu_tuning.py) and with `--poll 0`, so ggml's own barrier
+  does not busy-wait either (its default, --poll 50, spins); --peer-wait default gives it OpenMP's
+  own ~3 ms spin and --poll 50 instead, a labelled condition.
 
 Prints a table (backend x condition, median tok/s and busy/idle ratio) and writes JSON with the
 CPU model and flags, settings and every sample.
@@ -115,6 +116,9 @@ class LlamaBench:
         self.info = build_llama_cpp.describe(p)
         self.cmd = [str(self.exe), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", str(threads),
                     "-r", "1", "-o", "json"]
+        if wait:  # and ggml's own barrier sleeps too: its default --poll 50 busy-waits (2.4 against
+            self.cmd += ["--poll", "0"]  # 14.8 tok/s at --poll 0 beside 2 busy loops, Zen 3, 2026-11-29)
+        self.info["argv"] = self.cmd[1:]
 
     def measure(self) -> float:
         proc = subprocess.run(self.cmd, capture_output=True, text=True, timeout=600,
@@ -184,7 +188,8 @@ def main() -> None:
                     help="an extra llaisys worker with this environment, e.g. passive:OMP_WAIT_POLICY=passive")
     ap.add_argument("--quant", default=None, help="the model's format (default: what a bare name runs here)")
     ap.add_argument("--peer-wait", choices=["same", "default"], default="same",
-                    help="same: llama.cpp's OpenMP waits as llaisys chose for this CPU; default: OpenMP's own")
+                    help="same: llama.cpp's OpenMP waits as llaisys chose for this CPU, with --poll 0; "
+                         "default: OpenMP's own and --poll 50")
     ap.add_argument("--json", default="bench_contention.json")
     args = ap.parse_args()
 
