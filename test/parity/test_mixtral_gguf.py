@@ -20,7 +20,7 @@ from llaisys.models.loader import load_model
 
 from .test_archs import PROMPTS, hf_greedy
 from .test_moe import VOCAB, make_tiny_moe
-from .test_moe_gguf import greedy
+from .test_moe_gguf import add_moe_header, greedy
 
 FORMS = ("merged", "per_expert")
 LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -41,17 +41,8 @@ def write_mixtral_gguf(path, ckpt_dir, form: str, quant: bool = False, top_k=Non
     loaded = load_model(ckpt_dir)
     cfg, t = loaded.config, {n: np.asarray(x.data, np.float32) for n, x in loaded.tensors.items()}
     w = gguf.GGUFWriter(str(path), "llama")
-    w.add_block_count(cfg.n_layers)
-    w.add_context_length(cfg.max_position_embeddings)
-    w.add_embedding_length(cfg.hidden_size)
-    w.add_feed_forward_length(cfg.intermediate_size)
-    w.add_head_count(cfg.n_heads)
-    w.add_head_count_kv(cfg.n_kv_heads)
+    add_moe_header(w, cfg, cfg.n_experts_per_tok if top_k is None else top_k)
     w.add_rope_dimension_count(cfg.head_dim)
-    w.add_rope_freq_base(float(cfg.rope_theta))
-    w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
-    w.add_expert_count(cfg.n_experts)
-    w.add_expert_used_count(cfg.n_experts_per_tok if top_k is None else top_k)
     tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]  # the 256 bytes and one merge
     tokens += [f"[PAD{i}]" for i in range(len(tokens), VOCAB)]
     w.add_tokenizer_model("gpt2")

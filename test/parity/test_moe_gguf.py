@@ -30,24 +30,29 @@ LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
 
 
-def write_moe_gguf(path, ckpt_dir, family: str, quant: bool):
-    """The checkpoint as llama.cpp's convert_hf_to_gguf lays a Qwen-MoE out (experts stacked,
-    norms and routers f32; the other matrices f32 or Q8_0)."""
-    loaded = load_model(ckpt_dir)
-    cfg, t = loaded.config, {n: np.asarray(x.data, np.float32) for n, x in loaded.tensors.items()}
-    w = gguf.GGUFWriter(str(path), GGUF_ARCH[family])
+def add_moe_header(w: gguf.GGUFWriter, cfg, top_k: int) -> None:
+    """The metadata every MoE family's GGUF carries (sizes, rope base, norm epsilon, experts)."""
     w.add_block_count(cfg.n_layers)
     w.add_context_length(cfg.max_position_embeddings)
     w.add_embedding_length(cfg.hidden_size)
     w.add_feed_forward_length(cfg.intermediate_size)
     w.add_head_count(cfg.n_heads)
     w.add_head_count_kv(cfg.n_kv_heads)
-    w.add_key_length(cfg.head_dim)
-    w.add_value_length(cfg.head_dim)
     w.add_rope_freq_base(float(cfg.rope_theta))
     w.add_layer_norm_rms_eps(float(cfg.rms_norm_eps))
     w.add_expert_count(cfg.n_experts)
-    w.add_expert_used_count(cfg.n_experts_per_tok)
+    w.add_expert_used_count(top_k)
+
+
+def write_moe_gguf(path, ckpt_dir, family: str, quant: bool):
+    """The checkpoint as llama.cpp's convert_hf_to_gguf lays a Qwen-MoE out (experts stacked,
+    norms and routers f32; the other matrices f32 or Q8_0)."""
+    loaded = load_model(ckpt_dir)
+    cfg, t = loaded.config, {n: np.asarray(x.data, np.float32) for n, x in loaded.tensors.items()}
+    w = gguf.GGUFWriter(str(path), GGUF_ARCH[family])
+    add_moe_header(w, cfg, cfg.n_experts_per_tok)
+    w.add_key_length(cfg.head_dim)
+    w.add_value_length(cfg.head_dim)
     w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     if cfg.shared_expert_intermediate_size:
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
