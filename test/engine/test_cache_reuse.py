@@ -192,3 +192,69 @@ def test_a_failed_copy_falls_back_to_computing():
     cache.copy_shift = broken
     assert run_request(kv, cache, req("b", first[:2] + first[6:])) == 0  # 2 + 33 would have been reused
     assert kv.reuse.stats.failures == 1 and kv.reuse.stats.tokens == 0
+
+
+# ---- the engine's counters (EngineMetrics.cache_reuse, /metrics' llaisys:cache_reuse_*) ------
+class RunnerCache:
+    """copy_shift over the fake runner's slots (slot -> (token, position)), which it checks on
+    every read: a reused token at a wrong position fails the step."""
+
+    def __init__(self, runner, broken: bool = False):
+        self.runner, self.broken = runner, broken
+
+    def copy_shift(self, src, dst, delta):
+        if self.broken:
+            raise RuntimeError("device lost")
+        for s, d, e in zip(np.asarray(src).tolist(), np.asarray(dst).tolist(), np.asarray(delta).tolist()):
+            tok, pos = self.runner.slots[s]
+            self.runner.slots[d] = (tok, pos + e)
+
+
+@pytest.mark.parametrize("broken", [False, True])
+def test_the_engine_counts_reused_tokens_copies_and_fallbacks(broken):
+    from fake_runner import FakeRunner, make_engine, run_all
+
+    from llaisys.server.metrics import ServerMetrics
+
+    runner = FakeRunner()
+    eng = make_engine(runner, cache_reuse=6)
+    eng.scheduler.kv.reuse = cr.CacheReuse(6, RunnerCache(runner, broken))
+    head, chunks, tail = [1, 2], [list(range(10 * k, 10 * k + 10)) for k in range(1, 6)], [7, 8, 9]
+    sp = SamplingParams(max_tokens=2, ignore_eos=True)
+    eng.add_request("a", head + sum(chunks[:4], []) + tail, sp)
+    first = run_all(eng)["a"]
+    eng.add_request("b", head + sum(chunks[1:5], []) + tail, sp)  # chunk 0 dropped: chunks 1-3 moved back 10
+    second = run_all(eng)["b"]
+    assert first.usage.cached_tokens == 0
+    assert second.usage.cached_tokens == (0 if broken else 32)  # the head in place and chunks 1-3
+    got = eng.metrics.copy().cache_reuse
+    assert (got.tokens, got.requests, got.failures) == ((0, 0, 1) if broken else (32, 1, 0))
+
+    class Snap:  # what ServerMetrics reads: AsyncEngine.snapshot() and is_alive
+        is_alive = True
+
+        def snapshot(self):
+            return eng.metrics.copy()
+
+    body = ServerMetrics(lambda: {"m": Snap()}).render()[0].decode()
+    for series, want in (("tokens", got.tokens), ("copies", got.requests), ("fallbacks", got.failures)):
+        assert f'llaisys:cache_reuse_{series}_total{{model_name="m"}} {float(want)}' in body
+
+
+def test_without_cache_reuse_the_engine_has_no_reuse_counters():
+    from fake_runner import make_engine, run_all
+
+    from llaisys.server.metrics import ServerMetrics
+
+    eng = make_engine()
+    eng.add_request("a", list(range(1, 30)), SamplingParams(max_tokens=1, ignore_eos=True))
+    run_all(eng)
+    assert eng.metrics.copy().cache_reuse is None
+
+    class Snap:
+        is_alive = True
+
+        def snapshot(self):
+            return eng.metrics.copy()
+
+    assert "llaisys:cache_reuse_tokens_total{" not in ServerMetrics(lambda: {"m": Snap()}).render()[0].decode()

@@ -1,7 +1,7 @@
 """`llaisys serve --cache-reuse N` on the tiny checkpoint: an editor's ring that moves (the oldest
 chunk dropped, a new one appended) is reused, and /infill (tokens_cached, timings.cache_n) and
-/v1/completions (usage.prompt_tokens_details.cached_tokens) report the reused tokens; a bad N
-fails at start-up with exit status 2."""
+/v1/completions (usage.prompt_tokens_details.cached_tokens) and /metrics (llaisys:cache_reuse_*)
+report the reused tokens; a bad N fails at start-up with exit status 2."""
 
 from __future__ import annotations
 
@@ -58,6 +58,37 @@ def test_completions_report_the_reused_tokens(reuse_server):
     assert r.status_code == 200, r.text
     # the 5-token head in place and chunks 1-2 (80 tokens) moved back 40
     assert r.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == 85
+
+
+def reuse_counters(srv) -> dict:
+    """The llaisys:cache_reuse_*_total counters of /metrics, by series (tokens, copies, fallbacks)."""
+    import requests
+    from prometheus_client.parser import text_string_to_metric_families
+
+    r = requests.get(srv.url + "/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    return {s.name[len("llaisys:cache_reuse_"):-len("_total")]: s.value
+            for fam in text_string_to_metric_families(r.text) for s in fam.samples
+            if s.name.startswith("llaisys:cache_reuse_") and s.name.endswith("_total")}
+
+
+def test_metrics_count_the_reused_tokens(reuse_server):
+    before = reuse_counters(reuse_server)
+    assert set(before) == {"tokens", "copies", "fallbacks"}
+    rng = np.random.default_rng(1)  # tokens no other test of the module sends
+    head = [int(t) for t in rng.integers(1000, 30000, 3)]
+    chunks = [[int(t) for t in rng.integers(1000, 30000, 24)] for _ in range(4)]
+    body = {"max_tokens": 1, "temperature": 0}
+    # 76 tokens: chunk 1 (positions 27-50) lies within the 4 full blocks a source keeps
+    r = post(reuse_server, "/v1/completions", dict(body, prompt=head + chunks[0] + chunks[1] + chunks[2] + [5]))
+    assert r.status_code == 200, r.text
+    assert reuse_counters(reuse_server) == before  # nothing to take from
+    r = post(reuse_server, "/v1/completions", dict(body, prompt=head + chunks[1] + chunks[3] + [5]))
+    assert r.status_code == 200, r.text
+    cached = r.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert cached == 3 + 24  # the head in place and chunk 1 moved back 24, all by --cache-reuse
+    after = reuse_counters(reuse_server)
+    assert after == dict(before, tokens=before["tokens"] + cached, copies=before["copies"] + 1)
 
 
 @pytest.mark.parametrize("args,fragment", [(["--cache-reuse", "-1"], ">= 0"),

@@ -85,6 +85,7 @@ class LLM:
                 self.engine.scheduler.kv.tier = self.prompt_cache
             if cache_reuse:
                 self.engine.scheduler.kv.reuse = CacheReuse(cache_reuse, runner.cache)
+                self.engine.metrics.cache_reuse = self.engine.scheduler.kv.reuse.stats  # 0s before a step
         except Exception:
             if self.spec is not None:
                 self.spec.close()

@@ -38,6 +38,7 @@ class EngineMetrics:
     prefix_cache: PrefixCacheStats = field(default_factory=PrefixCacheStats)  # the KV manager's counters
     spec: Optional[object] = None  # spec.SpecStats: speculative decoding counters (None: not speculating)
     prompt_cache_disk: Optional[object] = None  # prompt_cache.DiskCacheStats (None: no prompt_cache_dir)
+    cache_reuse: Optional[object] = None  # cache_reuse.ReuseStats (None: cache_reuse off)
     # the runner's memory (models.model.ModelStatsInfo: weight, workspace, scratch bytes), read by
     # AsyncEngine with each refresh; None: not read yet, or the runner reports none (a test's fake)
     memory: Optional[object] = None
@@ -55,6 +56,7 @@ class EngineMetrics:
         m.prefix_cache = copy.copy(self.prefix_cache)
         m.spec = copy.copy(self.spec)
         m.prompt_cache_disk = copy.copy(self.prompt_cache_disk)
+        m.cache_reuse = copy.copy(self.cache_reuse)
         for name in ("ttft", "tpot", "e2e", "queue_time"):
             setattr(m, name, deque(getattr(self, name), maxlen=MAX_SAMPLES))
         return m
@@ -73,6 +75,8 @@ class EngineMetrics:
         self.prefix_cache = kv.stats
         if getattr(kv, "tier", None) is not None:
             self.prompt_cache_disk = kv.tier.stats
+        if getattr(kv, "reuse", None) is not None:
+            self.cache_reuse = kv.reuse.stats
         spec = getattr(scheduler, "spec_stats", None)
         if spec is not None:
             self.spec = spec

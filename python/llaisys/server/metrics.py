@@ -5,7 +5,8 @@ do not clash):
 
 - engine state, read at scrape time from each model's ``AsyncEngine.snapshot()``: gauges
   (running, waiting, KV usage; the model's weight, workspace and device scratch bytes) and the engine's counters (prompt/generation tokens,
-  preemptions, prefix-cache tokens queried and hit, pooling requests and their tokens). Reading at scrape time means the
+  preemptions, prefix-cache tokens queried and hit, --cache-reuse's tokens, copies and fallbacks,
+  pooling requests and their tokens). Reading at scrape time means the
   numbers are the engine's own, never a second count that could drift from it.
 - per-request observations the server reports through ``on_request_done`` once an HTTP
   request ends: finish reasons, TTFT / TPOT / end-to-end / inter-token latency histograms,
@@ -46,6 +47,14 @@ _DISK_SERIES = (
     ("writes_dropped", "c", "Evicted blocks not written because the write queue was full."),
     ("files", "g", "Block files in the prompt cache directory."),
     ("disk_bytes", "g", "Bytes of the block files in the prompt cache directory."),
+)
+
+# Cache reuse (--cache-reuse N; engine/cache_reuse.py ReuseStats): field, series, help.
+_REUSE_SERIES = (
+    ("tokens", "cache_reuse_tokens", "Prompt tokens taken by --cache-reuse from a recent request's cached blocks "
+     "at a new position (copied, not computed)."),
+    ("requests", "cache_reuse_copies", "Admissions whose --cache-reuse copy succeeded."),
+    ("failures", "cache_reuse_fallbacks", "Admissions whose --cache-reuse copy failed (their tokens were computed)."),
 )
 
 
@@ -107,6 +116,9 @@ class _EngineCollector:
             PREFIX + "prompt_cache_disk_" + key.replace("disk_", ""), text, labels=["model_name"])
             for key, kind, text in _DISK_SERIES}
         fams.update({"disk_" + k: f for k, f in disk.items()})
+        reuse = {key: CounterMetricFamily(PREFIX + series, text, labels=["model_name"])
+                 for key, series, text in _REUSE_SERIES}
+        fams.update({"reuse_" + k: f for k, f in reuse.items()})
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
             fams["running"].add_metric([name], m.num_running)
@@ -135,6 +147,10 @@ class _EngineCollector:
             if d is not None:  # --prompt-cache-dir given
                 for key, _, _ in _DISK_SERIES:
                     disk[key].add_metric([name], getattr(d, key))
+            r = getattr(m, "cache_reuse", None)
+            if r is not None:  # --cache-reuse N given
+                for key, _, _ in _REUSE_SERIES:
+                    reuse[key].add_metric([name], getattr(r, key))
         yield from fams.values()
 
 
