@@ -24,7 +24,7 @@ import numpy as np
 import llaisys
 from llaisys import ops
 from llaisys.dtypes import is_quantized, quant_byte_shape
-from bench_timing import run_header, time_per_call
+from benchkit.stats import run_header, time_per_call
 
 MODELS = {"0.5b": (14, 2, 64), "1.5b": (12, 2, 128)}  # heads, kv heads, head dim
 CASES = {  # name -> (rows, query tokens per row, cached positions per row)

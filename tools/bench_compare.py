@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_env  # noqa: E402  (tools/ is not a package)
+from benchkit import host  # noqa: E402
 import build_llama_cpp  # noqa: E402
 
 BATCHES = (1, 4, 8, 16, 32)
@@ -153,7 +153,7 @@ def run_llaisys(model_dir: str, spec: dict, threads: int, kv_dtype: str = "f32")
             for i in range(spec["decode"]):
                 nxt = int(step(cache, [nxt], [n + i], [0, 1], [0], [0]).token_ids[0])
             res["decode"] = spec["decode"] / (time.perf_counter() - t)
-        res["meta"]["anon_huge_kib"] = bench_env.anon_huge_kib(os.getpid())  # 2 MiB pages in use
+        res["meta"]["anon_huge_kib"] = host.anon_huge_kib(os.getpid())  # 2 MiB pages in use
     if "decode" in res:
         res["decode weight GB/s"] = res["decode"] * weight_bytes / 1e9
     if device == "nvidia" and "decode" in res:
@@ -291,7 +291,7 @@ def run_llama_cpp(gguf_path: str, spec: dict, threads: int, kv_dtype: str = "f32
         for i in range(spec["decode"]):
             nxt = decode(ctx, [(0, [nxt], n + i, True)])[0]
         res["decode"] = spec["decode"] / (time.perf_counter() - t)
-        res.setdefault("meta", {})["anon_huge_kib"] = bench_env.anon_huge_kib(os.getpid())
+        res.setdefault("meta", {})["anon_huge_kib"] = host.anon_huge_kib(os.getpid())
         L.llama_free(ctx)
 
     for b in spec["batches"]:
@@ -463,10 +463,10 @@ def main() -> None:
     spec["quantize"] = args.quantize
     if args.quant and args.quantize:
         ap.error("--quant runs a GGUF file as it is; --quantize quantizes a directory: give one")
-    report = {"machine": bench_env.machine(), "device": args.device,
-              "gpu": bench_env.gpu_model() if args.device == "nvidia" else None,
+    report = {"machine": host.machine(), "device": args.device,
+              "gpu": host.gpu_model() if args.device == "nvidia" else None,
               "threads": args.threads, "spec": spec, "command": " ".join(sys.argv), "models": {}}
-    print(bench_env.describe(report["machine"]), flush=True)
+    print(host.describe(report["machine"]), flush=True)
     for name in args.models:
         # without --quant the bf16 directory, whatever a bare name resolves to on this CPU (hub.default_quant);
         # a local directory or file is taken as it is (resolve_model refuses a quant for it)

@@ -40,6 +40,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import host  # noqa: E402
+
 PROMPT_TOKENS = 32
 BUSY_CODE = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n"
 
@@ -98,7 +101,6 @@ class LlamaBench:
     """llama-bench on the GGUF of `dtype` (bf16: our values; f16: ggml's fast path on AVX2)."""
 
     def __init__(self, model_dir: Path, dtype: str, threads: int, tokens: int, wait: dict):
-        sys.path.insert(0, str(Path(__file__).parent))
         import build_llama_cpp
 
         self.name = "llama.cpp" if dtype == "bf16" else f"llama.cpp-{dtype}"
@@ -154,14 +156,8 @@ class Busy:
 
 # ---- the run -----------------------------------------------------------------------------------
 def cpu_info() -> dict:
-    model, flags = "unknown", []
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name") and model == "unknown":
-            model = line.split(":", 1)[1].strip()
-        elif line.startswith("flags") and not flags:
-            flags = line.split(":", 1)[1].split()
-    simd = [f for f in flags if f.startswith(("avx", "fma", "f16c", "amx"))]
-    return {"model": model, "logical_cpus": os.cpu_count(), "simd_flags": simd}
+    simd = [f for f in host.cpu_flag_list() if f.startswith(("avx", "fma", "f16c", "amx"))]
+    return {"model": host.cpu_model(), "logical_cpus": os.cpu_count(), "simd_flags": simd}
 
 
 def parse_variant(text: str) -> tuple[str, dict]:

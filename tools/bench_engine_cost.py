@@ -18,7 +18,7 @@ per step at larger B:
            <= 700 us a step at B = 64, on a quiet machine)
 
 Each repeat is a fresh generate on the same LLM after one untimed run of the same shape;
-medians of the repeats. Prints a table and writes JSON with the machine (tools/bench_env.py).
+medians of the repeats. Prints a table and writes JSON with the machine (tools/benchkit/host.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_env  # noqa: E402  (tools/ is not a package)
+from benchkit import host  # noqa: E402
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 1024, 32, 2, 4, 2, 64
 
@@ -126,8 +126,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from llaisys import LLM
 
-    machine = bench_env.machine()
-    print(bench_env.describe(machine), flush=True)
+    machine = host.machine()
+    print(host.describe(machine), flush=True)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         model = write_tiny_model(Path(tmp) / "tiny")

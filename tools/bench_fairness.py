@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_env  # noqa: E402
+from benchkit import host  # noqa: E402
 
 STREAM_PROMPT = 32
 STREAM_TOKENS = 4000  # more than the measurement needs: the stream is aborted once it is done
@@ -114,7 +114,7 @@ def run(args) -> dict:
                      "ttft_ratio": med("ttft_s") / statistics.median(alone),
                      "alone_samples": alone, "beside_samples": beside, "step_cost_fit": fit})
         threads = runtime.num_threads()
-    return {"machine": bench_env.machine(), "model": args.model, "threads": threads,
+    return {"machine": host.machine(), "model": args.model, "threads": threads,
             "prompt_tokens": args.prompt_tokens, "repeats": args.repeats, "rows": rows}
 
 
@@ -135,9 +135,7 @@ def _huge_inputs(model: str) -> dict:
 
 def run_server(args) -> dict:
     import requests
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "server"))
-    sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port, for server_helpers
-    from server_helpers import MODEL_NAME, launch, sse_events
+    from benchkit.server import MODEL_NAME, launch, sse_events
 
     from llaisys.models import hub
 
@@ -187,7 +185,7 @@ def run_server(args) -> dict:
                              "stream_chunks_in_window": len(gaps)})
         finally:
             srv.stop()
-    return {"machine": bench_env.machine(), "model": args.model, "threads": args.threads, "window_s": args.window,
+    return {"machine": host.machine(), "model": args.model, "threads": args.threads, "window_s": args.window,
             "server_rows": rows}
 
 
@@ -205,7 +203,7 @@ def main(argv=None) -> int:
     args.gaps = [float(g) for g in args.gaps.split(",")]
     if args.server:
         res = run_server(args)
-        print(bench_env.describe(res["machine"]))
+        print(host.describe(res["machine"]))
         print(f"{res['model']} served with {res['threads']} threads; one greedy stream while a huge input arrives")
         print(f"{'decode_gap_ms':>13} {'input':>24} {'status':>6} {'answer':>7} {'max gap':>8} {'median gap':>11} "
               f"{'chunks':>7}")
@@ -216,7 +214,7 @@ def main(argv=None) -> int:
         _write_json(args.json, res)
         return 0
     res = run(args)
-    print(bench_env.describe(res["machine"]))
+    print(host.describe(res["machine"]))
     print(f"{res['model']}, {res['threads']} threads, a {res['prompt_tokens']}-token prompt beside one greedy stream")
     print(f"{'decode_gap_ms':>13} {'TTFT alone':>11} {'TTFT beside':>12} {'ratio':>6} {'max gap':>8} {'median gap':>11}")
     for r in res["rows"]:

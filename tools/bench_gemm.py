@@ -26,7 +26,7 @@ import numpy as np
 
 import llaisys
 from llaisys import ops
-from bench_timing import time_per_call
+from benchkit.stats import time_per_call
 
 # model -> name -> (k, n): in_features -> out_features (fused as the model runs them)
 MODELS = {

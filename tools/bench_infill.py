@@ -23,7 +23,6 @@ library only.
 from __future__ import annotations
 
 import argparse
-import http.client
 import importlib.util
 import json
 import os
@@ -31,7 +30,10 @@ import sys
 import time
 import uuid
 from datetime import datetime, timezone
-from urllib.parse import urlsplit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit import openai_http  # noqa: E402
 
 FILE_MODULE = "json.decoder"  # the file being edited
 RING_MODULES = ("textwrap", "difflib", "heapq", "bisect", "shlex", "fnmatch", "calendar", "string", "glob",
@@ -51,32 +53,18 @@ def percentile(xs: list, q: float) -> float:
     return s[max(0, min(len(s) - 1, int(round(q / 100.0 * len(s) + 0.5)) - 1))]
 
 
-class Client:
-    def __init__(self, base_url: str, api_key: str = "", timeout: float = 600.0):
-        u = urlsplit(base_url)
-        self.host, self.port, self.timeout = u.hostname, u.port or 80, timeout
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+class Client(openai_http.Client):
+    """benchkit's client with /infill's streamed first event timed."""
 
-    def post(self, path: str, body: dict) -> dict:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
-        try:
-            conn.request("POST", path, json.dumps(body), self.headers)
-            r = conn.getresponse()
-            data = r.read()
-            if r.status != 200:
-                raise RuntimeError(f"{path} answered {r.status}: {data[:300]!r}")
-            return json.loads(data)
-        finally:
-            conn.close()
+    def __init__(self, base_url: str, api_key: str = "", timeout: float = 600.0):
+        super().__init__(base_url, api_key, timeout)
 
     def infill_ttft(self, body: dict) -> tuple:
         """(seconds to the first event, the final result) of a streamed /infill request."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        conn = self.connect()
         try:
             t0 = time.monotonic()
-            conn.request("POST", "/infill", json.dumps(dict(body, stream=True)), self.headers)
+            conn.request("POST", self.prefix + "/infill", json.dumps(dict(body, stream=True)), self.headers)
             r = conn.getresponse()
             if r.status != 200:
                 raise RuntimeError(f"/infill answered {r.status}: {r.read()[:300]!r}")
@@ -103,7 +91,7 @@ def build_ring(client: Client, ring_tokens: int) -> list:
         lines = module_lines(name)
         for i in range(0, len(lines) - CHUNK_LINES, CHUNK_LINES * 3):  # spread over the module
             text = "\n".join(lines[i:i + CHUNK_LINES]) + "\n"
-            n = client.post("/tokenize", {"prompt": text})["count"]
+            n = client.request_json("POST", "/tokenize", {"prompt": text})["count"]
             if total + n > ring_tokens:
                 return chunks
             chunks.append({"filename": name.replace(".", "/") + ".py", "text": text, "tokens": n})

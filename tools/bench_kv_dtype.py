@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_env import describe, machine  # noqa: E402
+from benchkit.host import describe, machine  # noqa: E402
 from perplexity import stdlib_text  # noqa: E402
 
 BLOCK = 16

@@ -25,7 +25,7 @@ from llaisys.models import hub
 from llaisys.models.loader import load_model
 from llaisys.models.qwen2 import Qwen2Model, RowSampling
 
-from bench_timing import run_header
+from benchkit.stats import run_header
 
 
 def _greedy_step(model: Qwen2Model, cache, tokens, start: int) -> int:

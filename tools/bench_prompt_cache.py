@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_env import describe, machine  # noqa: E402
+from benchkit.host import describe, machine  # noqa: E402
 from perplexity import stdlib_text  # noqa: E402
 
 
@@ -75,9 +75,7 @@ def server_runs(args, ids: list, cache_dir: str) -> dict:
 
     import requests
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test" / "server"))
-    sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))
-    from server_helpers import MODEL_NAME, launch
+    from benchkit.server import MODEL_NAME, launch
 
     def complete(srv, prompt, max_tokens: int) -> tuple:
         body = {"model": MODEL_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,

@@ -9,7 +9,7 @@ bf16 packed GEMM, on the linear shapes of Qwen2.5 1.5B (or 0.5B) at decode and p
 Each (shape, m) times the bf16 PackedLinear and one PackedLinear per format (random GGUF blocks
 with sane scales: the kernels' speed does not depend on the values), alternately, --repeats
 times each, every timed run >= --min-time s; figures are medians, every run is in the JSON. The
-CPU model, the SIMD flags and the llaisys ISA path are recorded (bench_env). GB/s counts the
+CPU model, the SIMD flags and the llaisys ISA path are recorded (benchkit.host). GB/s counts the
 weight's bytes once per call, the traffic decode is bound by; at m = 128 GFLOP/s is the figure
 to read. The host may be shared: compare columns of one run rather than runs.
 
@@ -37,8 +37,8 @@ import llaisys
 from llaisys import ops
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_env import describe, machine  # noqa: E402
-from bench_timing import time_per_call  # noqa: E402
+from benchkit.host import describe, machine  # noqa: E402
+from benchkit.stats import time_per_call  # noqa: E402
 
 MODELS = {  # name -> (k, n)
     "0.5b": {"qkv": (896, 1152), "o": (896, 896), "gate_up": (896, 9728), "down": (4864, 896),
@@ -58,18 +58,6 @@ def random_blocks(fmt: str, n: int, k: int, rng) -> np.ndarray:
     for off in scale_at:
         b[:, :, off:off + 2] = np.full((n, k // bs), 0.01, np.float16).view(np.uint8).reshape(n, k // bs, 2)
     return b.reshape(n, -1)
-
-
-def cpu_time_per_call(fn, min_time: float) -> float:
-    """CPU seconds of this process per call of fn, over as many calls as fill min_time of it."""
-    fn()
-    calls, t0 = 0, time.process_time()
-    while True:
-        fn()
-        calls += 1
-        used = time.process_time() - t0
-        if used >= min_time:
-            return used / calls
 
 
 def bench_shape(name: str, k: int, n: int, m: int, formats: list[str], repeats: int, min_time: float, rng,
@@ -109,7 +97,7 @@ import json, sys, numpy as np, llaisys
 from llaisys import ops
 sys.path.insert(0, {tools!r})
 from bench_quant_linear import random_blocks
-from bench_timing import time_per_call
+from benchkit.stats import time_per_call
 k, n, fmt, ms, min_time = {k}, {n}, {fmt!r}, {ms!r}, {min_time}
 rng = np.random.default_rng(0)
 w = llaisys.Tensor.from_numpy(random_blocks(fmt, n, k, rng), fmt, shape=(n, k))
@@ -180,7 +168,10 @@ def main(argv=None) -> int:
         Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "crossover": rows}, indent=1))
         print(f"wrote {args.out}")
         return 0
-    timer = cpu_time_per_call if args.clock == "cpu" else time_per_call
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+
+    def timer(fn, min_time):
+        return time_per_call(fn, min_time, clock)
     print(f"clock: {args.clock}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}")
     print(f"{'shape':8} {'m':>4} {'weight':6} {'ms':>9} {'GMAC/s':>7} {'GB/s':>6} {'vs bf16':>7}")
     rng = np.random.default_rng(0)

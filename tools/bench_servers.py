@@ -42,11 +42,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
-import bench_env  # noqa: E402  (tools/ is not a package)
+from benchkit import host  # noqa: E402
 import bench_serving  # noqa: E402
 import build_llama_cpp  # noqa: E402
-from ports import free_port  # noqa: E402
+from benchkit.net import free_port  # noqa: E402
 
 SERVERS = ("llaisys", "llaisys-default", "llama-server", "llama-server-kvu", "llama-server-kvf16", "llama-cpp-python")
 DEFAULT_SERVERS = ("llaisys", "llama-server", "llama-cpp-python")
@@ -219,8 +218,8 @@ def main() -> int:
     model_dir = Path(hub.resolve_model(args.model, quant=args.quant or hub.default_quant()))
     log_dir = Path(args.out).resolve().parent / "bench_servers_logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    machine = bench_env.machine()
-    print(bench_env.describe(machine), flush=True)
+    machine = host.machine()
+    print(host.describe(machine), flush=True)
     peer = build_llama_cpp.ensure() if any(not s.startswith("llaisys") for s in args.servers) else None
     results = {s: [] for s in args.servers}
     for r in range(args.repeats):

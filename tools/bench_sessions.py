@@ -20,11 +20,13 @@ import random
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from urllib.request import Request, urlopen
 
-WORDS = ("time year people way day man thing woman life child world school state family student group country "
-         "problem hand part place case week company system program question work government number night point "
-         "home water room mother area money story fact month lot right study book eye job word business").split()
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchkit.openai_http import WORDS as OPENAI_WORDS  # noqa: E402
+
+WORDS = OPENAI_WORDS[:49]  # the first 49 of the load generators' words (the sessions drawn so far)
 
 
 def post(base: str, body: dict, key: str, timeout: float) -> dict:

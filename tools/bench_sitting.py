@@ -44,7 +44,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "bench_limits"))
-import bench_env  # noqa: E402  (tools/ is not a package)
+from benchkit import host  # noqa: E402
 import bench_limits  # noqa: E402
 import build_llama_cpp  # noqa: E402
 
@@ -162,7 +162,7 @@ def summarise(res: dict) -> dict:
 
 def print_table(res: dict, s: dict) -> None:
     m = res["machine"]
-    print(f"\n{bench_env.describe(m)}")
+    print(f"\n{host.describe(m)}")
     print(f"file {res['gguf']} ({res['weight_bytes_per_token'] / 1e9:.3f} GB read a token), {res['threads']} threads, "
           f"f32 KV; read bandwidth {s['read_gb_s']:.1f} GB/s (measured {len(bandwidths(res))} times: "
           f"{min(bandwidths(res)):.1f}-{max(bandwidths(res)):.1f}); llama.cpp {res['llama_cpp_commit']}")
@@ -206,7 +206,7 @@ def main(argv=None) -> int:
         ap.error(f"--gguf {args.gguf}: not an existing .gguf file")
     gguf = args.gguf or str(hub.resolve_model(args.model, quant=args.quant))
     peer = build_llama_cpp.ensure()
-    res = {"machine": bench_env.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
+    res = {"machine": host.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
            "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"], "peer": peer}
     bb_exe = str(Path(peer["bench"]).with_name("llama-batched-bench"))
     res["bandwidth_rounds"], res["llama_bench"], res["batched_bench"] = [], [], {"rows": [], "commands": []}

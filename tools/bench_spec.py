@@ -36,9 +36,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
-from bench_env import describe, machine  # noqa: E402
-from ports import free_port  # noqa: E402
+from benchkit.host import describe, machine  # noqa: E402
+from benchkit.net import free_port  # noqa: E402
 
 GGUF = Path.home() / ".cache/llaisys/gguf"
 CODE = '''import json

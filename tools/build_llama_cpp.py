@@ -31,29 +31,14 @@ import tarfile
 import time
 from pathlib import Path
 
+from benchkit.host import cpu_flag_set, cpu_kind
+
 PIN = "0.3.36"  # llama-cpp-python; the llama.cpp commit it vendors is recorded in peer.json
 TARGETS = ("llama", "llama-server", "llama-bench", "llama-batched-bench")
 
 
 def home() -> Path:
     return Path(os.environ.get("LLAISYS_HOME", Path.home() / ".cache" / "llaisys")) / "peers"
-
-
-def cpu_flags() -> set:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
-
-
-def cpu_kind(flags: set | None = None) -> str:
-    """The ISA tier a -march=native build depends on (what separates this project's machines)."""
-    flags = cpu_flags() if flags is None else flags
-    if "avx512_bf16" in flags:
-        return "avx512bf16"
-    if "avx512f" in flags:
-        return "avx512"
-    return "avx2" if "avx2" in flags else "generic"
 
 
 # ggml's AMX backend (ggml-cpu/amx, compiled in by -march=native where the CPU lists amx_int8)
@@ -66,7 +51,7 @@ NO_AMX = ["-mno-amx-tile", "-mno-amx-int8", "-mno-amx-bf16"]
 
 
 def has_amx(flags: set | None = None) -> bool:
-    return "amx_int8" in (cpu_flags() if flags is None else flags)
+    return "amx_int8" in (cpu_flag_set() if flags is None else flags)
 
 
 def paths(kind: str | None = None) -> dict:

@@ -22,9 +22,8 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.append(str(Path(__file__).resolve().parents[1] / "test"))  # ports.free_port
-import bench_env  # noqa: E402
-from ports import free_port  # noqa: E402
+from benchkit import host  # noqa: E402
+from benchkit.net import free_port  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
@@ -81,7 +80,7 @@ def shoot(args) -> dict:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
-    return {"stats": stats, "machine": bench_env.machine()}
+    return {"stats": stats, "machine": host.machine()}
 
 
 def main(argv=None) -> int:
@@ -93,7 +92,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     res = shoot(args)
     print(f"saved {args.out}: {res['stats']}")
-    print(bench_env.describe(res["machine"]))
+    print(host.describe(res["machine"]))
     return 0
 
 

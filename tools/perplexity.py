@@ -25,7 +25,7 @@ Backends:
   virtualenv of tools/build_llama_cpp.py (LLAMA_CPP_LIB_PATH set to its build), on each --gguf.
 
 Prints a table (ppl, mean NLL, top-1 agreement with the first run, seconds) and writes JSON
-with the machine (tools/bench_env.py), the text's identity and every run.
+with the machine (tools/benchkit/host.py), the text's identity and every run.
 """
 
 from __future__ import annotations
@@ -265,7 +265,7 @@ def main(argv=None) -> None:
         llama_worker_main(args.llama_worker)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_env import describe, machine
+    from benchkit.host import describe, machine
 
     from llaisys import runtime
     from llaisys.models import hub

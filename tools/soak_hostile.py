@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import random
 
-from bench_serving import WORDS
+from benchkit.openai_http import WORDS
 
 # kind -> weight (relative, within the hostile fraction)
 HOSTILE = {"bomb_ref": 2, "bomb_lark": 2, "unsat": 2, "junk_field": 3, "long_prompt": 1}

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from ports import free_port
+from benchkit.net import free_port
 
 API_KEY = "ray-test-key"
 MODEL = "tiny"

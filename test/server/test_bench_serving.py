@@ -2,7 +2,7 @@
 streaming and non-streaming, concurrency and Poisson arrivals, completions and chat, the
 figures it writes, and errors counted by status. The tool itself is stdlib-only."""
 
-import importlib.util
+import io
 import json
 import os
 import pathlib
@@ -10,6 +10,8 @@ import subprocess
 import sys
 
 import pytest
+from benchkit.openai_http import RequestResult, read_stream
+from benchkit.stats import percentile
 
 from server_helpers import MODEL_NAME
 
@@ -17,22 +19,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "bench_serving.py"
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location("bench_serving", TOOL)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["bench_serving"] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_percentile_matches_linear_interpolation():
-    tool = load_tool()
     xs = [5.0, 1.0, 4.0, 2.0, 3.0]
-    assert tool.percentile(xs, 50) == 3.0
-    assert tool.percentile(xs, 0) == 1.0 and tool.percentile(xs, 100) == 5.0
-    assert tool.percentile(xs, 95) == pytest.approx(4.8)
-    assert tool.percentile(list(range(101)), 99) == pytest.approx(99.0)
-    assert tool.percentile([], 50) is None
+    assert percentile(xs, 50) == 3.0
+    assert percentile(xs, 0) == 1.0 and percentile(xs, 100) == 5.0
+    assert percentile(xs, 95) == pytest.approx(4.8)
+    assert percentile(list(range(101)), 99) == pytest.approx(99.0)
+    assert percentile([], 50) is None
 
 
 def test_tool_imports_nothing_but_the_standard_library():
@@ -47,16 +40,13 @@ def test_tool_imports_nothing_but_the_standard_library():
 def test_a_stream_without_usage_counts_max_tokens_only_when_cut_for_length():
     """llama-cpp-python's server streams no usage: a "length" finish means exactly max_tokens
     tokens; any other finish falls back to the content chunks."""
-    import io
-
-    tool = load_tool()
 
     def stream(finish):
         events = [{"choices": [{"text": t, "finish_reason": None}]} for t in (" a", "", " b")]
         events.append({"choices": [{"text": "", "finish_reason": finish}]})
         raw = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
-        res = tool.RequestResult(start=0.0)
-        tool._read_stream(io.BytesIO(raw.encode()), res, max_tokens=5)
+        res = RequestResult(start=0.0)
+        read_stream(io.BytesIO(raw.encode()), res, max_tokens=5)
         return res.output_tokens
 
     assert stream("length") == 5

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from ports import free_port
+from benchkit.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 WEB_DIR = REPO / "web"

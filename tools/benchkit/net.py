@@ -1,6 +1,4 @@
-"""free_port(): the one helper that picks a port for a server a test or a tool starts (standard library only).
-
-Tests import it directly (test/ is on their path); tools put test/ on sys.path first."""
+"""free_port(): the one helper that picks a port for a server a test or a tool starts."""
 
 import socket
 

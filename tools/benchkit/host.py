@@ -33,14 +33,25 @@ def cpu_model() -> str:
     return _cpuinfo().get("model name") or platform.processor() or "unknown"
 
 
+def cpu_flag_list() -> list:
+    """Every flag /proc/cpuinfo lists for the first processor, in its order (empty where there is none)."""
+    return _cpuinfo().get("flags", "").split()
+
+
+def cpu_flag_set() -> set:
+    return set(cpu_flag_list())
+
+
 def cpu_flags() -> list:
-    have = set(_cpuinfo().get("flags", "").split())
+    """The flags of SIMD_FLAGS this CPU has, in that order."""
+    have = cpu_flag_set()
     return [f for f in SIMD_FLAGS if f in have]
 
 
-def cpu_kind() -> str:
-    """avx512bf16 / avx512 / avx2 / generic: the tier a table belongs to."""
-    flags = set(cpu_flags())
+def cpu_kind(flags: set | None = None) -> str:
+    """avx512bf16 / avx512 / avx2 / generic: the tier a table belongs to, and the tier a
+    -march=native build of the llama.cpp peer depends on."""
+    flags = cpu_flag_set() if flags is None else flags
     if "avx512_bf16" in flags:
         return "avx512bf16"
     if "avx512f" in flags:
@@ -98,6 +109,18 @@ def anon_huge_kib(pid: int) -> int | None:
                 return int(line.split()[1])
     except (OSError, ValueError, IndexError):
         pass
+    return None
+
+
+def vm_rss_kib(pid: int) -> int | None:
+    """VmRSS of a process, in KiB (/proc/<pid>/status); None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
     return None
 
 
