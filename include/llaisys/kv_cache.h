@@ -107,8 +107,8 @@ LLAISYS_API llaisysStatus_t llaisysKVCacheBlockWrite(llaisysKVCache_t cache, siz
  * cache made with rope_theta 0 has none: a nonzero delta is then INVALID_ARGUMENT). Slots are in
  * [0, n_slots): OUT_OF_RANGE otherwise. The dst slots must be distinct and none may be a src
  * slot, |delta| <= INT32_MAX: INVALID_ARGUMENT otherwise. n = 0 is a no-op; NULL arrays with
- * n > 0 are INVALID_ARGUMENT. CPU caches only: UNSUPPORTED on other devices. Nothing is changed
- * on an error. */
+ * n > 0 are INVALID_ARGUMENT. CPU caches, and NVIDIA ones in a build with that backend (one
+ * launch, synchronous): UNSUPPORTED on other devices. Nothing is changed on an error. */
 LLAISYS_API llaisysStatus_t llaisysKVCacheCopyShift(llaisysKVCache_t cache, size_t n, const int32_t *src_slots,
                                                     const int32_t *dst_slots, const int64_t *deltas);
 /* Both layouts: forget everything (SLOT: all cells free). */

@@ -199,8 +199,13 @@ void KVCache::copy_shift(size_t n, const int32_t *src, const int32_t *dst, const
     if (n == 0) return;
     LLAISYS_CHECK_ARG(src != nullptr && dst != nullptr && delta != nullptr,
                       "copy_shift: src, dst and delta must not be NULL when n > 0");
+#ifdef LLAISYS_ENABLE_NVIDIA
+    LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU || p_.device == LLAISYS_DEVICE_NVIDIA, LLAISYS_STATUS_UNSUPPORTED,
+                  "copy_shift (cache reuse) runs on the CPU and NVIDIA GPUs, not on device ", int(p_.device));
+#else
     LLAISYS_CHECK(p_.device == LLAISYS_DEVICE_CPU, LLAISYS_STATUS_UNSUPPORTED,
                   "copy_shift (cache reuse) runs on the CPU only in this build");
+#endif
     std::vector<int32_t> dsts(dst, dst + n);  // [n] sorted: distinct, and no src among them
     std::sort(dsts.begin(), dsts.end());
     for (size_t i = 0; i < n; i++) {
@@ -217,6 +222,12 @@ void KVCache::copy_shift(size_t n, const int32_t *src, const int32_t *dst, const
     }
     const auto dup = std::adjacent_find(dsts.begin(), dsts.end());
     LLAISYS_CHECK_ARG(dup == dsts.end(), "copy_shift: dst slot ", dup == dsts.end() ? 0 : *dup, " is given twice");
+#ifdef LLAISYS_ENABLE_NVIDIA
+    if (p_.device == LLAISYS_DEVICE_NVIDIA) {  // f32, f16 or bf16 (a GPU cache has no q8_0)
+        copy_shift_nvidia(n, src, dst, delta);
+        return;
+    }
+#endif
     const size_t rb = row_bytes();
     std::vector<float> scratch;
     for (size_t layer = 0; layer < p_.n_layers; layer++) {

@@ -37,7 +37,7 @@ public:
     // SLOT: shift seq's positions and re-rotate the stored keys by delta.
     void seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta);
 
-    // BLOCK, CPU (cache reuse): for i < n, in every layer, slot dst[i] gets slot src[i]'s V and
+    // BLOCK, CPU or NVIDIA (cache reuse): for i < n, in every layer, slot dst[i] gets slot src[i]'s V and
     // its K re-rotated by delta[i] positions, with seq_add's rotation and table. The dst slots
     // are distinct and none is a src slot; every check is made before anything is written.
     void copy_shift(size_t n, const int32_t *src, const int32_t *dst, const int64_t *delta);
@@ -66,6 +66,8 @@ private:
     // seq_add on a GPU: rotate the keys of `cells` by delta positions, in one launch on the
     // cache's own stream, synchronized before it returns (nvidia/shift_nvidia.cpp).
     void rotate_keys_nvidia(const std::vector<int32_t> &cells, int64_t delta);
+    // copy_shift on a GPU, its arguments checked: one launch on the same stream, the same order.
+    void copy_shift_nvidia(size_t n, const int32_t *src, const int32_t *dst, const int64_t *delta);
 
     llaisysKVCacheParams_t p_;
     tensor_t k_, v_;  // [n_layers, n_slots, n_kv_heads, head_dim]
@@ -73,8 +75,8 @@ private:
                                    // empty for a BLOCK cache made without a rope_theta > 0 or set_rope
     tensor_t inv_freq_dev_;        // [head_dim / 2] f32 copy on the cache's device (GPU caches only)
     std::unique_ptr<UnifiedCells> cells_;
-    void *shift_stream_ = nullptr;  // GPU SLOT caches: the native stream seq_add's rotation runs on
-                                    // (created on first use by rotate_keys_nvidia, owned here)
+    void *shift_stream_ = nullptr;  // GPU caches: the native stream seq_add's and copy_shift's kernels
+                                    // run on (created on first use, owned here)
 };
 
 }  // namespace llaisys::kv

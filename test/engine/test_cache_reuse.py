@@ -77,8 +77,9 @@ def test_the_options_it_needs():
         EngineConfig(kv_layout="slot", cache_reuse=8)
     with pytest.raises(ValueError, match="prefix cache"):
         EngineConfig(enable_prefix_caching=False, cache_reuse=8)
-    with pytest.raises(ValueError, match="CPU"):
-        cr.check_cache_reuse(8, device="nvidia")
+    assert cr.check_cache_reuse(8, device="nvidia") == 8  # llaisysKVCacheCopyShift's CUDA kernel
+    with pytest.raises(ValueError, match="CPU and NVIDIA"):
+        cr.check_cache_reuse(8, device="metal")
     assert EngineConfig(kv_layout="slot", cache_reuse=0).cache_reuse == 0
 
 

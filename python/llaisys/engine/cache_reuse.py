@@ -16,7 +16,7 @@ computed after the source's preceding tokens, not the prompt's. It is exact for 
 V depend on the token and its position only) and for the common-prefix part (delta 0, same
 context). The reused blocks enter the prefix cache like computed ones (as llama-server's slot
 keeps its shifted cache), so a later request sharing that prefix gets the same approximation.
-BLOCK layout, CPU only.
+BLOCK layout, on the CPU or an NVIDIA GPU (llaisysKVCacheCopyShift has a kernel for each).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def check_cache_reuse(value, kv_layout: str = "block", enable_prefix_caching: Op
         raise ValueError("cache_reuse needs kv_layout='block' (the SLOT layout is not supported)")
     if enable_prefix_caching is False:
         raise ValueError("cache_reuse needs the prefix cache (it reuses cached blocks)")
-    if _name(device) != "cpu":
-        raise ValueError(f"cache_reuse runs on the CPU only, not on device {_name(device)!r}")
+    if _name(device) not in ("cpu", "nvidia"):
+        raise ValueError(f"cache_reuse runs on the CPU and NVIDIA GPUs, not on device {_name(device)!r}")
     return int(value)
 
 

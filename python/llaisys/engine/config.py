@@ -66,7 +66,7 @@ class EngineConfig:
     decode_gap_ms: float = DEFAULT_DECODE_GAP_MS
     kv_layout: str = "block"  # "block" (paged, block tables) or "slot" (unified cells, seq ids)
     # llama-server's --cache-reuse: the shortest run of a recent request's cached tokens taken at
-    # a new position (BLOCK, CPU; cache_reuse.py, an approximation); 0: off. LLM wires it.
+    # a new position (BLOCK, CPU or NVIDIA; cache_reuse.py, an approximation); 0: off. LLM wires it.
     cache_reuse: int = 0
     seed: Optional[int] = None  # seeds the per-request seeds the engine picks; None: from the OS
 

@@ -54,7 +54,7 @@ class LLM:
         # for this and later processes, under prompt_cache_max_bytes (doc/engine.md "Prompt cache on disk")
         # cache_reuse: llama-server's --cache-reuse N: a prompt's tokens after its cached prefix are
         # taken from a recent request's cached blocks at another position, in runs of >= N tokens
-        # (an approximation; BLOCK layout, CPU; doc/engine.md "Cache reuse"); 0: off
+        # (an approximation; BLOCK layout, CPU or NVIDIA; doc/engine.md "Cache reuse"); 0: off
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
         check_cache_reuse(cache_reuse, kv_layout, enable_prefix_caching, device)
         cache_cap = None if prompt_cache_dir is None else check_options(prompt_cache_dir, prompt_cache_max_bytes,

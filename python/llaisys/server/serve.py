@@ -67,7 +67,7 @@ def add_serve_parser(sub):
                    help="size cap of --prompt-cache-dir, least recently used files go first (default: %(default)s)")
     e.add_argument("--cache-reuse", type=int, default=0, metavar="N",
                    help="take runs of >= N cached tokens at a new position (llama-server's --cache-reuse: an "
-                        "editor's moved ring of chunks); an approximation, BLOCK layout, CPU (default: 0, off)")
+                        "editor's moved ring of chunks); an approximation, BLOCK layout (default: 0, off)")
     e.add_argument("--seed", type=int, default=None, help="seeds the per-request seeds of unseeded requests")
     e.add_argument("--speculative", default=None, metavar="ngram|draft:MODEL",
                    help="speculative decoding: n-gram prompt lookup, or a draft model with the same tokenizer "
