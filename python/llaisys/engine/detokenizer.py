@@ -40,18 +40,35 @@ class IncrementalDetokenizer:
     def __init__(self, decode: Callable, prompt_token_ids: Sequence[int], skip_special_tokens: bool):
         self._decode = decode
         self._skip = skip_special_tokens
+        # a MemoDecode's single-id texts, read here directly (the window's context is one id
+        # in steady decoding), and the decode behind it for the longer windows
+        memo = decode if isinstance(decode, MemoDecode) else None
+        self._memo = None if memo is None else memo._one[bool(skip_special_tokens)]
+        self._many = decode if memo is None else memo._decode
         self._ids = list(prompt_token_ids[-PROMPT_CONTEXT:])  # window: context + tokens not yet emitted
-        self._prefix = 0  # start of the context part of the window
         self._read = len(self._ids)  # start of the tokens not yet turned into text
+        self._before: Optional[str] = None  # the text of the context ids[:_read], once decoded
+
+    def _context_text(self) -> str:
+        before = self._before
+        if before is None:
+            ids, memo = self._ids, self._memo
+            if self._read == 1 and memo is not None:
+                before = memo.get(ids[0])
+            if before is None:
+                before = self._decode(ids[:self._read], skip_special_tokens=self._skip)
+            self._before = before
+        return before
 
     def _pending(self, final: bool) -> str:
         ids = self._ids
-        before = self._decode(ids[self._prefix:self._read], skip_special_tokens=self._skip)
-        full = self._decode(ids[self._prefix:], skip_special_tokens=self._skip)
-        if len(full) <= len(before) or (full.endswith(REPLACEMENT) and not final):
+        before = self._context_text()
+        full = self._many(ids, skip_special_tokens=self._skip) if len(ids) > 1 else \
+            self._decode(ids, skip_special_tokens=self._skip)
+        if len(full) <= len(before) or (not final and full.endswith(REPLACEMENT)):
             return ""
         self._ids = ids[self._read:]  # the new text's tokens become the next context
-        self._prefix, self._read = 0, len(self._ids)
+        self._read, self._before = len(self._ids), None
         return full[len(before):]
 
     def add(self, token_id: int) -> str:

@@ -12,6 +12,7 @@ common step) reuses that step's index arrays and advances its positions by one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import is_
 from typing import Optional
 
 import numpy as np
@@ -32,6 +33,10 @@ class _Held:
     embeds: Optional[np.ndarray] = None  # [n_prompt, hidden] f32 its prompt's input rows, or None (ids)
 
 
+_NO_SEQ_IDS = np.zeros(0, np.int32)  # [0] the free_seq_ids of a step that frees none
+_NO_SEQ_IDS.flags.writeable = False  # shared by every such step
+
+
 def _grown(a: np.ndarray, rows: int, cols: int) -> np.ndarray:
     """`a` with at least rows x cols entries (doubling), its content kept."""
     r, c = a.shape
@@ -50,6 +55,7 @@ class InputBatch:
         self.blocks = np.zeros((8, 16), np.int32)  # [rows, cap] block table of each held request (BLOCK)
         self.held: dict = {}  # req_id -> _Held
         self._last: Optional[StepInput] = None  # the previous step, when it was a plain decode step
+        self._last_reqs: Optional[list] = None  # [Request] its rows (out.scheduled)
         self._last_rows: Optional[np.ndarray] = None  # [n_seqs] its buffer rows
         self._tables_moved = False  # a held row's block table or seq id changed since the previous step
         self._num_embedded = 0  # held requests whose prompt is input embeddings
@@ -92,7 +98,10 @@ class InputBatch:
                 self._set_blocks(h, keep, blocks)
             if h.seq_id != seq_id:
                 h.seq_id, self._tables_moved = seq_id, True
-        if rows:
+        if len(rows) == 1:  # one decoding row (a scalar store is a tenth of a fancy one)
+            self.tokens = _grown(self.tokens, 0, cols[0] + 1)
+            self.tokens[rows[0], cols[0]] = ids[0]
+        elif rows:
             self.tokens = _grown(self.tokens, 0, max(cols) + 1)
             self.tokens[rows, cols] = ids
 
@@ -124,30 +133,36 @@ class InputBatch:
         """The step's flat arrays (step_input.StepInput) for the rows of `out`."""
         reqs = out.scheduled
         n_seqs = len(reqs)
-        starts = np.fromiter((out.num_computed_tokens[r.request_id] for r in reqs), np.int64, n_seqs)
+        starts = np.fromiter(map(out.num_computed_tokens.__getitem__, [r.request_id for r in reqs]), np.int64,
+                             n_seqs)
         plain = (n_seqs and out.total_num_scheduled_tokens == n_seqs and len(out.sample_req_ids) == n_seqs
                  and not (out.spec_token_ids or out.pooling_req_ids or out.trims or self._num_embedded))
         batch = self._advanced(out, starts) if plain else None
         self._tables_moved = False
         if batch is None:
             batch = self._gather(out, starts)
-        self._last = batch if plain else None
+        self._last, self._last_reqs = (batch, reqs) if plain else (None, None)
         return batch
 
     def _advanced(self, out: SchedulerOutput, starts: np.ndarray) -> Optional[StepInput]:
         """A plain decode step over exactly the previous plain step's rows, in its order, each one
         token further: that step's index arrays, the positions advanced (None otherwise)."""
-        last = self._last
-        if (last is None or len(last.req_ids) != len(starts) or not np.array_equal(starts, last.positions + 1)
-                or any(a != r.request_id for a, r in zip(last.req_ids, out.scheduled))):
+        last, last_reqs, reqs = self._last, self._last_reqs, out.scheduled
+        if last is None or len(last_reqs) != len(reqs) or not all(map(is_, last_reqs, reqs)):
             return None
         positions = starts
+        # a plain step's context_lens are its positions + 1: each row must start right there now
+        # (count_nonzero, not .all(): a tiny batch's cost is numpy's per-call overhead)
+        if np.count_nonzero(positions != last.context_lens):
+            return None
+        free = out.free_seq_ids
         batch = StepInput(
             token_ids=self.tokens[self._last_rows, positions], positions=positions, seq_of_token=last.seq_of_token,
-            query_start=last.query_start, context_lens=(positions + 1).astype(np.int32), sample_rows=last.sample_rows,
-            req_ids=last.req_ids, sample_requests=last.sample_requests, pooling=last.pooling,
-            kv_layout=self.kv_layout, block_size=self.block_size,
-            free_seq_ids=np.asarray(out.free_seq_ids, np.int32), finished_req_ids=set(out.finished_req_ids))
+            query_start=last.query_start, context_lens=last.context_lens + 1,
+            sample_rows=last.sample_rows, req_ids=last.req_ids, sample_requests=last.sample_requests,
+            pooling=last.pooling, kv_layout=self.kv_layout, block_size=self.block_size,
+            free_seq_ids=np.asarray(free, np.int32) if free else _NO_SEQ_IDS,
+            finished_req_ids=set(out.finished_req_ids))
         held = [self.held[rid] for rid in last.req_ids] if self._tables_moved else None
         if self.kv_layout == "slot":
             batch.seq_ids = last.seq_ids if held is None else np.fromiter((h.seq_id for h in held), np.int32, len(held))
@@ -155,7 +170,8 @@ class InputBatch:
         batch.block_tables = last.block_tables if held is None else self._tables(held, self._last_rows)
         bs = self.block_size
         offsets = positions % bs
-        if held is None and offsets.all():  # no row enters a new block: each slot follows the last one
+        if held is None and np.count_nonzero(offsets) == len(offsets):  # no row enters a new block: each
+            #                                                                  slot follows the last one
             batch.slot_mapping = last.slot_mapping + 1
             return batch
         blocks = batch.block_tables[last.seq_of_token, positions // bs].astype(np.int64)

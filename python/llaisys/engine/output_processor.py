@@ -109,6 +109,14 @@ class OutputProcessor:
         string ended it (req.stop_reason is the string)."""
         sp, ids = req.sampling_params, req.output_token_ids
         n = len(ids)
+        if n == st.seen + 1 and req.status < _FINISHED and not sp.stop:
+            # one new token of a running request with no stop strings (a decode step): the loop
+            # below, with nothing to match or flush
+            st.seen = n
+            new = st.detok.add(ids[-1])
+            if new:
+                st.text += new
+            return False
         for i in range(st.seen, n):
             st.seen = i + 1
             # the eos / stop id that ended it, or a token the grammar refused (never shown)

@@ -124,10 +124,17 @@ class Scheduler:
 
     def _prefill_seconds(self) -> Optional[float]:
         """Seconds of prefill this step may carry: the time target less the step's fixed part
-        and its decode rows, when a request decodes or more than one is runnable; else None."""
+        and its decode rows, when a request decodes or more than one is runnable; else None
+        (also when no row can be a prefill chunk, since only _chunk's prefill chunks read it)."""
         cost, target = self.step_cost, self.config.decode_gap_ms / 1e3
         if cost is None or target <= 0:
             return None
+        if not self.waiting:  # no prompt waiting and every running row decodes: no chunk to cut
+            for r in self.running:
+                if len(r.all_token_ids) - r.num_computed_tokens != 1:
+                    break
+            else:
+                return None
         tokens = pairs = 0  # of the decode rows
         for r in self.running:
             start = r.num_computed_tokens

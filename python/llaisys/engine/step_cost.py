@@ -11,7 +11,9 @@ a non-negative least-squares fit over the most recent ``WINDOW`` steps, refreshe
 ``REFIT_EVERY`` observations while the window fills, then every ``REFIT_EVERY_FULL`` (a fit of
 all seven subsets costs about a millisecond: at every fourth step it was most of a small
 model's step cost; when the three-term fit is non-negative, as in steady decoding, it is the
-best of them and the others are not tried).
+best of them and the others are not tried). A fit is due at those observations but computed when
+the model is first read after them, over the window as it was then: the same weights, and no fit
+at all while nothing reads them (steady decoding with no prompt waiting never does).
 
 What the scheduler asks is ``chunk_tokens(seconds, start)``: the longest prefill chunk starting at
 context position ``start`` that fits in ``seconds``. It never plans past twice the longest step
@@ -48,7 +50,8 @@ class StepCost:
         self._w = np.zeros(3)  # [w0 s, w1 s/token, w2 s/pair]
         self._since_fit = 0  # observations since the last fit
         self._max_tokens = 0  # the most tokens of an observed step
-        self.fitted = False  # a fit exists (at least 3 observations)
+        self._fitted = False  # a fit exists (at least 3 observations), maybe still pending
+        self._pending: Optional[list] = None  # the window when the last due fit was due, not yet fitted
 
     def observe(self, tokens: int, pairs: int, seconds: float) -> None:
         """Record one step: `tokens` computed, `pairs` attention pairs, `seconds` of wall time."""
@@ -58,14 +61,28 @@ class StepCost:
         self._max_tokens = max(self._max_tokens, int(tokens))
         self._since_fit += 1
         every = REFIT_EVERY_FULL if len(self._obs) == WINDOW else REFIT_EVERY
-        if len(self._obs) >= 3 and (self._since_fit >= every or not self.fitted):
-            self._fit()
+        if len(self._obs) >= 3 and (self._since_fit >= every or not self._fitted):
+            self._since_fit = 0
+            self._fitted = True
+            self._pending = list(self._obs)  # fitted when read (_weights)
 
-    def _fit(self) -> None:
-        """Non-negative least squares over the window: with three terms, the best of the fits
-        on each subset of terms whose weights all come out >= 0 (exact, and cheap)."""
-        self._since_fit = 0
-        x = np.array(self._obs)  # [n_obs, 3] tokens, pairs, seconds
+    @property
+    def fitted(self) -> bool:
+        """A fit exists (at least 3 observations)."""
+        return self._fitted
+
+    def _weights(self) -> np.ndarray:
+        """[w0, w1, w2] of the last due fit (computed now if it is still pending)."""
+        if self._pending is not None:
+            self._w = self._fit(self._pending)
+            self._pending = None
+        return self._w
+
+    @staticmethod
+    def _fit(obs: list) -> np.ndarray:
+        """Non-negative least squares over the observations `obs`: with three terms, the best of
+        the fits on each subset of terms whose weights all come out >= 0 (exact, and cheap)."""
+        x = np.array(obs)  # [n_obs, 3] tokens, pairs, seconds
         a = np.stack([np.ones(len(x)), x[:, 0], x[:, 1]], axis=1)  # [n_obs, 3] the terms
         scale = np.maximum(np.abs(a).max(axis=0), 1e-30)  # columns of similar size for lstsq
         best, best_err = None, np.inf
@@ -83,29 +100,29 @@ class StepCost:
                 best, best_err = full, err
         if best is None:  # every subset fits a negative weight: one mean cost per token
             best = np.array([0.0, x[:, 2].sum() / x[:, 0].sum(), 0.0])
-        self._w = best
-        self.fitted = True
+        return best
 
     def seconds(self, tokens: int, pairs: int) -> float:
         """Predicted seconds of a step (0 before any fit)."""
-        w0, w1, w2 = self._w
+        w0, w1, w2 = self._weights()
         return float(w0 + w1 * tokens + w2 * pairs)
 
     def row_seconds(self, n: int, start: int) -> float:
         """Predicted seconds one row of n tokens after `start` adds to a step (no fixed part)."""
-        return float(self._w[1] * n + self._w[2] * attention_pairs(n, start))
+        w = self._weights()
+        return float(w[1] * n + w[2] * attention_pairs(n, start))
 
     def fixed_seconds(self) -> float:
-        return float(self._w[0])
+        return float(self._weights()[0])
 
     def chunk_tokens(self, seconds: float, start: int, limit: int) -> int:
         """The longest chunk (<= limit) starting at context `start` that adds at most `seconds`
         to a step; never below MIN_CHUNK (nor limit, if smaller), never beyond twice the largest
         step measured (COLD_TOKENS before any)."""
         cap = min(limit, max(COLD_TOKENS, 2 * self._max_tokens))
-        if not self.fitted:
+        if not self._fitted:
             return max(1, min(cap, limit))
-        _, w1, w2 = self._w
+        _, w1, w2 = self._weights()
         # w1 n + w2 (n start + n (n + 1) / 2) <= seconds: the positive root of a n^2 + b n - c
         a, b, c = w2 / 2, w1 + w2 * (start + 0.5), max(seconds, 0.0)
         if a > 0:
@@ -116,8 +133,8 @@ class StepCost:
 
     def rates(self) -> Optional[dict]:
         """The fit, for the stats: fixed ms a step, prefill tok/s at context 0, None before a fit."""
-        if not self.fitted:
+        if not self._fitted:
             return None
-        w0, w1, w2 = self._w
+        w0, w1, w2 = self._weights()
         return {"step_fixed_ms": float(1e3 * w0), "token_us": float(1e6 * w1), "pair_ns": float(1e9 * w2),
                 "prefill_tok_s_at_512": 512 / max(self.seconds(512, attention_pairs(512, 0)), 1e-9)}

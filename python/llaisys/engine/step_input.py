@@ -184,9 +184,9 @@ def _logprob_entry(want: int, result: StepResult, row: int, token: int, ids: np.
 
 def _pooled_sums(batch: StepInput, hidden: Optional[np.ndarray]) -> dict:
     """pooling req_id -> [hidden] f64 sum over its rows of ``hidden`` [n_hidden, H]."""
-    rows = np.flatnonzero(batch.pooling)
-    if rows.size == 0:
+    if not np.count_nonzero(batch.pooling):  # no pooling row (the usual step; cheaper than flatnonzero)
         return {}
+    rows = np.flatnonzero(batch.pooling)
     q_lens = np.diff(batch.query_start.astype(np.int64))[rows]  # tokens of each pooling row
     if hidden is None or hidden.ndim != 2 or hidden.shape[0] != int(q_lens.sum()):
         got = None if hidden is None else hidden.shape
