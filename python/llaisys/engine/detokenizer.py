@@ -49,20 +49,16 @@ class IncrementalDetokenizer:
         self._read = len(self._ids)  # start of the tokens not yet turned into text
         self._before: Optional[str] = None  # the text of the context ids[:_read], once decoded
 
-    def _context_text(self) -> str:
+    def _pending(self, final: bool) -> str:
+        ids = self._ids
         before = self._before
-        if before is None:
-            ids, memo = self._ids, self._memo
+        if before is None:  # the context's text, once a window
+            memo = self._memo
             if self._read == 1 and memo is not None:
                 before = memo.get(ids[0])
             if before is None:
                 before = self._decode(ids[:self._read], skip_special_tokens=self._skip)
             self._before = before
-        return before
-
-    def _pending(self, final: bool) -> str:
-        ids = self._ids
-        before = self._context_text()
         full = self._many(ids, skip_special_tokens=self._skip) if len(ids) > 1 else \
             self._decode(ids, skip_special_tokens=self._skip)
         if len(full) <= len(before) or (not final and full.endswith(REPLACEMENT)):
@@ -74,7 +70,7 @@ class IncrementalDetokenizer:
     def add(self, token_id: int) -> str:
         """Append a token; return the complete characters it finished (maybe none)."""
         self._ids.append(token_id)
-        return self._pending(final=False)
+        return self._pending(False)
 
     def flush(self) -> str:
         """At the end: whatever is still pending, a broken character as U+FFFD."""

@@ -97,7 +97,15 @@ class OutputProcessor:
             if st is None or req.pooling_params is not None:
                 continue
             try:
-                if self._consume(req, st):
+                ids = req.output_token_ids
+                if len(ids) == st.seen + 1 and req.status < _FINISHED and not req.sampling_params.stop:
+                    # one new token of a running request with no stop strings (a decode step):
+                    # _consume's loop with nothing to match or flush
+                    st.seen += 1
+                    new = st.detok.add(ids[-1])
+                    if new:
+                        st.text += new
+                elif self._consume(req, st):
                     finishes.append((req, RequestStatus.FINISHED_STOPPED, None))
             except Exception as e:  # this request's text broke: it alone ends, with "error"
                 log.exception("request %s failed after the step", req.request_id)
@@ -109,14 +117,6 @@ class OutputProcessor:
         string ended it (req.stop_reason is the string)."""
         sp, ids = req.sampling_params, req.output_token_ids
         n = len(ids)
-        if n == st.seen + 1 and req.status < _FINISHED and not sp.stop:
-            # one new token of a running request with no stop strings (a decode step): the loop
-            # below, with nothing to match or flush
-            st.seen = n
-            new = st.detok.add(ids[-1])
-            if new:
-                st.text += new
-            return False
         for i in range(st.seen, n):
             st.seen = i + 1
             # the eos / stop id that ended it, or a token the grammar refused (never shown)
