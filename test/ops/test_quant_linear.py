@@ -22,48 +22,7 @@ import pytest
 import llaisys
 from llaisys import ops
 from cpu_features import cpu_flags, skip_unless_cpu_runs
-
-COMMON = r"""
-import numpy as np, gguf, llaisys
-from gguf import GGMLQuantizationType as Q
-from llaisys import ops
-FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q5_0": (Q.Q5_0, 32, 22), "q8_0": (Q.Q8_0, 32, 34),
-           "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210)}
-
-def rand_blocks(fmt, n, k, rng):
-    # random quants and packed scales, f16 scales of either sign around 0.01
-    qt, bs, bb = FORMATS[fmt]
-    b = rng.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
-    def f16(shape, sign):
-        v = rng.uniform(0.5, 1.5, shape) * 0.01 * (rng.choice([-1, 1], shape) if sign else 1)
-        return v.astype(np.float16).view(np.uint8).reshape(*shape[:2], 2)
-    if fmt == "q6_k":
-        b[:, :, 208:210] = f16((n, k // bs), True)
-    else:
-        b[:, :, 0:2] = f16((n, k // bs), True)
-    if fmt in ("q4_k", "q5_k"):
-        b[:, :, 2:4] = f16((n, k // bs), False)
-    return b.reshape(n, -1)
-
-def bound_ratio(got, x, W, bs):
-    xd, W = x.astype(np.float64), W.astype(np.float64)
-    ref = xd @ W.T
-    m, k = x.shape
-    d = np.abs(xd).reshape(m, k // bs, bs).max(-1) / 127          # [m, k / bs]
-    wsum = np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1)      # [n, k / bs]
-    bound = 0.5 * d @ wsum.T + 1e-4 * np.abs(xd) @ np.abs(W).T
-    return float((np.abs(got - ref) / bound).max()), ref
-
-def int8_bound(x, W, bs):
-    # [m, n] the activation-quantization bound of each output (the module docstring)
-    xd, W = x.astype(np.float64), W.astype(np.float64)
-    m, k = x.shape
-    d = np.abs(xd).reshape(m, k // bs, bs).max(-1) / 127
-    return 0.5 * d @ np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1).T + 1e-4 * np.abs(xd) @ np.abs(W).T
-
-def act_block(fmt):
-    return 256 if fmt.endswith("_k") else 32
-"""
+from quant_linear_harness import COMMON, repacked, run_child
 
 CHILD = COMMON + r"""
 import sys
@@ -91,34 +50,6 @@ for fmt, (qt, bs, bb) in FORMATS.items():
     res[fmt] = worst
 print(json.dumps(res))
 """.replace("import sys", "import sys, json")
-
-
-# Formats a packed handle repacks 16 rows at a time from AVX2 on (src/ops/linear/cpu/quant_x16.hpp).
-X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
-
-
-def repacked(fmt, isa):
-    """Whether a packed handle of fmt is in the x16 layout under isa (x16::enabled in
-    src/ops/linear/cpu/quant_x16.cpp: Q6_K only for the AVX-512 VNNI kernels)."""
-    if isa == "scalar" or fmt not in X16_FORMATS:
-        return False
-    return fmt != "q6_k" or isa.startswith("avx512") and "avx512_vnni" in cpu_flags()
-
-
-def run_child(isa, code, split="0", avx_vnni="0", gfni="1"):
-    """The child's results on SIMD path isa; split: LLAISYS_SPLIT_256, the 32-blocks' kernel form
-    (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows); avx_vnni:
-    LLAISYS_AVX_VNNI, whether the x16 kernels under avx2 take the VEX vpdpbusd (1, where the CPU
-    has it) or vpmaddubsw (0); gfni: LLAISYS_GFNI, whether the AVX-512 x16 kernels take their
-    GFNI build (1, where the CPU has it) or the one without (0)."""
-    skip_unless_cpu_runs(isa)
-    child = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split,
-                                                                  LLAISYS_AVX_VNNI=avx_vnni, LLAISYS_GFNI=gfni),
-                           capture_output=True, text=True, timeout=900)
-    assert child.returncode == 0, child.stderr[-4000:]
-    lines = child.stdout.splitlines()
-    assert lines[0] == isa, f"asked for {isa}, the child ran {lines[0]}"
-    return json.loads(lines[-1])
 
 
 @pytest.mark.parametrize("isa,split,avx_vnni,gfni", [("scalar", "0", "0", "0"), ("avx2", "0", "0", "0"),

@@ -29,7 +29,8 @@ pack() { tar czf "$F/out.tgz" -C /tmp call-out; }
 date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
 TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py test/parity/test_quant_model.py
- test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py}"
+ test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py
+ test/ops/test_nvidia_attention.py}"
 timeout "${CALL_TEST_LIMIT:-80}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
     > $OUT/pytest-new.log 2>&1
 rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head

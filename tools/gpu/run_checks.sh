@@ -41,7 +41,7 @@ fi
 TOK="${LLAISYS_TEST_TOKENIZER_DIR:-$PWD/gpu-carry/tokenizer}"
 [ -f "$TOK/tokenizer.json" ] && export LLAISYS_TEST_TOKENIZER_DIR="$TOK"
 TESTS="test/server/test_server_nvidia.py test/core/test_nvidia_runtime.py test/core/test_allocator_cache.py test/core/test_runtime_api.py
- test/ops/test_nvidia_ops.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
+ test/ops/test_nvidia_ops.py test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
  test/sampling/test_sampler_nvidia.py test/sampling/test_sample_device.py test/sampling/test_sampler_nan.py
  test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py test/parity/test_archs.py"
 if stage tests; then
@@ -136,7 +136,7 @@ if stage sanitize; then
     for tool in ${GPU_SAN_TOOLS:-memcheck racecheck}; do
         k_var="GPU_SAN_K_$tool"; k="${!k_var:-${GPU_SAN_K:-}}"  # GPU_SAN_K_racecheck=... per tool
         timeout "${GPU_SAN_LIMIT:-120}" compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
-            python3 -m pytest -q -p no:cacheprovider -o addopts="" -x ${GPU_SAN_TESTS:-test/ops/test_nvidia_ops.py} ${k:+-k "$k"} \
+            python3 -m pytest -q -p no:cacheprovider -o addopts="" -x ${GPU_SAN_TESTS:-test/ops/test_nvidia_ops.py test/ops/test_nvidia_attention.py} ${k:+-k "$k"} \
             > "$OUT/sanitizer-$tool.log" 2>&1
         echo "compute-sanitizer $tool rc=$?"; grep -E "ERROR SUMMARY|passed|failed" "$OUT/sanitizer-$tool.log" | tail -3
     done
