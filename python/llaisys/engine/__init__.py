@@ -1,6 +1,7 @@
 """The engine: scheduler, KV block manager with prefix caching, output processing, and the
 runner seam. Pure Python + numpy; nothing here imports the native library."""
 
+from .admission import check_fits
 from .async_engine import AsyncEngine, EngineDeadError, RequestStream
 from .config import EngineConfig
 from .executor import ModelRunner, empty_result
@@ -13,7 +14,7 @@ from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, Requ
 from .pooling_params import PoolingParams, PoolingParamsError
 from .request import InvalidTransitionError, Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
-from .scheduler import Scheduler, SchedulerOutput, check_fits
+from .scheduler import Scheduler, SchedulerOutput
 from .step_input import StepInput, StepResult, unpack_result
 
 __all__ = [

@@ -17,12 +17,12 @@ from .pooling_params import PoolingParams
 from .prompt_embeds import check_prompt_embeds, placeholder_ids
 from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
-from .scheduler import Scheduler, SchedulerOutput, check_fits, check_pooling_fits
+from .scheduler import Scheduler, SchedulerOutput
 from .step_cost import StepCost
 from .step_runner import RunnerOutput, StepRunner
 from .structured_matcher import StructuredBackend
 from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode,  # noqa: F401
-                        snapshot_pooling_params, snapshot_sampling_params)
+                        check_fits, check_pooling_fits, snapshot_pooling_params, snapshot_sampling_params)
 
 log = logging.getLogger(__name__)
 

@@ -42,40 +42,6 @@ log = logging.getLogger(__name__)
 _FINISHED = RequestStatus.FINISHED_STOPPED  # statuses from here on are finished (RequestStatus.is_finished)
 
 
-def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optional[int]) -> int:
-    """Admission control: the resolved max_tokens, or ValueError when the request could never run."""
-    if num_prompt_tokens < 1:
-        raise ValueError("the prompt must hold at least one token")
-    if max_tokens is None:  # as many as fit in max_model_len and in the KV pool
-        room = min(config.max_model_len, config.num_kv_slots)
-        max_tokens = room - num_prompt_tokens
-        if max_tokens < 1:
-            raise ValueError(f"the prompt has {num_prompt_tokens} tokens, which leaves no room to generate within "
-                             f"max_model_len ({config.max_model_len}) and the KV pool ({config.num_kv_slots} tokens)")
-    total = num_prompt_tokens + max_tokens
-    if total > config.max_model_len:
-        raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens exceeds "
-                         f"max_model_len ({config.max_model_len})")
-    need = -(-total // config.block_size)
-    if need > config.num_blocks:
-        raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens needs "
-                         f"{need} KV blocks of {config.block_size} but the pool has {config.num_blocks}")
-    return max_tokens
-
-
-def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
-    """Admission control of a pooling request: ValueError when its prompt could never run."""
-    if num_prompt_tokens < 1:
-        raise ValueError("the prompt must hold at least one token")
-    if num_prompt_tokens > config.max_model_len:
-        raise ValueError(f"the input has {num_prompt_tokens} tokens, more than max_model_len "
-                         f"({config.max_model_len})")
-    need = -(-num_prompt_tokens // config.block_size)
-    if need > config.num_blocks:
-        raise ValueError(f"the input ({num_prompt_tokens} tokens) needs {need} KV blocks of {config.block_size} "
-                         f"but the pool has {config.num_blocks}")
-
-
 class Scheduler:
     def __init__(self, config: EngineConfig, clock: Callable[[], float] = time.monotonic,
                  step_cost: Optional[StepCost] = None, propose: Optional[Callable[[list], None]] = None):
