@@ -34,7 +34,7 @@ from .config import EngineConfig
 from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
-from .sched_output import CachedRequestData, NewRequestData, SchedulerOutput
+from .sched_output import NewRequestData, SchedulerOutput
 from .step_cost import StepCost
 
 log = logging.getLogger(__name__)
@@ -149,53 +149,56 @@ class Scheduler:
         if req.runner_tokens < 0:
             out.new_reqs.append(NewRequestData(rid, req, list(known), list(table), req.slot_seq_id))
         else:
-            self._send_delta(out.cached_reqs, req, table, bool(out.resumed_req_ids) and rid in out.resumed_req_ids)
+            keep = min(req.runner_blocks, len(table))
+            out.cached_reqs.add(rid, bool(out.resumed_req_ids) and rid in out.resumed_req_ids,
+                                known[req.runner_tokens:], keep, table[keep:] if table else [], req.slot_seq_id)
         req.runner_tokens, req.runner_blocks = len(known), len(table)
 
-    @staticmethod
-    def _send_delta(c: CachedRequestData, req: Request, table, resumed: bool) -> None:
-        """A held request's entry of cached_reqs (CachedRequestData.add, inlined: once a row a step)."""
-        keep = req.runner_blocks if req.runner_blocks < len(table) else len(table)
-        c.req_ids.append(req.request_id)
-        c.resumed.append(resumed)
-        c.new_token_ids.append(req.all_token_ids[req.runner_tokens:])
-        c.num_kept_blocks.append(keep)
-        c.new_block_ids.append(table[keep:] if table else [])
-        c.seq_ids.append(req.slot_seq_id)
-
-    def _decode_row(self, out: SchedulerOutput, req: Request) -> bool:
-        """A decode row (one token, no drafts) of a generating request the runner holds, whose
-        table already covers the token: what allocate_slots, _add_row and _send do for it,
-        without their choices (the common row of a step). False, changing nothing, for any other."""
-        kv, rid, computed = self.kv, req.request_id, req.num_computed_tokens
-        table = kv.tables.get(rid)
-        if (req.runner_tokens < 0 or not table or len(table) * kv.block_size <= computed or req.spec_token_ids
-                or req.spec_probs is not None or req.pooling_params is not None
-                or (req.slot_seq_id is None and kv.layout == "slot")):
-            return False
-        out.scheduled.append(req)
-        out.num_scheduled_tokens[rid] = 1
-        out.num_computed_tokens[rid] = computed
-        out.sample_req_ids.add(rid)  # its one token is its last known one
-        out.total_num_scheduled_tokens += 1
-        if kv.layout != "block":
-            table = ()
-        # running rows are scheduled before any resumed one: it is not resumed
-        self._send_delta(out.cached_reqs, req, table, False)
-        req.runner_tokens, req.runner_blocks = len(req.all_token_ids), len(table)
-        return True
+    def _decode_rows(self, out: SchedulerOutput, i: int, budget: int) -> int:
+        """From running row i on, the decode rows (one token, no drafts) of generating requests
+        the runner holds whose tables already cover their token, up to the first other row:
+        what allocate_slots, _add_row and _send do for each, without their choices, in one loop
+        (the common rows of a step). How many it scheduled."""
+        running, kv, c = self.running, self.kv, out.cached_reqs
+        tables, bs, block, slot = kv.tables, kv.block_size, kv.layout == "block", kv.layout == "slot"
+        scheduled, n_sched, n_comp, sample = out.scheduled, out.num_scheduled_tokens, out.num_computed_tokens, \
+            out.sample_req_ids
+        j, n_run = i, len(running)
+        while j < n_run:
+            req = running[j]
+            known, computed, rid = req.all_token_ids, req.num_computed_tokens, req.request_id
+            table = tables.get(rid)
+            # the reserve of _schedule_running: one token for each running row after this one
+            if (len(known) - computed != 1 or budget <= n_run - j - 1 or req.runner_tokens < 0 or not table
+                    or len(table) * bs <= computed or req.spec_token_ids or req.spec_probs is not None
+                    or req.pooling_params is not None or (slot and req.slot_seq_id is None)):
+                break
+            scheduled.append(req)
+            n_sched[rid] = 1
+            n_comp[rid] = computed
+            sample.add(rid)  # its one token is its last known one
+            if not block:
+                table = ()
+            keep = min(req.runner_blocks, len(table))  # a running row is never a resumed one
+            c.add(rid, False, known[req.runner_tokens:], keep, table[keep:] if table else [], req.slot_seq_id)
+            req.runner_tokens, req.runner_blocks = len(known), len(table)
+            budget -= 1
+            j += 1
+        out.total_num_scheduled_tokens += j - i
+        return j - i
 
     def _schedule_running(self, out: SchedulerOutput, budget: int) -> int:
         i = 0
         while i < len(self.running):
+            took = self._decode_rows(out, i, budget)  # the common rows, all done
+            budget -= took
+            i += took
+            if i == len(self.running):
+                break
             req = self.running[i]
             # keep one token for each running request after this one (budget >= len(running) - i holds)
             reserve = len(self.running) - i - 1
             if len(req.all_token_ids) - req.num_computed_tokens == 1 and budget > reserve:
-                if self._decode_row(out, req):  # the common case, all done
-                    budget -= 1
-                    i += 1
-                    continue
                 n = 1  # a decode row (what _chunk gives it)
             else:
                 n = self._chunk(req, req.num_computed_tokens, budget - reserve)
