@@ -49,8 +49,12 @@ class IncrementalDetokenizer:
         self._read = len(self._ids)  # start of the tokens not yet turned into text
         self._before: Optional[str] = None  # the text of the context ids[:_read], once decoded
 
-    def _pending(self, final: bool) -> str:
+    def add(self, token_id: Optional[int], final: bool = False) -> str:
+        """Append a token (None: none); return the complete characters it finished (maybe none).
+        ``final``: nothing more is coming, a broken character is given as U+FFFD (flush)."""
         ids = self._ids
+        if token_id is not None:
+            ids.append(token_id)
         before = self._before
         if before is None:  # the context's text, once a window
             memo = self._memo
@@ -67,14 +71,9 @@ class IncrementalDetokenizer:
         self._read, self._before = len(self._ids), None
         return full[len(before):]
 
-    def add(self, token_id: int) -> str:
-        """Append a token; return the complete characters it finished (maybe none)."""
-        self._ids.append(token_id)
-        return self._pending(False)
-
     def flush(self) -> str:
         """At the end: whatever is still pending, a broken character as U+FFFD."""
-        return self._pending(final=True)
+        return self.add(None, final=True)
 
 
 def find_stop(text: str, num_new_chars: int, stops: Sequence[str]) -> Optional[tuple]:
