@@ -38,9 +38,7 @@ from perplexity import stdlib_text  # noqa: E402
 
 BLOCK = 16
 PREFILL_TOKENS = 2048  # most tokens of one prefill step
-# the parity prompts themselves (that module imports torch and pytest: test references, installed by make test)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-from parity.test_qwen05_greedy import CHATS, NEW_TOKENS  # noqa: E402
+from benchkit.prompts import CHATS, NEW_TOKENS  # noqa: E402  (the parity prompts)
 
 
 # ---- accuracy -------------------------------------------------------------------------------

@@ -195,7 +195,7 @@ NEW_TOKENS = 32
 @pytest.mark.parametrize("kv_dtype,layout", [(DEFAULT_KV_DTYPE, "block"), (DEFAULT_KV_DTYPE, "slot"),
                                              ("q8_0", "block")])
 def test_kv_greedy_is_f32_kv_choice_up_to_near_ties(qwen05_model, layout, kv_dtype):
-    from parity.test_qwen05_greedy import CHATS
+    from benchkit.prompts import CHATS
 
     model, tokenizer = qwen05_model
     prompts = [tokenizer.encode(tokenizer.apply_chat_template(c)) for c in CHATS]

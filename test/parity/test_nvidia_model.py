@@ -19,7 +19,7 @@ import pytest
 
 from llaisys import DeviceType, LLM, SamplingParams, runtime
 
-from .test_qwen05_greedy import CHATS, NEW_TOKENS
+from benchkit.prompts import CHATS, NEW_TOKENS
 
 N_GPUS = runtime.device_count(DeviceType.NVIDIA)
 needs_gpu = pytest.mark.skipif(N_GPUS == 0, reason="no NVIDIA GPU in this build/machine")

@@ -22,22 +22,12 @@ import sys
 import numpy as np
 import pytest
 import torch
+from benchkit.prompts import CHATS, NEW_TOKENS  # the parity prompts (tools/bench_kv_dtype.py runs them too)
 
 from llaisys import runtime
 
 pytestmark = pytest.mark.slow
 
-CHATS = [
-    [{"role": "user", "content": "Write a Python function that returns the nth Fibonacci number."}],
-    [{"role": "system", "content": "You are a terse assistant. Answer in one sentence."},
-     {"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "user", "content": "用中文解释一下什么是递归。"}],
-    [{"role": "user", "content": "Fix the bug:\n```js\nfunction add(a, b) { return a - b }\n```"},
-     {"role": "assistant", "content": "The function subtracts instead of adding."},
-     {"role": "user", "content": "Show the corrected code and a test 🙂"}],
-    [{"role": "user", "content": "List three sorting algorithms with their time complexity."}],
-]
-NEW_TOKENS = 64
 # (largest |llaisys - transformers| over all logits, top-2 margin below which either token
 # may win), measured on these prompts 2026-11-23: bf16 dot products up to 0.19 at one
 # position, a median of 0.05 per position, one flip at a margin of 0.021; f32 activations
