@@ -1,7 +1,8 @@
 """The harness of test_model_abi_misuse.py: a tiny random Qwen2 (2 layers, GQA 4/2 heads, vocab 64)
 set weight by weight from numpy through the C ABI, step batches built from numpy fields (any of
 them NULL or miscounted on purpose), reference prompts for the BLOCK and SLOT layouts, and a
-Scenario that holds a cache with the prompt and checks that a failed call changed nothing."""
+Scenario that holds a cache with the prompt and checks that a failed call changed nothing; and the
+status checks (last_error, assert_failed, assert_null) test_c_abi_misuse.py uses too."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import pytest
 import llaisys
 from llaisys import Status
 from llaisys.libllaisys import LIB
+from model_abi_harness import assert_failed, last_error  # the status checks of every C ABI misuse test
 
 DTYPE_F32, DTYPE_I64, DTYPE_INVALID = 1, 5, 0
 CPU = 0
@@ -40,18 +41,6 @@ def handles():
     yield make
     for h in made:
         LIB.llaisysTensorDestroy(h)
-
-
-def last_error() -> str:
-    return LIB.llaisysGetLastError().decode()
-
-
-def assert_failed(status: int, expected: Status, *fragments: str) -> None:
-    assert status == expected, f"status {status}, want {expected!r}: {last_error()}"
-    assert last_error(), "a failing call must leave a message"
-    assert LIB.llaisysGetLastStatus() == expected
-    for f in fragments:
-        assert f in last_error()
 
 
 # ------------------------------------------------------------------------------------------
