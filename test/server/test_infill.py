@@ -253,11 +253,7 @@ def test_model_without_fim_tokens_answers_400_naming_the_field(no_fim_model, tmp
 
 
 def test_bench_infill_replays_a_session(server, tmp_path):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-    import bench_infill
+    import bench_infill  # tools/ is on pytest's pythonpath
 
     out = tmp_path / "infill.json"
     assert bench_infill.main(["--base-url", server.url, "--requests", "3", "--ring-tokens", "300", "--cold", "1",

@@ -5,11 +5,8 @@ the engine's share is the wall time outside the runner's execute."""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-import bench_engine_cost  # noqa: E402
+import bench_engine_cost  # tools/ is on pytest's pythonpath
 
 
 def test_the_tool_counts_steps_and_splits_the_time(tmp_path):

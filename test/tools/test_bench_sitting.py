@@ -4,13 +4,9 @@ where the bindings and the C++ tools disagree by more than 3%."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-bench_sitting = pytest.importorskip("bench_sitting")
+bench_sitting = pytest.importorskip("bench_sitting")  # tools/ is on pytest's pythonpath
 
 
 def sitting(bindings_decode: float) -> dict:

@@ -17,15 +17,13 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import gguf
 import numpy as np
 import pytest
 
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
-sys.path.insert(0, str(TOOLS))
+TOOLS = Path(__file__).resolve().parents[2] / "tools"  # on pytest's pythonpath too
 make_moe_gguf = pytest.importorskip("make_moe_gguf")
 moe_reference = pytest.importorskip("moe_reference")
 build_llama_cpp = pytest.importorskip("build_llama_cpp")
