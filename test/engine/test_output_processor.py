@@ -5,7 +5,8 @@ import pytest
 
 from fake_runner import EOS, FakeTokenizer, make_engine, run_all
 from llaisys.engine import OutputProcessor, Request, RequestStatus, RequestTimes, SamplingParams
-from llaisys.engine.detokenizer import IncrementalDetokenizer, find_stop, stop_prefix_len
+from llaisys.engine.detokenizer import IncrementalDetokenizer
+from llaisys.engine.output_processor import StopMatcher
 
 TOK = FakeTokenizer()
 S = RequestStatus
@@ -91,10 +92,10 @@ def test_partial_stop_prefix_is_released_when_it_turns_out_not_to_match():
 
 
 def test_earliest_stop_string_wins_and_helpers():
-    assert find_stop("xxABCD", 2, ["CD", "BC"]) == (3, "BC")
-    assert find_stop("abc", 1, ["zz"]) is None
-    assert stop_prefix_len("hello wor", ["world", "or"]) == 3
-    assert stop_prefix_len("abc", ["x"]) == 0
+    assert StopMatcher(["CD", "BC"]).find("xxABCD", 2) == (3, "BC")
+    assert StopMatcher(["zz"]).find("abc", 1) is None
+    assert StopMatcher(["world", "or"]).held_back("hello wor") == 3
+    assert StopMatcher(["x"]).held_back("abc") == 0
 
 
 def test_eos_stops_and_is_not_in_the_text():

@@ -1,4 +1,4 @@
-"""Incremental detokenization and stop-string matching for one sequence.
+"""Incremental detokenization for one sequence (stop strings: output_processor.StopMatcher).
 
 ``decode(ids, skip_special_tokens=...) -> str`` is the tokenizer's; a decode that ends in
 U+FFFD means the last token ended inside a UTF-8 character, so the text waits for the next
@@ -74,27 +74,3 @@ class IncrementalDetokenizer:
     def flush(self) -> str:
         """At the end: whatever is still pending, a broken character as U+FFFD."""
         return self.add(None, final=True)
-
-
-def find_stop(text: str, num_new_chars: int, stops: Sequence[str]) -> Optional[tuple]:
-    """The earliest stop string that ends in the last num_new_chars of text, as (start, stop)."""
-    longest = max(len(s) for s in stops)
-    lo = max(0, len(text) - num_new_chars - longest + 1)
-    best = None
-    for s in stops:
-        i = text.find(s, lo)
-        if i >= 0 and (best is None or i < best[0]):
-            best = (i, s)
-    return best
-
-
-def stop_prefix_len(text: str, stops: Sequence[str]) -> int:
-    """Length of the longest suffix of text that begins some stop string: held back from the
-    user until it is known not to become a stop string."""
-    best = 0
-    for s in stops:
-        for k in range(min(len(s) - 1, len(text)), best, -1):
-            if text.endswith(s[:k]):
-                best = k
-                break
-    return best

@@ -19,11 +19,67 @@ import copy
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .detokenizer import IncrementalDetokenizer, MemoDecode, find_stop, stop_prefix_len
+from .detokenizer import IncrementalDetokenizer, MemoDecode
 from .outputs import CompletionOutput, PoolingOutput, PoolingRequestOutput, RequestOutput, Usage
 from .request import Request, RequestStatus
 
 log = logging.getLogger(__name__)
+
+
+class StopMatcher:
+    """Stop strings over a text that grows: the one matcher of the engine and the server.
+
+    The OutputProcessor asks ``find`` for the earliest stop string that ends in a step's new
+    characters (one that straddles tokens is found when its last character arrives) and
+    ``held_back`` for the characters that could still begin one (never handed out before they
+    are known not to). The server matches on the answer alone when the reasoning is split off
+    (server/chat_output.py): it ``feed``s the pieces of a stream, built on the same two."""
+
+    def __init__(self, stops, include: bool = False):
+        self.stops = [s for s in stops if s]
+        self.include = include  # keep the matched stop string in the text
+        self.longest = max((len(s) for s in self.stops), default=0)
+        self._held = ""  # feed: text not released yet
+        self.matched = False  # feed: a stop string matched (nothing more is released)
+        self.matched_stop = None  # the stop string that matched (Anthropic's stop_sequence)
+
+    def find(self, text: str, num_new_chars: int) -> Optional[tuple]:
+        """The earliest stop string that ends in the last num_new_chars of text, as (start, stop);
+        at one start, the first one listed."""
+        lo = max(0, len(text) - num_new_chars - self.longest + 1)
+        best = None
+        for s in self.stops:
+            i = text.find(s, lo)
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, s)
+        return best
+
+    def held_back(self, text: str) -> int:
+        """Length of the longest suffix of text that begins some stop string: held back from the
+        user until it is known not to become a stop string."""
+        best = 0
+        for s in self.stops:
+            for k in range(min(len(s) - 1, len(text)), best, -1):
+                if text.endswith(s[:k]):
+                    best = k
+                    break
+        return best
+
+    def feed(self, text: str, final: bool, can_stop: bool = True) -> str:
+        """The text that can be released now, of a stream fed piece by piece. can_stop False
+        (min_tokens not yet out): nothing matches, what could begin a stop string is still held
+        back. After a match nothing more is released."""
+        if not self.stops or self.matched:
+            return "" if self.matched else text
+        buf = self._held + text
+        hit = self.find(buf, len(buf)) if can_stop else None
+        if hit is not None:
+            i, s = hit
+            self.matched, self.matched_stop, self._held = True, s, ""
+            return buf[:i + (len(s) if self.include else 0)]
+        keep = 0 if final else self.held_back(buf)
+        self._held = buf[len(buf) - keep:]
+        return buf[:len(buf) - keep]
 
 
 @dataclass(eq=False)
@@ -31,6 +87,7 @@ class _SeqText:
     """Text state of one sequence."""
 
     detok: IncrementalDetokenizer
+    stop: Optional[StopMatcher]  # its stop strings (None: it has none)
     text: str = ""  # text so far (stop string already cut)
     sent_chars: int = 0  # chars of text already handed out
     sent_tokens: int = 0  # output ids already handed out
@@ -73,7 +130,8 @@ class OutputProcessor:
             return  # no text to follow
         for req in seqs:
             sp = req.sampling_params
-            self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, ids, sp.skip_special_tokens))
+            self._texts[req.request_id] = _SeqText(IncrementalDetokenizer(self.decode, ids, sp.skip_special_tokens),
+                                                   StopMatcher(sp.stop) if sp.stop else None)
 
     def has_group(self, request_id: str) -> bool:
         return request_id in self._groups
@@ -127,7 +185,7 @@ class OutputProcessor:
             new = st.detok.add(ids[i])
             st.text += new
             if new and sp.stop and i + 1 >= sp.min_tokens:
-                hit = find_stop(st.text, len(new), sp.stop)
+                hit = st.stop.find(st.text, len(new))
                 if hit is not None:
                     start, s = hit
                     st.text = st.text[:start + len(s)] if sp.include_stop_str_in_output else st.text[:start]
@@ -173,7 +231,7 @@ class OutputProcessor:
                 st.text += st.detok.flush()  # abort/error/length: nothing more is coming
             return len(st.text)
         if sp.stop and not sp.include_stop_str_in_output:
-            return len(st.text) - stop_prefix_len(st.text, sp.stop)
+            return len(st.text) - st.stop.held_back(st.text)
         return len(st.text)
 
     def _completion(self, req: Request) -> CompletionOutput:

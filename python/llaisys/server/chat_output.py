@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..engine.output_processor import StopMatcher
 from .reasoning import ReasoningSplitter
 from .tool_calls import ToolConfig
 from .tool_parser import MAX_TOOL_CALLS, ToolCallParser
@@ -36,33 +37,6 @@ class ChoiceDelta:
 
     def __bool__(self) -> bool:
         return bool(self.reasoning or self.content or self.started or self.arguments)
-
-
-class StopMatcher:
-    """Stop strings over a stream of text: holds back what could begin one."""
-
-    def __init__(self, stops: list, include: bool):
-        self.stops = [s for s in stops if s]
-        self.include = include  # keep the matched stop string in the text
-        self.longest = max((len(s) for s in self.stops), default=0)
-        self._held = ""
-        self.matched = False
-        self.matched_stop = None  # the stop string that matched (Anthropic's stop_sequence)
-
-    def feed(self, text: str, final: bool, can_stop: bool = True) -> str:
-        """The text that can be released now. can_stop False (min_tokens not yet out): nothing
-        matches, what could begin a stop string is still held back."""
-        if not self.stops or self.matched:
-            return "" if self.matched else text
-        buf = self._held + text
-        hits = [(buf.find(s), s) for s in self.stops if s in buf] if can_stop else []
-        if hits:
-            i, s = min(hits)
-            self.matched, self.matched_stop, self._held = True, s, ""
-            return buf[:i + (len(s) if self.include else 0)]
-        keep = 0 if final else min(len(buf), self.longest - 1)
-        self._held = buf[len(buf) - keep:]
-        return buf[:len(buf) - keep]
 
 
 class ChoiceOutput:
