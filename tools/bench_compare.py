@@ -67,7 +67,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import host  # noqa: E402
-import build_llama_cpp  # noqa: E402
+from benchkit import peer as llama_cpp_peer  # noqa: E402
 
 BATCHES = (1, 4, 8, 16, 32)
 GPU_BATCHES = (1, 4, 16, 64, 256)
@@ -96,10 +96,10 @@ def run_worker(backend: str, model_dir: str, spec: dict, threads: int) -> dict:
     if backend == "llaisys-noamx":
         env["LLAISYS_AMX"] = "0"
     if backend.startswith("llama.cpp"):
-        peer = build_llama_cpp.ensure()
-        env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
+        peer = llama_cpp_peer.ensure()
+        env = llama_cpp_peer.bindings_env(peer, env)
         exe = peer["python"]
-        target = model_dir if spec.get("quant") else str(build_llama_cpp.gguf_for(model_dir, backend.split("-")[1]))
+        target = model_dir if spec.get("quant") else str(llama_cpp_peer.gguf_for(model_dir, backend.split("-")[1]))
     else:
         exe, target = sys.executable, model_dir
     cmd = [exe, str(WORKERS), backend, target, json.dumps(spec), str(threads)]

@@ -42,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import host  # noqa: E402
+from benchkit import peer as llama_cpp_peer  # noqa: E402
 
 PROMPT_TOKENS = 32
 BUSY_CODE = "import time\nend = time.monotonic() + {limit}\nwhile time.monotonic() < end:\n    pass\n"
@@ -101,21 +102,19 @@ class LlamaBench:
     """llama-bench on the GGUF of `dtype` (bf16: our values; f16: ggml's fast path on AVX2)."""
 
     def __init__(self, model_dir: Path, dtype: str, threads: int, tokens: int, wait: dict):
-        import build_llama_cpp
-
         self.name = "llama.cpp" if dtype == "bf16" else f"llama.cpp-{dtype}"
         if str(model_dir).endswith(".gguf"):  # the file llaisys runs, as it is
             if dtype != "bf16":
                 raise SystemExit(f"{self.name}: the model is a GGUF file ({model_dir}); only `llama.cpp` runs it")
             gguf = model_dir
         else:
-            gguf = build_llama_cpp.gguf_for(model_dir, dtype)
+            gguf = llama_cpp_peer.gguf_for(model_dir, dtype)
         self.extra_env = dict(wait)  # the wait settings llama-bench's OpenMP gets
-        p = build_llama_cpp.paths()
+        p = llama_cpp_peer.paths()
         self.exe = p["bin"] / "llama-bench"
         if not self.exe.exists():
             raise SystemExit(f"{self.exe} is missing: build it with tools/build_llama_cpp.py")
-        self.info = build_llama_cpp.describe(p)
+        self.info = llama_cpp_peer.describe(p)
         self.cmd = [str(self.exe), "-m", str(gguf), "-p", "0", "-n", str(tokens), "-t", str(threads),
                     "-r", "1", "-o", "json"]
         if wait:  # and ggml's own barrier sleeps too: its default --poll 50 busy-waits (2.4 against

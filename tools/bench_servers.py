@@ -44,7 +44,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import host  # noqa: E402
 import bench_serving  # noqa: E402
-import build_llama_cpp  # noqa: E402
+from benchkit import peer as llama_cpp_peer  # noqa: E402
 from benchkit.net import free_port  # noqa: E402
 
 SERVERS = ("llaisys", "llaisys-default", "llama-server", "llama-server-kvu", "llama-server-kvf16", "llama-cpp-python")
@@ -80,9 +80,9 @@ def command(server: str, model_dir: Path, port: int, args) -> tuple:
             kv = ["--kv-dtype", "f32"]  # as llama-server's -ctk/-ctv f32 below
         return [sys.executable, "-m", "llaisys.cli", "serve", "--model", str(model_dir), *host, *kv,
                 "--max-num-seqs", str(slots), "--log-level", "warning"], env
-    peer = build_llama_cpp.ensure()
-    env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
-    gguf = str(model_dir) if str(model_dir).endswith(".gguf") else str(build_llama_cpp.gguf_for(model_dir))
+    peer = llama_cpp_peer.ensure()
+    env = llama_cpp_peer.bindings_env(peer, env)
+    gguf = str(model_dir) if str(model_dir).endswith(".gguf") else str(llama_cpp_peer.gguf_for(model_dir))
     if server == "llama-cpp-python":
         return [peer["python"], "-m", "llama_cpp.server", "--model", gguf, *host, "--n_threads", str(args.threads),
                 "--n_threads_batch", str(args.threads), "--n_ctx", str(args.input_len * 2 + args.output_len + CTX_SLACK),
@@ -220,7 +220,7 @@ def main() -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     machine = host.machine()
     print(host.describe(machine), flush=True)
-    peer = build_llama_cpp.ensure() if any(not s.startswith("llaisys") for s in args.servers) else None
+    peer = llama_cpp_peer.ensure() if any(not s.startswith("llaisys") for s in args.servers) else None
     results = {s: [] for s in args.servers}
     for r in range(args.repeats):
         for s in args.servers:  # alternate: A B C, A B C, ...

@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE / "bench_limits"))
 from benchkit import host  # noqa: E402
 import bench_limits  # noqa: E402
-import build_llama_cpp  # noqa: E402
+from benchkit import peer as llama_cpp_peer  # noqa: E402
 
 DISAGREE = 0.03  # bindings vs C++ tools: flagged beyond this
 
@@ -90,14 +90,6 @@ def batched_bench(exe: str, gguf: str, threads: int, quick: bool) -> dict:
     rows = [json.loads(ln) for ln in (proc.stdout + "\n" + proc.stderr).splitlines() if ln.startswith("{")]
     return {"rows": [dict(r, b=r["pl"], s_tg=r["speed_tg"], s_pp=r["speed_pp"]) for r in rows],
             "command": " ".join(cmd)}
-
-
-def system_info(peer: dict) -> str:
-    """llama.cpp's system_info line, from its bindings over the same compiled libraries."""
-    code = "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())"
-    proc = subprocess.run([peer["python"], "-c", code], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "LLAMA_CPP_LIB_PATH": peer["lib_path"]})
-    return proc.stdout.strip() if proc.returncode == 0 else f"unavailable: {proc.stderr[-300:]}"
 
 
 def bandwidths(res: dict) -> list:
@@ -205,7 +197,7 @@ def main(argv=None) -> int:
     if args.gguf and not (args.gguf.lower().endswith(".gguf") and os.path.isfile(args.gguf)):
         ap.error(f"--gguf {args.gguf}: not an existing .gguf file")
     gguf = args.gguf or str(hub.resolve_model(args.model, quant=args.quant))
-    peer = build_llama_cpp.ensure()
+    peer = llama_cpp_peer.ensure()
     res = {"machine": host.machine(), "gguf": gguf, "threads": args.threads, "kv_dtype": "f32",
            "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"], "peer": peer}
     bb_exe = str(Path(peer["bench"]).with_name("llama-batched-bench"))
@@ -229,7 +221,7 @@ def main(argv=None) -> int:
     first = res["llama_bench"][0] if res["llama_bench"] else {}
     res["llama_cpp_commit"] = first.get("build_commit") or peer.get("llama_cpp_commit")
     res["llama_cpp_cpu_info"] = first.get("cpu_info")
-    res["llama_cpp_system_info"] = system_info(peer)
+    res["llama_cpp_system_info"] = llama_cpp_peer.system_info(peer)
     res["summary"] = s = summarise(res)
     print_table(res, s)
     Path(args.out).write_text(json.dumps(res, indent=1))

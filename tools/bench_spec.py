@@ -37,6 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit.host import describe, machine  # noqa: E402
+from benchkit import peer as llama_cpp_peer  # noqa: E402
 from benchkit.net import free_port  # noqa: E402
 
 GGUF = Path.home() / ".cache/llaisys/gguf"
@@ -161,9 +162,7 @@ def run_llama_server(cfg: dict) -> dict:
     """llama-server with its own speculation (cfg["spec"]: off, ngram, draft:<gguf>), one slot."""
     import urllib.request
 
-    import build_llama_cpp
-
-    peer = build_llama_cpp.ensure()
+    peer = llama_cpp_peer.ensure()
     port = free_port()
     spec = cfg["spec"]
     extra = [] if spec == "off" else ["--spec-type", "ngram-simple"] if spec == "ngram" else \
@@ -224,11 +223,9 @@ def run_config(cfg: dict) -> dict:
         except Exception as e:  # noqa: BLE001 (reported as the row's error, as a failed worker's)
             return {"error": repr(e)}
     if cfg["backend"] == "llama.cpp":
-        import build_llama_cpp
-
-        peer = build_llama_cpp.ensure()
+        peer = llama_cpp_peer.ensure()
         exe = peer["python"]
-        env["LLAMA_CPP_LIB_PATH"] = peer["lib_path"]
+        env = llama_cpp_peer.bindings_env(peer, env)
     else:
         exe = sys.executable
     proc = subprocess.run([exe, __file__, "--worker", json.dumps(cfg)], env=env, capture_output=True, text=True)

@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import subprocess
 import sys
 import sysconfig
@@ -187,15 +186,15 @@ def llama_worker_main(job_path: str) -> None:
 
 def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import build_llama_cpp
+    from benchkit import peer as llama_cpp_peer
 
-    peer = build_llama_cpp.ensure()
+    peer = llama_cpp_peer.ensure()
     with tempfile.TemporaryDirectory() as tmp:
         job = {"gguf": str(gguf), "threads": threads, "kv_dtype": kv_dtype, "windows": f"{tmp}/windows.npy",
                "out": f"{tmp}/out.npz"}
         np.save(job["windows"], wins)
         Path(f"{tmp}/job.json").write_text(json.dumps(job))
-        env = dict(os.environ, LLAMA_CPP_LIB_PATH=peer["lib_path"])
+        env = llama_cpp_peer.bindings_env(peer)
         proc = subprocess.run([peer["python"], str(Path(__file__).resolve()), "--llama-worker", f"{tmp}/job.json"],
                               env=env, capture_output=True, text=True)
         if proc.returncode != 0:

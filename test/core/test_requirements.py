@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("python/llaisys", "test", "tools")  # every .py file under these
 # modules that live in a tool's own virtualenv, not in the project's: module -> (the tool that installs it, the
 # pin that tool must carry)
-PEER_VENVS = {"llama_cpp": ("tools/build_llama_cpp.py", re.compile(r'^PIN = "\d+\.\d+\.\d+"', re.M))}
+PEER_VENVS = {"llama_cpp": ("tools/benchkit/peer.py", re.compile(r'^PIN = "\d+\.\d+\.\d+"', re.M))}
 HEAVY = ("torch", "transformers", "ray")  # test references and an optional extra: never loaded by `import llaisys`
 
 

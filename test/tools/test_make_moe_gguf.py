@@ -26,7 +26,7 @@ import pytest
 TOOLS = Path(__file__).resolve().parents[2] / "tools"  # on pytest's pythonpath too
 make_moe_gguf = pytest.importorskip("make_moe_gguf")
 moe_reference = pytest.importorskip("moe_reference")
-build_llama_cpp = pytest.importorskip("build_llama_cpp")
+llama_cpp_peer = pytest.importorskip("benchkit.peer")
 
 VOCAB = 384
 PROMPT = [17, 301, 45, 99, 250, 3, 188, 77, 64, 140, 222, 9, 310, 56, 120, 33, 271, 82, 81, 84, 59, 4, 52, 35,
@@ -130,7 +130,7 @@ def test_random_routing_spreads_over_the_experts(tiny):
 
 def llama_cpp(path, ids, n_gen: int) -> dict:
     """llama.cpp's logits and greedy tokens (tools/llama_cpp_logits.py in the peer's virtualenv)."""
-    p = build_llama_cpp.paths()
+    p = llama_cpp_peer.paths()
     if not (p["python"].exists() and (p["bin"] / "libllama.so").exists()):
         pytest.skip("the llama.cpp peer is not built on this machine (tools/build_llama_cpp.py; CI does not build it)")
     env = dict(os.environ, LLAMA_CPP_LIB_PATH=str(p["bin"]))
