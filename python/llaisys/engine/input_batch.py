@@ -56,6 +56,7 @@ class InputBatch:
         self.held: dict = {}  # req_id -> _Held
         self._last: Optional[StepInput] = None  # the previous step, when it was a plain decode step
         self._last_reqs: Optional[list] = None  # [Request] its rows (out.scheduled)
+        self._steps_in_block = 0  # BLOCK: plain steps after _last in which no row enters a new block
         self._last_rows: Optional[np.ndarray] = None  # [n_seqs] its buffer rows
         self._tables_moved = False  # a held row's block table or seq id changed since the previous step
         self._num_embedded = 0  # held requests whose prompt is input embeddings
@@ -141,8 +142,14 @@ class InputBatch:
         self._tables_moved = False
         if batch is None:
             batch = self._gather(out, starts)
+            if plain and self.kv_layout == "block":
+                self._steps_in_block = self._steps_left(batch.positions)
         self._last, self._last_reqs = (batch, reqs) if plain else (None, None)
         return batch
+
+    def _steps_left(self, positions: np.ndarray) -> int:
+        """Plain steps after one at `positions` in which no row enters a new block."""
+        return int((self.block_size - 1 - positions % self.block_size).min()) if len(positions) else 0
 
     def _advanced(self, out: SchedulerOutput, starts: np.ndarray) -> Optional[StepInput]:
         """A plain decode step over exactly the previous plain step's rows, in its order, each one
@@ -168,14 +175,14 @@ class InputBatch:
             batch.seq_ids = last.seq_ids if held is None else np.fromiter((h.seq_id for h in held), np.int32, len(held))
             return batch
         batch.block_tables = last.block_tables if held is None else self._tables(held, self._last_rows)
-        bs = self.block_size
-        offsets = positions % bs
-        if held is None and np.count_nonzero(offsets) == len(offsets):  # no row enters a new block: each
-            #                                                                  slot follows the last one
+        if held is None and self._steps_in_block > 0:  # no row enters a new block: each slot follows the last one
+            self._steps_in_block -= 1
             batch.slot_mapping = last.slot_mapping + 1
             return batch
+        bs = self.block_size
         blocks = batch.block_tables[last.seq_of_token, positions // bs].astype(np.int64)
-        batch.slot_mapping = blocks * bs + offsets
+        batch.slot_mapping = blocks * bs + positions % bs
+        self._steps_in_block = self._steps_left(positions)
         return batch
 
     def _tables(self, held: list, rows: np.ndarray) -> np.ndarray:

@@ -107,7 +107,7 @@ class StepRunner:
             n_tokens = batch.n_tokens
             if n_tokens and self.step_cost is not None:
                 if n_tokens == batch.n_seqs:  # one token a row (decoding): a row's pairs are its context
-                    pairs = int(batch.context_lens.sum(dtype=np.int64))
+                    pairs = sum(batch.context_lens.tolist())  # (a numpy sum costs more on small batches)
                 else:
                     n = np.diff(batch.query_start).astype(np.int64)  # [n_seqs] tokens of each row
                     pairs = int(attention_pairs(n, batch.context_lens.astype(np.int64) - n).sum())
