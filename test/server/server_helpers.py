@@ -55,3 +55,16 @@ def error_of(r: requests.Response) -> dict:
     assert {"message", "type", "param", "code"} <= set(err), err
     assert isinstance(err["message"], str) and err["message"]
     return err
+
+
+# the server of test_api.py and test_api_contract.py: the limits their error cases are written against
+API_MAX_MODEL_LEN = 512
+API_SERVER_ARGS = ("--max-num-seqs", "16", "--max-model-len", str(API_MAX_MODEL_LEN), "--max-n", "4",
+                   "--max-tokens-cap", "256", "--max-body-bytes", "65536")
+
+
+def openai_client(srv, timeout: float = 300.0):
+    """The official client on srv, without retries (a test sees the first answer)."""
+    import openai
+
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=timeout)

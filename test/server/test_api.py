@@ -13,23 +13,22 @@ import openai
 import pytest
 import requests
 
-from server_helpers import (MODEL_NAME, chat_body, error_of, metrics_of, post, repeat_word, sse_events,
-                            stream_post, wait_idle)
+from server_helpers import (API_MAX_MODEL_LEN, API_SERVER_ARGS, MODEL_NAME, chat_body, error_of, metrics_of,
+                            openai_client, post, repeat_word, sse_events, stream_post, wait_idle)
 
 pytestmark = pytest.mark.slow
 
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = API_MAX_MODEL_LEN
 
 
 @pytest.fixture(scope="module")
 def server(start_server):
-    return start_server("--max-num-seqs", "16", "--max-model-len", str(MAX_MODEL_LEN), "--max-n", "4",
-                        "--max-tokens-cap", "256", "--max-body-bytes", "65536")
+    return start_server(*API_SERVER_ARGS)
 
 
 @pytest.fixture(scope="module")
 def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai_client(server)
 
 
 # ---- basics ------------------------------------------------------------------------------

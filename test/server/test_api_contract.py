@@ -8,24 +8,19 @@ import openai
 import pytest
 import requests
 
-from server_helpers import MODEL_NAME, error_of, post, repeat_word
+from server_helpers import API_MAX_MODEL_LEN, API_SERVER_ARGS, MODEL_NAME, error_of, openai_client, post, repeat_word
 
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = API_MAX_MODEL_LEN
 
 
 @pytest.fixture(scope="module")
 def server(start_tiny_server):
-    return start_tiny_server("--max-num-seqs", "16", "--max-model-len", str(MAX_MODEL_LEN), "--max-n", "4",
-                             "--max-tokens-cap", "256", "--max-body-bytes", "65536")
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    return start_tiny_server(*API_SERVER_ARGS)
 
 
 # ---- tokenize ----------------------------------------------------------------------------
-def test_tokenize_round_trip_and_chat_count(server, client):
+def test_tokenize_round_trip_and_chat_count(server):
+    client = openai_client(server)
     text = "def héllo(): return '世界' # ünïcödé"
     tok = post(server, "/tokenize", {"model": MODEL_NAME, "prompt": text}).json()
     assert tok["count"] == len(tok["tokens"]) > 5 and tok["max_model_len"] == MAX_MODEL_LEN
@@ -113,7 +108,8 @@ def test_error_cases(server, method, path, body, status, code, param):
         assert "POST" in r.headers["Allow"] or "GET" in r.headers["Allow"]
 
 
-def test_openai_client_raises_typed_errors(client):
+def test_openai_client_raises_typed_errors(server):
+    client = openai_client(server)
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="no-such-model", messages=repeat_word("a"), max_tokens=2)
     assert e.value.code == "model_not_found"
