@@ -4,7 +4,7 @@ errors counted by kind and the server's memory (RSS) sampled over time.
     python tools/soak.py [--model qwen2.5-coder-0.5b-instruct] [--minutes 30] [--clients 8]
         [--max-tokens 128] [--url http://127.0.0.1:PORT --pid PID] [--output soak.json]
 
-Without --url it starts `python -m llaisys.cli serve MODEL` (test/server/server_helpers.py's
+Without --url it starts `python -m llaisys.cli serve MODEL` (tools/benchkit/server.py's
 launcher: this interpreter, this environment, so PYTHONPATH / LLAISYS_LIBRARY reach the server)
 on a free 127.0.0.1 port (with the launcher's --kv-cache-memory 128MiB, and --request-timeout
 set to --timeout unless --server-arg gives one), waits for /health, and stops it with SIGTERM
