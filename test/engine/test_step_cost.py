@@ -141,3 +141,30 @@ def test_a_gap_of_zero_turns_the_time_cap_off():
 def test_decode_gap_ms_is_checked(bad):
     with pytest.raises(ValueError, match="decode_gap_ms"):
         EngineConfig(decode_gap_ms=bad)
+
+
+def test_a_due_fit_is_made_when_read_over_the_window_it_was_due_with(monkeypatch):
+    """The fit is due every few observations but made when the model is read (issue 41: a
+    steady decode step never reads it), over the window of the moment it was due: the weights
+    are those an eager fit would have had, and observing alone never fits."""
+    fits = []
+    real = StepCost._fit
+    monkeypatch.setattr(StepCost, "_fit", staticmethod(lambda obs: fits.append(list(obs)) or real(obs)))
+    shapes = [(1, 100), (64, 0), (128, 64), (1, 300), (256, 192)]
+    obs = [(n, attention_pairs(n, s), true_seconds(n, attention_pairs(n, s)) * (1 + 0.01 * i))
+           for i, (n, s) in enumerate(shapes)]
+    cost = StepCost()
+    for o in obs:  # a fit is due at the third; the fourth and fifth come before the next is due
+        cost.observe(*o)
+    assert cost.fitted and fits == []
+    got = cost.seconds(100, 5000)
+    assert len(fits) == 1 and fits[0] == [tuple(float(v) for v in o) for o in obs[:3]]
+    w = real(obs[:3])
+    assert got == pytest.approx(w[0] + w[1] * 100 + w[2] * 5000, rel=1e-12)
+    cost.seconds(1, 1)
+    assert len(fits) == 1  # read again, nothing new due: no second fit
+    for i in range(200):  # steady decoding: many due fits, none read
+        cost.observe(1, 300 + i, true_seconds(1, 300 + i))
+    assert len(fits) == 1
+    cost.chunk_tokens(0.5, 0, 4096)
+    assert len(fits) == 2 and len(fits[1]) == 64  # the window of the last due fit
