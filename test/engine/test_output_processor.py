@@ -141,3 +141,19 @@ def test_engine_outputs_usage_logprobs_and_deltas():
     assert len(c.logprobs) == 5 and all(len(lp) == 3 and tok in lp for lp, tok in zip(c.logprobs, c.token_ids))
     t = out.metrics
     assert t.arrival < t.first_scheduled < t.first_token <= t.last_token < t.finished
+
+
+def test_the_one_stop_matcher_fed_a_stream():
+    """StopMatcher.feed (the server's use when it matches on the answer alone): what could begin
+    a stop string is held back, nothing else; a match ends the stream; the same tie rule as
+    find (the earliest start, then the first listed)."""
+    m = StopMatcher(["STOP", "xyz"])
+    assert m.feed("ab S", False) == "ab " and m.feed("T", False) == ""  # "ST" may begin "STOP"
+    assert m.feed("x", False) == "ST"  # "STx" begins no stop string; "x" may begin "xyz"
+    assert m.feed("yz!", False) == "" and m.matched and m.matched_stop == "xyz"
+    assert m.feed("more", True) == ""
+    assert StopMatcher(["ab", "a"], include=True).feed("xaby", True) == "xab"  # tie at 1: "ab", listed first
+    early = StopMatcher(["END"])
+    assert early.feed("xEND", False, can_stop=False) == "xEND"  # before min_tokens: no match, END is whole
+    assert early.feed("yEN", False) == "y" and early.feed("D", True) == "" and early.matched
+    assert StopMatcher([]).feed("text", False) == "text"
