@@ -96,11 +96,15 @@ def check_fits(config: EngineConfig, num_prompt_tokens: int, max_tokens: Optiona
     if total > config.max_model_len:
         raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens exceeds "
                          f"max_model_len ({config.max_model_len})")
-    need = -(-total // config.block_size)
-    if need > config.num_blocks:
-        raise ValueError(f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens needs "
-                         f"{need} KV blocks of {config.block_size} but the pool has {config.num_blocks}")
+    _check_pool(config, total, f"prompt ({num_prompt_tokens} tokens) + max_tokens ({max_tokens}) = {total} tokens")
     return max_tokens
+
+
+def _check_pool(config: EngineConfig, num_tokens: int, what: str) -> None:
+    """ValueError when `what` (num_tokens tokens) needs more KV blocks than the pool has."""
+    need = -(-num_tokens // config.block_size)
+    if need > config.num_blocks:
+        raise ValueError(f"{what} needs {need} KV blocks of {config.block_size} but the pool has {config.num_blocks}")
 
 
 def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
@@ -110,7 +114,4 @@ def check_pooling_fits(config: EngineConfig, num_prompt_tokens: int) -> None:
     if num_prompt_tokens > config.max_model_len:
         raise ValueError(f"the input has {num_prompt_tokens} tokens, more than max_model_len "
                          f"({config.max_model_len})")
-    need = -(-num_prompt_tokens // config.block_size)
-    if need > config.num_blocks:
-        raise ValueError(f"the input ({num_prompt_tokens} tokens) needs {need} KV blocks of {config.block_size} "
-                         f"but the pool has {config.num_blocks}")
+    _check_pool(config, num_prompt_tokens, f"the input ({num_prompt_tokens} tokens)")
