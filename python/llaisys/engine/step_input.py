@@ -140,12 +140,12 @@ def unpack_result(batch: StepInput, result: StepResult, verifier: Optional[Calla
     pooled = _pooled_sums(batch, result.hidden)
     sampled, logprobs = {}, {}
     if not batch.spec:  # one sample row a request (no drafts to verify): the common step
-        for i, (req, t) in enumerate(zip(batch.sample_requests, ids.tolist() if ids.dtype.kind in "iu"
-                                         else [int(t) for t in ids])):
-            sampled[req.request_id] = [t]
-            want = req.sampling_params.logprobs
-            if want is not None:
-                logprobs[req.request_id] = [_logprob_entry(want, result, i, t, ids)]
+        reqs = batch.sample_requests
+        toks = ids.tolist() if ids.dtype.kind in "iu" else [int(t) for t in ids]
+        sampled = {req.request_id: [t] for req, t in zip(reqs, toks)}
+        for i in [i for i, req in enumerate(reqs) if req.sampling_params.logprobs is not None]:
+            req = reqs[i]
+            logprobs[req.request_id] = [_logprob_entry(req.sampling_params.logprobs, result, i, toks[i], ids)]
         return sampled, logprobs, pooled
     verify = verifier(batch, result) if verifier is not None else None
     i, reqs = 0, batch.sample_requests
