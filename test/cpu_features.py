@@ -33,6 +33,17 @@ def skip_unless_cpu_runs(isa: str) -> None:
         pytest.skip(f"this CPU cannot run {isa} (no {', '.join(sorted(missing))} in /proc/cpuinfo)")
 
 
+def skip_a_repeated_path(isa: str) -> None:
+    """For a test that reruns its own file in a child under LLAISYS_ISA=isa: skip where the
+    child would take the path this process has just run the file on, which is this process's
+    own ISA, or any ISA the CPU lacks (the child falls back to the CPU's best)."""
+    from llaisys import runtime
+
+    skip_unless_cpu_runs(isa)
+    if runtime.cpu_isa() == isa:
+        pytest.skip(f"{isa} is this process's own path: the file has just run on it")
+
+
 def run_on_isa(isa: str, code: str, *args: str, timeout: int = 600):
     """Run `code` (python -c, with `args`) under LLAISYS_ISA=isa and return the JSON of its last
     line of output. The child must print runtime.cpu_isa() first: the ISA it really ran is

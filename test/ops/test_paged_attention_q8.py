@@ -21,6 +21,8 @@ import torch
 
 import llaisys
 from llaisys import ops
+
+from cpu_features import skip_a_repeated_path
 from test_paged_attention import reference, row, slot_lists  # (test/ops is on sys.path, as for quant_cases)
 
 gguf = pytest.importorskip("gguf")
@@ -90,17 +92,10 @@ def test_q8_0_head_dims_must_be_whole_blocks():
         llaisys.Tensor((4, 1, 48), "q8_0")
 
 
-def _has_avx512() -> bool:
-    try:
-        return " avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(os.environ.get("LLAISYS_ISA") is not None, reason="already a child with a chosen path")
-@pytest.mark.parametrize("isa", ["scalar", "avx2", pytest.param("avx512", marks=pytest.mark.skipif(
-    not _has_avx512(), reason="no AVX-512 here: the child would rerun the AVX2 path"))])
+@pytest.mark.parametrize("isa", ["scalar", "avx2", "avx512"])
 def test_every_simd_path(isa):
+    skip_a_repeated_path(isa)  # this process's own path, or one the CPU lacks: just run here
     env = {"OMP_WAIT_POLICY": "passive", **os.environ, "LLAISYS_ISA": isa}
     child = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", __file__],
                            cwd=Path(__file__).parent.parent.parent, env=env, capture_output=True, text=True,
