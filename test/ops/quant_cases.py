@@ -134,14 +134,17 @@ def real_rows(path: Path, fmt: str, n_rows: int = 48):
 
 @functools.lru_cache(maxsize=None)
 def _real_rows_of_file(path: str, n_rows: int) -> dict:
-    """real_rows for every format at once: gguf.GGUFReader takes ~30 s on a file with a 150k-token
-    vocabulary in its metadata, so each file is read once per session."""
-    reader = gguf.GGUFReader(path)
+    """real_rows for every format at once, each file once per session. The tensor table comes
+    from the library's own reader (gguf.GGUFReader spends ~25 s on a 150k-token vocabulary in
+    the metadata; the bytes checked are the same, and gguf still dequantizes them)."""
+    from llaisys.models.gguf_check import read_gguf
+
+    file = read_gguf(path)
     found = {}
-    for t in reader.tensors:
-        fmt = t.tensor_type.name.lower()
+    for t in file.tensors:
+        fmt = gguf.GGMLQuantizationType(t.type_id).name.lower()
         if fmt in FORMATS and fmt not in found:
-            data = t.data  # [rows, row bytes] uint8 (memory-mapped)
+            data = file.tensor_bytes(t).reshape(t.shape[0], -1)  # [rows, row bytes] (memory-mapped)
             idx = np.linspace(0, data.shape[0] - 1, n_rows).astype(np.int64)
-            found[fmt] = (t.name, np.ascontiguousarray(data[idx]), (n_rows, int(t.shape[0])))
+            found[fmt] = (t.name, np.ascontiguousarray(data[idx]), (n_rows, int(t.dims[0])))
     return found
