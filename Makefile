@@ -126,7 +126,10 @@ nvidia-check:
 		cmake --build $(BUILD)/nvidia && echo "nvidia backend: compiled and linked"; \
 	else echo "nvidia backend: nvcc not found, compile check skipped"; fi
 
-# ASan + UBSan build of the library, loaded into Python through LLAISYS_LIBRARY.
+# ASan + UBSan build of the library, loaded into Python through LLAISYS_LIBRARY, at -O1 with
+# line tables (-g1), as ASan's own docs advise: it compiles in about half the time of -O2 -g
+# (the heaviest kernel file 11 s against 32 s), and its tests ran 8% longer on a slice of them
+# (217 s against 201 s), while reports still name every file and line.
 # python does not link libstdc++, so it is preloaded beside libasan: ASan can then intercept
 # __cxa_throw (else the first C++ exception aborts). allocator_may_return_null lets the
 # out-of-memory tests see a NULL from the allocator, as they do without ASan. --capture=sys
@@ -138,7 +141,8 @@ nvidia-check:
 ASAN_TESTS = test/ops test/core test/parity test/sampling test/models/test_model_loader.py \
 	test/models/test_gguf_convert_tiny.py test/models/test_moe_registry.py
 test-asan: install-test
-	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
+	cmake -S . -B $(BUILD)/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+		-DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
 	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
