@@ -271,6 +271,16 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
             torch.cuda.synchronize()
         return time.perf_counter()
 
+    def decode_seconds(p, steps: int) -> float:
+        """Prefill the prompts p, then the seconds of `steps` greedy one-token steps on them."""
+        out = model(p, use_cache=True, logits_to_keep=1)
+        nxt, past = greedy(out), out.past_key_values
+        t = now()
+        for _ in range(steps):
+            out = model(nxt, past_key_values=past, use_cache=True)
+            nxt, past = greedy(out), out.past_key_values
+        return now() - t
+
     with torch.inference_mode():
         p = ids([prompt(spec["prefill"], vocab, 1)])
         model(p, logits_to_keep=1)  # warm-up (kernel selection, allocator)
@@ -281,23 +291,11 @@ def run_hf(model_dir: str, spec: dict, threads: int, dtype: str) -> dict:
 
         for _ in range(2 if "decode" in spec["workloads"] else 0):  # the second is timed
             p = ids([prompt(spec["decode_prompt"], vocab, 2)])
-            out = model(p, use_cache=True, logits_to_keep=1)
-            nxt, past = greedy(out), out.past_key_values
-            t = now()
-            for _ in range(spec["decode"]):
-                out = model(nxt, past_key_values=past, use_cache=True)
-                nxt, past = greedy(out), out.past_key_values
-            res["decode"] = spec["decode"] / (now() - t)
+            res["decode"] = spec["decode"] / decode_seconds(p, spec["decode"])
 
         for b in (b for b in spec["batches"] for _ in range(2)):  # the second of each is timed
             p = ids([prompt(spec["batch_prompt"], vocab, 100 + s) for s in range(b)])
-            out = model(p, use_cache=True, logits_to_keep=1)
-            nxt, past = greedy(out), out.past_key_values
-            t = now()
-            for _ in range(spec["batch_steps"]):
-                out = model(nxt, past_key_values=past, use_cache=True)
-                nxt, past = greedy(out), out.past_key_values
-            res[f"batch-{b}"] = b * spec["batch_steps"] / (now() - t)
+            res[f"batch-{b}"] = b * spec["batch_steps"] / decode_seconds(p, spec["batch_steps"])
     return res
 
 
