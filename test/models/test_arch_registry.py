@@ -164,8 +164,10 @@ def test_weight_maps(family):
 def test_gguf_architectures():
     assert spec_for_gguf("qwen2").architecture == "Qwen2ForCausalLM"
     assert spec_for_gguf("qwen3").architecture == "Qwen3ForCausalLM"
-    with pytest.raises(ModelFileError, match="general.architecture is 'llama'; only qwen2, qwen2moe, qwen3, qwen3moe can be converted"):
-        spec_for_gguf("llama")
+    assert spec_for_gguf("llama").architecture == "LlamaForCausalLM"  # dense; with experts: Mixtral (gguf_moe)
+    with pytest.raises(ModelFileError, match="general.architecture is 'mistral3'; only llama, qwen2, qwen2moe, "
+                                             "qwen3, qwen3moe can be converted"):
+        spec_for_gguf("mistral3")
 
 
 def test_the_loader_checks_a_directory_against_the_map(tmp_path):

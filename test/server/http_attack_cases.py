@@ -37,8 +37,8 @@ def _case(id_, method, path, kw, status, param=ANY):
 
 # ---- wrong types, generated for every field of every request body ----------------------------
 def _wrong_type_cases() -> list:
-    from llaisys.server.protocol import Limits
-    from llaisys.server.request_schemas import request_schemas
+    from llaisys.server.protocol.parse import Limits
+    from llaisys.server.protocol.request_schemas import request_schemas
 
     samples = [("string", "x"), ("integer", 7), ("number", 1.5), ("boolean", True), ("array", [1]),
                ("object", {"a": 1})]

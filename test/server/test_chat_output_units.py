@@ -8,7 +8,7 @@ import random
 import pytest
 
 from llaisys.server.chat_output import ChatSetup, ChoiceOutput, delta_bodies
-from llaisys.server.errors import APIError
+from llaisys.server.protocol.errors import APIError
 from llaisys.server.reasoning import ReasoningSplitter, opened_in_prompt, parser_for_template, resolve_parser
 from llaisys.server.tool_calls import ToolCallParser, check_tools, template_messages
 

@@ -42,7 +42,7 @@ def assert_400(r, param, code="invalid_value"):
 # ---- OpenAPI: generated from the definitions the server validates with -------------------------
 def test_openapi_route_table_names_every_flask_route():
     from llaisys.server.app import ServerState, create_app, web_dir
-    from llaisys.server.openapi import ROUTES
+    from llaisys.server.protocol.openapi import ROUTES
     from llaisys.server.registry import ModelSpec, Registry
 
     app = create_app(ServerState(Registry([ModelSpec("m", "m")])))
@@ -53,9 +53,9 @@ def test_openapi_route_table_names_every_flask_route():
 
 
 def test_openapi_is_served_and_carries_the_validating_schemas(server):
-    from llaisys.server.protocol import Limits
-    from llaisys.server.request_schemas import request_schemas
-    from llaisys.server.response_schemas import RESPONSE_SCHEMAS
+    from llaisys.server.protocol.parse import Limits
+    from llaisys.server.protocol.request_schemas import request_schemas
+    from llaisys.server.protocol.response_schemas import RESPONSE_SCHEMAS
 
     r = requests.get(server.url + "/openapi.json", timeout=30)
     assert r.status_code == 200
@@ -83,8 +83,8 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
 
 
 def test_responses_and_stream_chunks_match_their_schemas(server):
-    from llaisys.server.response_schemas import RESPONSE_SCHEMAS
-    from llaisys.server.schema import validate
+    from llaisys.server.protocol.response_schemas import RESPONSE_SCHEMAS
+    from llaisys.server.protocol.schema import validate
 
     r = post(server, CHAT, {"messages": MSG, "max_tokens": 4, "logprobs": True, "top_logprobs": 2, "n": 2})
     validate(RESPONSE_SCHEMAS["ChatCompletion"], r.json())
@@ -220,7 +220,7 @@ def test_a_poisoned_request_leaves_a_batch_of_streams_untouched(server):
 
 # ---- reproducer 5: admission state is bounded --------------------------------------------------
 def test_admission_keeps_no_entry_for_refused_users():
-    from llaisys.server.errors import APIError
+    from llaisys.server.protocol.errors import APIError
     from llaisys.server.limits import Admission, ServerLimits
 
     adm = Admission(ServerLimits(max_concurrent_requests=1, max_queue=0, per_user_concurrency=1))
@@ -236,7 +236,7 @@ def test_admission_keeps_no_entry_for_refused_users():
 
 
 def test_token_budgets_are_an_lru_map_with_a_cap_and_expire():
-    from llaisys.server.errors import APIError
+    from llaisys.server.protocol.errors import APIError
     from llaisys.server.limits import Admission, ServerLimits
 
     now = [0.0]

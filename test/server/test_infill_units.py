@@ -13,10 +13,10 @@ import pytest
 from llaisys.models.fim import (FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, ExtraChunk, build_fim_prompt,
                                 fim_codec)
 from llaisys.models.tokenizer import Tokenizer
-from llaisys.server.errors import APIError
+from llaisys.server.protocol.errors import APIError
 from llaisys.server.infill import answer_tokens, fim_prompt, parse_infill
 from llaisys.server.infill_run import held_back, indent_cut, pick_fields
-from llaisys.server.protocol import Limits
+from llaisys.server.protocol.parse import Limits
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ def chat(sid: str, **message) -> dict:
 
 
 def test_rendered_message_keeps_only_rendered_fields():
-    from llaisys.server.messages import rendered_message
+    from llaisys.server.protocol.messages import rendered_message
 
     m = {"role": "assistant", "content": None, "refusal": None, "annotations": [], "junk": "x" * 100,
          "reasoning_content": "r", "tool_calls": [{"id": "c1", "type": "function", "junk": 1,

@@ -1,9 +1,9 @@
 """Convert a GGUF file into a HuggingFace model directory (bf16 safetensors).
 
 Its `general.architecture` picks the family through the registry (models/arch/: qwen2,
-qwen3, qwen2moe, qwen3moe, whose stacked experts become per-expert tensors: gguf_moe.py), and a
-`llama` file with experts is Mixtral (its q/k rows un-permuted from llama.cpp's RoPE order);
-dense `llama` files are not converted.
+qwen3, qwen2moe, qwen3moe, whose stacked experts become per-expert tensors: gguf_moe.py; llama:
+Llama 2/3.x and Mistral, or Mixtral when it has experts); a `llama` file's q/k rows are
+un-permuted from llama.cpp's RoPE order, and its RoPE scaling is read by gguf_rope.py.
 
 Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
 (nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
@@ -28,8 +28,9 @@ from .arch import hf_config_dict, parse_config, spec_for_gguf, spec_for_name
 from .config import ModelParams
 from .files import ModelFileError
 from .gguf_check import check_gguf
-from .gguf_moe import (SHARED_GATE, is_mixtral, is_stack, mixtral_gguf_name, mixtral_tensor_name, moe_config_fields,
-                       moe_keys, permuted_heads, stack_shapes, unpermute_rows)
+from .gguf_moe import (SHARED_GATE, is_mixtral, is_permuted, is_stack, mixtral_gguf_name, mixtral_tensor_name,
+                       moe_config_fields, moe_keys, permuted_heads, stack_shapes, unpermute_rows)
+from .gguf_rope import ROPE_FREQS, gguf_rope_keys, rope_freqs_values, rope_scaling
 from .gguf_tokenizer import build_tokenizer_files, metadata
 from .loader import validate_tensors
 from .safetensors_io import TensorSpec, write_safetensors_streaming
@@ -108,8 +109,9 @@ def hf_tensor_name(gguf_name: str, source: str = "GGUF file", mixtral: bool = Fa
 
 
 def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bool,
-                 tensor_names: Iterable[str] = ()) -> ModelParams:
-    """The config from `<arch>.*` metadata; `tensor_names` (HF names) tell a MoE file's dense layers."""
+                 tensor_names: Iterable[str] = (), rope_freqs: Optional[np.ndarray] = None) -> ModelParams:
+    """The config from `<arch>.*` metadata; `tensor_names` (HF names) tell a MoE file's dense layers,
+    `rope_freqs` is the `rope_freqs.weight` tensor's values, if the file has one (gguf_rope.py)."""
     arch = metadata(reader, "general.architecture", str, source)
     spec = spec_for_name("MixtralForCausalLM") if is_mixtral(reader) else spec_for_gguf(arch, source)
     keys = _gguf_keys(arch)
@@ -124,18 +126,25 @@ def _read_config(reader: gguf.GGUFReader, source: str, vocab_size: int, tied: bo
     for field in ("bos_token_id", "eos_token_id"):
         d[field] = metadata(reader, keys[field], int, source, required=False)
     d.update(moe_config_fields(reader, arch, source, tensor_names))
+    heads, hidden = d.get("num_attention_heads"), d.get("hidden_size")
+    head_dim = d.get("head_dim") or (hidden // heads if heads and hidden and hidden % heads == 0 else None)
+    d["rope_scaling"] = rope_scaling(reader, arch, source, head_dim, d.get("rope_theta", 10000.0),
+                                     d.get("max_position_embeddings", 1), rope_freqs)
     try:
         return parse_config(d, source)
     except ModelFileError as e:  # name the GGUF key the field came from
-        key = {**keys, **moe_keys(arch)}.get(e.field, e.field)
+        key = {**keys, **moe_keys(arch), **gguf_rope_keys(arch)}.get(e.field, e.field)
         raise ModelFileError(source, key, f"{e.message} (GGUF key {key})") from None
 
 
 def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
     """Map and shape every GGUF tensor; returns (config, [(TensorSpec, ReaderTensor)])."""
-    plan, seen = [], {}
+    plan, seen, freqs = [], {}, None
     mixtral = is_mixtral(reader)
     for t in reader.tensors:
+        if t.name == ROPE_FREQS and is_permuted(reader):  # llama3 RoPE scaling (gguf_rope.py), not a weight
+            freqs = rope_freqs_values(int(t.tensor_type), tuple(int(d) for d in t.shape), t.data, source)
+            continue
         name = hf_tensor_name(t.name, source, mixtral)
         if name in seen:
             raise ModelFileError(source, t.name, f"GGUF tensors {seen[name]!r} and {t.name!r} both map to {name!r}")
@@ -158,13 +167,13 @@ def _plan(reader: gguf.GGUFReader, source: str = "GGUF file"):
     if len(embed.shape) != 2:
         raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed.shape}, need 2-D")
     config = _read_config(reader, source, vocab_size=embed.shape[0], tied="lm_head.weight" not in seen,
-                          tensor_names=seen)
+                          tensor_names=seen, rope_freqs=freqs)
     try:
         validate_tensors(config, {s.name: s for s, _ in plan}, source)
     except ModelFileError as e:  # name GGUF keys and tensors, not HF ones
         arch = metadata(reader, "general.architecture", str, source)
         raise gguf_error(e, source, arch, seen, mixtral) from None
-    if mixtral:  # llama.cpp's q/k row permutation undone, whole rows (quantized blocks move unchanged)
+    if is_permuted(reader):  # llama.cpp's q/k row permutation undone, whole rows (quantized blocks move unchanged)
         plan = [(spec, _unpermuted(spec, t, config, source)) for spec, t in plan]
     return config, plan
 

@@ -37,7 +37,9 @@ from .chat_template import ChatTemplate
 from .files import ModelFileError
 from .gguf_check import GGUFFile, TensorInfo, read_gguf
 from .gguf_convert import _read_config, gguf_error, hf_tensor_name
-from .gguf_moe import SHARED_GATE, expert_name, is_mixtral, is_stack, permuted_heads, stack_shapes, unpermute_rows
+from .gguf_moe import (SHARED_GATE, expert_name, is_mixtral, is_permuted, is_stack, permuted_heads, stack_shapes,
+                       unpermute_rows)
+from .gguf_rope import ROPE_FREQS, rope_freqs_values
 from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
 from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
@@ -77,6 +79,8 @@ def _plan(f: GGUFFile, source: str) -> dict:
     plan, seen = {}, {}
     mixtral = is_mixtral(f)
     for info in f.tensors:
+        if info.name == ROPE_FREQS and is_permuted(f):  # RoPE scaling (gguf_rope.py): read by the config
+            continue
         name = hf_tensor_name(info.name, source, mixtral)
         if name in seen:
             raise ModelFileError(source, info.name, f"GGUF tensors {seen[name]!r} and {info.name!r} both map to {name!r}")
@@ -98,8 +102,10 @@ def _config_and_check(f: GGUFFile, plan: dict, source: str):
         raise ModelFileError(source, "token_embd.weight", "GGUF file has no token_embd.weight tensor")
     if len(embed[0].shape) != 2:
         raise ModelFileError(source, "token_embd.weight", f"token_embd.weight has shape {embed[0].shape}, need 2-D")
+    freqs = next((rope_freqs_values(i.type_id, i.shape, f.tensor_bytes(i), source) for i in f.tensors
+                  if i.name == ROPE_FREQS and is_permuted(f)), None)
     config = _read_config(f, source, vocab_size=embed[0].shape[0], tied="lm_head.weight" not in plan,
-                          tensor_names=plan)
+                          tensor_names=plan, rope_freqs=freqs)
     specs = {}
     for name, (info, tag) in plan.items():
         # a quantized 1-D tensor is dequantized to float; checked as the float it becomes
@@ -198,7 +204,7 @@ def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenize
 
 
 def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGUFModel:
-    """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Mixtral) for the model;
+    """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Llama, Mistral, Mixtral) for the model;
     see the module docstring (gguf_moe.py for the experts).
 
     dtype: the float dtype ("bf16", "f16", "f32") of everything that is not a quantized matrix;
@@ -215,10 +221,10 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
     tokenizer = tokenizer_from_files(files, config, source)
     dtype = _float_dtype(plan, dtype)
     tensors = {}
-    mixtral = is_mixtral(f)
+    permuted = is_permuted(f)
     for name, (info, tag) in plan.items():
         t = _tensor(f, name, info, tag, dtype, source)
-        heads = permuted_heads(name, config.n_heads, config.n_kv_heads) if mixtral else None
+        heads = permuted_heads(name, config.n_heads, config.n_kv_heads) if permuted else None
         if heads is not None:  # llama.cpp's q/k row permutation undone (gguf_moe.py), a copy of the rows
             t = dataclasses.replace(t, data=np.ascontiguousarray(t.data[unpermute_rows(t.shape[0], heads, source,
                                                                                         info.name)]))

@@ -55,6 +55,12 @@ def is_mixtral(reader) -> bool:
     return arch is not None and arch.contents() == "llama" and "llama.expert_count" in reader.fields
 
 
+def is_permuted(reader) -> bool:
+    """A `llama` file (Llama, Mistral, Mixtral): llama.cpp stored its q/k rows permuted for its RoPE."""
+    arch = reader.fields.get("general.architecture")
+    return arch is not None and arch.contents() == "llama"
+
+
 def moe_keys(arch: str) -> dict:
     """HF config field -> GGUF metadata key, for an architecture with experts (else {})."""
     if arch == "llama":  # the loader's checks name num_experts whatever the family calls it

@@ -28,7 +28,7 @@ class IngressSettings:
 
     specs: list  # [registry.ModelSpec] served models, in command-line order
     limits: object = None  # server.limits.ServerLimits (None: defaults)
-    request_limits: object = None  # server.protocol.Limits (None: defaults)
+    request_limits: object = None  # server.protocol.parse.Limits (None: defaults)
     api_keys: tuple = ()  # accepted API keys; empty: no authentication
     cors_origins: tuple = ()  # allowed browser origins
     max_sessions: int = 1024  # server-side sessions kept
@@ -81,7 +81,7 @@ class Ingress:
     def __init__(self, handles: dict, settings: IngressSettings):
         from ..server.app import ServerState, create_app
         from ..server.limits import ServerLimits
-        from ..server.protocol import Limits
+        from ..server.protocol.parse import Limits
         from ..server.sessions import SessionStore
         from .metrics import RayCollector
 

@@ -7,6 +7,6 @@ package does not load a model or touch the native library.
 """
 
 from .app import ServerState, create_app
-from .errors import APIError
+from .protocol.errors import APIError
 
 __all__ = ["APIError", "ServerState", "create_app"]

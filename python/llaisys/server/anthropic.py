@@ -38,12 +38,12 @@ from werkzeug.exceptions import HTTPException
 
 from .anthropic_schema import request_schemas
 from .anthropic_stream import MessagesRun, error_body
-from .errors import APIError, bad_request, escape_controls
+from .protocol.errors import APIError, bad_request, escape_controls
 from .generation import Generation
-from .protocol import parse_chat
+from .protocol.parse import parse_chat
 from .reasoning import opened_in_prompt
 from .routes import _sampling, _start, chat_prompt, output_overrides, state
-from .schema import validate
+from .protocol.schema import validate
 from .tool_calls import with_tool_constraint
 
 log = logging.getLogger("llaisys.server")

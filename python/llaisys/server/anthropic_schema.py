@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 
 from ..engine.sampling_params import MAX_STOP_STRINGS
-from .schema import BOOL, F32_TINY, MAX_INT, MAX_MESSAGES, MAX_NAME_LEN, _body, _int, _num, _obj, _str
+from .protocol.schema import BOOL, F32_TINY, MAX_INT, MAX_MESSAGES, MAX_NAME_LEN, _body, _int, _num, _obj, _str
 
 MAX_BLOCKS = 1024  # most text blocks in `system` (a message's blocks are bounded by the body size limit)
 MAX_TOOLS = 128  # most tools one request may offer (as on the chat route)

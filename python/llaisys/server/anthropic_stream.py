@@ -22,7 +22,7 @@ from typing import Optional
 
 from flask import Response, jsonify
 
-from .errors import APIError
+from .protocol.errors import APIError
 from .limits import ClientGone
 from .respond import SSE_HEADERS, Run
 

@@ -17,12 +17,12 @@ from werkzeug.exceptions import HTTPException
 
 from . import anthropic
 from .anthropic import bp as anthropic_bp
-from .errors import APIError, bad_request, escape_controls, unavailable
+from .protocol.errors import APIError, bad_request, escape_controls, unavailable
 from ..models.files import unicode_problem
 from .generation import CancelRegistry
 from .limits import Admission, ServerLimits
 from .metrics import ServerMetrics
-from .protocol import Limits
+from .protocol.parse import Limits
 from .registry import Registry
 from .responses_api import bp as responses_bp
 from .routes import bp
@@ -294,7 +294,7 @@ def _add_routes(app: Flask, st: ServerState) -> None:
     @app.get("/openapi.json")
     def openapi():
         from .. import __version__
-        from .openapi import build_openapi
+        from .protocol.openapi import build_openapi
 
         return jsonify(build_openapi(st.request_limits, has_keys=bool(st.api_keys), has_web=web_dir() is not None,
                                      version=__version__))

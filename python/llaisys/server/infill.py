@@ -20,12 +20,12 @@ from typing import Optional
 from flask import current_app, g, request
 
 from ..models.fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_codec
-from .errors import bad_request
+from .protocol.errors import bad_request
 from .generation import Generation, client_gone_check
 from .infill_run import InfillRun
 from .infill_schema import IGNORED, REFUSED, infill_request_schema
-from .protocol import check_sampling, get_field
-from .schema import validate
+from .protocol.parse import check_sampling, get_field
+from .protocol.schema import validate
 
 UNLIMITED_RESERVE = 512  # tokens kept for the answer when n_predict is unlimited (at most a quarter of the context)
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}  # llama-server's sampling defaults

@@ -31,7 +31,7 @@ from typing import Iterator, Optional
 
 from flask import Response, g, jsonify
 
-from .errors import APIError
+from .protocol.errors import APIError
 from .limits import ClientGone
 from .respond import read_events
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .errors import not_found, unavailable
+from .protocol.errors import not_found, unavailable
 
 log = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ import uuid
 
 from flask import Blueprint, Response, g, jsonify
 
-from .errors import APIError, bad_request, not_found, unavailable
+from .protocol.errors import APIError, bad_request, not_found, unavailable
 from .generation import Generation
-from .protocol import check_body, get_field, parse_chat
+from .protocol.parse import check_body, get_field, parse_chat
 from .respond import SSE_HEADERS, Run
 from .responses_events import EventWriter, response_object
 from .sessions import SessionStoreFull, SessionTooLarge

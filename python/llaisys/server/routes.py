@@ -16,11 +16,11 @@ import numpy as np
 from flask import Blueprint, current_app, g, jsonify, request
 
 from ..engine.async_engine import EngineDeadError
-from .errors import APIError, bad_request, not_found, unavailable
+from .protocol.errors import APIError, bad_request, not_found, unavailable
 from .generation import Generation, client_gone_check
 from .infill import completion_fim_prompts, infill
-from .protocol import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
-                       parse_messages, resolve_max_tokens)
+from .protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
+                             parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
 from .completion_embeds import embeds_prompts, prompt_len
 from .reasoning import opened_in_prompt, resolve_parser

@@ -126,7 +126,7 @@ def build_state(args):
     from ..models import hub
     from .app import ServerState
     from .limits import ServerLimits
-    from .protocol import Limits
+    from .protocol.parse import Limits
     from .registry import ModelSpec, Registry, parse_model_arg
     from ..engine.worker import as_device, check_device_id, parse_bytes
     from .sessions import SessionStore

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .errors import bad_request
+from .protocol.errors import bad_request
 from .tool_parser import ToolCallParser  # noqa: F401  (the parser; re-exported for chat_output)
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's rule for function names

@@ -17,5 +17,6 @@ def to_hf_dict(p) -> dict:
     return {**base_hf_dict(p, "llama"), "attention_bias": False, "mlp_bias": False}
 
 
-# GGUF "llama" files store q/k rows permuted for llama.cpp's rope; no converter undoes that yet
-SPEC = register(ArchSpec(ARCHITECTURE, "llama", "llama", parse, to_hf_dict))
+# GGUF "llama" files (Llama 2/3.x, Mistral; with llama.expert_count: Mixtral) store q/k rows permuted
+# for llama.cpp's rope; gguf_convert / gguf_model undo it (gguf_moe.unpermute_rows)
+SPEC = register(ArchSpec(ARCHITECTURE, "llama", "llama", parse, to_hf_dict, gguf_arch="llama"))

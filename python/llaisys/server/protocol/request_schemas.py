@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
-from ..engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
-from ..engine.structured_format import RESPONSE_FORMAT_SCHEMA
+from ...engine.sampling_params import MAX_LOGIT_BIAS, MAX_LOGPROBS, MAX_STOP_STRINGS
+from ...engine.structured_format import RESPONSE_FORMAT_SCHEMA
 from .schema import (BOOL, F32_TINY, MAX_EMBEDDING_INPUTS, MAX_ID_LEN, MAX_INT, MAX_LOGIT_BIAS_ENTRIES, MAX_MESSAGES,
                      MAX_NAME_LEN, MAX_PROMPTS, MAX_SEED, ROLES, TOKEN_ID, TOKEN_IDS, _body, _int, _nullable, _num,
                      _obj, _str)
@@ -191,6 +191,6 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
 
 
 def request_schemas(limits) -> dict:
-    """Request body schemas by name, for a server with these per-request `limits` (a protocol.Limits)."""
+    """Request body schemas by name, for a server with these per-request `limits` (a parse.Limits)."""
     return _request_schemas(limits.max_n, limits.max_tokens_cap, limits.max_stop)
 

@@ -2,7 +2,7 @@
 dialect of OpenAPI 3.1) building blocks and bounds every body is made of. The bodies
 themselves are built in ``request_schemas.py`` (``request_schemas(limits)``) and
 ``response_schemas.py`` (``RESPONSE_SCHEMAS``) from the blocks here; this module imports
-neither, so each of them and ``protocol.py`` can import it.
+neither, so each of them and ``parse.py`` can import it.
 
 The same dicts are served as the OpenAPI description (``openapi.py``), so what the server
 accepts and what it documents cannot drift apart. Schemas that depend on the server's

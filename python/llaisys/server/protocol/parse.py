@@ -14,12 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingParamsError
-from ..engine.structured_spec import StructuredOutputError
-from ..engine.structured_format import response_format_spec
+from ...engine.sampling_params import MAX_STOP_STRINGS, SamplingParams, SamplingParamsError
+from ...engine.structured_spec import StructuredOutputError
+from ...engine.structured_format import response_format_spec
 from .errors import bad_request, missing
 from .messages import rendered_message
-from .tool_calls import ToolConfig, check_tools
+from ..tool_calls import ToolConfig, check_tools
 from .request_schemas import request_schemas
 from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, validate
 
@@ -165,7 +165,7 @@ def parse_messages(raw, name: str = "messages") -> list:
     """Chat messages (validated by the schema) with content parts flattened to text and only
     the fields templates render (messages.py), then the tokenizer's own rules (tool_calls only
     on assistant turns, ...); 400 naming `name` otherwise."""
-    from ..models.tokenizer import validate_messages
+    from ...models.tokenizer import validate_messages
 
     if raw is None:
         raise missing(name)
