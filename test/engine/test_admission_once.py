@@ -79,7 +79,7 @@ def test_an_id_aliasing_a_live_sequence_fails_alone(started):
 
 
 def test_the_server_generation_starts_no_thread_per_prompt(started):
-    from llaisys.server.generation import Generation
+    from llaisys.server.state.generation import Generation
 
     eng = started(runner=FakeRunner())
     before = threading.active_count()

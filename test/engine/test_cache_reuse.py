@@ -215,7 +215,7 @@ class RunnerCache:
 def test_the_engine_counts_reused_tokens_copies_and_fallbacks(broken):
     from fake_runner import FakeRunner, make_engine, run_all
 
-    from llaisys.server.metrics import ServerMetrics
+    from llaisys.server.state.metrics import ServerMetrics
 
     runner = FakeRunner()
     eng = make_engine(runner, cache_reuse=6)
@@ -245,7 +245,7 @@ def test_the_engine_counts_reused_tokens_copies_and_fallbacks(broken):
 def test_without_cache_reuse_the_engine_has_no_reuse_counters():
     from fake_runner import make_engine, run_all
 
-    from llaisys.server.metrics import ServerMetrics
+    from llaisys.server.state.metrics import ServerMetrics
 
     eng = make_engine()
     eng.add_request("a", list(range(1, 30)), SamplingParams(max_tokens=1, ignore_eos=True))

@@ -89,8 +89,8 @@ def cluster(tiny_model, request):
     pytest.importorskip("openai")
     from llaisys.ray.app import RayOptions, build_app
     from llaisys.ray.ingress import IngressSettings
-    from llaisys.server.limits import ServerLimits
-    from llaisys.server.registry import ModelSpec
+    from llaisys.server.state.limits import ServerLimits
+    from llaisys.server.state.registry import ModelSpec
 
     port = free_port()
     # the workers inherit this environment: they import the tree under test and its library

@@ -43,7 +43,7 @@ def assert_400(r, param, code="invalid_value"):
 def test_openapi_route_table_names_every_flask_route():
     from llaisys.server.app import ServerState, create_app, web_dir
     from llaisys.server.protocol.openapi import ROUTES
-    from llaisys.server.registry import ModelSpec, Registry
+    from llaisys.server.state.registry import ModelSpec, Registry
 
     app = create_app(ServerState(Registry([ModelSpec("m", "m")])))
     served = {(m, re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)) for rule in app.url_map.iter_rules()
@@ -221,7 +221,7 @@ def test_a_poisoned_request_leaves_a_batch_of_streams_untouched(server):
 # ---- reproducer 5: admission state is bounded --------------------------------------------------
 def test_admission_keeps_no_entry_for_refused_users():
     from llaisys.server.protocol.errors import APIError
-    from llaisys.server.limits import Admission, ServerLimits
+    from llaisys.server.state.limits import Admission, ServerLimits
 
     adm = Admission(ServerLimits(max_concurrent_requests=1, max_queue=0, per_user_concurrency=1))
     holder = adm.acquire("holder", time.monotonic() + 60)
@@ -237,7 +237,7 @@ def test_admission_keeps_no_entry_for_refused_users():
 
 def test_token_budgets_are_an_lru_map_with_a_cap_and_expire():
     from llaisys.server.protocol.errors import APIError
-    from llaisys.server.limits import Admission, ServerLimits
+    from llaisys.server.state.limits import Admission, ServerLimits
 
     now = [0.0]
     adm = Admission(ServerLimits(per_user_token_budget=10, token_budget_window_s=60, max_tracked_users=1000),

@@ -164,7 +164,7 @@ def test_bad_inputs(tiny_engine):
 def test_timeout_client_gone_and_dead_engine(tiny_engine):
     """A timeout or a client that leaves aborts the inputs still in the engine (their blocks
     come back); a dead engine is EngineDeadError."""
-    from llaisys.server.limits import ClientGone
+    from llaisys.server.state.limits import ClientGone
 
     gate = threading.Event()
     eng = tiny_engine(gate=gate)

@@ -12,7 +12,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from llaisys.engine import AsyncEngine, PoolingParams, SamplingParams
-from llaisys.server.metrics import ServerMetrics
+from llaisys.server.state.metrics import ServerMetrics
 
 
 def _fake_runner_module():

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from llaisys.server import ServerState, create_app
-from llaisys.server.registry import ModelSpec, Registry
+from llaisys.server.state.registry import ModelSpec, Registry
 
 pytestmark = pytest.mark.slow
 

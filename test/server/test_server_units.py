@@ -7,9 +7,9 @@ import time
 import pytest
 
 from llaisys.server.protocol.errors import APIError, escape_controls
-from llaisys.server.limits import Admission, ClientGone, ServerLimits
+from llaisys.server.state.limits import Admission, ClientGone, ServerLimits
 from llaisys.server.protocol.parse import Limits, parse_chat, parse_completion, resolve_max_tokens
-from llaisys.server.registry import parse_model_arg
+from llaisys.server.state.registry import parse_model_arg
 
 MSG = [{"role": "user", "content": "hi"}]
 

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from llaisys.server.sessions import SessionBusy, SessionStore, SessionStoreFull, SessionTooLarge, message_bytes
+from llaisys.server.state.sessions import SessionBusy, SessionStore, SessionStoreFull, SessionTooLarge, message_bytes
 
 
 class Clock:

@@ -21,7 +21,7 @@ SLACK_S = 15.0  # generous: the machine may be shared; a fault means never close
 
 
 def test_connection_limits_refuse_bad_values():
-    from llaisys.server.connections import ConnectionLimits
+    from llaisys.server.state.connections import ConnectionLimits
 
     for bad in (dict(header_timeout_s=0), dict(body_timeout_s=-1), dict(max_per_client=-1)):
         with pytest.raises(ValueError):

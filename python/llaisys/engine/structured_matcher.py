@@ -66,7 +66,7 @@ class Matcher:
 
     def _error(self, why: str) -> StructuredOutputError:
         """The error of a failure while generating: "<param>: structured output failed: <why>"
-        (the server answers it as a 400 naming param, see server/generation.py)."""
+        (the server answers it as a 400 naming param, see server/state/generation.py)."""
         return StructuredOutputError(self._param, f"{self._param}: {FAILED} {why}")
 
 

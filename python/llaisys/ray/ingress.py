@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from ..server.registry import Registry
+from ..server.state.registry import Registry
 
 log = logging.getLogger("llaisys.ray")
 
@@ -27,7 +27,7 @@ class IngressSettings:
     """What `llaisys serve` options give the ingress (picklable: Serve ships it to the actor)."""
 
     specs: list  # [registry.ModelSpec] served models, in command-line order
-    limits: object = None  # server.limits.ServerLimits (None: defaults)
+    limits: object = None  # server.state.limits.ServerLimits (None: defaults)
     request_limits: object = None  # server.protocol.parse.Limits (None: defaults)
     api_keys: tuple = ()  # accepted API keys; empty: no authentication
     cors_origins: tuple = ()  # allowed browser origins
@@ -80,9 +80,9 @@ class Ingress:
 
     def __init__(self, handles: dict, settings: IngressSettings):
         from ..server.app import ServerState, create_app
-        from ..server.limits import ServerLimits
+        from ..server.state.limits import ServerLimits
         from ..server.protocol.parse import Limits
-        from ..server.sessions import SessionStore
+        from ..server.state.sessions import SessionStore
         from .metrics import RayCollector
 
         logging.basicConfig(level=settings.log_level.upper(),

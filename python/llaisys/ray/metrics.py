@@ -12,7 +12,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from ..server.metrics import PREFIX
+from ..server.state.metrics import PREFIX
 from .client import FAULTS
 from .routing_log import ROUTING
 

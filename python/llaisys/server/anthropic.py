@@ -39,7 +39,7 @@ from werkzeug.exceptions import HTTPException
 from .anthropic_schema import request_schemas
 from .anthropic_stream import MessagesRun, error_body
 from .protocol.errors import APIError, bad_request, escape_controls
-from .generation import Generation
+from .state.generation import Generation
 from .protocol.parse import parse_chat
 from .reasoning import opened_in_prompt
 from .routes import _sampling, _start, chat_prompt, output_overrides, state

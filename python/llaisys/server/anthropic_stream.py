@@ -23,7 +23,7 @@ from typing import Optional
 from flask import Response, jsonify
 
 from .protocol.errors import APIError
-from .limits import ClientGone
+from .state.limits import ClientGone
 from .respond import SSE_HEADERS, Run
 
 log = logging.getLogger("llaisys.server")

@@ -19,14 +19,14 @@ from . import anthropic
 from .anthropic import bp as anthropic_bp
 from .protocol.errors import APIError, bad_request, escape_controls, unavailable
 from ..models.files import unicode_problem
-from .generation import CancelRegistry
-from .limits import Admission, ServerLimits
-from .metrics import ServerMetrics
+from .state.generation import CancelRegistry
+from .state.limits import Admission, ServerLimits
+from .state.metrics import ServerMetrics
 from .protocol.parse import Limits
-from .registry import Registry
+from .state.registry import Registry
 from .responses_api import bp as responses_bp
 from .routes import bp
-from .sessions import SessionStore
+from .state.sessions import SessionStore
 
 log = logging.getLogger("llaisys.server")
 access_log = logging.getLogger("llaisys.server.access")
@@ -168,7 +168,7 @@ class ServerState:
 
     def tenant(self, user: Optional[str]) -> str:
         """Whose quota of sessions and stored responses the caller uses: its API key, else
-        `user`, else its address (`user` is a claim without keys: sessions.py's global caps
+        `user`, else its address (`user` is a claim without keys: state/sessions.py's global caps
         still evict from whoever holds the most)."""
         key = g.get("key_id", "")
         return f"key:{key}" if key else (f"user:{user}" if user else f"addr:{request.remote_addr}")

@@ -47,7 +47,7 @@ def check_inputs(inputs, vocab_size: Optional[int], max_len: int) -> list:
 
 def _final(stream, deadline: float, timeout: float, client_gone: Callable[[], bool]):
     """The stream's final output; TimeoutError past `deadline`, ClientGone if the client left."""
-    from .limits import ClientGone
+    from .state.limits import ClientGone
 
     while True:
         left = deadline - time.monotonic()

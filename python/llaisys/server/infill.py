@@ -21,7 +21,7 @@ from flask import current_app, g, request
 
 from ..models.fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_codec
 from .protocol.errors import bad_request
-from .generation import Generation, client_gone_check
+from .state.generation import Generation, client_gone_check
 from .infill_run import InfillRun
 from .infill_schema import IGNORED, REFUSED, infill_request_schema
 from .protocol.parse import check_sampling, get_field

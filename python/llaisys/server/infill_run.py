@@ -32,7 +32,7 @@ from typing import Iterator, Optional
 from flask import Response, g, jsonify
 
 from .protocol.errors import APIError
-from .limits import ClientGone
+from .state.limits import ClientGone
 from .respond import read_events
 
 log = logging.getLogger("llaisys.server")

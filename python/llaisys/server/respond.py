@@ -18,7 +18,7 @@ from typing import Iterator, Optional
 from flask import Response, g, jsonify
 
 from .protocol.errors import APIError
-from .limits import ClientGone
+from .state.limits import ClientGone
 from .chat_output import ChatSetup, delta_bodies
 from .responses import TokenText, chat_logprobs, completion_logprobs, envelope, sum_usage
 

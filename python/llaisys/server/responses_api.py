@@ -7,7 +7,7 @@
   strip earlier reasoning anyway). ``instructions`` becomes a system message first; it is
   not carried to later responses, as OpenAI documents.
 - ``previous_response_id`` continues a stored response: every stored response (``store``,
-  default true) is a server-side session (sessions.py) keyed by its id, holding the
+  default true) is a server-side session (state/sessions.py) keyed by its id, holding the
   conversation up to and including its answer, so the next turn's prompt starts with the
   same tokens and the prefix cache finds them. Another caller's id is a 404. Stored
   responses count against the caller's tenant quota and the per-session byte cap like any
@@ -28,11 +28,11 @@ import uuid
 from flask import Blueprint, Response, g, jsonify
 
 from .protocol.errors import APIError, bad_request, not_found, unavailable
-from .generation import Generation
+from .state.generation import Generation
 from .protocol.parse import check_body, get_field, parse_chat
 from .respond import SSE_HEADERS, Run
 from .responses_events import EventWriter, response_object
-from .sessions import SessionStoreFull, SessionTooLarge
+from .state.sessions import SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("responses", __name__)
 
@@ -156,7 +156,7 @@ class ResponsesRun(Run):
         return jsonify(body)
 
     def _events(self):
-        from .limits import ClientGone
+        from .state.limits import ClientGone
 
         status = 200
         w = EventWriter(self.ids)

@@ -125,11 +125,11 @@ def build_state(args):
     """ServerState from parsed arguments (ValueError for bad values)."""
     from ..models import hub
     from .app import ServerState
-    from .limits import ServerLimits
+    from .state.limits import ServerLimits
     from .protocol.parse import Limits
-    from .registry import ModelSpec, Registry, parse_model_arg
+    from .state.registry import ModelSpec, Registry, parse_model_arg
     from ..engine.worker import as_device, check_device_id, parse_bytes
-    from .sessions import SessionStore
+    from .state.sessions import SessionStore
 
     specs = [parse_model_arg(m) for m in list(args.models) + list(args.model)]
     if not specs:
@@ -227,7 +227,7 @@ class _Shutdown:
 def run_serve(args) -> int:
     """Serve in this process (`llaisys serve` without --ray)."""
     from .app import create_app
-    from .connections import ConnectionLimits, LimitedWSGIServer
+    from .state.connections import ConnectionLimits, LimitedWSGIServer
 
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # the server writes its own request lines

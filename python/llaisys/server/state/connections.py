@@ -31,7 +31,7 @@ from typing import Optional
 from werkzeug.exceptions import RequestTimeout
 from werkzeug.serving import ThreadedWSGIServer, WSGIRequestHandler
 
-from .protocol.errors import APIError
+from ..protocol.errors import APIError
 
 log = logging.getLogger("llaisys.server")
 

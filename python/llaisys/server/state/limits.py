@@ -23,7 +23,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from .protocol.errors import APIError, too_many, unavailable
+from ..protocol.errors import APIError, too_many, unavailable
 
 POLL_S = 0.25  # how often a queued request checks for its client leaving and its deadline
 

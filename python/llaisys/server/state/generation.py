@@ -15,10 +15,10 @@ import threading
 import time
 from typing import Callable, Iterator, Optional
 
-from ..engine.async_engine import EngineDeadError
-from ..engine.sampling_params import SamplingParamsError
-from ..engine.structured_spec import StructuredOutputError
-from .protocol.errors import APIError, bad_request, unavailable
+from ...engine.async_engine import EngineDeadError
+from ...engine.sampling_params import SamplingParamsError
+from ...engine.structured_spec import StructuredOutputError
+from ..protocol.errors import APIError, bad_request, unavailable
 
 POLL_S = 0.25  # how often a waiting reader checks its client, deadline and cancel flag
 

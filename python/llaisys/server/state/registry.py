@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .protocol.errors import not_found, unavailable
+from ..protocol.errors import not_found, unavailable
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ class Registry:
 
     def load(self) -> None:
         """Load every model and start its engine loop; on failure record why (state "failed")."""
-        from ..engine import LLM
-        from ..engine.async_engine import AsyncEngine
-        from ..engine.structured_matcher import warm_structured
+        from ...engine import LLM
+        from ...engine.async_engine import AsyncEngine
+        from ...engine.structured_matcher import warm_structured
 
         try:
             for m in self.models.values():
