@@ -116,7 +116,7 @@ def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None,
         else:
             w.add_tensor(name, np.ascontiguousarray(data))
 
-    if freqs == "auto":
+    if isinstance(freqs, str):  # "auto"
         freqs = llama3_rope_freqs(cfg.head_dim, rope) if rope["rope_type"] == "llama3" else None
     if freqs is not None:
         w.add_tensor("rope_freqs.weight", np.asarray(freqs, np.float32))
@@ -190,7 +190,7 @@ def test_convert_gguf_gives_the_checkpoint(ckpt, tmp_path):
 
 @pytest.mark.parametrize("meta, freqs, key", [
     ({"llama.rope.scaling.type": "longrope", "llama.rope.scaling.factor": 2.0}, None, "llama.rope.scaling.type"),
-    ({"llama.rope.scaling.type": "linear"}, None, "llama.rope.scaling.factor"),
+    ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": None}, None, "llama.rope.scaling.factor"),
     ({"llama.rope.scaling.type": 3}, None, "llama.rope.scaling.type"),
     ({"llama.rope.dimension_count": 8}, None, "llama.rope.dimension_count"),
     ({"llama.rope.scaling.attn_factor": 0.5}, None, "llama.rope.scaling.attn_factor"),
