@@ -9,9 +9,9 @@ import pytest
 
 from llaisys.server.anthropic import _max_tokens, chat_body
 from llaisys.server.anthropic_stream import Blocks, error_body, event
-from llaisys.server.chat_output import ChoiceDelta
+from llaisys.server.openai.chat_output import ChoiceDelta
 from llaisys.server.protocol.errors import APIError
-from llaisys.server.tool_parser import Call
+from llaisys.server.openai.tool_parser import Call
 
 WEATHER = {"name": "get_weather", "description": "weather", "input_schema": {"type": "object"}}
 

@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from llaisys.server.chat_output import ChatSetup, ChoiceOutput, delta_bodies
+from llaisys.server.openai.chat_output import ChatSetup, ChoiceOutput, delta_bodies
 from llaisys.server.protocol.errors import APIError
-from llaisys.server.reasoning import ReasoningSplitter, opened_in_prompt, parser_for_template, resolve_parser
-from llaisys.server.tool_calls import ToolCallParser, check_tools, template_messages
+from llaisys.server.openai.reasoning import ReasoningSplitter, opened_in_prompt, parser_for_template, resolve_parser
+from llaisys.server.openai.tool_calls import ToolCallParser, check_tools, template_messages
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "weather of a city",
                                             "parameters": {"type": "object", "properties": {"city": {"type": "string"}},

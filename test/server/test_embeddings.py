@@ -17,7 +17,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from llaisys.engine import AsyncEngine, EngineConfig, EngineDeadError, LLMEngine, SamplingParams
 from llaisys.engine.model_runner import CoreModelRunner
 from llaisys.models.qwen2 import Qwen2Model
-from llaisys.server.embeddings import embed
+from llaisys.server.openai.embeddings import embed
 
 VOCAB = 512
 

@@ -1,4 +1,4 @@
-"""`prompt_embeds` on POST /v1/completions (server/completion_embeds.py): base64 of little-endian
+"""`prompt_embeds` on POST /v1/completions (server/openai/completion_embeds.py): base64 of little-endian
 float32 [n, hidden] rows, on a real server over the tiny random checkpoint (hidden 64, the real
 Qwen2.5 tokenizer, tied embeddings).
 

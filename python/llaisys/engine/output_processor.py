@@ -33,7 +33,7 @@ class StopMatcher:
     characters (one that straddles tokens is found when its last character arrives) and
     ``held_back`` for the characters that could still begin one (never handed out before they
     are known not to). The server matches on the answer alone when the reasoning is split off
-    (server/chat_output.py): it ``feed``s the pieces of a stream, built on the same two."""
+    (server/openai/chat_output.py): it ``feed``s the pieces of a stream, built on the same two."""
 
     def __init__(self, stops, include: bool = False):
         self.stops = [s for s in stops if s]

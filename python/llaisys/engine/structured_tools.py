@@ -143,7 +143,7 @@ def tool_call_spec(tools, tool_choice, parallel: bool = True) -> Optional[Struct
     between calls when ``parallel`` (at most MAX_TOOL_CALLS calls), after which the model
     can only end (eos; the engine stops the sequence as soon as the grammar is complete).
     Small models given ``parallel`` may repeat a call: the server's parser ends the list at
-    the first repeat (server/tool_parser.py). The JSON is compact (", " and ": "
+    the first repeat (server/openai/tool_parser.py). The JSON is compact (", " and ": "
     separators), "name" comes first and is one of the allowed functions, and "arguments"
     always parses (``json.loads``) and matches that function's ``parameters`` schema
     (local ``$ref``s such as pydantic's ``#/$defs/...`` included); a strict function

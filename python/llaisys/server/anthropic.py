@@ -41,10 +41,10 @@ from .anthropic_stream import MessagesRun, error_body
 from .protocol.errors import APIError, bad_request, escape_controls
 from .state.generation import Generation
 from .protocol.parse import parse_chat
-from .reasoning import opened_in_prompt
-from .routes import _sampling, _start, chat_prompt, output_overrides, state
+from .openai.reasoning import opened_in_prompt
+from .openai.routes import _sampling, _start, chat_prompt, output_overrides, state
 from .protocol.schema import validate
-from .tool_calls import with_tool_constraint
+from .openai.tool_calls import with_tool_constraint
 
 log = logging.getLogger("llaisys.server")
 bp = Blueprint("anthropic", __name__)

@@ -24,7 +24,7 @@ from flask import Response, jsonify
 
 from .protocol.errors import APIError
 from .state.limits import ClientGone
-from .respond import SSE_HEADERS, Run
+from .openai.respond import SSE_HEADERS, Run
 
 log = logging.getLogger("llaisys.server")
 

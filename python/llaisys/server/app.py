@@ -25,7 +25,7 @@ from .state.metrics import ServerMetrics
 from .protocol.parse import Limits
 from .state.registry import Registry
 from .responses_api import bp as responses_bp
-from .routes import bp
+from .openai.routes import bp
 from .state.sessions import SessionStore
 
 log = logging.getLogger("llaisys.server")

@@ -131,7 +131,7 @@ def _state():
 
 
 def infill():
-    """POST /infill (routes.py registers it on the OpenAI blueprint)."""
+    """POST /infill (openai/routes.py registers it on the OpenAI blueprint)."""
     st = _state()
     req = parse_infill(st.read_json(), st.request_limits)
     served = st.registry.get(req.model)

@@ -33,7 +33,7 @@ from flask import Response, g, jsonify
 
 from .protocol.errors import APIError
 from .state.limits import ClientGone
-from .respond import read_events
+from .openai.respond import read_events
 
 log = logging.getLogger("llaisys.server")
 

@@ -30,7 +30,7 @@ from flask import Blueprint, Response, g, jsonify
 from .protocol.errors import APIError, bad_request, not_found, unavailable
 from .state.generation import Generation
 from .protocol.parse import check_body, get_field, parse_chat
-from .respond import SSE_HEADERS, Run
+from .openai.respond import SSE_HEADERS, Run
 from .responses_events import EventWriter, response_object
 from .state.sessions import SessionStoreFull, SessionTooLarge
 
@@ -189,8 +189,8 @@ class ResponsesRun(Run):
 
 @bp.post("/v1/responses")
 def create_response():
-    from .routes import _sampling, _start, chat_prompt, output_overrides, state  # routes imports nothing of this module
-    from .tool_calls import with_tool_constraint
+    from .openai.routes import _sampling, _start, chat_prompt, output_overrides, state  # routes imports nothing of this module
+    from .openai.tool_calls import with_tool_constraint
 
     st = state()
     body = check_body("ResponseRequest", st.read_json(), st.request_limits)

@@ -16,7 +16,7 @@ import threading
 import time
 
 from ..cli_args import THREADS_HELP, add_quant_arguments, add_ray_arguments
-from .reasoning import PARSERS as REASONING_PARSERS
+from .openai.reasoning import PARSERS as REASONING_PARSERS
 
 log = logging.getLogger("llaisys.server")
 

@@ -19,7 +19,7 @@ from ...engine.structured_spec import StructuredOutputError
 from ...engine.structured_format import response_format_spec
 from .errors import bad_request, missing
 from .messages import rendered_message
-from ..tool_calls import ToolConfig, check_tools
+from ..openai.tool_calls import ToolConfig, check_tools
 from .request_schemas import request_schemas
 from .schema import MAX_EMBEDDING_INPUTS, MAX_PROMPTS, validate
 
@@ -82,7 +82,7 @@ class CompletionRequest(GenerationRequest):
     prompts: list = field(default_factory=list)  # each a non-empty str or a non-empty list of token ids
     echo: bool = False  # prepend the prompt to the text
     suffix: Optional[str] = None  # text after the completion: fill-in-the-middle with each prompt the prefix
-    prompt_embeds: object = None  # instead of prompts: a base64 string or a list of them (completion_embeds.py)
+    prompt_embeds: object = None  # instead of prompts: a base64 string or a list of them (openai/completion_embeds.py)
 
 
 def _refuse_unsupported(body: dict) -> None:

@@ -15,18 +15,18 @@ import uuid
 import numpy as np
 from flask import Blueprint, current_app, g, jsonify, request
 
-from ..engine.async_engine import EngineDeadError
-from .protocol.errors import APIError, bad_request, not_found, unavailable
-from .state.generation import Generation, client_gone_check
-from .infill import completion_fim_prompts, infill
-from .protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
-                             parse_messages, resolve_max_tokens)
+from ...engine.async_engine import EngineDeadError
+from ..protocol.errors import APIError, bad_request, not_found, unavailable
+from ..state.generation import Generation, client_gone_check
+from ..infill import completion_fim_prompts, infill
+from ..protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
+                              parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
 from .completion_embeds import embeds_prompts, prompt_len
 from .reasoning import opened_in_prompt, resolve_parser
 from .respond import Run
 from .tool_calls import template_messages, with_tool_constraint
-from .state.sessions import SessionBusy, SessionStoreFull, SessionTooLarge
+from ..state.sessions import SessionBusy, SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("openai", __name__)
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16  # OpenAI's default max_tokens on /v1/completions (chat has none)

@@ -15,8 +15,8 @@ import binascii
 
 import numpy as np
 
-from ..engine.prompt_embeds import check_prompt_embeds
-from .protocol.errors import bad_request
+from ...engine.prompt_embeds import check_prompt_embeds
+from ..protocol.errors import bad_request
 
 
 def embeds_prompts(raw, hidden_size, max_model_len) -> list:

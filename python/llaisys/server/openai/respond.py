@@ -17,10 +17,10 @@ from typing import Iterator, Optional
 
 from flask import Response, g, jsonify
 
-from .protocol.errors import APIError
-from .state.limits import ClientGone
+from ..protocol.errors import APIError
+from ..state.limits import ClientGone
 from .chat_output import ChatSetup, delta_bodies
-from .responses import TokenText, chat_logprobs, completion_logprobs, envelope, sum_usage
+from .bodies import TokenText, chat_logprobs, completion_logprobs, envelope, sum_usage
 
 log = logging.getLogger("llaisys.server")
 

@@ -16,8 +16,8 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from ..engine.async_engine import EngineDeadError
-from ..engine.pooling_params import PoolingParams
+from ...engine.async_engine import EngineDeadError
+from ...engine.pooling_params import PoolingParams
 
 POLL_S = 0.25  # how often a waiting reader checks its client and deadline
 
@@ -47,7 +47,7 @@ def check_inputs(inputs, vocab_size: Optional[int], max_len: int) -> list:
 
 def _final(stream, deadline: float, timeout: float, client_gone: Callable[[], bool]):
     """The stream's final output; TimeoutError past `deadline`, ClientGone if the client left."""
-    from .state.limits import ClientGone
+    from ..state.limits import ClientGone
 
     while True:
         left = deadline - time.monotonic()

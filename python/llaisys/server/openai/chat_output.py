@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.output_processor import StopMatcher
+from ...engine.output_processor import StopMatcher
 from .reasoning import ReasoningSplitter
 from .tool_calls import ToolConfig
 from .tool_parser import MAX_TOOL_CALLS, ToolCallParser

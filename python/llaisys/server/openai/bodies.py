@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 from typing import Optional
 
-from ..engine.outputs import Usage
+from ...engine.outputs import Usage
 
 
 @functools.lru_cache(maxsize=1)

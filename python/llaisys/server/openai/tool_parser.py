@@ -18,7 +18,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..engine.structured_tools import MAX_TOOL_CALLS
+from ...engine.structured_tools import MAX_TOOL_CALLS
 from .reasoning import partial_suffix
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"

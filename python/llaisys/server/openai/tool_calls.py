@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from .protocol.errors import bad_request
+from ..protocol.errors import bad_request
 from .tool_parser import ToolCallParser  # noqa: F401  (the parser; re-exported for chat_output)
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # OpenAI's rule for function names
@@ -88,8 +88,8 @@ def check_tools(tools, tool_choice, parallel) -> Optional[ToolConfig]:
 def _check_strict(params: dict, index: int) -> None:
     """OpenAI's strict rules on a `"strict": true` function's parameters; 400 naming `tools`
     whose message gives the JSON path of the breach."""
-    from ..engine.structured_spec import StructuredOutputError
-    from ..engine.structured_tools import check_strict_tool
+    from ...engine.structured_spec import StructuredOutputError
+    from ...engine.structured_tools import check_strict_tool
 
     try:
         check_strict_tool(params, index)
@@ -136,8 +136,8 @@ def with_tool_constraint(sp, tools: Optional[ToolConfig]):
     schema the grammar compiler refuses is a 400 naming `tools`."""
     if tools is None or tools.choice not in ("required", "named"):
         return sp
-    from ..engine.structured_spec import StructuredOutputError
-    from ..engine.structured_tools import tool_call_spec
+    from ...engine.structured_spec import StructuredOutputError
+    from ...engine.structured_tools import tool_call_spec
 
     choice = {"type": "function", "function": {"name": tools.named}} if tools.named else "required"
     try:
