@@ -81,9 +81,21 @@ def llama3_rope_freqs(head_dim: int, r: dict) -> np.ndarray:
     return np.array(out, np.float32)
 
 
-def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None, freqs="auto"):
+def write_gpt2_vocab(w: gguf.GGUFWriter) -> None:
+    """A byte-level BPE vocabulary of ARCH_VOCAB tokens: the 256 bytes, one merge, padding."""
+    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), ARCH_VOCAB)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 257 + [5] * (ARCH_VOCAB - 257))
+    w.add_token_merges(["a b"])
+
+
+def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None, freqs="auto", vocab=write_gpt2_vocab):
     """The checkpoint as llama.cpp lays a dense `llama` file out; `meta` adds or overrides
-    metadata (key -> value, None: leave the key out), `freqs` overrides rope_freqs.weight."""
+    metadata (key -> value, None: leave the key out), `freqs` overrides rope_freqs.weight,
+    `vocab(writer)` writes the tokenizer metadata."""
     loaded = load_model(ckpt_dir)
     cfg, t = loaded.config, {n: np.asarray(x.data, np.float32) for n, x in loaded.tensors.items()}
     w = gguf.GGUFWriter(str(path), "llama")
@@ -101,13 +113,7 @@ def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None,
         kind = {int: gguf.GGUFValueType.UINT32, float: gguf.GGUFValueType.FLOAT32,
                 str: gguf.GGUFValueType.STRING}[type(value)]
         w.add_key_value(key, value, kind)
-    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]  # the 256 bytes and one merge
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), ARCH_VOCAB)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [5] * (ARCH_VOCAB - 257))
-    w.add_token_merges(["a b"])
+    vocab(w)
 
     def add(name, data):
         if quant and data.ndim == 2:

@@ -7,7 +7,7 @@ un-permuted from llama.cpp's RoPE order, and its RoPE scaling is read by gguf_ro
 
 Every tensor is dequantized to float32 with `gguf.quants.dequantize`, rounded to bf16
 (nearest even, as torch does) and streamed into `model.safetensors` one tensor at a
-time. The tokenizer (byte-level BPE), chat template, special tokens and
+time. The tokenizer (byte-level BPE or SentencePiece: gguf_spm.py), chat template, special tokens and
 hyperparameters come from the GGUF metadata. The output directory appears
 atomically: it is built under a temporary name and renamed when complete.
 """
@@ -31,7 +31,8 @@ from .gguf_check import check_gguf
 from .gguf_moe import (SHARED_GATE, is_mixtral, is_permuted, is_stack, mixtral_gguf_name, mixtral_tensor_name,
                        moe_config_fields, moe_keys, permuted_heads, stack_shapes, unpermute_rows)
 from .gguf_rope import ROPE_FREQS, gguf_rope_keys, rope_freqs_values, rope_scaling
-from .gguf_tokenizer import build_tokenizer_files, metadata
+from .gguf_spm import tokenizer_files
+from .gguf_tokenizer import metadata
 from .loader import validate_tensors
 from .safetensors_io import TensorSpec, write_safetensors_streaming
 
@@ -290,7 +291,7 @@ def convert_gguf(gguf_path: Union[str, os.PathLike], out_dir: Union[str, os.Path
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        files = build_tokenizer_files(reader, config, str(gguf_path))
+        files = tokenizer_files(reader, config, str(gguf_path))
         files.tokenizer.save(str(tmp / "tokenizer.json"))
         _write_json(tmp / "tokenizer_config.json", files.tokenizer_config)
         _write_json(tmp / "generation_config.json", files.generation_config)

@@ -40,7 +40,8 @@ from .gguf_convert import _read_config, gguf_error, hf_tensor_name
 from .gguf_moe import (SHARED_GATE, expert_name, is_mixtral, is_permuted, is_stack, permuted_heads, stack_shapes,
                        unpermute_rows)
 from .gguf_rope import ROPE_FREQS, rope_freqs_values
-from .gguf_tokenizer import TokenizerFiles, build_tokenizer_files
+from .gguf_spm import tokenizer_files
+from .gguf_tokenizer import TokenizerFiles
 from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
 from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
@@ -217,7 +218,7 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
     f = read_gguf(path)  # bounded walk: counts, sizes and types checked against the file
     plan = _plan(f, source)
     config = _config_and_check(f, plan, source)
-    files = build_tokenizer_files(f, config, source)
+    files = tokenizer_files(f, config, source)
     tokenizer = tokenizer_from_files(files, config, source)
     dtype = _float_dtype(plan, dtype)
     tensors = {}
