@@ -24,7 +24,7 @@ from .state.limits import Admission, ServerLimits
 from .state.metrics import ServerMetrics
 from .protocol.parse import Limits
 from .state.registry import Registry
-from .responses_api import bp as responses_bp
+from .responses.routes import bp as responses_bp
 from .openai.routes import bp
 from .state.sessions import SessionStore
 

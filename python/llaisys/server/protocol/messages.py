@@ -6,7 +6,7 @@ back (with ``refusal``, ``annotations``, ``audio``, ...) to their next request, 
 accepts those. Dropped at parse time, such a field is neither rendered nor stored in a
 session, so it cannot grow the server's memory. Content parts of another type than text
 (images, audio) are refused by the schema instead: dropping one would change what the model
-is asked. /v1/responses input items follow the same rule (``responses_api.input_messages``
+is asked. /v1/responses input items follow the same rule (``responses/routes.input_messages``
 reads only the fields it renders).
 """
 

@@ -5,7 +5,7 @@ Tool fields follow OpenAI's chat API (``tools`` of type function, ``tool_choice`
 auto / required / a named function, ``parallel_tool_calls``); what the schema cannot say
 (name rules, duplicates, a tool_choice naming no tool) is checked in ``openai/tool_calls.py``.
 ``/v1/responses`` takes the subset of OpenAI's Responses API that maps onto a chat request
-(``responses_api.py`` reads its input items).
+(``responses/routes.py`` reads its input items).
 """
 
 from __future__ import annotations

@@ -27,12 +27,12 @@ import uuid
 
 from flask import Blueprint, Response, g, jsonify
 
-from .protocol.errors import APIError, bad_request, not_found, unavailable
-from .state.generation import Generation
-from .protocol.parse import check_body, get_field, parse_chat
-from .openai.respond import SSE_HEADERS, Run
-from .responses_events import EventWriter, response_object
-from .state.sessions import SessionStoreFull, SessionTooLarge
+from ..protocol.errors import APIError, bad_request, not_found, unavailable
+from ..state.generation import Generation
+from ..protocol.parse import check_body, get_field, parse_chat
+from ..openai.respond import SSE_HEADERS, Run
+from .events import EventWriter, response_object
+from ..state.sessions import SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("responses", __name__)
 
@@ -156,7 +156,7 @@ class ResponsesRun(Run):
         return jsonify(body)
 
     def _events(self):
-        from .state.limits import ClientGone
+        from ..state.limits import ClientGone
 
         status = 200
         w = EventWriter(self.ids)
@@ -189,8 +189,9 @@ class ResponsesRun(Run):
 
 @bp.post("/v1/responses")
 def create_response():
-    from .openai.routes import _sampling, _start, chat_prompt, output_overrides, state  # routes imports nothing of this module
-    from .openai.tool_calls import with_tool_constraint
+    # openai.routes imports nothing of this module
+    from ..openai.routes import _sampling, _start, chat_prompt, output_overrides, state
+    from ..openai.tool_calls import with_tool_constraint
 
     st = state()
     body = check_body("ResponseRequest", st.read_json(), st.request_limits)
