@@ -1,9 +1,14 @@
-"""Rebuild a HuggingFace byte-level BPE tokenizer from Qwen2 GGUF metadata.
+"""Rebuild a HuggingFace byte-level BPE tokenizer from Qwen2 or Llama 3 GGUF metadata.
 
 The result matches the tokenizer.json shipped with Qwen2 models: NFC normalizer,
 the Qwen2 split regex, byte-level pre-tokenizer and decoder, BPE over
 `tokenizer.ggml.tokens` / `tokenizer.ggml.merges`, and the control tokens
-(`<|im_start|>`, `<|endoftext|>`, ...) added as special tokens.
+(`<|im_start|>`, `<|endoftext|>`, ...) added as special tokens. A Llama 3 file
+(`tokenizer.ggml.pre` "llama-bpe", or llama.cpp's other names for it) gets Llama 3's: no
+normalizer, its split regex (digits in groups of up to three), and a word that is itself a token
+taken whole (`ignore_merges`, as Llama 3's tokenizer.json and llama.cpp do). With
+`tokenizer.ggml.add_bos_token` (absent: true for Llama 3, as llama.cpp reads it) the BOS token is added when special tokens are
+(`add_special_tokens=True`). SentencePiece vocabularies are gguf_spm.py's.
 """
 
 from dataclasses import dataclass
@@ -18,7 +23,10 @@ from .files import ModelFileError
 # The pre-tokenizer split used by Qwen2 (and the distills built on its vocabulary).
 QWEN2_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
                      r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                      r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 _QWEN2_PRE = ("qwen2", "deepseek-r1-qwen")
+_LLAMA3_PRE = ("llama-bpe", "llama3", "llama-v3")  # llama.cpp's names of Llama 3's pre-tokenizer
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 # tokens that end a turn or a document in Qwen2 vocabularies (llama.cpp treats them as end-of-generation)
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -79,8 +87,9 @@ def _is(value, kind) -> bool:
     return isinstance(value, kind)
 
 
-def build_backend(tokens: list, merges: list, token_types: list) -> Tokenizer:
-    """The tokenizers.Tokenizer for a Qwen2 byte-level BPE vocabulary."""
+def build_backend(tokens: list, merges: list, token_types: list, pre: str = "qwen2") -> Tokenizer:
+    """The tokenizers.Tokenizer for a Qwen2 (or, by `pre`, Llama 3) byte-level BPE vocabulary."""
+    llama3 = pre in _LLAMA3_PRE
     spelling = bytes_to_unicode()
     alphabet = set(spelling.values())
     # tokens are stored in the byte alphabet; respell any that are not (as transformers does)
@@ -95,11 +104,13 @@ def build_backend(tokens: list, merges: list, token_types: list) -> Tokenizer:
             raise ValueError(f"merge {m[:40]!r} is not two space-separated tokens")
         pairs.append((pair[0], pair[1]))
     bpe = models.BPE(vocab=vocab, merges=pairs, dropout=None, unk_token=None, continuing_subword_prefix="",
-                     end_of_word_suffix="", fuse_unk=False, byte_fallback=False)
+                     end_of_word_suffix="", fuse_unk=False, byte_fallback=False, ignore_merges=llama3)
     tok = Tokenizer(bpe)
-    tok.normalizer = normalizers.NFC()
+    if not llama3:
+        tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.Split(Regex(LLAMA3_SPLIT_REGEX if llama3 else QWEN2_SPLIT_REGEX), behavior="isolated",
+                             invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
@@ -129,9 +140,9 @@ def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: 
     if model != "gpt2":
         raise ModelFileError(source, "tokenizer.ggml.model", f"tokenizer.ggml.model is {model[:40]!r}; "
                                                               f"only byte-level BPE ('gpt2') is supported")
-    if pre not in _QWEN2_PRE:
+    if pre not in _QWEN2_PRE + _LLAMA3_PRE:
         raise ModelFileError(source, "tokenizer.ggml.pre", f"tokenizer.ggml.pre is {str(pre)[:40]!r}; "
-                                                           f"supported: {', '.join(_QWEN2_PRE)}")
+                                                           f"supported: {', '.join(_QWEN2_PRE + _LLAMA3_PRE)}")
     tokens = metadata(reader, "tokenizer.ggml.tokens", (list, str), source)
     merges = metadata(reader, "tokenizer.ggml.merges", (list, str), source)
     if not tokens or not merges:
@@ -145,7 +156,7 @@ def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: 
         raise ModelFileError(source, "tokenizer.ggml.token_type",
                              f"tokenizer.ggml.token_type has {len(types)} entries for {len(tokens)} tokens")
     try:
-        tok = build_backend(tokens, merges, types)
+        tok = build_backend(tokens, merges, types, pre)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # noqa: BLE001 - the Rust library raises Exception, or PanicException (a BaseException)
@@ -165,8 +176,14 @@ def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: 
     unk, _ = token_of("unknown_token_id")
     ends = [eos_id] + [tok.token_to_id(t) for t in _END_TOKENS]
     ends = list(dict.fromkeys(i for i in ends if i is not None))
+    add_bos = metadata(reader, "tokenizer.ggml.add_bos_token", bool, source, False, pre in _LLAMA3_PRE)  # llama.cpp's
+    if add_bos and bos is not None:
+        tok.post_processor = processors.Sequence([
+            processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
+            processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B:1",
+                                          special_tokens=[(bos, bos_id)])])
     tok_config = {
-        "add_bos_token": metadata(reader, "tokenizer.ggml.add_bos_token", bool, source, False, False),
+        "add_bos_token": add_bos,
         "add_eos_token": metadata(reader, "tokenizer.ggml.add_eos_token", bool, source, False, False),
         "add_prefix_space": False,
         "added_tokens_decoder": _added_tokens_decoder(tok),
