@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from llaisys.server.anthropic import _max_tokens, chat_body
-from llaisys.server.anthropic_stream import Blocks, error_body, event
+from llaisys.server.anthropic.routes import _max_tokens, chat_body
+from llaisys.server.anthropic.stream import Blocks, error_body, event
 from llaisys.server.openai.chat_output import ChoiceDelta
 from llaisys.server.protocol.errors import APIError
 from llaisys.server.openai.tool_parser import Call

@@ -62,7 +62,7 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
     doc = r.json()
     assert doc["openapi"].startswith("3.1")
     schemas = doc["components"]["schemas"]
-    from llaisys.server import anthropic_schema
+    from llaisys.server.anthropic import schema as anthropic_schema
 
     ours = dict(request_schemas(Limits(max_tokens_cap=CAP)), **RESPONSE_SCHEMAS)
     ours.update(anthropic_schema.request_schemas(Limits().max_stop), **anthropic_schema.RESPONSE_SCHEMAS)

@@ -15,8 +15,7 @@ from typing import Optional
 from flask import Flask, Response, g, jsonify, request, send_from_directory
 from werkzeug.exceptions import HTTPException
 
-from . import anthropic
-from .anthropic import bp as anthropic_bp
+from .anthropic.routes import api_error as anthropic_error, bp as anthropic_bp, is_anthropic_path
 from .protocol.errors import APIError, bad_request, escape_controls, unavailable
 from ..models.files import unicode_problem
 from .state.generation import CancelRegistry
@@ -268,7 +267,7 @@ def _add_hooks(app: Flask, st: ServerState) -> None:
         msg = {404: f"no route {request.path}", 405: f"{request.method} is not allowed on {request.path}"}.get(
             e.code, e.description)
         err = APIError(e.code or 500, msg, code=_HTTP_CODES.get(e.code, "http_error"))
-        resp = anthropic.api_error(err) if anthropic.is_anthropic_path(request.path) else _api_error(err)
+        resp = anthropic_error(err) if is_anthropic_path(request.path) else _api_error(err)
         if e.code == 405 and getattr(e, "valid_methods", None):
             resp.headers["Allow"] = ", ".join(e.valid_methods)
         return resp

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..anthropic_schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
+from ..anthropic.schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
 from ..infill_schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
 from .request_schemas import request_schemas
 from .response_schemas import RESPONSE_SCHEMAS

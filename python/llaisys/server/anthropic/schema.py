@@ -4,15 +4,15 @@ and ``POST /v1/messages/count_tokens`` (checked with ``schema.validate``, publis
 
 The request schemas say what a field is (types, ranges, Anthropic's enums); what depends on
 other fields (a tool_use block only on an assistant turn, an image refused, a named
-tool_choice needing its tool) is checked where the request is read (``anthropic.py``).
+tool_choice needing its tool) is checked where the request is read (``routes.py``).
 """
 
 from __future__ import annotations
 
 import functools
 
-from ..engine.sampling_params import MAX_STOP_STRINGS
-from .protocol.schema import BOOL, F32_TINY, MAX_INT, MAX_MESSAGES, MAX_NAME_LEN, _body, _int, _num, _obj, _str
+from ...engine.sampling_params import MAX_STOP_STRINGS
+from ..protocol.schema import BOOL, F32_TINY, MAX_INT, MAX_MESSAGES, MAX_NAME_LEN, _body, _int, _num, _obj, _str
 
 MAX_BLOCKS = 1024  # most text blocks in `system` (a message's blocks are bounded by the body size limit)
 MAX_TOOLS = 128  # most tools one request may offer (as on the chat route)

@@ -22,9 +22,9 @@ from typing import Optional
 
 from flask import Response, jsonify
 
-from .protocol.errors import APIError
-from .state.limits import ClientGone
-from .openai.respond import SSE_HEADERS, Run
+from ..protocol.errors import APIError
+from ..state.limits import ClientGone
+from ..openai.respond import SSE_HEADERS, Run
 
 log = logging.getLogger("llaisys.server")
 

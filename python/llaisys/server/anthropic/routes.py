@@ -22,7 +22,7 @@ Request mapping (``chat_body``):
   ``metadata.user_id`` -> user, ``max_tokens`` (required) lowered to the room the context
   leaves and to the server's cap. ``thinking`` and unknown fields are ignored.
 
-Errors are answered in Anthropic's shape (``anthropic_stream.error_body``), the key check's
+Errors are answered in Anthropic's shape (``stream.error_body``), the key check's
 401 included: the blueprint's handlers take every error of these two routes.
 """
 
@@ -36,15 +36,15 @@ import uuid
 from flask import Blueprint, Response, g, jsonify
 from werkzeug.exceptions import HTTPException
 
-from .anthropic_schema import request_schemas
-from .anthropic_stream import MessagesRun, error_body
-from .protocol.errors import APIError, bad_request, escape_controls
-from .state.generation import Generation
-from .protocol.parse import parse_chat
-from .openai.reasoning import opened_in_prompt
-from .openai.routes import _sampling, _start, chat_prompt, output_overrides, state
-from .protocol.schema import validate
-from .openai.tool_calls import with_tool_constraint
+from .schema import request_schemas
+from .stream import MessagesRun, error_body
+from ..protocol.errors import APIError, bad_request, escape_controls
+from ..state.generation import Generation
+from ..protocol.parse import parse_chat
+from ..openai.reasoning import opened_in_prompt
+from ..openai.routes import _sampling, _start, chat_prompt, output_overrides, state
+from ..protocol.schema import validate
+from ..openai.tool_calls import with_tool_constraint
 
 log = logging.getLogger("llaisys.server")
 bp = Blueprint("anthropic", __name__)
