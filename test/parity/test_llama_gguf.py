@@ -17,6 +17,7 @@ import torch
 from llaisys.models.files import ModelFileError
 from llaisys.models.gguf_convert import convert_gguf
 from llaisys.models.gguf_model import load_gguf
+from llaisys.models.gguf_rope import llama3_params
 from llaisys.models.gguf_tokenizer import bytes_to_unicode
 from llaisys.models.loader import load_model
 from llaisys.models.model import Model
@@ -212,3 +213,23 @@ def test_what_llaisys_cannot_honour_is_named(tmp_path, meta, freqs, key):
         with pytest.raises(ValueError, match=key.replace(".", r"\.")) as e:
             read(bad)
         assert isinstance(e.value, ModelFileError)
+
+
+@pytest.mark.parametrize("head_dim, theta, factor, low, high, original, exact", [
+    (128, 500000.0, 8.0, 1.0, 4.0, 8192, True),  # Llama 3.1 8B/70B/405B
+    (64, 500000.0, 32.0, 1.0, 4.0, 8192, True),  # Llama 3.2 1B
+    (128, 500000.0, 8.0, 2.0, 3.0, 8192, True),  # two entries between the bands
+    (16, 10000.0, 8.0, 1.0, 4.0, 256, False),  # one entry between: band edges equivalent, not unique
+    (8, 10000.0, 2.0, 1.0, 4.0, 8192, False),  # no entry at the full factor
+])
+def test_llama3_parameters_are_recovered_from_rope_freqs(head_dim, theta, factor, low, high, original, exact):
+    """Recovered parameters give the file's divisors (so the same RoPE); with two or more entries
+    between the bands, llama.cpp's converter's parameters themselves."""
+    r = {"rope_theta": theta, "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
+         "original_max_position_embeddings": original}
+    freqs = llama3_rope_freqs(head_dim, r).astype(np.float64)
+    got = llama3_params(freqs, "x.gguf", head_dim, theta, 131072)
+    back = llama3_rope_freqs(head_dim, {**r, **got, "rope_theta": theta})
+    np.testing.assert_allclose(back, freqs, rtol=1e-4)
+    if exact:
+        assert got == {"rope_type": "llama3", **{k: pytest.approx(v) for k, v in r.items() if k != "rope_theta"}}

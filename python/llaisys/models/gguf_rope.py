@@ -146,5 +146,5 @@ def llama3_params(freqs: np.ndarray, source: str, head_dim: Optional[int], theta
     if not np.allclose(want, freqs, rtol=_RTOL, atol=0):
         raise ModelFileError(source, ROPE_FREQS, f"{ROPE_FREQS} does not describe a llama3 RoPE scaling "
                                                  f"(largest difference {float(np.abs(want - freqs).max()):.3g})")
-    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": low, "high_freq_factor": high,
+    return {"rope_type": "llama3", "factor": factor, "low_freq_factor": float(low), "high_freq_factor": float(high),
             "original_max_position_embeddings": original}
