@@ -59,7 +59,7 @@ def add_models_parser(subparsers) -> argparse.ArgumentParser:
 
 def add_convert_gguf_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
-        "convert-gguf", help="convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory (bf16 safetensors)",
+        "convert-gguf", help="convert a GGUF file (Qwen2/3, their MoE, Llama, Mistral, Mixtral) into a HuggingFace directory (bf16 safetensors)",
         description="Convert a Qwen2 or Qwen3 GGUF file into a HuggingFace directory: every tensor dequantized "
                     "to bf16 in one model.safetensors, with config.json and the tokenizer built from the file's "
                     "metadata. Not needed to run a GGUF: `llaisys serve --model FILE.gguf` runs it as it is.")

@@ -134,7 +134,7 @@ def _added_tokens_decoder(tok: Tokenizer) -> dict:
 
 
 def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: str = "GGUF file") -> TokenizerFiles:
-    """Read the tokenizer metadata of a Qwen2 GGUF and build the HF tokenizer files."""
+    """Read the byte-level BPE tokenizer metadata of a Qwen2 or Llama 3 GGUF and build the HF tokenizer files."""
     model = metadata(reader, "tokenizer.ggml.model", str, source)
     pre = metadata(reader, "tokenizer.ggml.pre", str, source, required=False)
     if model != "gpt2":
