@@ -233,3 +233,20 @@ def test_llama3_parameters_are_recovered_from_rope_freqs(head_dim, theta, factor
     np.testing.assert_allclose(back, freqs, rtol=1e-4)
     if exact:
         assert got == {"rope_type": "llama3", **{k: pytest.approx(v) for k, v in r.items() if k != "rope_theta"}}
+
+
+@pytest.mark.parametrize("meta, want", [
+    ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0,
+      "llama.rope.scaling.original_context_length": 128, "llama.rope.scaling.yarn_beta_fast": 16.0,
+      "llama.rope.scaling.yarn_ext_factor": -1.0}, ("yarn", 4.0, 128, 16.0)),
+    ({"llama.rope.scaling.type": None, "llama.rope.scaling.factor": None, "llama.rope.scale_linear": 2.0},
+     ("linear", 2.0, 0, 32.0)),  # an older file's key; no type means linear, as in llama.cpp
+    ({"llama.rope.scaling.type": "none", "llama.rope.scaling.factor": None}, ("default", 1.0, 0, 32.0)),
+])
+def test_rope_metadata_reads_as_the_config(tmp_path, meta, want):
+    make_tiny_llama(tmp_path / "hf", "linear_untied")
+    f = write_llama_gguf(tmp_path / "x.gguf", tmp_path / "hf", LINEAR, meta=meta)
+    r = load_gguf(f).loaded.config.rope
+    assert (r.scaling, r.factor, r.original_max_position, r.beta_fast) == want
+    if r.scaling == "yarn":
+        assert r.attention_factor == pytest.approx(0.1 * math.log(4.0) + 1.0)
