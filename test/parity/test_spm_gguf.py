@@ -31,7 +31,7 @@ TEXTS = [
     "multi\nline\n\ntext\n", "tab\tseparated\tvalues", "unicode: café naïve 你好 🙂 Ω", "", " ", "\n",
     "<s>wrapped</s> in control tokens", "[INST] an instruction [/INST] <tool> user token",
     "UPPER lower MiXeD 12345 3.14159", "punctuation!? (parens) [brackets] {braces} -- dashes",
-    "repeated    interior     spaces", "the the the thethe quickquick",
+    "repeated    interior     spaces", "the the the thethe quickquick", "an <unk> piece written out",
 ]
 SPECIALS = [("<unk>", 2), ("<s>", 3), ("</s>", 3)]  # id 0, 1, 2 as in Llama 2
 
