@@ -66,7 +66,7 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
 
     ours = dict(request_schemas(Limits(max_tokens_cap=CAP)), **RESPONSE_SCHEMAS)
     ours.update(anthropic_schema.request_schemas(Limits().max_stop), **anthropic_schema.RESPONSE_SCHEMAS)
-    from llaisys.server import infill_schema
+    from llaisys.server.infill import schema as infill_schema
 
     ours.update(infill_schema.INFILL_RESPONSE_SCHEMAS,
                 InfillRequest=infill_schema.infill_request_schema(Limits(max_tokens_cap=CAP)))

@@ -1,5 +1,5 @@
 """Units of code infill without a server: the FIM layouts and their fitting (models/fim.py),
-the /infill body (infill.py) and the editor limits applied to the text (infill_run.py).
+the /infill body (server/infill/routes.py) and the editor limits applied to the text (infill/run.py).
 The tokenizer is the real Qwen2.5-Coder one (no model weights are loaded)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from llaisys.models.fim import (FILE_SEP, FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, Ex
                                 fim_codec)
 from llaisys.models.tokenizer import Tokenizer
 from llaisys.server.protocol.errors import APIError
-from llaisys.server.infill import answer_tokens, fim_prompt, parse_infill
-from llaisys.server.infill_run import held_back, indent_cut, pick_fields
+from llaisys.server.infill.routes import answer_tokens, fim_prompt, parse_infill
+from llaisys.server.infill.run import held_back, indent_cut, pick_fields
 from llaisys.server.protocol.parse import Limits
 
 

@@ -18,7 +18,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from ...engine.async_engine import EngineDeadError
 from ..protocol.errors import APIError, bad_request, not_found, unavailable
 from ..state.generation import Generation, client_gone_check
-from ..infill import completion_fim_prompts, infill
+from ..infill.routes import completion_fim_prompts, infill
 from ..protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                               parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
@@ -183,7 +183,7 @@ def completions():
     return Run(st, served, req, gen, ticket, "text", echo).respond()
 
 
-bp.add_url_rule("/infill", "infill", infill, methods=["POST"])  # llama-server's code infill (infill.py)
+bp.add_url_rule("/infill", "infill", infill, methods=["POST"])  # llama-server's code infill (infill/routes.py)
 
 
 def _embedding_inputs(raw: list, tokenizer) -> list:

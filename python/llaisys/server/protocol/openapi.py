@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..anthropic.schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
-from ..infill_schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
+from ..infill.schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
 from .request_schemas import request_schemas
 from .response_schemas import RESPONSE_SCHEMAS
 

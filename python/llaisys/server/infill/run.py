@@ -31,9 +31,9 @@ from typing import Iterator, Optional
 
 from flask import Response, g, jsonify
 
-from .protocol.errors import APIError
-from .state.limits import ClientGone
-from .openai.respond import read_events
+from ..protocol.errors import APIError
+from ..state.limits import ClientGone
+from ..openai.respond import read_events
 
 log = logging.getLogger("llaisys.server")
 

@@ -9,9 +9,9 @@ ignored too, as on every route.
 
 from __future__ import annotations
 
-from ..engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
-from .protocol.request_schemas import SAMPLING
-from .protocol.schema import BOOL, MAX_INT, MAX_SEED, _body, _int, _num, _obj, _str
+from ...engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
+from ..protocol.request_schemas import SAMPLING
+from ..protocol.schema import BOOL, MAX_INT, MAX_SEED, _body, _int, _num, _obj, _str
 
 MAX_EXTRA_CHUNKS = 256  # most input_extra chunks (llama.vim sends 16 by default, 64 at most in its docs)
 MAX_FILENAME = 1024  # longest input_extra filename (characters)

@@ -1,9 +1,9 @@
 """POST /infill: llama-server's code infill (fill-in-the-middle) route, for editor plugins
 (llama.vim, llama.vscode), and the FIM prompt of ``suffix`` on /v1/completions.
 
-The body is llama-server's (``infill_schema.py`` lists every field, used or ignored); the
+The body is llama-server's (``schema.py`` lists every field, used or ignored); the
 prompt is the model's own FIM layout (``models/fim.py``), fitted to the context; the answer is
-llama-server's (``infill_run.py``). A model without FIM tokens answers 400 naming
+llama-server's (``run.py``). A model without FIM tokens answers 400 naming
 ``input_prefix`` (``suffix`` on /v1/completions).
 
 Order as in the OpenAI routes: parse and type-check the body, pick the model (404), check it
@@ -19,13 +19,13 @@ from typing import Optional
 
 from flask import current_app, g, request
 
-from ..models.fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_codec
-from .protocol.errors import bad_request
-from .state.generation import Generation, client_gone_check
-from .infill_run import InfillRun
-from .infill_schema import IGNORED, REFUSED, infill_request_schema
-from .protocol.parse import check_sampling, get_field
-from .protocol.schema import validate
+from ...models.fim import ExtraChunk, FimPrompt, build_fim_prompt, fim_codec
+from ..protocol.errors import bad_request
+from ..state.generation import Generation, client_gone_check
+from .run import InfillRun
+from .schema import IGNORED, REFUSED, infill_request_schema
+from ..protocol.parse import check_sampling, get_field
+from ..protocol.schema import validate
 
 UNLIMITED_RESERVE = 512  # tokens kept for the answer when n_predict is unlimited (at most a quarter of the context)
 DEFAULTS = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}  # llama-server's sampling defaults
