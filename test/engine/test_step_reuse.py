@@ -102,3 +102,63 @@ def test_memoised_detokenizer_gives_the_same_deltas():
     memo = IncrementalDetokenizer(MemoDecode(tok.decode), list(b"> "), True)
     for _ in range(2):  # the second pass reads the memo
         assert [plain.add(t) for t in ids] + [plain.flush()] == [memo.add(t) for t in ids] + [memo.flush()]
+
+
+def _byte_level_tokenizer():
+    """A byte-level BPE (Qwen2's kind of decoder) trained here on mixed scripts, so that its
+    merges cut some characters across tokens, with two special tokens."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|end|>", "<|pad|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    text = ["def add(a, b):\n    return a + b  # 加法 €5 ü", "Grüße, 世界! naïve café 🙂🙂 ok", "\t\n  spaces  and\ttabs"]
+    tok.train_from_iterator(text * 20, trainer)
+    return tok
+
+
+def test_a_concatenating_decoder_gives_the_window_decodes_deltas():
+    """MemoDecode(concatenates=True) lets the detokenizer take a clean token's memoised text
+    instead of decoding its window: the deltas must be exactly the window decode's, for random
+    ids (pieces of characters, special tokens) with and without skip_special_tokens."""
+    import random
+
+    from llaisys.models.tokenizer import Tokenizer
+
+    tok = _byte_level_tokenizer()
+    n = tok.get_vocab_size(with_added_tokens=True)
+    assert Tokenizer.decode_concatenates.fget(type("T", (), {"_backend": tok})())
+    rng = random.Random(5)
+    for skip in (False, True):
+        decode = lambda ids, skip_special_tokens=False: tok.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        memo = MemoDecode(decode, concatenates=True)
+        for trial in range(60):
+            prompt = [rng.randrange(n) for _ in range(rng.randrange(0, 6))]
+            ids = [rng.randrange(n) for _ in range(rng.randrange(1, 40))]
+            plain = IncrementalDetokenizer(decode, prompt, skip)
+            fast = IncrementalDetokenizer(memo, prompt, skip)
+            want = [plain.add(t) for t in ids] + [plain.flush()]
+            assert [fast.add(t) for t in ids] + [fast.flush()] == want, (skip, prompt, ids)
+    # and the shortcut is taken: a clean token after a clean context is not decoded in a window
+    calls = []
+    memo = MemoDecode(lambda ids, skip_special_tokens=False: calls.append(list(ids)) or tok.decode(list(ids)), True)
+    a, b = tok.encode("def add").ids[:2]
+    ta, tb = tok.decode([a]), tok.decode([b])
+    d = IncrementalDetokenizer(memo, [a], False)
+    assert d.add(b) == tb and d.add(a) == ta and ta + tb == "def add" and all(len(c) == 1 for c in calls), calls
+
+
+def test_a_sentencepiece_decoder_does_not_concatenate():
+    """A decoder that strips the first piece's leading space (SentencePiece's) breaks
+    decode(a + b) == decode(a) + decode(b): the tokenizer must not claim it."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models
+
+    from llaisys.models.tokenizer import Tokenizer
+
+    tok = HFTokenizer(models.BPE(vocab={"▁a": 0, "▁b": 1}, merges=[]))
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(content=" ", left=1, right=0)])
+    assert tok.decode([0, 1]) != tok.decode([0]) + tok.decode([1])
+    assert not Tokenizer.decode_concatenates.fget(type("T", (), {"_backend": tok})())

@@ -18,11 +18,19 @@ MEMO_IDS = 1 << 18  # one-token decodes kept per skip_special_tokens value (a vo
 class MemoDecode:
     """``decode`` with the text of single ids memoised: a steady decode step's window is the
     token emitted last (the context) plus the new one, so half its decodes are of one id, and a
-    tokenizer's decode is a pure function of the ids. Longer windows go to ``decode`` as they are."""
+    tokenizer's decode is a pure function of the ids. Longer windows go to ``decode`` as they are.
 
-    def __init__(self, decode: Callable):
+    ``concatenates``: decode(a + b) == decode(a) + decode(b) whenever neither text holds U+FFFD,
+    as for a byte-level decoder (Qwen2's, Llama 3's: the ids' bytes joined, then read as UTF-8,
+    so two runs of whole characters read as the two texts joined; models/tokenizer.py's
+    ``decode_concatenates``). Then a token after a clean context is its own memoised text, and
+    the detokenizer skips the window's decode. Not so where a decoder strips a leading space
+    (SentencePiece's)."""
+
+    def __init__(self, decode: Callable, concatenates: bool = False):
         self._decode = decode
         self._one = ({}, {})  # by skip_special_tokens: token id -> text
+        self.concatenates = concatenates
 
     def __call__(self, ids, skip_special_tokens: bool = False) -> str:
         if len(ids) != 1:
@@ -45,6 +53,7 @@ class IncrementalDetokenizer:
         memo = decode if isinstance(decode, MemoDecode) else None
         self._memo = None if memo is None else memo._one[bool(skip_special_tokens)]
         self._many = decode if memo is None else memo._decode
+        self._concat = memo is not None and memo.concatenates
         self._ids = list(prompt_token_ids[-PROMPT_CONTEXT:])  # window: context + tokens not yet emitted
         self._read = len(self._ids)  # start of the tokens not yet turned into text
         self._before: Optional[str] = None  # the text of the context ids[:_read], once decoded
@@ -53,8 +62,6 @@ class IncrementalDetokenizer:
         """Append a token (None: none); return the complete characters it finished (maybe none).
         ``final``: nothing more is coming, a broken character is given as U+FFFD (flush)."""
         ids = self._ids
-        if token_id is not None:
-            ids.append(token_id)
         before = self._before
         if before is None:  # the context's text, once a window
             memo = self._memo
@@ -63,6 +70,17 @@ class IncrementalDetokenizer:
             if before is None:
                 before = self._decode(ids[:self._read], skip_special_tokens=self._skip)
             self._before = before
+        if self._concat and token_id is not None and self._read == len(ids) and REPLACEMENT not in before:
+            # nothing pending after a clean context: a clean token's text is what the window's
+            # decode would add (MemoDecode.concatenates), and it becomes the next context
+            text = self._memo.get(token_id)
+            if text is None:
+                text = self._decode([token_id], skip_special_tokens=self._skip)  # memoised
+            if text and REPLACEMENT not in text:
+                self._ids, self._read, self._before = [token_id], 1, text
+                return text
+        if token_id is not None:
+            ids.append(token_id)
         full = self._many(ids, skip_special_tokens=self._skip) if len(ids) > 1 else \
             self._decode(ids, skip_special_tokens=self._skip)
         if len(full) <= len(before) or (not final and full.endswith(REPLACEMENT)):

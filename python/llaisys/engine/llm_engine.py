@@ -76,7 +76,8 @@ class LLMEngine:
             eos = frozenset(t for t in eos if t < self.vocab_size)
         self.eos_token_ids = eos
         self.clock = clock
-        self.processor = OutputProcessor(_tolerant_decode(tokenizer, self.vocab_size))
+        self.processor = OutputProcessor(_tolerant_decode(tokenizer, self.vocab_size),
+                                         bool(getattr(tokenizer, "decode_concatenates", False)))
         # matchers of structured-output requests (llguidance, built on first use)
         self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
         self.step_cost = StepCost()  # step seconds by tokens and attention pairs, fitted as steps run

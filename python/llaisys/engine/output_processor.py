@@ -117,9 +117,10 @@ def _running(seqs: list) -> bool:
 
 
 class OutputProcessor:
-    def __init__(self, decode: Callable):
-        # decode(ids, skip_special_tokens=bool) -> str; one-token decodes memoised (detokenizer.py)
-        self.decode = MemoDecode(decode)
+    def __init__(self, decode: Callable, concatenates: bool = False):
+        # decode(ids, skip_special_tokens=bool) -> str; one-token decodes memoised, and read
+        # directly where the decoder concatenates (detokenizer.MemoDecode)
+        self.decode = MemoDecode(decode, concatenates)
         self._groups: dict = {}  # external id -> _Group
         self._texts: dict = {}  # req_id -> _SeqText
 

@@ -184,6 +184,14 @@ class Tokenizer:
         return self._backend
 
     @property
+    def decode_concatenates(self) -> bool:
+        """Whether decode(a + b) == decode(a) + decode(b) whenever neither text holds U+FFFD: a
+        byte-level decoder (Qwen2, Llama 3) joins the ids' bytes and reads them as UTF-8. Not a
+        decoder that strips a leading space or merges pieces (SentencePiece's Sequence). The
+        incremental detokenizer then reads a token's text from its memo (engine/detokenizer.py)."""
+        return isinstance(self._backend.decoder, tokenizers.decoders.ByteLevel)
+
+    @property
     def vocab_size(self) -> int:
         """Number of ids the tokenizer knows, added tokens included."""
         return self._backend.get_vocab_size(with_added_tokens=True)
