@@ -29,3 +29,21 @@ def make_tiny_checkpoint(path: Path, tokenizer_dir: Path, seed: int = 0, tie: bo
         if (Path(tokenizer_dir) / name).is_file():
             shutil.copy(Path(tokenizer_dir) / name, Path(path) / name)
     return Path(path)
+
+
+def make_bos_model(path: Path, bos: bool) -> Path:
+    """tools/bench_engine_cost.py's numpy-written tiny model (no torch), its tokenizer given a
+    BOS ("<|endoftext|>", id 0) as a Llama tokenizer's TemplateProcessing adds one (bos=True)."""
+    import bench_engine_cost  # tools/, on pytest's pythonpath
+
+    model = bench_engine_cost.write_tiny_model(path)
+    if bos:  # "<|endoftext|>" (id 0) as the BOS a Llama tokenizer's post-processor adds
+        tj = json.loads((model / "tokenizer.json").read_text())
+        tj["post_processor"] = {"type": "TemplateProcessing",
+                                "single": [{"SpecialToken": {"id": "<|endoftext|>", "type_id": 0}},
+                                           {"Sequence": {"id": "A", "type_id": 0}}],
+                                "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                                "special_tokens": {"<|endoftext|>": {"id": "<|endoftext|>", "ids": [0],
+                                                                     "tokens": ["<|endoftext|>"]}}}
+        (model / "tokenizer.json").write_text(json.dumps(tj))
+    return model

@@ -34,7 +34,9 @@ def _one(p, tokenizer) -> PromptInput:
     if isinstance(p, str):
         if not p:
             raise ValueError("a prompt must not be empty")
-        return PromptInput(p, tokenizer.encode(p))
+        # with the tokenizer's special tokens (a BOS where it has one: Llama, Mistral), as a
+        # text prompt is tokenized by transformers and vLLM; a rendered chat carries its own
+        return PromptInput(p, tokenizer.encode(p, add_special_tokens=True))
     if _is_token_ids(p):
         return PromptInput(None, list(p))
     if _is_conversation(p):

@@ -138,7 +138,7 @@ def _completion_prompts(req, tokenizer) -> list:
     out = []
     for i, p in enumerate(req.prompts):
         if isinstance(p, str):
-            out.append((tokenizer.encode(p), p))
+            out.append((tokenizer.encode(p, add_special_tokens=True), p))  # a BOS where the model has one
             if not out[-1][0]:
                 raise bad_request(f"prompt {i} encodes to no tokens", param="prompt", code="empty_prompt")
         else:
