@@ -58,7 +58,7 @@ struct Tunable {
 
 // How far ahead (bytes) the quantized kernels' one-weight-row walks prefetch each block, 0 for
 // not at all (the int8 walks make two passes from it, 1.5x ahead into L2 and 3/8 ahead into
-// L1: quant_dot.inc; the AVX-512 x16 tiles and the AMX path use it too). Chosen per CPU kind by
+// L1: quant_dot.inc; the x16 kernels (256- and 512-bit) and the AMX path use it too). Chosen per CPU kind by
 // measurement (2 threads; Intel and Zen 3 with tools/bench_compare.py --quant), from a table
 // in cpu_isa.cpp:
 //   Intel: 2048. Xeon VM (AVX-512, AMX): doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0
@@ -66,13 +66,15 @@ struct Tunable {
 //   AMD with AVX-512F (Zen 4, Zen 5): 2048. Zen 4 EPYC, by an outside tester: 1.5B Q4_K_M decode
 //     23.4 -> 30.5 tok/s (+30%; llama.cpp's tg128 33.0). Zen 5 is not measured; it is taken to
 //     behave as Zen 4.
-//   AMD Zen 3 (family 19h without AVX-512): 0. EPYC Milan: a prefetch in the same walk halved
-//     decode (13.8 -> 6.8 tok/s), the hardware prefetchers following the one stream.
-//   AMD Zen 1 / Zen+ / Zen 2 (family 17h): 0, as Zen 3 (not measured on them).
-//   Any other CPU: 0, "not measured here; LLAISYS_QUANT_PREFETCH=2048 to try".
+//   AMD Zen 3 (family 19h without AVX-512): 1024. EPYC Milan (2026-11-29, alternating processes):
+//     1.5B Q4_K_M decode 15.2 -> 18.1 tok/s (768 to 2048 bytes alike, 512 +10%), since the
+//     256-bit x16 kernels prefetch as the one-row walks do; before, the single T0 pass of the
+//     row walks halved it at 2048 (13.8 -> 6.8) and the x16 kernels took none.
+//   Any other CPU (AMD Zen 1 / Zen+ / Zen 2 among them): 0, "not measured here;
+//     LLAISYS_QUANT_PREFETCH=512 or 2048 to try". The Python loader calibrates such a kind once
+//     (libllaisys/cpu_tuning.py: 512 and 2048 against none) and sets the variable.
 // LLAISYS_QUANT_PREFETCH=<bytes> (0..65536, read once) overrides the table; a value outside that
-// is ignored and the reason says so. Measuring it at load time (a short walk with and without)
-// is left for later; until then a CPU not in the table gets 0.
+// is ignored and the reason says so.
 size_t quant_prefetch_bytes();
 // The value and the reason (cpu_kind() and the environment, chosen once per process).
 const Tunable &quant_prefetch();

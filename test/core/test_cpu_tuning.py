@@ -43,7 +43,7 @@ def test_cpuinfo_is_read_from_the_first_processor():
         assert here.vendor and here.family > 0
 
 
-@pytest.mark.parametrize("cpu, env", [(ZEN3, SPIN), (ZEN4_ID, PASSIVE), (ZEN1, SPIN),
+@pytest.mark.parametrize("cpu, env", [(ZEN3, SPIN), (ZEN4_ID, PASSIVE),
                                       (CpuId("AuthenticAMD", 0x1A, 0x02, "Zen 5", True), PASSIVE)])
 def test_measured_kinds_come_from_the_table(cpu, env):
     assert table_wait(cpu).env == env
@@ -72,6 +72,10 @@ def test_unknown_kinds_are_calibrated():
     ch = choose(XEON, {}, calibrate=lambda cpu, env: seen.append(cpu) or FAKE)
     assert seen == [XEON]  # Intel: the library has a prefetch row, the wait table none
     assert ch.env == PASSIVE and ch.wait.startswith(XEON.key + ": calibrated: passive") and ch.prefetch == ""
+    # Zen 1/2: the wait from its table row, the prefetch (no library row) calibrated
+    ch = choose(ZEN1, {}, calibrate=lambda cpu, env: FAKE)
+    assert ch.env == {**SPIN, "LLAISYS_QUANT_PREFETCH": "1024"} and ch.wait == table_wait(ZEN1).reason
+    assert ch.prefetch == f"{ZEN1.key}: calibrated: 1024 B (x)"
     ch = choose(HYGON, {}, calibrate=lambda cpu, env: FAKE)  # neither table knows it
     assert ch.env == {**PASSIVE, "LLAISYS_QUANT_PREFETCH": "1024"} and "calibrated: 1024 B" in ch.prefetch
     ch = choose(HYGON, {"LLAISYS_CALIBRATE": "0"}, calibrate=lambda *a: pytest.fail("calibrated"))
@@ -98,15 +102,19 @@ def test_the_cache_is_written_once_and_redone_when_damaged(tmp_path, monkeypatch
 
 
 def test_a_real_calibration():
-    """Three child processes time the decode pass under each candidate (no cache involved)."""
+    """Child processes time the decode pass under each candidate (no cache involved): the wait
+    policies, then each prefetch distance, of which the fastest is kept if it beats none."""
     got = cpu_tuning.calibrate(dict(os.environ))
     assert got is not None
     t = got["seconds_per_pass"]
-    assert set(t) >= {"spin_20k", "prefetch_2048"} and all(0 < v < 5 for v in t.values()), t
+    tried = {f"prefetch_{n}" for n in cpu_tuning.PREFETCH_CANDIDATES}
+    assert len(tried) >= 2 and set(t) >= {"spin_20k"} | tried and all(0 < v < 5 for v in t.values()), t
     if not any(k in os.environ for k in cpu_tuning.WAIT_VARS):
         passive = t["passive"] / t["spin_20k"] <= cpu_tuning.WAIT_TOLERANCE
         assert got["wait_env"] == (PASSIVE if passive else SPIN), got
-    assert got["prefetch"] == (2048 if t["prefetch_2048"] / t["spin_20k"] <= cpu_tuning.PREFETCH_GAIN else 0), got
+    best = min(cpu_tuning.PREFETCH_CANDIDATES, key=lambda n: t[f"prefetch_{n}"])
+    assert got["prefetch"] == (best if t[f"prefetch_{best}"] / t["spin_20k"] <= cpu_tuning.PREFETCH_GAIN else 0), got
+    assert got["prefetch_why"].startswith(f"{best} B (" if got["prefetch"] else f"none (the best distance, {best} B"), got
 
 
 # The loader, for a CPU kind no table knows: cpu_id is replaced before the package loads, and

@@ -1,5 +1,5 @@
 // choose_quant_prefetch (src/utils/cpu_isa.*), tested for CPUs this machine is not: each row of
-// the per-CPU table (Intel, AMD Zen 4/5 with AVX-512F, Zen 3, Zen 1/Zen+/Zen 2), a CPU not in it,
+// the per-CPU table (Intel, AMD Zen 4/5 with AVX-512F, Zen 3), CPUs not in it (Zen 1/Zen+/Zen 2 among them),
 // and LLAISYS_QUANT_PREFETCH overriding the table (or ignored, said in the reason, when it is not a
 // byte count in 0..65536). The reason must name the CPU kind, so `llaisys info` can show it.
 #include "../../src/utils/cpu_isa.hpp"
@@ -44,29 +44,23 @@ int main() {
     }
     {
         const Tunable t = llaisys::choose_quant_prefetch(milan, nullptr);
-        EXPECT(t.value == 0, "Zen 3: 0");
-        EXPECT(starts(t.reason, "AMD Zen 3:") && has(t.reason, "13.8 -> 6.8"), "Zen 3's reason cites its measurement");
+        EXPECT(t.value == 1024, "Zen 3: 1024");
+        EXPECT(starts(t.reason, "AMD Zen 3:") && has(t.reason, "15.2 -> 18.1"), "Zen 3's reason cites its measurement");
     }
-    for (const CpuKind &k : {rome, naples}) {
+    for (const CpuKind &k : {rome, naples, hygon, bulldozer, zen5_masked, none}) {
         const Tunable t = llaisys::choose_quant_prefetch(k, nullptr);
-        EXPECT(t.value == 0, "Zen 1/Zen+/Zen 2: 0");
-        EXPECT(starts(t.reason, "AMD Zen 1/Zen+/Zen 2:") && has(t.reason, "not measured on these"),
-               "Zen 1-2's reason says it follows Zen 3");
-    }
-    for (const CpuKind &k : {hygon, bulldozer, zen5_masked, none}) {
-        const Tunable t = llaisys::choose_quant_prefetch(k, nullptr);
-        EXPECT(t.value == 0, "a CPU not in the table: 0");
-        EXPECT(has(t.reason, "not measured here; LLAISYS_QUANT_PREFETCH=2048 to try"), "unknown CPU's reason");
+        EXPECT(t.value == 0, "a CPU not in the table (Zen 1/Zen+/Zen 2 among them): 0");
+        EXPECT(has(t.reason, "not measured here; LLAISYS_QUANT_PREFETCH=512 or 2048 to try"), "unknown CPU's reason");
     }
     EXPECT(starts(llaisys::choose_quant_prefetch(hygon, nullptr).reason, "HygonGenuine family 18h model 1h:"),
            "an unknown CPU is named by vendor, family and model");
-    EXPECT(llaisys::choose_quant_prefetch(milan, "").value == 0, "an empty variable counts as unset");
+    EXPECT(llaisys::choose_quant_prefetch(milan, "").value == 1024, "an empty variable counts as unset");
 
     // The environment overrides every row, and the reason keeps the table's choice beside it.
     {
         const Tunable t = llaisys::choose_quant_prefetch(milan, "4096");
         EXPECT(t.value == 4096, "LLAISYS_QUANT_PREFETCH=4096 on Zen 3: 4096");
-        EXPECT(starts(t.reason, "LLAISYS_QUANT_PREFETCH=4096 from the environment (without it 0: AMD Zen 3:"),
+        EXPECT(starts(t.reason, "LLAISYS_QUANT_PREFETCH=4096 from the environment (without it 1024: AMD Zen 3:"),
                "the override's reason names the variable and the table's value");
     }
     EXPECT(llaisys::choose_quant_prefetch(sapphire, "0").value == 0, "LLAISYS_QUANT_PREFETCH=0 turns it off on Intel");
