@@ -152,6 +152,9 @@ I32, F32, STR, ARR = (gguf.GGUFValueType.INT32, gguf.GGUFValueType.FLOAT32, gguf
     ({"tokenizer.ggml.tokens": (list(range(len(VOCAB[0]))), ARR, I32)}, "tokenizer.ggml.tokens"),
     ({"tokenizer.ggml.tokens": (VOCAB[0] + ["x"] * (ARCH_VOCAB + 1 - len(VOCAB[0])), ARR, STR),
       "tokenizer.ggml.scores": None}, "tokenizer.ggml.tokens"),  # more tokens than embedding rows
+    ({"tokenizer.ggml.tokens": (VOCAB[0][:-1] + ["▁" * 4097], ARR, STR)}, "tokenizer.ggml.tokens"),  # one too long
+    ({"tokenizer.ggml.tokens": (VOCAB[0][:-9] + [f"{i}" * 4000 for i in range(9)], ARR, STR)},
+     "tokenizer.ggml.tokens"),  # nine long pieces: more merge work than allowed
     ({"tokenizer.ggml.bos_token_id": ("<s>", STR, None)}, "tokenizer.ggml.bos_token_id"),
     ({"tokenizer.ggml.eos_token_id": (ARCH_VOCAB + 5, gguf.GGUFValueType.UINT32, None)},
      "tokenizer.ggml.eos_token_id"),

@@ -35,6 +35,9 @@ from .gguf_tokenizer import TokenizerFiles, _added_tokens_decoder, build_tokeniz
 
 _UNKNOWN, _CONTROL, _USER_DEFINED = 2, 3, 4  # llama.cpp token types
 MAX_PIECE_CHARS = 4096  # a longer piece is refused: deriving its merges costs its length squared
+# and the vocabulary's whole cost, the sum of its pieces' squared lengths (a real 32k or 256k
+# vocabulary: a few million), is bounded too, so that a file cannot make the load run for hours
+MAX_MERGE_WORK = 1 << 27
 
 
 def tokenizer_files(reader: gguf.GGUFReader, config: ModelParams, source: str = "GGUF file") -> TokenizerFiles:
@@ -109,6 +112,10 @@ def build_spm_files(reader: gguf.GGUFReader, config: ModelParams, source: str = 
     if long is not None:
         raise ModelFileError(source, "tokenizer.ggml.tokens", f"tokenizer.ggml.tokens holds a piece of {len(long)} "
                                                               f"characters (at most {MAX_PIECE_CHARS})")
+    work = sum(len(t) * len(t) for t in tokens)
+    if work > MAX_MERGE_WORK:
+        raise ModelFileError(source, "tokenizer.ggml.tokens", f"tokenizer.ggml.tokens: its pieces' squared lengths "
+                                                              f"sum to {work} (at most {MAX_MERGE_WORK})")
     scores = metadata(reader, "tokenizer.ggml.scores", (list, float), source)
     if len(scores) != len(tokens):
         raise ModelFileError(source, "tokenizer.ggml.scores",
