@@ -117,7 +117,9 @@ CASES = [  # (id, change, field named in the error)
     ("freq_base_string", kv("qwen2.rope.freq_base", STR, "1e6"), "qwen2.rope.freq_base"),
     ("eps_negative", kv("qwen2.attention.layer_norm_rms_epsilon", F32, -1.0),
      "qwen2.attention.layer_norm_rms_epsilon"),
-    ("architecture_llama", kv("general.architecture", STR, "llama"), "general.architecture"),
+    # a Qwen2 file called llama (a family that loads since dense llama files do): its llama.* keys are missing
+    ("architecture_llama", kv("general.architecture", STR, "llama"), "llama.embedding_length"),
+    ("architecture_unknown", kv("general.architecture", STR, "gemma"), "general.architecture"),
     ("architecture_missing", kv("general.architecture", None, None), "general.architecture"),
     ("tokens_are_ints", kv("tokenizer.ggml.tokens", ARR, (I32, [1, 2, 3])), "tokenizer.ggml.tokens"),
     ("tokens_more_than_rows", kv("tokenizer.ggml.tokens", ARR, (STR, [f"t{i}" for i in range(300)])),
@@ -125,7 +127,9 @@ CASES = [  # (id, change, field named in the error)
     ("token_type_short", kv("tokenizer.ggml.token_type", ARR, (I32, [1, 1])), "tokenizer.ggml.token_type"),
     ("merge_not_a_pair", kv("tokenizer.ggml.merges", ARR, (STR, ["abc"])), "tokenizer.ggml.merges"),
     ("merge_unknown_tokens", kv("tokenizer.ggml.merges", ARR, (STR, ["zz qq"])), "tokenizer.ggml.merges"),
-    ("tokenizer_model_llama", kv("tokenizer.ggml.model", STR, "llama"), "tokenizer.ggml.model"),
+    # a byte-level vocabulary called SentencePiece (read since it is): it has no scores
+    ("tokenizer_model_llama", kv("tokenizer.ggml.model", STR, "llama"), "tokenizer.ggml.scores"),
+    ("tokenizer_model_unknown", kv("tokenizer.ggml.model", STR, "bert"), "tokenizer.ggml.model"),
     ("add_bos_not_bool", kv("tokenizer.ggml.add_bos_token", STR, "no"), "tokenizer.ggml.add_bos_token"),
     ("eos_outside_vocab", kv("tokenizer.ggml.eos_token_id", U32, 10**6), "tokenizer.ggml.eos_token_id"),
     ("chat_template_syntax", kv("tokenizer.chat_template", STR, "{% for %}"), "chat_template"),
