@@ -24,7 +24,7 @@ from llaisys.models.model import Model
 
 from .conftest import ARCH_VOCAB, write_word_tokenizer
 from .test_archs import PROMPTS, check_logits_every_position, hf_greedy
-from .test_mixtral_gguf import llama_cpp_permute
+from .test_mixtral_gguf import add_llama_layer
 from .test_moe_gguf import greedy
 from .test_tiny_qwen2 import Reference
 
@@ -132,11 +132,7 @@ def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None,
     if "lm_head.weight" in t:
         add("output.weight", t.pop("lm_head.weight"))
     for n in range(cfg.n_layers):
-        pre = f"model.layers.{n}."
-        t[f"{pre}self_attn.q_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.q_proj.weight"], cfg.n_heads)
-        t[f"{pre}self_attn.k_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.k_proj.weight"], cfg.n_kv_heads)
-        for hf, g in LAYER_NAMES.items():
-            add(f"blk.{n}.{g}.weight", t.pop(f"{pre}{hf}.weight"))
+        add_llama_layer(add, t, cfg, n, LAYER_NAMES)
     assert not t, sorted(t)  # every tensor written
     w.write_header_to_file()
     w.write_kv_data_to_file()

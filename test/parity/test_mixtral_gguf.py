@@ -34,6 +34,17 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def add_llama_layer(add, t: dict, cfg, n: int, names: dict) -> None:
+    """Layer n of checkpoint tensors `t` as llama.cpp writes a `llama` file's: q/k rows permuted
+    for its RoPE, then each HF name of `names` under its GGUF name, through add(name, data); the
+    tensors written are popped from t."""
+    pre = f"model.layers.{n}."
+    t[f"{pre}self_attn.q_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.q_proj.weight"], cfg.n_heads)
+    t[f"{pre}self_attn.k_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.k_proj.weight"], cfg.n_kv_heads)
+    for hf, g in names.items():
+        add(f"blk.{n}.{g}.weight", t.pop(f"{pre}{hf}.weight"))
+
+
 def write_mixtral_gguf(path, ckpt_dir, form: str, quant: bool = False, top_k=None, drop: str = ""):
     """The checkpoint as llama.cpp's converter lays Mixtral out (`form`: stacked or per-expert
     experts; quant: matrices Q8_0, router and norms f32); top_k overrides expert_used_count and
@@ -66,10 +77,7 @@ def write_mixtral_gguf(path, ckpt_dir, form: str, quant: bool = False, top_k=Non
     add("output.weight", t.pop("lm_head.weight"))
     for n in range(cfg.n_layers):
         pre = f"model.layers.{n}."
-        t[f"{pre}self_attn.q_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.q_proj.weight"], cfg.n_heads)
-        t[f"{pre}self_attn.k_proj.weight"] = llama_cpp_permute(t[f"{pre}self_attn.k_proj.weight"], cfg.n_kv_heads)
-        for hf, g in LAYER_NAMES.items():
-            add(f"blk.{n}.{g}.weight", t.pop(f"{pre}{hf}.weight"))
+        add_llama_layer(add, t, cfg, n, LAYER_NAMES)
         for proj, short in EXPERTS.items():
             mats = [t.pop(f"{pre}block_sparse_moe.experts.{e}.{proj}.weight") for e in range(cfg.n_experts)]
             if form == "merged":
