@@ -18,13 +18,12 @@ from llaisys.models.files import ModelFileError
 from llaisys.models.gguf_convert import convert_gguf
 from llaisys.models.gguf_model import load_gguf
 from llaisys.models.gguf_rope import llama3_params
-from llaisys.models.gguf_tokenizer import bytes_to_unicode
 from llaisys.models.loader import load_model
 from llaisys.models.model import Model
 
 from .conftest import ARCH_VOCAB, write_word_tokenizer
 from .test_archs import PROMPTS, check_logits_every_position, hf_greedy
-from .test_mixtral_gguf import add_llama_layer
+from .test_mixtral_gguf import add_llama_layer, write_byte_vocab
 from .test_moe_gguf import greedy
 from .test_tiny_qwen2 import Reference
 
@@ -83,14 +82,8 @@ def llama3_rope_freqs(head_dim: int, r: dict) -> np.ndarray:
 
 
 def write_gpt2_vocab(w: gguf.GGUFWriter) -> None:
-    """A byte-level BPE vocabulary of ARCH_VOCAB tokens: the 256 bytes, one merge, padding."""
-    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), ARCH_VOCAB)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [5] * (ARCH_VOCAB - 257))
-    w.add_token_merges(["a b"])
+    """A byte-level BPE vocabulary of ARCH_VOCAB tokens (test_mixtral_gguf's writer)."""
+    write_byte_vocab(w, ARCH_VOCAB)
 
 
 def write_llama_gguf(path, ckpt_dir, rope: dict, quant: bool = False, meta=None, freqs="auto", vocab=write_gpt2_vocab):

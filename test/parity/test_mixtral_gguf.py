@@ -34,6 +34,17 @@ def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
+def write_byte_vocab(w: gguf.GGUFWriter, size: int) -> None:
+    """A byte-level BPE vocabulary of `size` tokens: the 256 bytes, one merge ("ab"), padding."""
+    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), size)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 257 + [5] * (size - 257))
+    w.add_token_merges(["a b"])
+
+
 def add_llama_layer(add, t: dict, cfg, n: int, names: dict) -> None:
     """Layer n of checkpoint tensors `t` as llama.cpp writes a `llama` file's: q/k rows permuted
     for its RoPE, then each HF name of `names` under its GGUF name, through add(name, data); the
@@ -54,13 +65,7 @@ def write_mixtral_gguf(path, ckpt_dir, form: str, quant: bool = False, top_k=Non
     w = gguf.GGUFWriter(str(path), "llama")
     add_moe_header(w, cfg, cfg.n_experts_per_tok if top_k is None else top_k)
     w.add_rope_dimension_count(cfg.head_dim)
-    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]  # the 256 bytes and one merge
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), VOCAB)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [5] * (VOCAB - 257))
-    w.add_token_merges(["a b"])
+    write_byte_vocab(w, VOCAB)
     w.add_add_bos_token(False)
 
     def add(name, data):
