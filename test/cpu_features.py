@@ -4,23 +4,18 @@ what the CPU can run)."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 
+TOOLS = str(Path(__file__).resolve().parents[1] / "tools")
+if TOOLS not in sys.path:  # pytest puts it there (pyproject's pythonpath); a test's child process does not
+    sys.path.append(TOOLS)
+from benchkit.host import cpu_flag_set as cpu_flags  # noqa: E402  (/proc/cpuinfo's flags, as a set)
+
 ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw"},
              "avx512bf16": {"avx512f", "avx512bw", "avx512_bf16"}}  # /proc/cpuinfo names; scalar needs none
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return set(line.split(":", 1)[1].split())
-    return set()
 
 
 def can_run(isa: str) -> bool:

@@ -169,3 +169,34 @@ def test_model_arguments():
     assert parse_model_arg("/m/a.gguf=chat").served_name == "chat"
     with pytest.raises(ValueError):
         parse_model_arg("/m/x=")
+
+
+def _guarded(body):
+    """guard_stream over `body`; returns (frames read, statuses finish got)."""
+    from llaisys.server.openai.respond import guard_stream
+
+    finished = []
+    frames = guard_stream(body, finished.append, lambda e: [f"fault {e.status} {e.code} {e.message}"], "r1")
+    return frames, finished
+
+
+def test_guard_stream_ends_every_stream_once_with_its_status():
+    def body(fail=None, status=200):
+        yield "a"
+        if fail is not None:
+            raise fail
+        yield "b"
+        return status
+
+    frames, done = _guarded(body())  # a stream that ends: its own status
+    assert list(frames) == ["a", "b"] and done == [200]
+    frames, done = _guarded(body(status=429))  # the generation's failure status
+    assert list(frames) == ["a", "b"] and done == [429]
+    frames, done = _guarded(body(ValueError("x")))  # a fault of ours: the API's error frames, 500
+    assert list(frames) == ["a", "fault 500 internal_error internal error: ValueError"] and done == [500]
+    frames, done = _guarded(body(ClientGone()))  # the client left: 499, nothing more sent
+    assert list(frames) == ["a"] and done == [499]
+    frames, done = _guarded(body())  # the server could not write: closed mid-stream, 499
+    assert next(frames) == "a" and done == []
+    frames.close()
+    assert done == [499]

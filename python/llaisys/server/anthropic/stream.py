@@ -17,16 +17,12 @@ the stream ends there.
 from __future__ import annotations
 
 import json
-import logging
 from typing import Optional
 
 from flask import Response, jsonify
 
 from ..protocol.errors import APIError
-from ..state.limits import ClientGone
-from ..openai.respond import SSE_HEADERS, Run
-
-log = logging.getLogger("llaisys.server")
+from ..openai.respond import SSE_HEADERS, Run, guard_stream
 
 # status -> Anthropic's error type (4xx not listed: invalid_request_error; 5xx: api_error)
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -149,33 +145,25 @@ class MessagesRun(Run):
         return jsonify(body)
 
     def _events(self):
-        status = 200
-        try:
-            yield event("message_start", message=self.message([], (None, None), 0))
-            yield event("ping")
-            for i, out in self.gen.events():
-                for _, _, d, _ in self._absorb(i, out):
-                    for kind, fields in self.blocks.feed(d):
-                        yield event(kind, **fields)
-            err: Optional[APIError] = self.gen.failure()
-            if err is not None:
-                status = err.status
-                yield event("error", error=error_body(err.status, err.message)["error"])
-                return
-            for kind, fields in self.blocks.close():
-                yield event(kind, **fields)
-            stop = self._stop()
-            yield event("message_delta", delta={"stop_reason": stop[0], "stop_sequence": stop[1]},
-                        usage={"output_tokens": self._output_tokens()})
-            yield event("message_stop")
-        except ClientGone:
-            status = 499
-        except GeneratorExit:  # the server could not write: the client went away
-            status = 499
-            raise
-        except Exception as e:  # noqa: BLE001  (a fault of ours mid-stream: say so, then end)
-            log.exception("stream %s failed", self.gen.response_id)
-            status = 500
-            yield event("error", error=error_body(500, f"internal error: {type(e).__name__}")["error"])
-        finally:
-            self.finish(status)
+        return guard_stream(self._frames(), self.finish,
+                            lambda e: [event("error", error=error_body(e.status, e.message)["error"])],
+                            self.gen.response_id)
+
+    def _frames(self):
+        yield event("message_start", message=self.message([], (None, None), 0))
+        yield event("ping")
+        for i, out in self.gen.events():
+            for _, _, d, _ in self._absorb(i, out):
+                for kind, fields in self.blocks.feed(d):
+                    yield event(kind, **fields)
+        err: Optional[APIError] = self.gen.failure()
+        if err is not None:
+            yield event("error", error=error_body(err.status, err.message)["error"])
+            return err.status
+        for kind, fields in self.blocks.close():
+            yield event(kind, **fields)
+        stop = self._stop()
+        yield event("message_delta", delta={"stop_reason": stop[0], "stop_sequence": stop[1]},
+                    usage={"output_tokens": self._output_tokens()})
+        yield event("message_stop")
+        return 200

@@ -24,18 +24,13 @@ admission slot, and reports metrics, the token charge and the log line (as respo
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import time
 from typing import Iterator, Optional
 
 from flask import Response, g, jsonify
 
-from ..protocol.errors import APIError
-from ..state.limits import ClientGone
-from ..openai.respond import read_events
-
-log = logging.getLogger("llaisys.server")
+from ..openai.respond import guard_stream, read_events
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
@@ -235,32 +230,22 @@ class InfillRun:
                      "tokens_predicted": len(m.token_ids), "tokens_evaluated": len(self.prompt.token_ids)})
 
     def _stream(self) -> Iterator[bytes]:
-        status = 200
-        try:
-            for _, out in self.gen.events():
-                for m in self._absorb(out):
-                    if self.req.n_predict != 0:
-                        piece = self._piece(m)
-                        if piece is not None:
-                            yield piece
-            err = self.gen.failure()
-            if err is not None:
-                status = err.status
-                yield _sse(err.body())
-            else:
-                for m in self.middles:
-                    yield _sse(self._result(m, ""))
-        except ClientGone:
-            status = 499
-        except GeneratorExit:  # the server could not write: the client went away
-            status = 499
-            raise
-        except Exception as e:  # a fault of ours mid-stream: tell the client, then end the stream
-            log.exception("stream %s failed", self.gen.response_id)
-            status = 500
-            yield _sse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body())
-        finally:
-            self.finish(status)
+        return guard_stream(self._frames(), self.finish, lambda e: [_sse(e.body())], self.gen.response_id)
+
+    def _frames(self):
+        for _, out in self.gen.events():
+            for m in self._absorb(out):
+                if self.req.n_predict != 0:
+                    piece = self._piece(m)
+                    if piece is not None:
+                        yield piece
+        err = self.gen.failure()
+        if err is not None:
+            yield _sse(err.body())
+            return err.status
+        for m in self.middles:
+            yield _sse(self._result(m, ""))
+        return 200
 
     def finish(self, status: int) -> None:
         if self._finished:

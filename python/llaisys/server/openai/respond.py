@@ -31,6 +31,28 @@ def sse(obj) -> bytes:
     return b"data: " + json.dumps(obj, ensure_ascii=False).encode("utf-8") + b"\n\n"
 
 
+def guard_stream(body, finish, fault, response_id) -> Iterator[bytes]:
+    """A streamed response's frames, ended the same way for every API. `body` is a generator of
+    frames that returns the HTTP status the request ends with (200, or its generation's failure);
+    a client gone ends it as 499, and a fault of ours mid-stream is logged and told to the client
+    through `fault(APIError)`, which yields the API's own error frames, as 500. finish(status)
+    runs once in every case."""
+    status = 500
+    try:
+        status = yield from body
+    except ClientGone:
+        status = 499
+    except GeneratorExit:  # the server could not write: the client went away
+        status = 499
+        raise
+    except Exception as e:  # noqa: BLE001  (a fault of ours mid-stream: say so, then end)
+        log.exception("stream %s failed", response_id)
+        status = 500
+        yield from fault(APIError(500, f"internal error: {type(e).__name__}", code="internal_error"))
+    finally:
+        finish(status)
+
+
 def read_events(gen, finish):
     """`gen`'s (prompt index, output) events to its end; a client gone, an exception or the
     generation's own failure calls finish(499 | 500 | its status) and is raised."""
@@ -237,27 +259,19 @@ class Run:
             yield self._chunk([choice])
 
     def _stream(self) -> Iterator[bytes]:
+        return guard_stream(self._frames(), self.finish, lambda e: [sse(e.body()), b"data: [DONE]\n\n"],
+                            self.gen.response_id)
+
+    def _frames(self):
         status = 200
-        try:
-            yield from self._first_chunks()
-            for i, out in self.gen.events():
-                yield from self._output_chunks(i, out)
-            err = self.gen.failure()
-            if err is not None:
-                status = err.status
-                yield sse(err.body())
-            elif self.req.include_usage:
-                yield self._chunk([], sum_usage([o.usage for o in self.gen.finals.values()]))
-            yield b"data: [DONE]\n\n"
-        except ClientGone:
-            status = 499
-        except GeneratorExit:  # the server could not write: the client went away
-            status = 499
-            raise
-        except Exception as e:  # a fault of ours mid-stream: tell the client, then end the stream
-            log.exception("stream %s failed", self.gen.response_id)
-            status = 500
-            yield sse(APIError(500, f"internal error: {type(e).__name__}", code="internal_error").body())
-            yield b"data: [DONE]\n\n"
-        finally:
-            self.finish(status)
+        yield from self._first_chunks()
+        for i, out in self.gen.events():
+            yield from self._output_chunks(i, out)
+        err = self.gen.failure()
+        if err is not None:
+            status = err.status
+            yield sse(err.body())
+        elif self.req.include_usage:
+            yield self._chunk([], sum_usage([o.usage for o in self.gen.finals.values()]))
+        yield b"data: [DONE]\n\n"
+        return status

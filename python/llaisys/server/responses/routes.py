@@ -30,7 +30,7 @@ from flask import Blueprint, Response, g, jsonify
 from ..protocol.errors import APIError, bad_request, not_found, unavailable
 from ..state.generation import Generation
 from ..protocol.parse import check_body, get_field, parse_chat
-from ..openai.respond import SSE_HEADERS, Run
+from ..openai.respond import SSE_HEADERS, Run, guard_stream
 from .events import EventWriter, response_object
 from ..state.sessions import SessionStoreFull, SessionTooLarge
 
@@ -156,35 +156,26 @@ class ResponsesRun(Run):
         return jsonify(body)
 
     def _events(self):
-        from ..state.limits import ClientGone
-
-        status = 200
         w = EventWriter(self.ids)
-        try:
-            yield w.event("response.created", response=self._object("in_progress"))
-            yield w.event("response.in_progress", response=self._object("in_progress"))
-            for i, out in self.gen.events():
-                for _, _, d, _ in self._absorb(i, out):
-                    yield from w.delta(d)
-            err = self.gen.failure()
-            if err is not None:
-                status = err.status
-                yield w.event("error", code=err.code, message=err.message, param=err.param)
-                return
-            yield from w.close_item(self.outputs.get(0))
-            final = self._object(self._status())
-            yield w.event("response.completed" if final["status"] == "completed" else "response.incomplete",
-                          response=final)
-        except ClientGone:
-            status = 499
-        except GeneratorExit:
-            status = 499
-            raise
-        except Exception as e:  # noqa: BLE001  (a fault of ours mid-stream: say so, then end)
-            status = 500
-            yield w.event("error", code="internal_error", message=f"internal error: {type(e).__name__}", param=None)
-        finally:
-            self.finish(status)
+        return guard_stream(self._frames(w), self.finish,
+                            lambda e: [w.event("error", code=e.code, message=e.message, param=e.param)],
+                            self.gen.response_id)
+
+    def _frames(self, w: EventWriter):
+        yield w.event("response.created", response=self._object("in_progress"))
+        yield w.event("response.in_progress", response=self._object("in_progress"))
+        for i, out in self.gen.events():
+            for _, _, d, _ in self._absorb(i, out):
+                yield from w.delta(d)
+        err = self.gen.failure()
+        if err is not None:
+            yield w.event("error", code=err.code, message=err.message, param=err.param)
+            return err.status
+        yield from w.close_item(self.outputs.get(0))
+        final = self._object(self._status())
+        yield w.event("response.completed" if final["status"] == "completed" else "response.incomplete",
+                      response=final)
+        return 200
 
 
 @bp.post("/v1/responses")
