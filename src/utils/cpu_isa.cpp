@@ -127,8 +127,8 @@ constexpr PrefetchRow kQuantPrefetchTable[] = {
      "Intel: measured on a Xeon VM (AVX-512, AMX), 2 threads: decode doubled (1.5B Q4_K_M 9.7 -> 21.8 tok/s, "
      "Q8_0 7.9 -> 14.6), Q8_0 batch-16 +40%"},
     {"AuthenticAMD", 0x19, kAny, 0, kAny, 1, 2048,
-     "AMD Zen 4/5 (AVX-512): measured on Zen 4 (EPYC), 2 threads: +30% decode (1.5B Q4_K_M 23.4 -> 30.5 tok/s); "
-     "Zen 5 not measured, taken to behave as Zen 4"},
+     "AMD Zen 4/5 (AVX-512): measured on EPYCs, 2 threads: +30% decode on Zen 4 (1.5B Q4_K_M 23.4 -> 30.5 tok/s), "
+     "+21% on Zen 5 (32.5 -> 39.4; 512 B +11%, 1024 +13%, 4096 +15%)"},
     {"AuthenticAMD", 0x19, 0x19, 0, kAny, 0, 1024,
      "AMD Zen 3: measured on EPYC Milan, 2 threads: +19% decode (1.5B Q4_K_M 15.2 -> 18.1 tok/s, 768 to 2048 B "
      "alike, 512 +10%)"},

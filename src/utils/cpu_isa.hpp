@@ -64,8 +64,8 @@ struct Tunable {
 //   Intel: 2048. Xeon VM (AVX-512, AMX): doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0
 //     7.9 -> 14.6), Q8_0 batch-16 +40%.
 //   AMD with AVX-512F (Zen 4, Zen 5): 2048. Zen 4 EPYC, by an outside tester: 1.5B Q4_K_M decode
-//     23.4 -> 30.5 tok/s (+30%; llama.cpp's tg128 33.0). Zen 5 is not measured; it is taken to
-//     behave as Zen 4.
+//     23.4 -> 30.5 tok/s (+30%; llama.cpp's tg128 33.0). Zen 5 EPYC (family 1Ah, 2026-11-29,
+//     alternating processes, 3 each): 32.5 -> 39.4 (+21%; 512 B +11%, 1024 +13%, 3072-4096 +15%).
 //   AMD Zen 3 (family 19h without AVX-512): 1024. EPYC Milan (2026-11-29, alternating processes):
 //     1.5B Q4_K_M decode 15.2 -> 18.1 tok/s (768 to 2048 bytes alike, 512 +10%), since the
 //     256-bit x16 kernels prefetch as the one-row walks do; before, the single T0 pass of the

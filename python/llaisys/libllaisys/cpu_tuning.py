@@ -99,9 +99,13 @@ class WaitRow:
 # single-stream decode, 2 threads on 2 vCPUs, idle and beside 2 busy processes, tok/s). The
 # first matching row wins; a kind without a row is calibrated.
 WAIT_TABLE = (
-    WaitRow("AuthenticAMD", (0x19, 0x1A), True, PASSIVE,
+    WaitRow("AuthenticAMD", (0x1A, 0x1A), None, SPIN,
+            "AMD Zen 5: a 20k spin won, idle 100.5 vs 76.1 tok/s for passive (0.5B Q4_K_M GGUF), beside 2 "
+            "busy processes a wash: 47.7 vs 30.4 in one sitting, 16.8 vs 55.3 in the next (EPYC, 2 vCPUs, "
+            "2026-11-29)"),
+    WaitRow("AuthenticAMD", (0x19, 0x19), True, PASSIVE,
             "AMD Zen 4 (AVX-512): sleeping won, beside 2 busy processes 16.1 vs 5.9 tok/s for the 20k spin, "
-            "idle 22.0 vs 20.2 (EPYC, 2 vCPUs, 2026-11-27); Zen 5 taken to behave as Zen 4"),
+            "idle 22.0 vs 20.2 (EPYC, 2 vCPUs, 2026-11-27)"),
     WaitRow("AuthenticAMD", (0x19, 0x19), False, SPIN,
             "AMD Zen 3: a 20k spin won, idle 18.1 vs 17.0 tok/s for passive, beside 2 busy processes "
             "9.8 vs 7.1 (EPYC Milan, 2 vCPUs, 2026-11-28)"),
