@@ -9,6 +9,7 @@ import torch
 
 from llaisys import LlaisysError, ops
 from llaisys.tensor import Tensor
+from test_linear_shapes import rounds_activations
 
 
 def topk(logits: np.ndarray, k: int, norm: bool):
@@ -37,15 +38,18 @@ def test_topk_ties_take_the_lower_index():
     np.testing.assert_allclose(w, 0.2)
 
 
-def experts_reference(x, ids, weights, gate_up, down):
-    """A plain loop: each token, each of its chosen experts, SwiGLU, weighted sum (f64)."""
+def experts_reference(x, ids, weights, gate_up, down, round_inputs=False):
+    """A plain loop: each token, each of its chosen experts, SwiGLU, weighted sum (f64).
+    round_inputs: each projection's input rounded to bf16 first, as the bf16 dot-product GEMM
+    does under avx512bf16 (test_linear_shapes.rounds_activations)."""
     x, gate_up, down = (torch.as_tensor(a, dtype=torch.float64) for a in (x, gate_up, down))
+    rnd = (lambda v: v.bfloat16().double()) if round_inputs else (lambda v: v)
     ie = gate_up.shape[1] // 2
     out = torch.zeros_like(x)
     for t in range(x.shape[0]):
         for j, e in enumerate(ids[t]):
-            gu = gate_up[e] @ x[t]
-            out[t] += float(weights[t, j]) * (down[e] @ (torch.nn.functional.silu(gu[:ie]) * gu[ie:]))
+            gu = gate_up[e] @ rnd(x[t])
+            out[t] += float(weights[t, j]) * (down[e] @ rnd(torch.nn.functional.silu(gu[:ie]) * gu[ie:]))
     return out.numpy()
 
 
@@ -65,7 +69,7 @@ def test_experts_against_a_loop(dtype, n, H, ie, E, k):
             Tensor.from_numpy(gate_up, dtype) as gt, Tensor.from_numpy(down, dtype) as dt, Tensor((n, H), "f32") as out:
         ops.moe_experts(out, xt, it, wt, gt, dt)
         got = out.numpy()
-    want = experts_reference(x, ids, weights, gate_up, down)
+    want = experts_reference(x, ids, weights, gate_up, down, rounds_activations(dtype))
     np.testing.assert_allclose(got, want, rtol=0, atol=2e-4 * max(1.0, float(np.abs(want).max())))
 
 
