@@ -1,7 +1,8 @@
 """Perplexity over a fixed text every machine has: CPython's standard library source.
 
     python tools/perplexity.py [--model NAME|DIR|FILE.gguf ...] [--kv-dtype f32 f16 bf16 q8_0]
-        [--gguf FILE ...] [--llama-kv-dtype f16] [--window 512] [--max-windows N]
+        [--gguf FILE ...] [--llama-kv-dtype f16 [q8_0 ...]] [--llama-flash-attn auto|on]
+        [--window 512] [--max-windows N]
         [--threads N] [--out FILE]
 
 Text: the files STDLIB_FILES read from this interpreter's standard library
@@ -22,7 +23,10 @@ Backends:
 - llaisys: the model API, one llaisysModelStep per window with the scored rows as sample rows
   and want_logits (the exact logits; no sampling). --kv-dtype lists the KV dtypes to run.
 - llama.cpp: llama-cpp-python with logits_all=True, run as a subprocess of the peer
-  virtualenv of tools/build_llama_cpp.py (LLAMA_CPP_LIB_PATH set to its build), on each --gguf.
+  virtualenv of tools/build_llama_cpp.py (LLAMA_CPP_LIB_PATH set to its build), on each --gguf
+  and each --llama-kv-dtype. A quantized V cache needs its flash attention: --llama-flash-attn
+  auto turns it on for q8_0 only, `on` for every run (so an f16 and a q8_0 run differ in the
+  KV dtype alone).
 
 Prints a table (ppl, mean NLL, top-1 agreement with the first run, seconds) and writes JSON
 with the machine (tools/benchkit/host.py), the text's identity and every run.
@@ -152,7 +156,8 @@ def run_llaisys(model_path: str, wins: np.ndarray, kv_dtypes, kv_layout: str, th
 
 
 # ---- llama.cpp (the worker runs in the peer venv: no llaisys there) --------------------------
-def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str,
+                     flash_attn: bool) -> tuple[np.ndarray, np.ndarray]:
     import llama_cpp as L
     from llama_cpp import Llama
 
@@ -161,8 +166,7 @@ def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -
     # ggml's type ids (the bindings name no GGML_TYPE_BF16; ggml.h: GGML_TYPE_BF16 = 30, Q8_0 = 8)
     kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30),
           "q8_0": getattr(L, "GGML_TYPE_Q8_0", 8)}[kv_dtype]
-    # a quantized V cache needs llama.cpp's flash attention (-fa), as with llama-cli -ctv q8_0
-    extra = {"flash_attn": True} if kv_dtype == "q8_0" else {}
+    extra = {"flash_attn": True} if flash_attn else {}
     llm = Llama(model_path=gguf, n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads, n_threads_batch=threads,
                 logits_all=True, type_k=kv, type_v=kv, verbose=False, **extra)
     nll = np.zeros((n_win, end - first))
@@ -180,18 +184,20 @@ def llama_worker_main(job_path: str) -> None:
     job = json.loads(Path(job_path).read_text())
     wins = np.load(job["windows"])
     t = time.perf_counter()
-    nll, top = llama_cpp_scores(job["gguf"], wins, job["threads"], job["kv_dtype"])
+    nll, top = llama_cpp_scores(job["gguf"], wins, job["threads"], job["kv_dtype"], job["flash_attn"])
     np.savez(job["out"], nll=nll, top=top, seconds=time.perf_counter() - t)
 
 
-def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -> dict:
+def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str, flash_attn: str = "auto") -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from benchkit import peer as llama_cpp_peer
 
     peer = llama_cpp_peer.ensure()
     with tempfile.TemporaryDirectory() as tmp:
-        job = {"gguf": str(gguf), "threads": threads, "kv_dtype": kv_dtype, "windows": f"{tmp}/windows.npy",
-               "out": f"{tmp}/out.npz"}
+        # a quantized V cache needs llama.cpp's flash attention (-fa), as with llama-cli -ctv q8_0
+        fa = flash_attn == "on" or kv_dtype == "q8_0"
+        job = {"gguf": str(gguf), "threads": threads, "kv_dtype": kv_dtype, "flash_attn": fa,
+               "windows": f"{tmp}/windows.npy", "out": f"{tmp}/out.npz"}
         np.save(job["windows"], wins)
         Path(f"{tmp}/job.json").write_text(json.dumps(job))
         env = llama_cpp_peer.bindings_env(peer)
@@ -200,7 +206,8 @@ def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str) -> d
         if proc.returncode != 0:
             raise RuntimeError(f"llama.cpp worker failed on {gguf}:\n{proc.stderr[-3000:]}")
         got = np.load(job["out"])
-        return {"backend": "llama.cpp", "model": str(gguf), "kv_dtype": kv_dtype, "seconds": float(got["seconds"]),
+        return {"backend": "llama.cpp", "model": str(gguf), "kv_dtype": kv_dtype, "flash_attn": fa,
+                "seconds": float(got["seconds"]),
                 "nll": got["nll"], "top": got["top"], "llama_cpp": {k: peer[k] for k in ("llama_cpp_python",
                                                                                         "llama_cpp_commit")}}
 
@@ -248,7 +255,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--kv-dtype", nargs="+", default=["f32"], choices=KV_DTYPES, help="llaisys KV dtypes to run")
     ap.add_argument("--kv-layout", default="block", choices=("block", "slot"))
     ap.add_argument("--gguf", nargs="*", default=[], help="GGUF files to score with llama.cpp")
-    ap.add_argument("--llama-kv-dtype", default="f16", choices=KV_DTYPES, help="llama.cpp's KV type (its default f16)")
+    ap.add_argument("--llama-kv-dtype", nargs="+", default=["f16"], choices=KV_DTYPES,
+                    help="llama.cpp's KV types to run (its default f16)")
+    ap.add_argument("--llama-flash-attn", default="auto", choices=("auto", "on"),
+                    help="llama.cpp's flash attention: auto, where a quantized V cache needs it; on, every run")
     ap.add_argument("--tokenizer", default=None, help="model whose tokenizer makes the ids (default: the first --model)")
     ap.add_argument("--window", type=int, default=DEFAULT_WINDOW)
     ap.add_argument("--max-windows", type=int, default=None)
@@ -291,8 +301,9 @@ def main(argv=None) -> None:
     for path in models:
         runs += run_llaisys(path, wins, args.kv_dtype, args.kv_layout, args.threads)
     for gguf in args.gguf:
-        runs.append(run_llama_cpp(gguf, wins, threads, args.llama_kv_dtype))
-        print(f"llama.cpp {Path(gguf).name}: ppl {summarize(runs[-1]['nll'])['ppl']:.4f}", flush=True)
+        for kv in args.llama_kv_dtype:
+            runs.append(run_llama_cpp(gguf, wins, threads, kv, args.llama_flash_attn))
+            print(f"llama.cpp {Path(gguf).name} {kv} KV: ppl {summarize(runs[-1]['nll'])['ppl']:.4f}", flush=True)
     rows = report(runs)
     print_table(rows)
     result = {"tool": "perplexity", "machine": m, "threads": threads, "text": info, "tokenizer": str(tok_src),
