@@ -206,11 +206,17 @@ def main() -> None:
     runtime.set_num_threads(args.threads)
     m = machine()
     print(describe(m), flush=True)
-    path = hub.resolve_model(args.model)
-    tokenizer = Tokenizer.from_dir(path)
+    path = hub.resolve_model(args.model)  # a GGUF file on CPUs whose default format it is
+    if str(path).endswith(".gguf"):
+        from llaisys.models.gguf_model import load_gguf
+
+        got = load_gguf(path)
+        tokenizer, model = got.tokenizer, Model(got.loaded)
+    else:
+        tokenizer, model = Tokenizer.from_dir(path), Model.from_path(path)
     res = {"tool": "bench_kv_dtype", "machine": m, "model": str(path), "threads": args.threads,
            "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
-    with Model.from_path(path) as model:
+    with model:
         if "accuracy" in args.part:
             res["accuracy"] = accuracy(model, tokenizer, args.layouts, args.kv_dtypes)
         if "speed" in args.part:
