@@ -23,7 +23,8 @@ from llaisys.models.model import Model
 
 from .conftest import ARCH_VOCAB, write_word_tokenizer
 from .test_archs import PROMPTS, check_logits_every_position, hf_greedy
-from .test_mixtral_gguf import add_llama_layer, write_byte_vocab
+from .test_mixtral_gguf import add_llama_layer
+from .test_moe_gguf import write_byte_vocab
 from .test_moe_gguf import greedy
 from .test_tiny_qwen2 import Reference
 

@@ -15,12 +15,11 @@ import torch
 from llaisys.models.files import ModelFileError
 from llaisys.models.gguf_convert import convert_gguf
 from llaisys.models.gguf_model import load_gguf
-from llaisys.models.gguf_tokenizer import bytes_to_unicode
 from llaisys.models.loader import load_model
 
 from .test_archs import PROMPTS, hf_greedy
 from .test_moe import VOCAB, make_tiny_moe
-from .test_moe_gguf import add_moe_header, greedy
+from .test_moe_gguf import add_moe_header, greedy, write_byte_vocab
 
 FORMS = ("merged", "per_expert")
 LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
@@ -32,17 +31,6 @@ EXPERTS = {"w1": "ffn_gate", "w3": "ffn_up", "w2": "ffn_down"}
 def llama_cpp_permute(w: np.ndarray, n_head: int) -> np.ndarray:
     """convert_hf_to_gguf's LlamaModel.permute: each head's two rotary halves interleaved by row."""
     return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_byte_vocab(w: gguf.GGUFWriter, size: int) -> None:
-    """A byte-level BPE vocabulary of `size` tokens: the 256 bytes, one merge ("ab"), padding."""
-    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), size)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [5] * (size - 257))
-    w.add_token_merges(["a b"])
 
 
 def add_llama_layer(add, t: dict, cfg, n: int, names: dict) -> None:

@@ -30,6 +30,17 @@ LAYER_NAMES = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_
                "mlp.shared_expert.down_proj": "ffn_down_shexp", "mlp.shared_expert_gate": "ffn_gate_inp_shexp"}
 
 
+def write_byte_vocab(w: gguf.GGUFWriter, size: int) -> None:
+    """A byte-level BPE vocabulary of `size` tokens: the 256 bytes, one merge ("ab"), padding."""
+    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]
+    tokens += [f"[PAD{i}]" for i in range(len(tokens), size)]
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")
+    w.add_token_list(tokens)
+    w.add_token_types([1] * 257 + [5] * (size - 257))
+    w.add_token_merges(["a b"])
+
+
 def add_moe_header(w: gguf.GGUFWriter, cfg, top_k: int) -> None:
     """The metadata every MoE family's GGUF carries (sizes, rope base, norm epsilon, experts)."""
     w.add_block_count(cfg.n_layers)
@@ -56,13 +67,7 @@ def write_moe_gguf(path, ckpt_dir, family: str, quant: bool):
     w.add_expert_feed_forward_length(cfg.moe_intermediate_size)
     if cfg.shared_expert_intermediate_size:
         w.add_expert_shared_feed_forward_length(cfg.shared_expert_intermediate_size)
-    tokens = sorted(bytes_to_unicode().values(), key=ord) + ["ab"]  # the 256 bytes and one merge
-    tokens += [f"[PAD{i}]" for i in range(len(tokens), VOCAB)]
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")
-    w.add_token_list(tokens)
-    w.add_token_types([1] * 257 + [5] * (VOCAB - 257))
-    w.add_token_merges(["a b"])
+    write_byte_vocab(w, VOCAB)
     w.add_add_bos_token(False)
 
     def add(name, data):
