@@ -201,19 +201,14 @@ def main() -> None:
     from llaisys import runtime
     from llaisys.models import hub
     from llaisys.models.model import Model
-    from llaisys.models.tokenizer import Tokenizer
+    from llaisys.models.checkpoint import load_checkpoint
 
     runtime.set_num_threads(args.threads)
     m = machine()
     print(describe(m), flush=True)
     path = hub.resolve_model(args.model)  # a GGUF file on CPUs whose default format it is
-    if str(path).endswith(".gguf"):
-        from llaisys.models.gguf_model import load_gguf
-
-        got = load_gguf(path)
-        tokenizer, model = got.tokenizer, Model(got.loaded)
-    else:
-        tokenizer, model = Tokenizer.from_dir(path), Model.from_path(path)
+    loaded, tokenizer = load_checkpoint(path)
+    model = Model(loaded)
     res = {"tool": "bench_kv_dtype", "machine": m, "model": str(path), "threads": args.threads,
            "command": " ".join([Path(sys.argv[0]).name] + sys.argv[1:])}
     with model:

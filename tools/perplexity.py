@@ -214,16 +214,13 @@ def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str, flas
 
 def load_tokenizer(model: str):
     """The llaisys tokenizer of a model name, an HF directory, or a .gguf file (from its metadata,
-    through the worker, where llaisys loads GGUF files)."""
+    read with the file by models.checkpoint.load_checkpoint)."""
     from llaisys.models import hub
+    from llaisys.models.checkpoint import load_checkpoint
     from llaisys.models.tokenizer import Tokenizer
 
     if str(model).endswith(".gguf"):
-        from llaisys.engine.worker import Worker, WorkerConfig
-
-        worker = Worker(WorkerConfig(model=model))
-        worker.close()
-        return worker.tokenizer
+        return load_checkpoint(model)[1]
     return Tokenizer.from_dir(hub.resolve_model(model))
 
 

@@ -14,9 +14,8 @@ from ..dtypes import block_size as quant_block_size
 from ..kv_cache import as_layout
 from ..libllaisys import DeviceType
 from ..models import hub
-from ..models.loader import load_model
+from ..models.checkpoint import load_checkpoint
 from ..models.model import Model
-from ..models.tokenizer import Tokenizer
 from .config import DEFAULT_KV_DTYPE, KV_DTYPES, KV_DTYPES_CPU_ONLY, EngineConfig, check_kv_dtype
 from .model_runner import CoreModelRunner
 
@@ -128,17 +127,7 @@ class Worker:
             runtime.set_num_threads(cfg.threads)
         t0 = time.monotonic()
         self.path = hub.resolve_model(cfg.model, quant=cfg.quant)
-        if self.path.is_file():  # a .gguf file (resolve_model returns only those and directories)
-            if cfg.quantize is not None:
-                raise ValueError(f"quantize applies to HF safetensors directories; {self.path.name} is a GGUF file, "
-                                 f"whose weights run in their stored types")
-            from ..models.gguf_model import load_gguf  # imported here: gguf is only needed for GGUF files
-
-            g = load_gguf(self.path, dtype=cfg.dtype)
-            loaded, self.tokenizer = g.loaded, g.tokenizer
-        else:
-            loaded = load_model(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
-            self.tokenizer = Tokenizer.from_dir(self.path)
+        loaded, self.tokenizer = load_checkpoint(self.path, dtype=cfg.dtype, quantize=cfg.quantize)
         self._in_use_before = 0  # device memory in use before the weights (gpu_memory_utilization)
         if u is not None:  # on the device the model below goes to
             runtime.empty_cache(device, device_id)
