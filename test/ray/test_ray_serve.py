@@ -116,7 +116,7 @@ def test_session_turns_stay_on_one_replica_and_hit_its_cache(cluster):
     assert len(spread) == 1 and sum(spread.values()) == 4, (spread, decisions)  # every turn on one replica
     assert all(c > 0 for c in cached[1:]), cached  # each later turn reuses the history's blocks
     key = 'llaisys:ray_routing_decisions_total{policy="prefix_aware",reason="session"}'
-    assert m1.get(key, 0) - m0.get(key, 0) == 3, (m0.get(key), m1.get(key))
+    assert m1.get(key, 0) - m0.get(key, 0) == 3, decisions
     replica = next(iter(spread))
     # The hit rate comes from the replica's periodic report (every 0.5 s here), which a busy
     # machine delays: wait for a report made after the turns, within a bound.

@@ -63,3 +63,22 @@ def test_least_tokens_choice_offers_every_replica_at_once():
     router = _router([a, b])
     ranks = asyncio.run(router.choose_replicas([a, b], _pending("r3", None)))
     assert ranks == [[a], [b]]
+
+
+def test_completion_before_routed_keeps_the_session_reason():
+    """Serve schedules a request's completion callback and on_request_routed on the router's
+    loop; a short request can complete first (a CI run counted one session turn of four as
+    least_tokens). The decision must survive it, and a rejected attempt keeps counting passes."""
+    a, b = _Replica("a"), _Replica("b")
+    router = _router([a, b])
+    router._sessions["s"] = a.replica_id
+    req = _pending("r4", "s")
+    asyncio.run(router.choose_replicas([a, b], req))
+    router.on_request_completed(a.replica_id, "r4")  # a rejected or finished attempt
+    assert router._decided["r4"][3] == 1
+    asyncio.run(router.choose_replicas([a, b], req))  # the retry is the second pass, not a first
+    assert router._decided["r4"][3] == 2
+    before = ROUTING.snapshot()[0].get(("prefix_aware", "session"), 0)
+    router.on_request_routed(req, a.replica_id, None)
+    assert ROUTING.snapshot()[0].get(("prefix_aware", "session"), 0) == before + 1
+    assert "r4" not in router._decided and router._sessions["s"] == a.replica_id

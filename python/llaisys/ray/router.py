@@ -39,6 +39,7 @@ from ray.serve._private.request_router.pow_2_router import PowerOfTwoChoicesRequ
 from ray.serve.request_router import PendingRequest, RequestRouter, RunningReplica
 
 MAX_SESSIONS = 100_000  # session -> replica entries kept (least recently used dropped)
+MAX_DECIDED = 100_000  # decisions awaiting on_request_routed (a request cancelled before routing leaves one)
 MAX_RECENT_BLOCKS = 100_000  # per replica: block hashes routed there and not yet in a report
 ROUTED_MEMORY_S = 60.0  # how long a routed request counts towards a replica's load without a newer report
 AFFINITY_TRIES = 4  # routing passes that offer only the session's or prefix's replica before the others
@@ -73,7 +74,9 @@ class PrefixAwareRouter(RequestRouter):
         self._sessions: OrderedDict = OrderedDict()  # session -> ReplicaID of its last turn
         self._recent: dict = {}  # ReplicaID -> OrderedDict(hash prefix -> None), routed there lately
         self._routed: dict = {}  # ReplicaID -> deque of (wall time, tokens) routed there, oldest first
-        # internal request id -> (reason, route, matched, chosen id, passes) from choose_replicas
+        # internal request id -> (reason, matched, chosen id, passes) from choose_replicas, kept
+        # until on_request_routed: Serve may run the completion callback of a short request
+        # first (both are scheduled on the router's loop), so completion does not drop it
         self._decided: OrderedDict = OrderedDict()
         routing_log().routers.append(self)
 
@@ -139,10 +142,10 @@ class PrefixAwareRouter(RequestRouter):
         tries = 1
         if pending_request is not None:
             rid = pending_request.metadata.internal_request_id
-            tries = self._decided.get(rid, (None, None, 0, None, 0))[4] + 1
-            self._decided[rid] = (reason, route, matched, chosen.replica_id, tries)
+            tries = self._decided.get(rid, (None, 0, None, 0))[3] + 1
+            self._decided[rid] = (reason, matched, chosen.replica_id, tries)
             self._decided.move_to_end(rid)
-            while len(self._decided) > MAX_SESSIONS:  # a request cancelled before routing leaves its entry
+            while len(self._decided) > MAX_DECIDED:
                 self._decided.popitem(last=False)
         # Serve moves to the next rank when the chosen replica does not answer its queue-length
         # probe in time (a busy machine) or is full. For an affinity that would lose the cached
@@ -156,8 +159,8 @@ class PrefixAwareRouter(RequestRouter):
     # ---- bookkeeping ---------------------------------------------------------------------
     def on_request_routed(self, pending_request: PendingRequest, replica_id, result) -> None:
         rid = pending_request.metadata.internal_request_id
-        reason, route, matched, chosen, _ = self._decided.pop(
-            rid, ("least_tokens", _route(pending_request), 0, replica_id, 0))
+        reason, matched, chosen, _ = self._decided.pop(rid, ("least_tokens", 0, replica_id, 0))
+        route = _route(pending_request)
         if replica_id != chosen:  # the chosen replica did not take it: Serve's next rank did
             reason, matched = "unavailable", 0
         replica = self.curr_replicas.get(replica_id)
@@ -180,9 +183,6 @@ class PrefixAwareRouter(RequestRouter):
         routed.append((now, int(route.get("tokens") or 1)))
         while routed and routed[0][0] < now - ROUTED_MEMORY_S:  # long since covered by a report
             routed.popleft()
-
-    def on_request_completed(self, replica_id, internal_request_id: str) -> None:
-        self._decided.pop(internal_request_id, None)
 
     def on_replica_actor_died(self, replica_id) -> None:
         super().on_replica_actor_died(replica_id)
