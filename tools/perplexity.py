@@ -1,7 +1,7 @@
 """Perplexity over a fixed text every machine has: CPython's standard library source.
 
     python tools/perplexity.py [--model NAME|DIR|FILE.gguf ...] [--kv-dtype f32 f16 bf16 q8_0]
-        [--gguf FILE ...] [--llama-kv-dtype f16 [q8_0 ...]] [--llama-flash-attn auto|on]
+        [--gguf FILE ...] [--llama-kv-dtype f16 [q8_0 q8_0/f16 ...]] [--llama-flash-attn auto|on]
         [--window 512] [--max-windows N]
         [--threads N] [--out FILE]
 
@@ -24,7 +24,7 @@ Backends:
   and want_logits (the exact logits; no sampling). --kv-dtype lists the KV dtypes to run.
 - llama.cpp: llama-cpp-python with logits_all=True, run as a subprocess of the peer
   virtualenv of tools/build_llama_cpp.py (LLAMA_CPP_LIB_PATH set to its build), on each --gguf
-  and each --llama-kv-dtype. A quantized V cache needs its flash attention: --llama-flash-attn
+  and each --llama-kv-dtype (K/V, such as q8_0/f16, gives K and V apart). A quantized V cache needs its flash attention: --llama-flash-attn
   auto turns it on for q8_0 only, `on` for every run (so an f16 and a q8_0 run differ in the
   KV dtype alone).
 
@@ -164,11 +164,12 @@ def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str,
     n_win, n = wins.shape
     first, end = scored_rows(n)
     # ggml's type ids (the bindings name no GGML_TYPE_BF16; ggml.h: GGML_TYPE_BF16 = 30, Q8_0 = 8)
-    kv = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30),
-          "q8_0": getattr(L, "GGML_TYPE_Q8_0", 8)}[kv_dtype]
+    ggml = {"f32": L.GGML_TYPE_F32, "f16": L.GGML_TYPE_F16, "bf16": getattr(L, "GGML_TYPE_BF16", 30),
+            "q8_0": getattr(L, "GGML_TYPE_Q8_0", 8)}
+    k, v = split_kv(kv_dtype)
     extra = {"flash_attn": True} if flash_attn else {}
     llm = Llama(model_path=gguf, n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads, n_threads_batch=threads,
-                logits_all=True, type_k=kv, type_v=kv, verbose=False, **extra)
+                logits_all=True, type_k=ggml[k], type_v=ggml[v], verbose=False, **extra)
     nll = np.zeros((n_win, end - first))
     top = np.zeros((n_win, end - first), np.int64)
     for w, toks in enumerate(wins):
@@ -178,6 +179,20 @@ def llama_cpp_scores(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str,
         nll[w] = nll_of(logits, toks[first + 1:])
         top[w] = logits.argmax(axis=1)
     return nll, top
+
+
+def split_kv(kv_dtype: str) -> tuple[str, str]:
+    """'q8_0' -> ('q8_0', 'q8_0'); 'q8_0/f16' -> K q8_0, V f16 (llama.cpp's -ctk / -ctv)."""
+    k, _, v = kv_dtype.partition("/")
+    return k, v or k
+
+
+def llama_kv_dtype(text: str) -> str:
+    """argparse type of --llama-kv-dtype: a KV dtype, or K/V as two of them."""
+    parts = text.split("/")
+    if len(parts) > 2 or any(p not in KV_DTYPES for p in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: a KV dtype of {', '.join(KV_DTYPES)}, or K/V such as q8_0/f16")
+    return text
 
 
 def llama_worker_main(job_path: str) -> None:
@@ -195,7 +210,7 @@ def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str, flas
     peer = llama_cpp_peer.ensure()
     with tempfile.TemporaryDirectory() as tmp:
         # a quantized V cache needs llama.cpp's flash attention (-fa), as with llama-cli -ctv q8_0
-        fa = flash_attn == "on" or kv_dtype == "q8_0"
+        fa = flash_attn == "on" or split_kv(kv_dtype)[1] == "q8_0"
         job = {"gguf": str(gguf), "threads": threads, "kv_dtype": kv_dtype, "flash_attn": fa,
                "windows": f"{tmp}/windows.npy", "out": f"{tmp}/out.npz"}
         np.save(job["windows"], wins)
@@ -252,8 +267,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--kv-dtype", nargs="+", default=["f32"], choices=KV_DTYPES, help="llaisys KV dtypes to run")
     ap.add_argument("--kv-layout", default="block", choices=("block", "slot"))
     ap.add_argument("--gguf", nargs="*", default=[], help="GGUF files to score with llama.cpp")
-    ap.add_argument("--llama-kv-dtype", nargs="+", default=["f16"], choices=KV_DTYPES,
-                    help="llama.cpp's KV types to run (its default f16)")
+    ap.add_argument("--llama-kv-dtype", nargs="+", default=["f16"], type=llama_kv_dtype,
+                    help="llama.cpp's KV types to run (its default f16); K/V (q8_0/f16) sets them apart")
     ap.add_argument("--llama-flash-attn", default="auto", choices=("auto", "on"),
                     help="llama.cpp's flash attention: auto, where a quantized V cache needs it; on, every run")
     ap.add_argument("--tokenizer", default=None, help="model whose tokenizer makes the ids (default: the first --model)")

@@ -66,6 +66,14 @@ def test_windows_cover_what_they_claim(tool):
     assert issubclass(tool.PerplexityError, ValueError)
 
 
+def test_llama_kv_dtypes_name_k_and_v_apart(tool):
+    args = tool.parse_args(["--llama-kv-dtype", "f16", "q8_0", "q8_0/f16"])
+    assert [tool.split_kv(k) for k in args.llama_kv_dtype] == [("f16", "f16"), ("q8_0", "q8_0"), ("q8_0", "f16")]
+    for bad in ("q4_0", "q8_0/", "f16/f16/f16"):
+        with pytest.raises(SystemExit):
+            tool.parse_args(["--llama-kv-dtype", bad])
+
+
 def test_nll_matches_torch_cross_entropy(tool):
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(33, 1000, generator=g) * 8
