@@ -1,5 +1,7 @@
 #include "kv_cache.hpp"
 
+#include "hadamard.hpp"
+
 #include "../device/runtime_api.hpp"
 #include "../ops/rope/cpu/rope_cpu.hpp"
 #include "../quant/dequant.hpp"
@@ -21,6 +23,10 @@ size_t KVCache::row_bytes(const llaisysKVCacheParams_t &p) {
     if (p.dtype == LLAISYS_DTYPE_Q8_0) return quant::row_bytes(p.dtype, elems);  // head_dim % 32 == 0 (checked)
     return checked_mul(elems, dtype_size(p.dtype), "KV cache row bytes");
 }
+
+size_t KVCache::k_rotation() const { return p_.dtype == LLAISYS_DTYPE_Q8_0 ? key_rotation(p_.head_dim) : 0; }
+
+size_t KVCache::v_rotation() const { return p_.dtype == LLAISYS_DTYPE_Q8_0 ? value_rotation(p_.head_dim) : 0; }
 
 size_t KVCache::bytes_per_slot(const llaisysKVCacheParams_t &p) {
     const size_t row = row_bytes(p);
@@ -175,7 +181,8 @@ void KVCache::seq_add(int32_t seq, int64_t p0, int64_t p1, int64_t delta) {
 }
 
 // RoPE composes: rotating a key stored at p by delta gives the key at p + delta. A q8_0 row is
-// widened to f32, rotated and quantized again (as llama.cpp's K shift does).
+// widened to f32, taken out of its Hadamard basis (H is its own inverse), rotated, put back and
+// quantized again (as llama.cpp's K shift does).
 void KVCache::rotate_key_cpu(size_t layer, int32_t slot, int64_t delta, std::vector<float> &scratch) {
     std::byte *row = k(layer) + size_t(slot) * row_bytes();
     if (p_.dtype != LLAISYS_DTYPE_Q8_0) {
@@ -188,8 +195,10 @@ void KVCache::rotate_key_cpu(size_t layer, int32_t slot, int64_t delta, std::vec
     const size_t nb = row_elems() / quant::kBlock32;
     for (size_t b = 0; b < nb; b++) quant::dequantize_block(blocks[b], scratch.data() + b * quant::kBlock32);
     auto *fb = reinterpret_cast<std::byte *>(scratch.data());
+    hadamard(scratch.data(), 1, row_elems(), row_elems(), k_rotation());
     ops::cpu::rope(fb, fb, &delta, LLAISYS_DTYPE_F32, 1, p_.n_kv_heads, p_.head_dim, row_elems(), inv_freq_.data(),
                    1.0f);
+    hadamard(scratch.data(), 1, row_elems(), row_elems(), k_rotation());
     for (size_t b = 0; b < nb; b++) quant::quantize_block(scratch.data() + b * quant::kBlock32, blocks[b]);
 }
 

@@ -26,6 +26,12 @@ public:
     // Bytes of one slot of one layer: elements x dtype size, or whole q8_0 blocks (34 bytes
     // per 32 values, each head's row its own head_dim / 32 blocks).
     static size_t row_bytes(const llaisysKVCacheParams_t &params);
+    // The block sizes of the Hadamard basis the cache keeps keys and values in (hadamard.hpp):
+    // a q8_0 cache's key_rotation(head_dim) and value_rotation(head_dim); 0 (stored as they
+    // are) for the float dtypes. The writer rotates K, V and the query; attention's output is
+    // rotated back by value_rotation.
+    size_t k_rotation() const;
+    size_t v_rotation() const;
 
     std::byte *k(size_t layer) const;  // [n_slots, n_kv_heads, head_dim] of layer (row_bytes() per slot)
     std::byte *v(size_t layer) const;
@@ -60,7 +66,8 @@ private:
     void check_block(size_t block) const;
 
     // CPU: re-rotate the key of `slot` in `layer` by delta positions, in place (seq_add and
-    // copy_shift). A q8_0 row is widened into `scratch` [row_elems()], rotated, quantized again.
+    // copy_shift). A q8_0 row is widened into `scratch` [row_elems()], taken out of its Hadamard
+    // basis, rotated, put back and quantized again.
     void rotate_key_cpu(size_t layer, int32_t slot, int64_t delta, std::vector<float> &scratch);
 
     // seq_add on a GPU: rotate the keys of `cells` by delta positions, in one launch on the

@@ -1,7 +1,8 @@
 """llaisysKVCacheCopyShift (cache reuse, BLOCK layout) against a torch reference: a key stored as
 RoPE(x, p) and copied with delta must read back as RoPE(x, p + delta) computed directly
 (transformers' apply_rotary_pos_emb), its V unchanged, every other slot untouched; in each
-storage dtype (q8_0 re-quantizes the rotated row, as SeqAdd does) and two RoPE bases. Then
+storage dtype (q8_0 re-quantizes the rotated row, as SeqAdd does, in the Hadamard basis its rows
+are stored in) and two RoPE bases. Then
 every misuse answered with a status and a message, changing nothing."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from kv_basis import hadamard, key_rotation, value_rotation
 from llaisys import Status
 from llaisys.kv_cache import KVCache
 from llaisys.libllaisys import LIB
@@ -43,7 +45,12 @@ def rope_ref(x: np.ndarray, pos: np.ndarray, theta: float) -> np.ndarray:
 
 
 # ---- storage codecs: [..., heads * d] f32 <-> the cache's bytes -------------------------------
-def encode(x: np.ndarray, dtype: str) -> bytes:
+def basis(which: int) -> int:
+    """A q8_0 cache's Hadamard block for its keys (which 0) or values (1)."""
+    return key_rotation(HD) if which == 0 else value_rotation(HD)
+
+
+def encode(x: np.ndarray, dtype: str, which: int = 0) -> bytes:
     x = np.ascontiguousarray(x, np.float32)
     if dtype == "f32":
         return x.tobytes()
@@ -51,7 +58,7 @@ def encode(x: np.ndarray, dtype: str) -> bytes:
         return x.astype(np.float16).tobytes()
     if dtype == "bf16":
         return torch.from_numpy(x).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
-    blocks = x.reshape(-1, 32)  # q8_0: an f16 scale and 32 int8 per block
+    blocks = hadamard(x, basis(which)).reshape(-1, 32)  # q8_0: an f16 scale and 32 int8 per block
     d = (np.abs(blocks).max(axis=1) / 127).astype(np.float16)
     inv = np.where(d.astype(np.float32) > 0, 1 / np.maximum(d.astype(np.float32), 1e-30), 0)
     q = np.clip(np.rint(blocks * inv[:, None]), -127, 127).astype(np.int8)
@@ -61,7 +68,7 @@ def encode(x: np.ndarray, dtype: str) -> bytes:
     return out.tobytes()
 
 
-def decode(b: bytes, dtype: str) -> np.ndarray:
+def decode(b: bytes, dtype: str, which: int = 0) -> np.ndarray:
     if dtype == "f32":
         return np.frombuffer(b, np.float32).copy()
     if dtype == "f16":
@@ -70,7 +77,7 @@ def decode(b: bytes, dtype: str) -> np.ndarray:
         return torch.from_numpy(np.frombuffer(b, np.int16).copy()).view(torch.bfloat16).float().numpy()
     raw = np.frombuffer(b, np.uint8).reshape(-1, 34)
     d = raw[:, :2].copy().view(np.float16).astype(np.float32)
-    return (raw[:, 2:].copy().view(np.int8).astype(np.float32) * d).reshape(-1)
+    return hadamard((raw[:, 2:].copy().view(np.int8).astype(np.float32) * d).reshape(-1), basis(which))
 
 
 def row_bytes(dtype: str) -> int:
@@ -88,7 +95,7 @@ def read_all(cache: KVCache, dtype: str) -> tuple:
             for which, arr in ((0, k), (1, v)):
                 chunk = data[(2 * layer + which) * part:(2 * layer + which + 1) * part]
                 for s in range(BS):
-                    arr[layer, b * BS + s] = decode(chunk[s * rb:(s + 1) * rb], dtype)
+                    arr[layer, b * BS + s] = decode(chunk[s * rb:(s + 1) * rb], dtype, which)
     return k, v, raw
 
 
@@ -101,7 +108,7 @@ def fill(cache: KVCache, dtype: str, theta: float, seed: int = 0) -> np.ndarray:
     k = k.reshape(LAYERS, NSLOTS, NKV * HD).astype(np.float32)
     for b in range(NBLOCKS):
         sl = slice(b * BS, (b + 1) * BS)
-        payload = b"".join(encode(k[layer, sl], dtype) + encode(v[layer, sl], dtype) for layer in range(LAYERS))
+        payload = b"".join(encode(k[layer, sl], dtype, 0) + encode(v[layer, sl], dtype, 1) for layer in range(LAYERS))
         cache.write_block(b, payload)
     return x
 

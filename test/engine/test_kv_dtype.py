@@ -6,7 +6,8 @@ tokens on the parity prompts are f32 KV's choice wherever f32 KV's top-2 margin 
 tie margin (teacher-forced f32 KV logits on the tested dtype's own continuation).
 
 q8_0 (llama.cpp's -ctk/-ctv q8_0) runs on the CPU only, for head dims that are whole 32-value
-blocks: its rows are gguf-py's own Q8_0 quantization of the f32 rows, byte for byte."""
+blocks: its rows are gguf-py's own Q8_0 quantization of the f32 rows in the cache's Hadamard
+basis, byte for byte."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import inspect
 import numpy as np
 import pytest
 
+from kv_basis import hadamard, key_rotation, value_rotation
 from llaisys.engine import LLM, EngineConfig, LLMEngine, SamplingParams
 from llaisys.engine.config import DEFAULT_KV_DTYPE, KV_DTYPES, check_kv_dtype
 from llaisys.engine.model_runner import CoreModelRunner
@@ -123,8 +125,9 @@ def test_pool_is_sized_by_the_kv_dtype(qwen05_dir):
 def test_q8_0_rows_are_gguf_quantization_of_the_f32_rows(qwen05_model):
     """The write path: one prefill into an f32 and a q8_0 BLOCK cache. Layer 0's K and V rows
     come from the embeddings alone (no attention before them), so they are the same f32 values
-    in both runs, and the q8_0 cache must hold gguf-py's Q8_0 quantization of them, byte for
-    byte (round to nearest, d = max|x| / 127 in f32 stored as f16, as ggml's quantize_row_q8_0).
+    in both runs, and the q8_0 cache must hold gguf-py's Q8_0 quantization of them in the cache's
+    Hadamard basis (kv_basis.py), byte for byte (round to nearest, d = max|x| / 127 in f32 stored
+    as f16, as ggml's quantize_row_q8_0).
     Deeper layers' rows differ (their inputs saw q8_0 attention) but every layer was written."""
     gguf = pytest.importorskip("gguf")
     model, tokenizer = qwen05_model
@@ -141,18 +144,22 @@ def test_q8_0_rows_are_gguf_quantization_of_the_f32_rows(qwen05_model):
     f32 = np.frombuffer(blocks["f32"], np.float32).reshape(layers, 2, n * kvh, hd)  # [layer][K, V][rows, hd]
     q8 = np.frombuffer(blocks["q8_0"], np.uint8).reshape(layers, 2, n * kvh, hd // 32 * 34)
     Q8_0 = gguf.GGMLQuantizationType.Q8_0
-    for kv in (0, 1):
-        assert np.array_equal(q8[0, kv], gguf.quants.quantize(f32[0, kv], Q8_0)), "layer 0 " + "KV"[kv]
+    for kv, block in ((0, key_rotation(hd)), (1, value_rotation(hd))):  # rows kept in a Hadamard basis
+        assert np.array_equal(q8[0, kv], gguf.quants.quantize(hadamard(f32[0, kv], block), Q8_0)), "layer 0 " + "KV"[kv]
         scales = q8[:, kv].reshape(layers, -1, 34)[:, :, :2].copy().view(np.float16)  # [layers, blocks]
         assert (scales != 0).all() and np.isfinite(scales).all()
 
 
 @pytest.mark.slow
 def test_q8_0_slot_shift_requantizes_rotated_keys(qwen05_model):
-    """SLOT seq_add on a q8_0 cache widens each key row, re-rotates it and quantizes it again: a
-    prefill at 0.. shifted by 37 decodes like one prefilled at 37.. (measured: logits within
-    0.43, the f32 cache's 1.4e-5; the second rounding is the difference), far from the
-    unshifted cache's 14.5."""
+    """SLOT seq_add on a q8_0 cache widens each key row, takes it out of the Hadamard basis,
+    re-rotates it and quantizes it again: a prefill at 0.. shifted by 37 decodes like one
+    prefilled at 37.. (the same top token; logits within 1.87, measured 2026-11-29, far from the
+    unshifted cache's 13.6; the f32 cache's pair differs by 0.052). Most of the 1.87 is the
+    prefill at 0, not the second rounding: the first token's key, unrotated by RoPE there, puts
+    its outlier in one dimension, which q8_0 keeps almost exactly in the plain basis (a block's
+    largest value is stored exactly) and spreads over the block in the Hadamard one; a q8_0
+    prefill at 0 differs from f32 KV by 2.2, at 1, 5, 37 or 500 by 0.26-0.41."""
     model, tokenizer = qwen05_model
     ids = tokenizer.encode("def fibonacci(n):\n    # the n-th Fibonacci number, by a loop\n    a, b = 0, 1\n")
     n, delta = len(ids) - 1, 37
@@ -167,8 +174,8 @@ def test_q8_0_slot_shift_requantizes_rotated_keys(qwen05_model):
                               seq_ids=[0], want_logits=True).logits[0]
 
     direct, shifted, unshifted = decode(delta, 0), decode(0, delta), decode(0, 0)
-    assert np.abs(shifted - direct).max() < 1.0 and shifted.argmax() == direct.argmax()
-    assert np.abs(unshifted - direct).max() > 5.0
+    assert np.abs(shifted - direct).max() < 3.0 and shifted.argmax() == direct.argmax()
+    assert np.abs(unshifted - direct).max() > 8.0
 
 
 def _greedy(model, tokenizer, prompts, layout, kv_dtype):

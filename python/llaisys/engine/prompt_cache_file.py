@@ -41,7 +41,9 @@ from typing import Optional, Sequence
 import numpy as np
 
 MAGIC = b"LLKVBLK\0"
-FORMAT_VERSION = 1
+# 2: q8_0 payloads hold keys and values in the KV cache's Hadamard basis (kv_cache/hadamard.hpp);
+# a version-1 q8_0 file read as version 2 would give wrong attention, so every older file is refused.
+FORMAT_VERSION = 2
 _HEAD = struct.Struct("<8sI32s32sIIIIIIQ32s32sB3xI4x")
 HEAD_BYTES = _HEAD.size  # 184
 SUFFIX = ".kvb"

@@ -11,6 +11,7 @@
 #include "../../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
 #include "../../../ops/rope/cpu/rope_cpu.hpp"
 #include "../../../ops/swiglu/cpu/swiglu_cpu.hpp"
+#include "../../../kv_cache/hadamard.hpp"
 #include "../../../quant/quantize.hpp"
 #include "../../../sampling/sampler.hpp"
 #include "../../../utils/types.hpp"
@@ -102,6 +103,20 @@ public:
                        c_.rope_scale);
     }
 
+    // A q8_0 cache keeps keys and values in a Hadamard basis (kv_cache/hadamard.hpp): after RoPE,
+    // q and k are rotated in k_rotation() blocks and v in v_rotation() blocks, in place in qkv
+    // (attention reads q from there); attention() rotates its output back.
+    void rope_kv_write(kv::KVCache &cache, size_t layer, float *qkv, size_t n, size_t heads, size_t kv_heads,
+                       size_t q_dim, size_t qkv_dim) override {
+        rope(qkv, n, heads, qkv_dim);
+        rope(qkv + q_dim, n, kv_heads, qkv_dim);
+        if (const size_t rk = cache.k_rotation()) {
+            kv::hadamard(qkv, n, q_dim + c_.kv_dim, qkv_dim, rk);  // q | k, both whole heads of rk blocks
+            kv::hadamard(qkv + q_dim + c_.kv_dim, n, c_.kv_dim, qkv_dim, cache.v_rotation());
+        }
+        kv_write(cache, layer, qkv, n);
+    }
+
     void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
         const size_t kv_dim = c_.kv_dim, row_bytes = cache.row_bytes();
         for (size_t t = 0; t < n; t++) {
@@ -117,6 +132,7 @@ public:
         ops::cpu::paged_attention(bytes(out), c_.q_dim, bytes(qkv), c_.qkv_dim, kF32, cache.k(layer), cache.v(layer),
                                   cache.dtype(), view_, c_.p.n_heads, c_.p.n_kv_heads, hd, hd, c_.softmax_scale,
                                   int64_t(window));
+        if (const size_t rv = cache.v_rotation()) kv::hadamard(out, b_->n_tokens, c_.q_dim, c_.q_dim, rv);
     }
 
     void swiglu(float *out, const float *gate_up, size_t n, size_t width) override {
