@@ -7,10 +7,13 @@ One run, configurations alternated within each repeat, printed table + JSON:
   draft model (default: the 0.5B's GGUF), at batch 1 and batch 16 (adaptive k and the
   off-switch on, as users get them);
 - llama.cpp's own speculative decoding, the peer of record: llama-server (tools/build_llama_cpp.py)
-  on the same GGUF files and prompts, one slot, off, n-gram (`--spec-type ngram-simple`: prompt
-  lookup in C++) and draft model (`-md`, the same draft GGUF), batch 1, over loopback with
-  streaming: tok/s = (tokens - 1) / (last token - first token) from the client's clock, as for
-  llaisys (its own `timings.predicted_per_second` and draft acceptance are kept beside);
+  on the same GGUF files and prompts, off, n-gram (`--spec-type ngram-simple`: prompt lookup in
+  C++) and draft model (`-md`, the same draft GGUF), over loopback with streaming. Batch 1: one
+  slot, tok/s = (tokens - 1) / (last token - first token) from the client's clock, as for
+  llaisys (its own `timings.predicted_per_second` and draft acceptance are kept beside). Batch
+  B: B slots (`--parallel B`, 1,024 tokens of context each), the B prompts sent at once, tok/s =
+  output tokens / wall time from the first request sent to the last stream's end, as llaisys'
+  batch figure (which runs offline: no HTTP on its side);
 - llama-cpp-python on the same GGUF file and prompts, plain and with its prompt-lookup
   speculative decoding (llama_cpp.llama_speculative.LlamaPromptLookupDecoding), batch 1: a
   labelled row only (pure-Python lookup through logits_all, slower than plain llama.cpp).
@@ -92,8 +95,14 @@ CHAT = ["Explain how a hash map works.", "Write a short story about a robot lear
 
 
 def prompts(kind: str, n: int) -> list:
+    """n prompts of the workload. A batch larger than its distinct prompts tags each with its
+    index, so that no two share more than the chat template's head: llama-server's slots share
+    no prefix, and llaisys' prefix cache would have prefilled a repeated prompt once (the rows
+    of before 2026-11-29 16:00 UTC repeated them)."""
     base = GROUNDED if kind == "grounded" else CHAT
-    return [base[i % len(base)] for i in range(n)]
+    if n <= len(base):
+        return base[:n]
+    return [f"(Request {i + 1} of {n}.) {base[i % len(base)]}" for i in range(n)]
 
 
 # ---- workers ----------------------------------------------------------------------------------
@@ -159,16 +168,19 @@ def run_llama(cfg: dict) -> dict:
 
 
 def run_llama_server(cfg: dict) -> dict:
-    """llama-server with its own speculation (cfg["spec"]: off, ngram, draft:<gguf>), one slot."""
+    """llama-server with its own speculation (cfg["spec"]: off, ngram, draft:<gguf>), one slot
+    per sequence of the batch."""
     import urllib.request
+    from concurrent.futures import ThreadPoolExecutor
 
     peer = llama_cpp_peer.ensure()
     port = free_port()
-    spec = cfg["spec"]
+    spec, batch = cfg["spec"], cfg["batch"]
     extra = [] if spec == "off" else ["--spec-type", "ngram-simple"] if spec == "ngram" else \
         ["-md", spec.split(":", 1)[1], "-tbd", str(cfg["threads"]), "-td", str(cfg["threads"])]
+    ctx = 4096 if batch == 1 else 1024 * batch  # the slots share -c
     argv = [peer["server"], "-m", cfg["llama_gguf"], "--host", "127.0.0.1", "--port", str(port), "-t", str(cfg["threads"]),
-            "-tb", str(cfg["threads"]), "-c", "4096", "--parallel", "1", "--no-webui", *extra]
+            "-tb", str(cfg["threads"]), "-c", str(ctx), "--parallel", str(batch), "--no-webui", *extra]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -199,6 +211,16 @@ def run_llama_server(cfg: dict) -> dict:
             return first, last, timings
 
         chat("Hi", 4)  # warm-up
+        if batch > 1:  # all slots at once: output tokens over the whole batch's wall time
+            t0 = time.perf_counter()
+            with ThreadPoolExecutor(batch) as pool:
+                done = list(pool.map(lambda p: chat(p, cfg["max_tokens"]), prompts(cfg["workload"], batch)))
+            wall = time.perf_counter() - t0
+            drafted = sum(t.get("draft_n", 0) for _, _, t in done)
+            res = {"tok_s": sum(t["predicted_n"] for _, _, t in done) / wall, "argv": argv[1:]}
+            if drafted:
+                res["acceptance_rate"] = round(sum(t.get("draft_n_accepted", 0) for _, _, t in done) / drafted, 3)
+            return res
         rates, own, accept = [], [], []
         for p in [prompts(cfg["workload"], 1)[0]] if cfg["workload"] == "chat" else GROUNDED[:2]:
             first, last, t = chat(p, cfg["max_tokens"])
@@ -264,10 +286,10 @@ def main() -> None:
         for b in a.batches:
             for spec in ("off", "ngram", f"draft:{a.draft}"):
                 configs.append(dict(backend="llaisys", workload=w, batch=b, spec=spec))
-            if b == 1 and not a.no_llama:
+            if not a.no_llama:
                 for spec in ("off", "ngram", f"draft:{a.draft}"):
-                    configs.append(dict(backend="llama-server", workload=w, batch=1, spec=spec))
-                if a.bindings:
+                    configs.append(dict(backend="llama-server", workload=w, batch=b, spec=spec))
+                if a.bindings and b == 1:
                     for spec in ("off", "ngram"):
                         configs.append(dict(backend="llama.cpp", workload=w, batch=1, spec=spec))
     for c in configs:
@@ -300,15 +322,16 @@ def main() -> None:
         paired = statistics.median(pairs) if pairs else None
         print(f"{r['config']:58s} {fmt(r['tok_s']):>8s} {fmt(r['x_off']):>6s} {fmt(paired):>6s} "
               f"{fmt(last.get('acceptance_rate')):>7s} {fmt(last.get('mean_accepted_length')):>8s}")
-    def rate(w, backend, spec):
+    def rate(w, b, backend, spec):
         return next((r["tok_s"] for r in rows if (r["workload"], r["batch"], r["backend"], r["spec"]) ==
-                     (w, 1, backend, spec)), None)
+                     (w, b, backend, spec)), None)
 
-    for w in a.workloads:  # llaisys against llama-server, like for like, batch 1
-        for spec in ("off", "ngram", "draft"):
-            mine, peer = rate(w, "llaisys", spec), rate(w, "llama-server", spec)
-            if mine and peer:
-                print(f"{w}: llaisys {spec} / llama-server {spec} = {mine / peer:.2f}x")
+    for w in a.workloads:  # llaisys against llama-server, like for like
+        for b in a.batches:
+            for spec in ("off", "ngram", "draft"):
+                mine, peer = rate(w, b, "llaisys", spec), rate(w, b, "llama-server", spec)
+                if mine and peer:
+                    print(f"{w} b{b}: llaisys {spec} / llama-server {spec} = {mine / peer:.2f}x")
     out = dict(machine=machine(), args=vars(a), rows=rows, time=time.strftime("%Y-%m-%d %H:%M:%S"))
     print(json.dumps(out))
     if a.json:
