@@ -3,6 +3,7 @@
 // through the lm_head screen when the lm_head is packed.
 #include "../backend.hpp"
 
+#include "../../../kv_cache/hadamard.hpp"
 #include "../../../ops/elementwise/cpu/elementwise_cpu.hpp"
 #include "../../../ops/embedding/cpu/embedding_cpu.hpp"
 #include "../../../ops/linear/cpu/linear_cpu.hpp"
@@ -11,7 +12,6 @@
 #include "../../../ops/rms_norm/cpu/rms_norm_cpu.hpp"
 #include "../../../ops/rope/cpu/rope_cpu.hpp"
 #include "../../../ops/swiglu/cpu/swiglu_cpu.hpp"
-#include "../../../kv_cache/hadamard.hpp"
 #include "../../../quant/quantize.hpp"
 #include "../../../sampling/sampler.hpp"
 #include "../../../utils/types.hpp"
