@@ -24,9 +24,11 @@ Backends:
   and want_logits (the exact logits; no sampling). --kv-dtype lists the KV dtypes to run.
 - llama.cpp: llama-cpp-python with logits_all=True, run as a subprocess of the peer
   virtualenv of tools/build_llama_cpp.py (LLAMA_CPP_LIB_PATH set to its build), on each --gguf
-  and each --llama-kv-dtype (K/V, such as q8_0/f16, gives K and V apart). A quantized V cache needs its flash attention: --llama-flash-attn
-  auto turns it on for q8_0 only, `on` for every run (so an f16 and a q8_0 run differ in the
-  KV dtype alone).
+  and each --llama-kv-dtype (K/V, such as q8_0/f16, gives K and V apart). A quantized V cache
+  needs its flash attention: --llama-flash-attn auto turns it on for a q8_0 V only, `on` for
+  every run (so an f16 and a q8_0 run differ in the KV dtype alone). llama.cpp keeps a
+  quantized cache in a Hadamard basis, as llaisys does; LLAMA_ATTN_ROT_DISABLE=1 in the
+  environment turns that off for a comparison.
 
 Prints a table (ppl, mean NLL, top-1 agreement with the first run, seconds) and writes JSON
 with the machine (tools/benchkit/host.py), the text's identity and every run.
