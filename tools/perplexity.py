@@ -230,15 +230,12 @@ def run_llama_cpp(gguf: str, wins: np.ndarray, threads: int, kv_dtype: str, flas
 
 
 def load_tokenizer(model: str):
-    """The llaisys tokenizer of a model name, an HF directory, or a .gguf file (from its metadata,
-    read with the file by models.checkpoint.load_checkpoint)."""
+    """The llaisys tokenizer of a model name, an HF directory, or a .gguf file (from its
+    metadata; models.checkpoint.load_tokenizer reads no weights)."""
     from llaisys.models import hub
-    from llaisys.models.checkpoint import load_checkpoint
-    from llaisys.models.tokenizer import Tokenizer
+    from llaisys.models.checkpoint import load_tokenizer as checkpoint_tokenizer
 
-    if str(model).endswith(".gguf"):
-        return load_checkpoint(model)[1]
-    return Tokenizer.from_dir(hub.resolve_model(model))
+    return checkpoint_tokenizer(hub.resolve_model(model))
 
 
 # ---- driver ---------------------------------------------------------------------------------

@@ -85,6 +85,15 @@ def test_nll_matches_torch_cross_entropy(tool):
 
 
 @pytest.mark.slow
+def test_a_gguf_file_gives_the_directorys_ids(tool, qwen05_dir, qwen05_gguf):
+    """The ids come from the tokenizer of a directory or of a GGUF file (read from its metadata,
+    as a model name resolves to on a CPU whose default format is the GGUF) alike."""
+    text = tool.stdlib_text()[:4000]
+    want = tool.load_tokenizer(str(qwen05_dir)).encode(text)
+    assert tool.load_tokenizer(str(qwen05_gguf)).encode(text) == want and len(want) > 500
+
+
+@pytest.mark.slow
 def test_llaisys_perplexity_equals_transformers(tool, qwen05_dir):
     from transformers import AutoModelForCausalLM
 

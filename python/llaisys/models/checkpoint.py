@@ -26,3 +26,15 @@ def load_checkpoint(path: Union[str, os.PathLike], dtype: Optional[str] = None, 
     from .tokenizer import Tokenizer
 
     return load_model(path, dtype=dtype, quantize=quantize), Tokenizer.from_dir(path)
+
+
+def load_tokenizer(path: Union[str, os.PathLike]):
+    """The Tokenizer alone of a model directory or a .gguf file (no weights are read)."""
+    path = Path(path)
+    if path.is_file():
+        from .gguf_model import load_gguf_tokenizer
+
+        return load_gguf_tokenizer(path)
+    from .tokenizer import Tokenizer
+
+    return Tokenizer.from_dir(path)

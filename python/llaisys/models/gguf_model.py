@@ -204,6 +204,20 @@ def tokenizer_from_files(files: TokenizerFiles, config, source: str) -> Tokenize
     return Tokenizer(backend, special_map, special, chat)
 
 
+def _header(path: Path) -> tuple:
+    """(file, tensor plan, config, tokenizer) of a GGUF file, validated: all but the weights."""
+    source = str(path)
+    f = read_gguf(path)  # bounded walk: counts, sizes and types checked against the file
+    plan = _plan(f, source)
+    config = _config_and_check(f, plan, source)
+    return f, plan, config, tokenizer_from_files(tokenizer_files(f, config, source), config, source)
+
+
+def load_gguf_tokenizer(path: Union[str, os.PathLike]) -> Tokenizer:
+    """The tokenizer of a GGUF file, as load_gguf builds it, without reading the weights."""
+    return _header(Path(path))[3]
+
+
 def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGUFModel:
     """Read, validate and map a GGUF file (Qwen2, Qwen3, Qwen2-MoE, Qwen3-MoE, Llama, Mistral, Mixtral) for the model;
     see the module docstring (gguf_moe.py for the experts).
@@ -215,11 +229,7 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
     source = str(path)
     if dtype is not None and dtype not in _FLOAT_DTYPES:
         raise ValueError(f"dtype must be one of {_FLOAT_DTYPES} or None, got {dtype!r}")
-    f = read_gguf(path)  # bounded walk: counts, sizes and types checked against the file
-    plan = _plan(f, source)
-    config = _config_and_check(f, plan, source)
-    files = tokenizer_files(f, config, source)
-    tokenizer = tokenizer_from_files(files, config, source)
+    f, plan, config, tokenizer = _header(path)
     dtype = _float_dtype(plan, dtype)
     tensors = {}
     permuted = is_permuted(f)
@@ -242,5 +252,5 @@ def quant_summary(loaded: LoadedModel) -> dict:
     return out
 
 
-__all__ = ["GGUFModel", "QUANT_TAGS", "QUANTIZABLE_KINDS", "is_gguf", "load_gguf", "quant_summary",
-           "tokenizer_from_files"]
+__all__ = ["GGUFModel", "QUANT_TAGS", "QUANTIZABLE_KINDS", "is_gguf", "load_gguf", "load_gguf_tokenizer",
+           "quant_summary", "tokenizer_from_files"]
