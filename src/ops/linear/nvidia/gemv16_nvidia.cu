@@ -8,6 +8,7 @@
 
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
+#include "../../../device/nvidia/load_stream.cuh"
 #include "../../../utils/error.hpp"
 
 #include <cstdlib>
@@ -27,14 +28,6 @@ __device__ __forceinline__ size_t ceil_div_dev(size_t a, size_t b) { return (a +
 // (132 multiprocessors on an H200: 2 row pairs a warp, 4 warps a block), and a row is long.
 constexpr size_t kSplitBelowRows = 2 * 8 * 132;
 constexpr size_t kSplitMinK = 2048;
-
-__device__ __forceinline__ uint4 load_stream(const void *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 // Two weights packed in 32 bits, widened exactly.
 __device__ __forceinline__ float2 widen2(uint32_t u, bf16_t) {
