@@ -260,34 +260,48 @@ __device__ __forceinline__ const B *group_row(const SegGroup<B> &g, size_t row, 
     return w0 + (row - r0) * nb;
 }
 
-// The end of a GEMV row: the lanes' sums added across the warp, then (WPR > 1) across the
-// row's warps through part [kGemvWarps][MR], and written with the bias by one lane. Every
-// warp of the block calls it when WPR > 1 (it holds a block barrier).
-template <int MR, int WPR>
-__device__ __forceinline__ void finish_row(float (&acc)[MR], float (*part)[MR], unsigned lane, unsigned warp,
-                                           bool live, size_t row, float *out, size_t ldo, int m, const void *bias,
-                                           int bias_dt) {
+// The end of a warp's R GEMV rows row0 .. row0 + R - 1 (those below `rows` are written): the
+// lanes' sums added across the warp, then (WPR > 1) across the rows' warps through
+// part [kGemvWarps][R][MR], and written with the bias by one lane. Every warp of the block calls
+// it when WPR > 1 (it holds a block barrier).
+template <int MR, int WPR, int R = 1>
+__device__ __forceinline__ void finish_row(float (&acc)[R][MR], float (*part)[R][MR], unsigned lane, unsigned warp,
+                                           size_t row0, size_t rows, float *out, size_t ldo, int m,
+                                           const void *bias, int bias_dt) {
 #pragma unroll
-    for (int i = 0; i < MR; i++) acc[i] = warp_sum(acc[i]);
+    for (int r = 0; r < R; r++) {
+#pragma unroll
+        for (int i = 0; i < MR; i++) acc[r][i] = warp_sum(acc[r][i]);
+    }
     if (WPR > 1) {
         if (lane == 0) {
 #pragma unroll
-            for (int i = 0; i < MR; i++) part[warp][i] = acc[i];
+            for (int r = 0; r < R; r++) {
+#pragma unroll
+                for (int i = 0; i < MR; i++) part[warp][r][i] = acc[r][i];
+            }
         }
         __syncthreads();
         if (warp % WPR != 0) return;
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
-            acc[i] = part[warp][i];
+        for (int r = 0; r < R; r++) {
 #pragma unroll
-            for (int t = 1; t < WPR; t++) acc[i] += part[warp + t][i];
+            for (int i = 0; i < MR; i++) {
+                acc[r][i] = part[warp][r][i];
+#pragma unroll
+                for (int t = 1; t < WPR; t++) acc[r][i] += part[warp + t][r][i];
+            }
         }
     }
-    if (lane == 0 && live) {
-        const float b = bias ? bias_at(bias, bias_dt, row) : 0.0f;
+    if (lane != 0) return;
 #pragma unroll
-        for (int i = 0; i < MR; i++) {
-            if (i < m) out[size_t(i) * ldo + row] = acc[i] + b;
+    for (int r = 0; r < R; r++) {
+        if (row0 + r < rows) {
+            const float b = bias ? bias_at(bias, bias_dt, row0 + r) : 0.0f;
+#pragma unroll
+            for (int i = 0; i < MR; i++) {
+                if (i < m) out[size_t(i) * ldo + row0 + r] = acc[r][i] + b;
+            }
         }
     }
 }
@@ -298,14 +312,14 @@ __global__ void __launch_bounds__(kGemvThreads)
                 const void *bias, int bias_dt, bool x_vec) {
     static_assert(kGemvWarps % WPR == 0, "a block holds whole rows");
     __shared__ uint4 buf[kGemvWarps][kWarpChunk / 16 + 2];
-    __shared__ float part[WPR > 1 ? kGemvWarps : 1][MR];
+    __shared__ float part[WPR > 1 ? kGemvWarps : 1][1][MR];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % WPR;
     const size_t row = size_t(blockIdx.x) * (kGemvWarps / WPR) + warp / WPR;
     const bool live = row < g.rows;
     if (WPR == 1 && !live) return;  // the whole warp; nothing below waits for the block
-    float acc[MR];
+    float acc[1][MR];
 #pragma unroll
-    for (int i = 0; i < MR; i++) acc[i] = 0.0f;
+    for (int i = 0; i < MR; i++) acc[0][i] = 0.0f;
     if (live) {
         const B *wr = group_row(g, row, nb);
         const size_t b_end = nb * (sub + 1) / WPR;
@@ -318,11 +332,11 @@ __global__ void __launch_bounds__(kGemvThreads)
             const uint8_t *sb = reinterpret_cast<const uint8_t *>(buf[warp]) + (reinterpret_cast<uintptr_t>(p0) & 15);
             for (unsigned u = lane; u < cb * kUnits<B>; u += 32) {
                 const B &blk = *reinterpret_cast<const B *>(sb + (u / kUnits<B>)*sizeof(B));
-                unit_dot<MR>(blk, int(u % kUnits<B>), x + (b0 * kUnits<B> + u) * kUnit, k, m, x_vec, acc);
+                unit_dot<MR>(blk, int(u % kUnits<B>), x + (b0 * kUnits<B> + u) * kUnit, k, m, x_vec, acc[0]);
             }
         }
     }
-    finish_row<MR, WPR>(acc, part, lane, warp, live, row, out, ldo, m, bias, bias_dt);
+    finish_row<MR, WPR>(acc, part, lane, warp, row, g.rows, out, ldo, m, bias, bias_dt);
 }
 
 }  // namespace

@@ -52,14 +52,16 @@ bool int8_format(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K;
 }
 
-// Whether the int8 kernels run: by default; LLAISYS_GEMV_INT8=0 keeps the float path (for
-// measurements and for its tests).
-bool int8_enabled() {
-    static const bool on = [] {
+// The decode kernel of the int8 formats, LLAISYS_GEMV_INT8 read once: 0 the float path, 1 the
+// first int8 kernel (gemv_int8_kernel), anything else or unset the pipelined one; 0 and 1 are
+// for measurements (A/B in one process each) and for their tests.
+enum class Int8Kernel { kNone, kFirst, kPipelined };
+Int8Kernel int8_kernel() {
+    static const Int8Kernel kernel = [] {
         const char *e = std::getenv("LLAISYS_GEMV_INT8");
-        return !(e && e[0] == '0');
+        return e && e[0] == '0' ? Int8Kernel::kNone : e && e[0] == '1' ? Int8Kernel::kFirst : Int8Kernel::kPipelined;
     }();
-    return on;
+    return kernel;
 }
 
 // Warps a row takes: 4 while one warp a row would not fill the GPU once (and every warp
@@ -93,8 +95,13 @@ void launch_gemv(float *out, size_t ldo, const float *x, size_t k, int m, const 
 template <class B, int MR, int WPR>
 void launch_gemv_int8(float *out, size_t ldo, const QuantX &qx, size_t k, int m, const SegGroup<B> &g, size_t nb,
                       const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
-    gemv_int8_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kGemvWarps / WPR)), kGemvThreads, 0, stream>>>(
-        out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
+    if (int8_kernel() == Int8Kernel::kFirst) {
+        gemv_int8_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kGemvWarps / WPR)), kGemvThreads, 0, stream>>>(
+            out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
+        return;
+    }
+    gemv_int8_pipe_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kPipeBlockRows<B, MR, WPR>)), kGemvThreads, 0,
+                                        stream>>>(out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
 }
 
 // The int8 kernel where the format has one and the activations were quantized (qx.q set),
@@ -197,7 +204,7 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
         // f32 activations and out in place; 16-bit ones widened, the product in f32 scratch
         bool int8 = false;  // activations quantized once for the int8 kernels
         for (size_t s = 0; s < n_segs; s++) int8 = int8 || (segs[s].rows > 0 && int8_format(segs[s].dt));
-        int8 = int8 && int8_enabled() && k > 0 && k % kXBlock == 0;
+        int8 = int8 && int8_kernel() != Int8Kernel::kNone && k > 0 && k % kXBlock == 0;
         const size_t x_bytes = f32 ? 0 : align_up(m * k * sizeof(float));
         const size_t acc_bytes = f32 ? 0 : align_up(m * n * sizeof(float));
         const size_t q_bytes = int8 ? align_up(m * k) : 0, d_bytes = int8 ? align_up(m * k / kXBlock * 4) : 0;
