@@ -11,7 +11,11 @@
 # Stages, each result tarred into $OUT/out.tgz as soon as it exists (a call cut short by the
 # lease still returns what it had):
 #   1. the GPU tests of NEW (CALL_TESTS); if they fail, every later stage runs HEAD
-#   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV)
+#   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV); NEW's
+#      quantized GEMV tests at LLAISYS_GEMV_SPLIT=1 (one warp a row: the pipelined int8 kernel's
+#      rows-per-warp path, which the tests' small weights do not reach by default); then
+#      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (LLAISYS_GEMV_INT8=1)
+#      and with the pipelined one (the default), one after the other
 #   3. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   4. decode at a CALL_LONG-token context
 set -u
@@ -30,7 +34,7 @@ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --fo
 
 TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py test/parity/test_quant_model.py
  test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py
- test/ops/test_nvidia_attention.py}"
+ test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py}"
 timeout "${CALL_TEST_LIMIT:-80}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
     > $OUT/pytest-new.log 2>&1
 rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head
@@ -42,6 +46,16 @@ for r in $(seq 1 "${CALL_ROUNDS:-1}"); do
     for v in HEAD NEW; do
         [ -f "${!v}" ] || continue
         LLAISYS_LIBRARY=${!v} timeout 60 $P --prompt 64 --steps 64 --out $OUT/ab-$v-$r.json 2>&1 | tail -1 | sed "s/^/$v $r: /"
+    done
+done
+pack
+LLAISYS_GEMV_SPLIT=1 timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
+    test/ops/test_quant_nvidia.py > $OUT/pytest-split1.log 2>&1
+echo "quant GEMV tests at LLAISYS_GEMV_SPLIT=1: $(tail -1 $OUT/pytest-split1.log)"
+for r in $(seq 1 "${CALL_INT8_ROUNDS:-1}"); do
+    for v in first pipelined; do  # LLAISYS_GEMV_INT8=1: the first int8 kernel; any other value: the pipelined one
+        LLAISYS_GEMV_INT8=$([ $v = first ] && echo 1 || echo 2) timeout 60 $P --quantize q4_k --prompt 64 --steps 64 \
+            --out $OUT/int8-$v-$r.json 2>&1 | tail -1 | sed "s/^/q4_k $v $r: /"
     done
 done
 pack
