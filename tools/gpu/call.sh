@@ -14,8 +14,8 @@
 #   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV); NEW's
 #      quantized GEMV tests at LLAISYS_GEMV_SPLIT=1 (one warp a row: the pipelined int8 kernel's
 #      rows-per-warp path, which the tests' small weights do not reach by default); then
-#      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (LLAISYS_GEMV_INT8=1)
-#      and with the pipelined one (the default), one after the other
+#      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (LLAISYS_GEMV_INT8=1),
+#      the pipelined one launched as any kernel (LLAISYS_GEMV_PDL=0) and the default, in turn
 #   3. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   4. decode at a CALL_LONG-token context
 set -u
@@ -53,9 +53,10 @@ LLAISYS_GEMV_SPLIT=1 timeout 60 python3 -m pytest -q -p no:cacheprovider -o addo
     test/ops/test_quant_nvidia.py > $OUT/pytest-split1.log 2>&1
 echo "quant GEMV tests at LLAISYS_GEMV_SPLIT=1: $(tail -1 $OUT/pytest-split1.log)"
 for r in $(seq 1 "${CALL_INT8_ROUNDS:-1}"); do
-    for v in first pipelined; do  # LLAISYS_GEMV_INT8=1: the first int8 kernel; any other value: the pipelined one
-        LLAISYS_GEMV_INT8=$([ $v = first ] && echo 1 || echo 2) timeout 60 $P --quantize q4_k --prompt 64 --steps 64 \
-            --out $OUT/int8-$v-$r.json 2>&1 | tail -1 | sed "s/^/q4_k $v $r: /"
+    # the first int8 kernel; the pipelined one launched as any kernel; the pipelined one (default)
+    for v in first:LLAISYS_GEMV_INT8=1 nopdl:LLAISYS_GEMV_PDL=0 pipelined:LLAISYS_GEMV_INT8=2; do
+        env "${v#*:}" timeout 60 $P --quantize q4_k --prompt 64 --steps 64 --out $OUT/int8-${v%%:*}-$r.json 2>&1 |
+            tail -1 | sed "s/^/q4_k ${v%%:*} $r: /"
     done
 done
 pack

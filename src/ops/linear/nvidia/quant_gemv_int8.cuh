@@ -20,9 +20,24 @@ namespace {
 
 constexpr int kXBlock = 32;  // activation elements per int8 scale
 
+// Programmatic dependent launch (sm_90 and later; nothing before, nor after an ordinary
+// launch): the quantizer lets the pipelined GEMV's blocks start at once, and they issue their
+// first weight loads before waiting for the quantizer's grid to end, its writes visible.
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // xq [m, k] int8, xd [m, k / 32] f32: one warp a block of 32, one element a lane. A block
 // holding a NaN or an infinity gets a NaN scale, so its products are NaN, as the float path's.
 __global__ void quantize_x_kernel(int8_t *xq, float *xd, const float *x, size_t blocks) {
+    pdl_launch_dependents();
     const size_t b = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     if (b >= blocks) return;  // whole warps
     const unsigned lane = threadIdx.x & 31;
@@ -386,6 +401,7 @@ __global__ void __launch_bounds__(kGemvThreads, 1)
         };
         typename It::Raw next[S][R];
         if (t_begin < t_end) load_batch(next, t_begin);
+        pdl_wait();  // the activations below are the quantizer's
         for (size_t t0 = t_begin; t0 < t_end; t0 += 32 * S) {
             typename It::Raw raw[S][R];
 #pragma unroll

@@ -46,6 +46,7 @@ void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std
 struct QuantX {
     const int8_t *q = nullptr;
     const float *d = nullptr;
+    bool pdl = false;  // the pipelined GEMV launches as a programmatic dependent (pdl_enabled)
 };
 
 bool int8_format(llaisysDataType_t dt) {
@@ -64,6 +65,18 @@ Int8Kernel int8_kernel() {
     return kernel;
 }
 
+// A device attribute, read once per device (any thread may race to fill the cache).
+template <cudaDeviceAttr A>
+int device_attr(int device_id) {
+    static std::atomic<int> cache[64];
+    int v = device_id >= 0 && device_id < 64 ? cache[device_id].load(std::memory_order_relaxed) : 0;
+    if (v == 0) {
+        LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&v, A, device_id));
+        if (device_id >= 0 && device_id < 64) cache[device_id].store(v, std::memory_order_relaxed);
+    }
+    return v;
+}
+
 // Warps a row takes: 4 while one warp a row would not fill the GPU once (and every warp
 // gets a block of the row), else 1. LLAISYS_GEMV_SPLIT=1|2|4 fixes it (for measurements).
 int warps_per_row(size_t rows, size_t nb, int device_id) {
@@ -72,15 +85,23 @@ int warps_per_row(size_t rows, size_t nb, int device_id) {
         const int v = e ? std::atoi(e) : 0;
         return v == 1 || v == 2 || v == 4 ? v : 0;
     }();
-    static std::atomic<int> sms[64];  // SMs per device, read once (any thread may race to fill one)
-    int sm = device_id >= 0 && device_id < 64 ? sms[device_id].load(std::memory_order_relaxed) : 0;
-    if (sm == 0) {
-        LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sm, cudaDevAttrMultiProcessorCount, device_id));
-        if (device_id >= 0 && device_id < 64) sms[device_id].store(sm, std::memory_order_relaxed);
-    }
+    const int sm = device_attr<cudaDevAttrMultiProcessorCount>(device_id);
     int wpr = forced ? forced : rows < size_t(sm) * 32 ? 4 : 1;
     while (wpr > 1 && nb < size_t(wpr)) wpr /= 2;
     return wpr;
+}
+
+// Whether the pipelined int8 GEMV launches as a programmatic dependent of the kernel before it
+// (sm_90 and later; LLAISYS_GEMV_PDL=0 launches it as any kernel, for A/B): its blocks start,
+// and issue their first weight loads, while the activation quantizer still runs, instead of a
+// launch latency after it; the kernel waits for the quantizer before reading the activations.
+bool pdl_enabled(int device_id) {
+    static const bool off = [] {
+        const char *e = std::getenv("LLAISYS_GEMV_PDL");
+        return e && e[0] == '0';
+    }();
+    return !off && int8_kernel() == Int8Kernel::kPipelined &&
+           device_attr<cudaDevAttrComputeCapabilityMajor>(device_id) >= 9;
 }
 
 template <class B, int MR, int WPR>
@@ -100,8 +121,17 @@ void launch_gemv_int8(float *out, size_t ldo, const QuantX &qx, size_t k, int m,
             out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
         return;
     }
-    gemv_int8_pipe_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kPipeBlockRows<B, MR, WPR>)), kGemvThreads, 0,
-                                        stream>>>(out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
+    cudaLaunchAttribute pdl{};
+    pdl.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    pdl.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = dim3(unsigned(ceil_div(size_t(g.rows), kPipeBlockRows<B, MR, WPR>)));
+    cfg.blockDim = dim3(kGemvThreads);
+    cfg.stream = stream;
+    cfg.attrs = &pdl;
+    cfg.numAttrs = qx.pdl ? 1 : 0;
+    LLAISYS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_int8_pipe_kernel<B, MR, WPR>, out, ldo, qx.q, qx.d, k, m, g, nb,
+                                          bias, int(bias_dt)));
 }
 
 // The int8 kernel where the format has one and the activations were quantized (qx.q set),
@@ -153,7 +183,7 @@ void gemv(float *out, const float *x, QuantX qx, const cpu::QuantRows *segs, siz
                     const int mc = int(std::min(kQuantGemvRows, m - i0));
                     float *o = out + i0 * n + row0;
                     const float *xc = x + i0 * k;
-                    const QuantX xi = gx.q ? QuantX{gx.q + i0 * k, gx.d + i0 * k / kXBlock} : QuantX{};
+                    const QuantX xi = gx.q ? QuantX{gx.q + i0 * k, gx.d + i0 * k / kXBlock, gx.pdl} : QuantX{};
                     const void *b = bias ? bias + row0 * dtype_size(bias_dt) : nullptr;
                     if (mc <= 1) launch_gemv<B, 1>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
                     else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
@@ -224,7 +254,7 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
             const size_t blocks = m * k / kXBlock;
             quantize_x_kernel<<<unsigned(ceil_div(blocks * 32, kThreads)), kThreads, 0, stream>>>(q, d, x, blocks);
             LLAISYS_CUDA_CHECK(cudaGetLastError());
-            qx = QuantX{q, d};
+            qx = QuantX{q, d, pdl_enabled(device_id)};
         }
         gemv(acc, x, qx, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, device_id, stream);
         if (!f32) add_bias(out, act, acc, bias, bias_dt, m, n, stream);
