@@ -20,7 +20,7 @@
 namespace llaisys::ops::int8 {
 
 constexpr int kItemsQ4K = 8;  // item u: 16 nibble bytes, 16 elements of sub-blocks 2 (u / 2) and + 1
-constexpr int kItemsQ6K = 8;  // item t: the 16 elements of units 8 (t / 4) + t % 4 and 4 on, one ql span
+constexpr int kItemsQ6K = 8;  // item t: units 8 (t / 4) + t % 4 and 4 on (16 elements each), one ql span
 constexpr int kItemsQ80 = 1;  // the block: 32 elements
 
 // lo >> s | hi << (32 - s), s < 32: the funnel shift of two little-endian words.
@@ -72,7 +72,8 @@ LLAISYS_HOST_DEVICE inline void q4k_scale_min(uint32_t s0, uint32_t s1, uint32_t
 LLAISYS_HOST_DEVICE constexpr int q6k_unit(int t) { return 8 * (t / 4) + t % 4; }  // u0; elements 16 u0 + i, and 64 on
 LLAISYS_HOST_DEVICE constexpr int q6k_ql_offset(int t) { return 64 * (t / 4) + 16 * (t % 4); }
 LLAISYS_HOST_DEVICE constexpr int q6k_qh_offset(int t) { return 128 + 32 * (t / 4) + 16 * (t % 2); }
-LLAISYS_HOST_DEVICE constexpr int q6k_scale_offset(int t) { return 192 + q6k_unit(t); }  // scales[u0]; scales[u1] is 4 on
+// scales[u0]; scales[u1] is 4 bytes on
+LLAISYS_HOST_DEVICE constexpr int q6k_scale_offset(int t) { return 192 + q6k_unit(t); }
 LLAISYS_HOST_DEVICE constexpr int q6k_d_offset() { return 208; }
 
 // The 6-bit values (0 .. 63, a byte each) of units u0 (q0) and u1 (q1) from the item's 16 ql

@@ -251,7 +251,8 @@ struct Int8Item<BlockQ4_K> {
         int sc[2], mn[2];
         int8::q4k_scale_min(r.h.y, r.h.z, r.h.w, it / 2, sc, mn);
         const float d = f16_bits(r.h.x & 0xFFFFu), dmin = f16_bits(r.h.x >> 16);
-        const float ds0 = d * float(sc[0]), dm0 = dmin * float(mn[0]), ds1 = d * float(sc[1]), dm1 = dmin * float(mn[1]);
+        const float ds0 = d * float(sc[0]), dm0 = dmin * float(mn[0]);
+        const float ds1 = d * float(sc[1]), dm1 = dmin * float(mn[1]);
 #pragma unroll
         for (int i = 0; i < MR; i++) {
             if (i < m) {
