@@ -51,9 +51,9 @@ def dequantized(t) -> np.ndarray:
         return out.numpy()
 
 
-@pytest.mark.parametrize("scheme", ["q8_0", "q4_k"])
-@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
-def test_quantized_experts_follow_their_dequantized_weights(tmp_path, family, scheme):
+def quantized_with_reference(tmp_path, family: str, scheme: str):
+    """A tiny `family` checkpoint (under tmp_path/ckpt) loaded with its experts quantized by
+    `scheme`, and transformers over the same weights dequantized: (path, loaded, hf)."""
     import transformers
 
     path = tmp_path / "ckpt"
@@ -74,17 +74,31 @@ def test_quantized_experts_follow_their_dequantized_weights(tmp_path, family, sc
     model_class = {"qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM"}[family]
     hf = getattr(transformers, model_class).from_pretrained(ref_dir, dtype=torch.float32,
                                                             attn_implementation="eager").eval()
+    return path, loaded, hf
+
+
+def check_quantized_logits(m, hf, prompt) -> None:
+    """`prompt` prefilled in two chunks on BLOCK and on SLOT: logits within ATOL of hf's, and
+    the greedy tokens equal wherever hf's top two are further apart than 2 ATOL."""
+    want = hf_logits(hf, prompt)
+    for layout in ("block", "slot"):
+        runner = Runner(m, layout, 1)
+        got = np.concatenate([runner.step([0], [prompt[:12]])[0], runner.step([0], [prompt[12:]])[0]])
+        err = float(np.abs(got - want).max())
+        assert err <= ATOL, f"{layout}: logits differ by {err}"
+        top2 = np.sort(want, axis=1)[:, -2:]
+        clear = top2[:, 1] - top2[:, 0] > 2 * ATOL
+        assert (got.argmax(1) == want.argmax(1))[clear].all()
+
+
+@pytest.mark.parametrize("scheme", ["q8_0", "q4_k"])
+@pytest.mark.parametrize("family", ["qwen3_moe", "qwen2_moe"])
+def test_quantized_experts_follow_their_dequantized_weights(tmp_path, family, scheme):
+    path, loaded, hf = quantized_with_reference(tmp_path, family, scheme)
+    prompt = PROMPTS[2]
     with Model(loaded) as m:
-        for layout in ("block", "slot"):
-            runner = Runner(m, layout, 1)
-            prompt = PROMPTS[2]
-            got = np.concatenate([runner.step([0], [prompt[:12]])[0], runner.step([0], [prompt[12:]])[0]])
-            want = hf_logits(hf, prompt)
-            err = float(np.abs(got - want).max())
-            assert err <= ATOL, f"{layout}: logits differ by {err}"
-            top2 = np.sort(want, axis=1)[:, -2:]
-            clear = top2[:, 1] - top2[:, 0] > 2 * ATOL
-            assert (got.argmax(1) == want.argmax(1))[clear].all()
+        check_quantized_logits(m, hf, prompt)
+    want = hf_logits(hf, prompt)
     env = dict(os.environ, LLAISYS_QUANT_F32_ROWS="0", LLAISYS_AMX="0")
     child = subprocess.run([sys.executable, "-c", CHILD, str(path), scheme, json.dumps(prompt), str(tmp_path / "l.npy")],
                            capture_output=True, text=True, timeout=600, env=env)

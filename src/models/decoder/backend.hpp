@@ -152,8 +152,9 @@ public:
 
 // The backends. Both keep references to `c` and `w`, which must outlive them.
 std::unique_ptr<Backend> make_cpu_backend(const Config &c, const Weights &w);
-// Throws UNSUPPORTED in a build without the NVIDIA backend. The NVIDIA backend has no
-// mixture-of-experts primitives yet: the weight store refuses MoE models on it at creation.
+// Throws UNSUPPORTED in a build without the NVIDIA backend. Its mixture-of-experts route is
+// decided on the host by the CPU's code (one synchronisation per sparse layer), its experts
+// run as one linear per chosen expert (doc/nvidia.md).
 std::unique_ptr<Backend> make_nvidia_backend(const Config &c, const Weights &w, int device_id);
 
 }  // namespace llaisys::models

@@ -82,9 +82,9 @@ WeightStore::WeightStore(const Config &c, llaisysDeviceType_t device, int device
     const size_t nq = c.q_dim, nkv = c.kv_dim;
     auto make = [&](std::vector<size_t> shape) { return Tensor::create(shape, p.dtype, device, device_id); };
     auto make_linear = [&](size_t n, size_t k) { return new_linear(n, k, device); };
-    LLAISYS_CHECK(device == LLAISYS_DEVICE_CPU || !c.moe, LLAISYS_STATUS_UNSUPPORTED, arch_,
-                  ": mixture-of-experts models run on the CPU only in this version (the NVIDIA backend has no "
-                  "grouped expert GEMMs yet); load it with device cpu");
+    LLAISYS_CHECK(device == LLAISYS_DEVICE_CPU || device == LLAISYS_DEVICE_NVIDIA || !c.moe,
+                  LLAISYS_STATUS_UNSUPPORTED, arch_,
+                  ": mixture-of-experts models run on the CPU and NVIDIA devices only; load it with one of those");
     auto lin = [&](llaisysWeightKind_t kind, int32_t layer, std::string name, LinearWeight &dst, size_t row0,
                    std::vector<size_t> shape) {
         add(kind, layer, std::move(name), dst.dense, &dst, row0, std::move(shape));
@@ -285,14 +285,18 @@ void WeightStore::fill_linear(LinearWeight &lw, const std::string &name, size_t 
 }
 
 // Expert weights [E, rows, k]: expert e's matrix (rows * k elements, or rows GGUF rows of
-// blocks) into rows [row0, row0 + rows) of expert e's linear. CPU only (the store refuses MoE
-// on other devices).
+// blocks) into rows [row0, row0 + rows) of expert e's linear, stored as any linear of the
+// device (packed or quantized on the CPU, dense or GGUF blocks on a GPU).
 void WeightStore::set_experts(Slot &s, const void *data, llaisysDataType_t dtype) {
     const size_t E = s.shape[0], rows = s.shape[1], k = s.shape[2];
     const size_t per_expert = is_quant_dtype(dtype) ? rows * quant::row_bytes(dtype, k) : rows * k * dtype_size(dtype);
     const auto *src = static_cast<const std::byte *>(data);
     for (size_t e = 0; e < E; e++) {
-        fill_linear(s.exp->experts[e], s.name, s.row0, rows, src + e * per_expert, dtype);
+        if (device_ == LLAISYS_DEVICE_CPU) {
+            fill_linear(s.exp->experts[e], s.name, s.row0, rows, src + e * per_expert, dtype);
+        } else {
+            fill_linear_gpu(s.exp->experts[e], s.name, s.row0, rows, src + e * per_expert, dtype);
+        }
     }
 }
 
@@ -301,30 +305,35 @@ void WeightStore::set_experts(Slot &s, const void *data, llaisysDataType_t dtype
 // replaced), and a float part is refused as on the CPU. Float: the dense [n, k] tensor in the
 // model dtype, into which later quantized parts are dequantized.
 void WeightStore::set_linear_gpu(Slot &s, const void *data, llaisysDataType_t dtype) {
-    LinearWeight &lw = *s.lin;
+    fill_linear_gpu(*s.lin, s.name, s.row0, s.shape[0], data, dtype);
+}
+
+// Rows [row0, row0 + rows) of a GPU linear from host data [rows, k] of dtype (float or blocks).
+void WeightStore::fill_linear_gpu(LinearWeight &lw, const std::string &name, size_t row0, size_t rows,
+                                  const void *data, llaisysDataType_t dtype) {
     const bool quant = is_quant_dtype(dtype);
     if (!lw.dense && lw.qparts.empty() && !quant) lw.dense = Tensor::create({lw.n, lw.k}, dtype_, device_, device_id_);
-    const size_t elems = s.shape[0] * s.shape[1];
+    const size_t elems = rows * lw.k;
     if (lw.dense) {
         if (!quant) {
-            convert_rows(*lw.dense, s.row0, data, dtype, elems);
+            convert_rows(*lw.dense, row0, data, dtype, elems);
             return;
         }
-        std::vector<float> rows(elems);  // [rows, k]
-        quant::dequantize_rows(data, dtype, rows.data(), LLAISYS_DTYPE_F32, s.shape[0], s.shape[1]);
-        convert_rows(*lw.dense, s.row0, rows.data(), LLAISYS_DTYPE_F32, elems);
+        std::vector<float> tmp(elems);  // [rows, k]
+        quant::dequantize_rows(data, dtype, tmp.data(), LLAISYS_DTYPE_F32, rows, lw.k);
+        convert_rows(*lw.dense, row0, tmp.data(), LLAISYS_DTYPE_F32, elems);
         return;
     }
-    LLAISYS_CHECK(quant, LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name, "' is ", dtype_name(dtype),
+    LLAISYS_CHECK(quant, LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", name, "' is ", dtype_name(dtype),
                   " but the weights it is fused with (q/k/v, or gate/up) were set block-quantized: a fused linear "
                   "is stored one way, so give them all float or all block-quantized types (quantized types may "
                   "differ between them)");
-    tensor_t part = Tensor::create({s.shape[0], s.shape[1]}, dtype, device_, device_id_);  // [rows, k] blocks
+    tensor_t part = Tensor::create({rows, lw.k}, dtype, device_, device_id_);  // [rows, k] blocks
     part->load(data, part->nbytes());
-    const ops::cpu::QuantRows view{s.row0, s.shape[0], dtype, quant::row_bytes(dtype, s.shape[1]), part->data()};
+    const ops::cpu::QuantRows view{row0, rows, dtype, quant::row_bytes(dtype, lw.k), part->data()};
     size_t at = 0;
-    while (at < lw.qrows.size() && lw.qrows[at].row0 < s.row0) at++;
-    if (at < lw.qrows.size() && lw.qrows[at].row0 == s.row0) {  // the same slot again
+    while (at < lw.qrows.size() && lw.qrows[at].row0 < row0) at++;
+    if (at < lw.qrows.size() && lw.qrows[at].row0 == row0) {  // the same slot again
         lw.qparts[at] = std::move(part);
         lw.qrows[at] = view;
     } else {

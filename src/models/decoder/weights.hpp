@@ -38,7 +38,8 @@ struct LinearWeight {
 
 // The experts of one sparse layer's projection: E matrices W_e [n, k], the HF 3-D tensor
 // [E, n, k] cut along its first axis, each stored as a LinearWeight of its own (packed panels or
-// GGUF blocks on the CPU) so that a step streams only the chosen experts' bytes.
+// GGUF blocks on the CPU, dense [n, k] or GGUF blocks on a GPU) so that a step streams only the
+// chosen experts' bytes.
 struct ExpertWeight {
     size_t n = 0, k = 0;               // each expert's rows and inputs
     std::vector<LinearWeight> experts;  // [E]
@@ -114,6 +115,8 @@ private:
     void add_sparse_layer(const llaisysModelParams_t &p, size_t l);
     void set_embed_quant(Slot &s, const void *data, llaisysDataType_t dtype);
     void set_linear_gpu(Slot &s, const void *data, llaisysDataType_t dtype);
+    void fill_linear_gpu(LinearWeight &lw, const std::string &name, size_t row0, size_t rows, const void *data,
+                         llaisysDataType_t dtype);
 
 
     const char *arch_;

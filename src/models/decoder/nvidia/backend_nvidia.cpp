@@ -2,8 +2,9 @@
 // queued on one stream of the model's own. Per step the host packs the step's index arrays
 // (token ids, positions, write slots, the attention view, the sample rows) into one pinned
 // staging buffer and copies it to the device in one cudaMemcpyAsync (begin_step); nothing
-// waits on the host until the sample rows' ids (head) or finish(). Activations are f32 as on
-// the CPU; each linear rounds its input to the weight dtype and multiplies on the tensor cores
+// waits on the host until the sample rows' ids (head) or finish(), but for one synchronisation
+// per sparse (mixture-of-experts) layer, whose route is decided on the host (moe_route).
+// Activations are f32 as on the CPU; each linear rounds its input to the weight dtype and multiplies on the tensor cores
 // with f32 accumulation (ops/linear/nvidia), or, over GGUF blocks, runs the quantized GEMV
 // (decode) or dequantized panels through cuBLAS (prefill; quant_linear_nvidia.hpp).
 #include "../backend.hpp"
@@ -15,6 +16,8 @@
 #include "../../../ops/linear/nvidia/gemv16_nvidia.hpp"
 #include "../../../ops/linear/nvidia/linear_nvidia.hpp"
 #include "../../../ops/linear/nvidia/quant_linear_nvidia.hpp"
+#include "../../../ops/moe/cpu/moe_cpu.hpp"
+#include "../../../ops/moe/nvidia/moe_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/kv_write_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/paged_attention_nvidia.hpp"
 #include "../../../ops/paged_attention/nvidia/rope_kv_write_nvidia.hpp"
@@ -27,6 +30,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 namespace llaisys::models {
 namespace {
@@ -46,6 +50,7 @@ public:
     Buffer &operator=(const Buffer &) = delete;
 
     std::byte *data() const { return data_; }
+    size_t size() const { return size_; }
     void reserve(size_t bytes) {
         if (bytes <= size_) return;
         release();
@@ -101,7 +106,8 @@ public:
     NvidiaBackend(const Config &c, const Weights &w, int device_id)
         : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id),
           embeds_(LLAISYS_MEMORY_PINNED_HOST, device_id),
-          index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id) {
+          index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id),
+          route_host_(LLAISYS_MEMORY_PINNED_HOST, device_id), route_dev_(LLAISYS_MEMORY_DEVICE, device_id) {
         DeviceGuard guard(id_);
         LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
         const size_t freq_bytes = c_.inv_freq.size() * sizeof(float);  // [head_dim / 2]
@@ -311,16 +317,59 @@ public:
         ops::nvidia::swiglu(bytes(out), bytes(gate_up), bytes(gate_up + I), kF32, n, I, 2 * I, I, st_);
     }
 
-    // Mixture of experts: not on this device yet (no grouped GEMMs). WeightStore refuses a MoE
-    // model on a GPU when it is created, so a step never reaches these.
-    [[noreturn]] static void no_moe() {
-        fail(LLAISYS_STATUS_UNSUPPORTED, "mixture-of-experts layers are not supported on NVIDIA devices yet");
+    // Mixture of experts. The route is decided on the host by the CPU's own code (moe_topk,
+    // moe_group), so it is the CPU's to the bit: the router logits come back through pinned
+    // memory, which costs one stream synchronisation per sparse layer (a device-side top-k is
+    // the next step); then the pairs' rows, positions and weights go up in one copy, while
+    // the per-expert offsets stay here for expert_linear.
+    void moe_route(const float *logits, size_t n) override {
+        const size_t E = c_.p.n_experts, k = c_.p.n_experts_per_tok, nk = n * k;
+        const size_t route_bytes = 3 * nk * sizeof(int32_t);  // row_of, pos, weights
+        const size_t host_bytes = n * E * sizeof(float) + route_bytes;
+        if (host_bytes > route_host_.size()) {
+            finish();  // the last layer's upload may still read the pinned buffer
+            route_host_.reserve(host_bytes);
+        }
+        auto *h_logits = reinterpret_cast<float *>(route_host_.data());  // [n, E]
+        auto *h_row_of = reinterpret_cast<int32_t *>(h_logits + n * E);  // [n k] then pos [n k], weights [n k]
+        int32_t *h_pos = h_row_of + nk;
+        auto *h_weights = reinterpret_cast<float *>(h_pos + nk);
+        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(h_logits, logits, n * E * sizeof(float), cudaMemcpyDeviceToHost, st_));
+        LLAISYS_CUDA_CHECK(cudaStreamSynchronize(st_));  // also: nothing queued reads route_dev_ now
+        ids_.resize(nk);
+        offsets_.resize(E + 1);
+        ops::cpu::moe_topk(ids_.data(), h_weights, h_logits, n, E, k, c_.p.norm_topk_prob != 0);
+        ops::cpu::moe_group(offsets_.data(), h_row_of, h_pos, ids_.data(), n, E, k);
+        route_dev_.reserve(route_bytes);
+        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(route_dev_.data(), h_row_of, route_bytes, cudaMemcpyHostToDevice, st_));
+        route_n_ = n;
+        row_of_ = reinterpret_cast<const int32_t *>(route_dev_.data());
+        pos_ = row_of_ + nk;
+        weights_ = reinterpret_cast<const float *>(pos_ + nk);
     }
-    void moe_route(const float *, size_t) override { no_moe(); }
-    void moe_gather(float *, const float *) override { no_moe(); }
-    void expert_linear(float *, const float *, const ExpertWeight &) override { no_moe(); }
-    void moe_combine(float *, const float *) override { no_moe(); }
-    void add_sigmoid_gated(float *, const float *, const float *, size_t, size_t) override { no_moe(); }
+
+    void moe_gather(float *xg, const float *x) override {
+        ops::nvidia::moe_gather(xg, x, row_of_, route_n_ * c_.p.n_experts_per_tok, c_.p.hidden_size, st_);
+    }
+
+    // Each chosen expert's linear over its rows (the same path as any linear: gemv16 or cuBLAS
+    // over dense weights, the quantized GEMV or panels over GGUF blocks), so a decode step reads
+    // only the chosen experts' weights. One launch per chosen expert: a grouped kernel that
+    // takes every expert in one launch is the next step.
+    void expert_linear(float *out, const float *in, const ExpertWeight &w) override {
+        for (size_t e = 0; e < w.experts.size(); e++) {
+            const size_t r0 = size_t(offsets_[e]), rows = size_t(offsets_[e + 1]) - r0;
+            if (rows) linear(out + r0 * w.n, in + r0 * w.k, w.experts[e], nullptr, rows);
+        }
+    }
+
+    void moe_combine(float *out, const float *y) override {
+        ops::nvidia::moe_combine(out, y, weights_, pos_, route_n_, c_.p.n_experts_per_tok, c_.p.hidden_size, st_);
+    }
+
+    void add_sigmoid_gated(float *out, const float *y, const float *gate, size_t n, size_t d) override {
+        ops::nvidia::add_sigmoid_gated(out, y, gate, n, d, st_);
+    }
 
     void add(float *x, const float *y, size_t count) override {
         ops::nvidia::binary(ops::cpu::BinaryOp::Add, bytes(x), bytes(x), bytes(y), kF32, count, st_);
@@ -378,6 +427,14 @@ private:
     ops::cpu::AttentionView view_{};
     ops::nvidia::BlockTableView block_view_{};  // this step's view when it has block tables, else view_
     ops::cpu::ViewBounds bounds_{};
+    // the route of the sparse layer in progress (moe_route)
+    Buffer route_host_;  // pinned host: the router logits [n, E], then row_of, pos, weights [n k] each
+    Buffer route_dev_;   // device: row_of [n k] (the token of each position), pos [n k], weights [n k]
+    size_t route_n_ = 0;
+    std::vector<int32_t> ids_;      // [n k] each pair's expert (host)
+    std::vector<int32_t> offsets_;  // [E + 1] expert e's pairs: positions [offsets[e], offsets[e + 1]) (host)
+    const int32_t *row_of_ = nullptr, *pos_ = nullptr;  // device pointers into route_dev_
+    const float *weights_ = nullptr;                    // device [n, k]
 };
 
 }  // namespace
