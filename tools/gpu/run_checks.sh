@@ -43,7 +43,8 @@ TOK="${LLAISYS_TEST_TOKENIZER_DIR:-$PWD/gpu-carry/tokenizer}"
 TESTS="test/server/test_server_nvidia.py test/core/test_nvidia_runtime.py test/core/test_allocator_cache.py test/core/test_runtime_api.py
  test/ops/test_nvidia_ops.py test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
  test/sampling/test_sampler_nvidia.py test/sampling/test_sample_device.py test/sampling/test_sampler_nan.py
- test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py test/parity/test_archs.py"
+ test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py test/parity/test_archs.py
+ test/parity/test_moe_nvidia.py"
 if stage tests; then
     # -k nvidia would drop tests whose ids do not say so; the CPU halves are quick, so all run
     timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 -rfE --tb=short \
