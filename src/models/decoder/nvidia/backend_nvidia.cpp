@@ -4,9 +4,10 @@
 // staging buffer and copies it to the device in one cudaMemcpyAsync (begin_step); nothing
 // waits on the host until the sample rows' ids (head) or finish(), but for one synchronisation
 // per sparse (mixture-of-experts) layer, whose route is decided on the host (moe_route).
-// Activations are f32 as on the CPU; each linear rounds its input to the weight dtype and multiplies on the tensor cores
-// with f32 accumulation (ops/linear/nvidia), or, over GGUF blocks, runs the quantized GEMV
-// (decode) or dequantized panels through cuBLAS (prefill; quant_linear_nvidia.hpp).
+// Activations are f32 as on the CPU; each linear rounds its input to the weight dtype and
+// multiplies on the tensor cores with f32 accumulation (ops/linear/nvidia), or, over GGUF
+// blocks, runs the quantized GEMV (decode) or dequantized panels through cuBLAS (prefill;
+// quant_linear_nvidia.hpp).
 #include "../backend.hpp"
 
 #include "../../../core/allocator.hpp"
