@@ -35,6 +35,16 @@ def qwen05_dir():
 
 
 @pytest.fixture(scope="session")
+def qwen05_served(qwen05_dir):
+    """The 0.5B in the format `llaisys serve qwen2.5-coder-0.5b-instruct` (and `make serve`) runs
+    on this CPU (hub.default_quant(): the published Q4_K_M file where the quantized kernels are
+    the faster choice, else the bf16 directory)."""
+    from llaisys.models import hub
+
+    return hub.resolve_model(QWEN05)
+
+
+@pytest.fixture(scope="session")
 def qwen05_gguf(qwen05_dir):
     """Path of the joined, SHA-256-verified GGUF the directory was converted from."""
     from llaisys.models import hub

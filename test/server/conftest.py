@@ -1,5 +1,7 @@
 """Real servers for the server tests: `python -m llaisys.cli serve <model> --port P ...` as a
-subprocess on a free loopback port, started once per test module (the real 0.5B model).
+subprocess on a free loopback port, started once per test module (the real 0.5B model, in the
+format `make serve` runs on this CPU: qwen05_served; start_dir_server serves the bf16 directory,
+for tests that compare with transformers on its weights).
 
 `start_server(*args)` (module scope) returns a server_helpers.Server; every one is stopped
 with SIGTERM at the end of the module, and its log is printed if a test failed.
@@ -28,8 +30,14 @@ def _servers(model_dir, tmp_path_factory, request, name: str):
 
 
 @pytest.fixture(scope="module")
-def start_server(qwen05_dir, tmp_path_factory, request):
-    yield from _servers(qwen05_dir, tmp_path_factory, request, "server")
+def start_server(qwen05_served, tmp_path_factory, request):
+    yield from _servers(qwen05_served, tmp_path_factory, request, "server")
+
+
+@pytest.fixture(scope="module")
+def start_dir_server(qwen05_dir, tmp_path_factory, request):
+    """start(*args) -> a real server over the bf16 directory (transformers' weights)."""
+    yield from _servers(qwen05_dir, tmp_path_factory, request, "dir_server")
 
 
 @pytest.fixture(scope="session")

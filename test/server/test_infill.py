@@ -70,14 +70,14 @@ def vim_extra(chunks: list) -> list:
 
 
 @pytest.fixture(scope="module")
-def server(start_server):
+def server(start_dir_server):
     from llaisys import runtime
 
     old = os.environ.get("LLAISYS_ISA")
     if runtime.cpu_isa() == "avx512bf16":  # f32 activations: transformers' arithmetic, not bf16 rounding
         os.environ["LLAISYS_ISA"] = "avx512"
     try:
-        return start_server("--kv-dtype", "f32", "--max-num-seqs", "4")
+        return start_dir_server("--kv-dtype", "f32", "--max-num-seqs", "4")
     finally:
         if old is None:
             os.environ.pop("LLAISYS_ISA", None)

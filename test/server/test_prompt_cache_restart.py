@@ -26,10 +26,10 @@ def disk_counter(srv, name: str) -> float:
     return float(m.group(1))
 
 
-def test_sigint_then_restart_serves_the_prompt_from_disk(qwen05_dir, tmp_path):
+def test_sigint_then_restart_serves_the_prompt_from_disk(qwen05_served, tmp_path):
     cache = tmp_path / "prompt-cache"
     args = ("--prompt-cache-dir", str(cache), "--threads", "2")
-    srv = launch(qwen05_dir, tmp_path, *args)
+    srv = launch(qwen05_served, tmp_path, *args)
     try:
         r = post(srv, "/v1/completions", BODY)
         assert r.status_code == 200, r.text
@@ -42,7 +42,7 @@ def test_sigint_then_restart_serves_the_prompt_from_disk(qwen05_dir, tmp_path):
         assert srv.proc.wait(120) == 0, srv.log()[-4000:]
     assert list(cache.glob("*.kvb")), "shutdown wrote no block"
 
-    srv = launch(qwen05_dir, tmp_path, *args)
+    srv = launch(qwen05_served, tmp_path, *args)
     try:
         r = post(srv, "/v1/completions", BODY)
         assert r.status_code == 200, r.text

@@ -63,10 +63,11 @@ def static_server():
 
 
 @pytest.fixture(scope="module")
-def live_server(qwen05_dir, tmp_path_factory):
-    """The real server on the real 0.5B model, started once per test module."""
+def live_server(qwen05_served, tmp_path_factory):
+    """The real server on the real 0.5B model (in the format `make serve` runs on this CPU),
+    started once per test module."""
     chromium_path()  # no point loading the model when the browser tests cannot run
-    server = LiveServer(qwen05_dir, tmp_path_factory.mktemp("server") / "server.log",
+    server = LiveServer(qwen05_served, tmp_path_factory.mktemp("server") / "server.log",
                         extra_args=SMALL_SERVER)
     yield server
     server.stop()

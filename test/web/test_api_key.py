@@ -14,8 +14,8 @@ KEY = "test-key-7f3a"
 
 
 @pytest.fixture(scope="module")
-def keyed_server(qwen05_dir, tmp_path_factory):
-    server = LiveServer(qwen05_dir, tmp_path_factory.mktemp("keyed") / "server.log",
+def keyed_server(qwen05_served, tmp_path_factory):
+    server = LiveServer(qwen05_served, tmp_path_factory.mktemp("keyed") / "server.log",
                         extra_args=("--api-key", KEY, *SMALL_SERVER), loaded=False)
     yield server
     server.stop()
