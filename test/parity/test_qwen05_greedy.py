@@ -38,25 +38,28 @@ BOUNDS = {"bf16": (0.25, 0.1), "f32": (0.01, 0.01)}
 
 @pytest.fixture(scope="module")
 def reference(qwen05_dir):
-    """transformers' greedy continuations, one prompt at a time (no padding effects), with the
-    logits of every generated position: (prompt ids, new ids, logits [NEW_TOKENS, vocab])."""
+    """transformers' greedy continuations with the logits of every generated position:
+    (prompt ids, new ids, logits [NEW_TOKENS, vocab]). The chats go in one generate call, left
+    padded under an attention mask: it reads the f32 weights 64 times instead of 320 (19 s
+    against 46 s on a Zen 5 core), and gave the tokens of one chat at a time, with logits
+    within 2.3e-5 of them (2026-11-29), far inside BOUNDS["f32"]."""
     from transformers import AutoModelForCausalLM
 
     from llaisys.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(qwen05_dir)
     hf = AutoModelForCausalLM.from_pretrained(qwen05_dir, dtype=torch.float32).eval()
-    refs = []
-    for chat in CHATS:
-        ids = tok.encode(tok.apply_chat_template(chat))
-        with torch.no_grad():
-            out = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False,
-                              eos_token_id=None, pad_token_id=0)
-            new = out[0, len(ids):].tolist()
-            logits = hf(out[:, :-1]).logits[0, len(ids) - 1:].numpy()
-        refs.append((ids, new, logits))
+    prompts = [tok.encode(tok.apply_chat_template(chat)) for chat in CHATS]
+    width = max(map(len, prompts))
+    pad = [width - len(ids) for ids in prompts]
+    with torch.no_grad():
+        out = hf.generate(torch.tensor([[0] * p + ids for p, ids in zip(pad, prompts)]),
+                          attention_mask=torch.tensor([[0] * p + [1] * len(ids) for p, ids in zip(pad, prompts)]),
+                          max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None, pad_token_id=0,
+                          output_logits=True, return_dict_in_generate=True)
+    logits = torch.stack(out.logits, 1).numpy()  # [chats, NEW_TOKENS, vocab]
     del hf
-    return refs
+    return [(ids, out.sequences[i, width:].tolist(), logits[i]) for i, ids in enumerate(prompts)]
 
 
 # Generates every chat greedily with the engine (f32 KV: the forward itself; the default KV
