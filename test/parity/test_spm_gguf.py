@@ -1,7 +1,11 @@
 """The SentencePiece vocabulary a Llama 2 / Mistral / Mixtral GGUF carries (`tokenizer.ggml.model`
 "llama": pieces with scores, "▁" for spaces, "<0xXX>" byte-fallback pieces, control and
 user-defined token types), read by gguf_spm.py: it encodes and decodes as transformers' own GGUF
-tokenizer loading does (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`) on the same file.
+tokenizer loading does (`AutoTokenizer.from_pretrained(dir, gguf_file=...)`) on the same file,
+but for SentencePiece's dummy prefix, which it adds as llama.cpp (and SentencePiece, and the
+models' own Hugging Face tokenizers: test/models/test_gguf_vocab_llama_cpp.py) do: before every
+run of text between special tokens, also one that starts with a space, where transformers' GGUF
+tokenizer adds it to the first run only, and not when it starts with a space.
 
 The vocabulary is trained here: a `tokenizers` SentencePiece BPE over a few hundred sentences,
 its merged pieces scored by merge rank (as SentencePiece scores them: earlier is higher) and its
@@ -9,6 +13,7 @@ single characters below them, behind `<unk>` `<s>` `</s>` and the 256 byte piece
 vocabulary is laid out. Characters it never saw (CJK, emoji) fall back to bytes."""
 
 import json
+import re
 
 import gguf
 import numpy as np
@@ -95,11 +100,29 @@ def hf_tokenizer(path, name):
     return AutoTokenizer.from_pretrained(str(path), gguf_file=name)
 
 
+def llama_cpp_ids(theirs, text: str, add_special: bool) -> list:
+    """transformers' GGUF tokenizer run the way llama.cpp tokenizes: the text cut at the control
+    and user-defined pieces, each run encoded alone with the dummy prefix (transformers adds it
+    to a run on its own, unless the run starts with a space: then a space in front makes the
+    "▁▁" SentencePiece gives), the BOS first when asked."""
+    tokens, _, types = VOCAB
+    pieces = sorted((t for t, k in zip(tokens, types) if k in (2, 3, 4)), key=len, reverse=True)
+    ids = [theirs.bos_token_id] if add_special else []
+    for run in re.split("(" + "|".join(map(re.escape, pieces)) + ")", text):
+        if run in pieces:
+            ids.append(tokens.index(run))
+        elif run:
+            ids += theirs.encode(" " + run if run.startswith(" ") else run, add_special_tokens=False)
+    return ids
+
+
 @pytest.mark.parametrize("add_special", [False, True])
 def test_encodes_and_decodes_as_transformers_gguf_loading(spm, add_special):
     ours, theirs = load_gguf(spm / "spm.gguf").tokenizer, hf_tokenizer(spm, "spm.gguf")
     for text in TEXTS:
-        want = theirs.encode(text, add_special_tokens=add_special)
+        want = llama_cpp_ids(theirs, text, add_special)
+        if not text.startswith(" ") and not re.search(r"<s>|</s>|<unk>|\[/?INST\]|<tool>", text):
+            assert want == theirs.encode(text, add_special_tokens=add_special), text  # where the two rules agree
         assert ours.encode(text, add_special_tokens=add_special) == want, text
         assert ours.decode(want) == theirs.decode(want), text
         assert ours.decode(want, skip_special_tokens=True) == theirs.decode(want, skip_special_tokens=True), text

@@ -14,9 +14,12 @@ join is the piece of the highest score; a BPE whose merges are every split (left
 piece into two pieces, ranked by the joined piece's score, does the same. The merges are derived
 here by transformers' rule for GGUF files (tokenization_utils_base.generate_merges: ties by the
 longer left piece, then by vocabulary order), so the result encodes as
-`AutoTokenizer.from_pretrained(dir, gguf_file=...)` does. The text is not normalized; spaces
-become "▁" and one is prepended to the text's first piece (Metaspace "first", as transformers'
-LlamaTokenizer) unless add_space_prefix is false; characters without a piece fall back to their
+`AutoTokenizer.from_pretrained(dir, gguf_file=...)` does. Spaces become "▁", and unless
+add_space_prefix is false one "▁" (SentencePiece's dummy prefix) is prepended to every run of text
+between special tokens, as llama.cpp does and as the models' own tokenizers give llama.cpp's
+test files (test/models/test_gguf_vocab_llama_cpp.py: Llama 2's and Phi-3's vocabularies);
+transformers' GGUF loading adds it to the first run only, and not before a leading space
+(" Hello" is "▁▁Hello" here, "▁Hello" there). Characters without a piece fall back to their
 UTF-8 bytes' "<0xXX>" pieces. A file's `tokenizer.ggml.merges`, if any, is not used (llama.cpp's
 SPM tokenizer ignores it too). Control and unknown pieces are special tokens, user-defined ones
 added tokens, so their text maps to their id whole."""
@@ -26,7 +29,7 @@ from __future__ import annotations
 import math
 
 import gguf
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, processors
 
 from .chat_template import ChatTemplate
 from .config import ModelParams
@@ -69,8 +72,13 @@ def build_spm_backend(tokens: list, scores: list, types: list, unk: str | None, 
     bpe = models.BPE(vocab=vocab, merges=spm_merges(tokens, scores), dropout=None, unk_token=unk, fuse_unk=True,
                      byte_fallback=True)
     tok = Tokenizer(bpe)
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first" if add_space_prefix
-                                                 else "never", split=False)
+    # SentencePiece's dummy prefix, as llama.cpp adds it: one "▁" before every run of text (the
+    # text's start and after each special token), even one that starts with a space (" Hello" is
+    # "▁▁Hello"). A normalizer, because the added tokens split the text first and each run is
+    # normalized alone; the Metaspace pre-tokenizer prepends to the first run only, and not to
+    # one that already starts with "▁".
+    spaces = normalizers.Replace(" ", "▁")
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), spaces]) if add_space_prefix else spaces
     steps = [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()]
     if add_space_prefix:
         steps.append(decoders.Strip(content=" ", left=1, right=0))

@@ -1,0 +1,85 @@
+"""Real vocabularies: llama.cpp's own tokenizer test files, read by our GGUF tokenizer.
+
+llama.cpp keeps vocabulary-only GGUF files of real models (models/ggml-vocab-<name>.gguf) with
+test texts (.inp) and the ids the model's own Hugging Face tokenizer gives them (.out, written by
+its convert_hf_to_gguf_update.py; llama.cpp's test-tokenizer-0 checks its tokenizer against
+them). Here: Llama 2's SentencePiece vocabulary (llama-spm) and Phi-3's, Llama 3's byte-level
+BPE (llama-bpe) and Qwen2's. Every text must encode to the file's ids and decode back to itself.
+The files come from the llama-cpp-python sdist that tools/benchkit/peer.py pins (the peer's
+unpacked source when it is there, else the sdist, fetched with pip once), copied to
+$LLAISYS_HOME/peers/vocab-<pin>."""
+
+import shutil
+import subprocess
+import sys
+import tarfile
+import types
+
+import gguf
+import pytest
+from benchkit.peer import PIN, home, paths
+
+from llaisys.models.gguf_spm import tokenizer_files
+
+pytestmark = pytest.mark.slow
+
+NAMES = ("llama-spm", "phi-3", "llama-bpe", "qwen2")
+SEPARATOR = "\n__ggml_vocab_test__\n"  # between the .inp texts, and after the last
+
+
+def _members(name: str) -> list:
+    return [f"ggml-vocab-{name}.gguf{ext}" for ext in ("", ".inp", ".out")]
+
+
+@pytest.fixture(scope="module")
+def vocab_dir():
+    """A folder holding every NAMES vocabulary with its .inp and .out."""
+    wanted = [m for name in NAMES for m in _members(name)]
+    for folder in (paths()["vendor"] / "models", home() / f"vocab-{PIN}"):
+        if all((folder / m).is_file() for m in wanted):
+            return folder
+    sdist = home() / "sdist" / f"llama_cpp_python-{PIN}.tar.gz"
+    if not sdist.is_file():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
+                        "--no-binary", "llama-cpp-python", f"llama-cpp-python=={PIN}", "-d", str(sdist.parent)],
+                       check=True, timeout=600)
+    out = home() / f"vocab-{PIN}"
+    tmp = out.with_name(out.name + ".part")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    prefix = f"llama_cpp_python-{PIN}/vendor/llama.cpp/models/"
+    with tarfile.open(sdist) as tar:
+        for member in tar:
+            if member.isfile() and member.name.startswith(prefix) and member.name[len(prefix):] in wanted:
+                (tmp / member.name[len(prefix):]).write_bytes(tar.extractfile(member).read())
+    missing = [m for m in wanted if not (tmp / m).is_file()]
+    assert not missing, f"{sdist.name} lacks {missing}"
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out
+
+
+def cases(folder, name: str) -> list:
+    """(text, ids) of a vocabulary's test file."""
+    texts = (folder / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
+    assert texts.endswith(SEPARATOR)
+    texts = texts[:-len(SEPARATOR)].split(SEPARATOR)
+    ids = (folder / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").split("\n")[:len(texts)]
+    assert len(texts) == len(ids) > 40
+    return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, ids)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_encodes_as_the_models_own_tokenizer(vocab_dir, name):
+    path = vocab_dir / f"ggml-vocab-{name}.gguf"
+    reader = gguf.GGUFReader(path)
+    n_tokens = len(reader.fields["tokenizer.ggml.tokens"].data)
+    # a vocabulary-only file: no embedding to size the vocabulary by, so the tokens' count stands in
+    tok = tokenizer_files(reader, types.SimpleNamespace(vocab_size=n_tokens, max_position_embeddings=4096),
+                          str(path)).tokenizer
+    wrong = []
+    for text, want in cases(vocab_dir, name):
+        got = tok.encode(text, add_special_tokens=False).ids
+        if got != want or tok.decode(got, skip_special_tokens=False) != text:
+            wrong.append((text[:40], got[:12], want[:12]))
+    assert not wrong, f"{name}: {len(wrong)} texts differ, e.g. {wrong[:3]}"
