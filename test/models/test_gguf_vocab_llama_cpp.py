@@ -5,19 +5,14 @@ test texts (.inp) and the ids the model's own Hugging Face tokenizer gives them 
 its convert_hf_to_gguf_update.py; llama.cpp's test-tokenizer-0 checks its tokenizer against
 them). Here: Llama 2's SentencePiece vocabulary (llama-spm) and Phi-3's, Llama 3's byte-level
 BPE (llama-bpe) and Qwen2's. Every text must encode to the file's ids and decode back to itself.
-The files come from the llama-cpp-python sdist that tools/benchkit/peer.py pins (the peer's
-unpacked source when it is there, else the sdist, fetched with pip once), copied to
-$LLAISYS_HOME/peers/vocab-<pin>."""
+The files come from the llama-cpp-python sdist that tools/benchkit/peer.py pins
+(test/llama_cpp_files.py)."""
 
-import shutil
-import subprocess
-import sys
-import tarfile
 import types
 
 import gguf
 import pytest
-from benchkit.peer import PIN, home, paths
+from llama_cpp_files import models_dir
 
 from llaisys.models.gguf_spm import tokenizer_files
 
@@ -27,36 +22,9 @@ NAMES = ("llama-spm", "phi-3", "llama-bpe", "qwen2")
 SEPARATOR = "\n__ggml_vocab_test__\n"  # between the .inp texts, and after the last
 
 
-def _members(name: str) -> list:
-    return [f"ggml-vocab-{name}.gguf{ext}" for ext in ("", ".inp", ".out")]
-
-
 @pytest.fixture(scope="module")
 def vocab_dir():
-    """A folder holding every NAMES vocabulary with its .inp and .out."""
-    wanted = [m for name in NAMES for m in _members(name)]
-    for folder in (paths()["vendor"] / "models", home() / f"vocab-{PIN}"):
-        if all((folder / m).is_file() for m in wanted):
-            return folder
-    sdist = home() / "sdist" / f"llama_cpp_python-{PIN}.tar.gz"
-    if not sdist.is_file():
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
-                        "--no-binary", "llama-cpp-python", f"llama-cpp-python=={PIN}", "-d", str(sdist.parent)],
-                       check=True, timeout=600)
-    out = home() / f"vocab-{PIN}"
-    tmp = out.with_name(out.name + ".part")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    prefix = f"llama_cpp_python-{PIN}/vendor/llama.cpp/models/"
-    with tarfile.open(sdist) as tar:
-        for member in tar:
-            if member.isfile() and member.name.startswith(prefix) and member.name[len(prefix):] in wanted:
-                (tmp / member.name[len(prefix):]).write_bytes(tar.extractfile(member).read())
-    missing = [m for m in wanted if not (tmp / m).is_file()]
-    assert not missing, f"{sdist.name} lacks {missing}"
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return out
+    return models_dir([f"ggml-vocab-{name}.gguf{ext}" for name in NAMES for ext in ("", ".inp", ".out")])
 
 
 def cases(folder, name: str) -> list:
