@@ -12,10 +12,11 @@
 # lease still returns what it had):
 #   1. the GPU tests of NEW (CALL_TESTS); if they fail, every later stage runs HEAD
 #   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV); NEW's
-#      quantized GEMV tests at LLAISYS_GEMV_SPLIT=1 (one warp a row: the pipelined int8 kernel's
+#      quantized GEMV tests with the pipelined int8 kernel (LLAISYS_GEMV_INT8=2, opt-in until
+#      this passes), at the default split and at LLAISYS_GEMV_SPLIT=1 (one warp a row: its
 #      rows-per-warp path, which the tests' small weights do not reach by default); then
-#      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (LLAISYS_GEMV_INT8=1),
-#      the pipelined one launched as any kernel (LLAISYS_GEMV_PDL=0) and the default, in turn
+#      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (the default), the
+#      pipelined one launched as any kernel (LLAISYS_GEMV_PDL=0) and the pipelined one, in turn
 #   3. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   4. decode at a CALL_LONG-token context
 set -u
@@ -49,13 +50,16 @@ for r in $(seq 1 "${CALL_ROUNDS:-1}"); do
     done
 done
 pack
-LLAISYS_GEMV_SPLIT=1 timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
-    test/ops/test_quant_nvidia.py > $OUT/pytest-split1.log 2>&1
-echo "quant GEMV tests at LLAISYS_GEMV_SPLIT=1: $(tail -1 $OUT/pytest-split1.log)"
+for split in 4 1; do
+    LLAISYS_GEMV_INT8=2 LLAISYS_GEMV_SPLIT=$split timeout 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" \
+        -n 12 -rfE --tb=short test/ops/test_quant_nvidia.py > $OUT/pytest-pipe-split$split.log 2>&1
+    echo "quant GEMV tests, pipelined int8, LLAISYS_GEMV_SPLIT=$split: $(tail -1 $OUT/pytest-pipe-split$split.log)"
+done
 for r in $(seq 1 "${CALL_INT8_ROUNDS:-1}"); do
-    # the first int8 kernel; the pipelined one launched as any kernel; the pipelined one (default)
-    for v in first:LLAISYS_GEMV_INT8=1 nopdl:LLAISYS_GEMV_PDL=0 pipelined:LLAISYS_GEMV_INT8=2; do
-        env "${v#*:}" timeout 60 $P --quantize q4_k --prompt 64 --steps 64 --out $OUT/int8-${v%%:*}-$r.json 2>&1 |
+    # the first int8 kernel (default); the pipelined one launched as any kernel; the pipelined one
+    for v in first:LLAISYS_GEMV_INT8=1 nopdl:LLAISYS_GEMV_INT8=2,LLAISYS_GEMV_PDL=0 pipelined:LLAISYS_GEMV_INT8=2; do
+        env $(echo "${v#*:}" | tr , ' ') timeout 60 $P --quantize q4_k --prompt 64 --steps 64 \
+            --out $OUT/int8-${v%%:*}-$r.json 2>&1 |
             tail -1 | sed "s/^/q4_k ${v%%:*} $r: /"
     done
 done

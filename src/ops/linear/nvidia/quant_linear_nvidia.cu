@@ -53,14 +53,15 @@ bool int8_format(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K;
 }
 
-// The decode kernel of the int8 formats, LLAISYS_GEMV_INT8 read once: 0 the float path, 1 the
-// first int8 kernel (gemv_int8_kernel), anything else or unset the pipelined one; 0 and 1 are
-// for measurements (A/B in one process each) and for their tests.
+// The decode kernel of the int8 formats, LLAISYS_GEMV_INT8 read once: 0 the float path, 2 the
+// pipelined kernel (gemv_int8_pipe_kernel), anything else or unset the first int8 kernel
+// (gemv_int8_kernel), the one checked on a GPU; the pipelined one becomes the default once a GPU
+// run has passed its tests and timed it (tools/gpu/call.sh).
 enum class Int8Kernel { kNone, kFirst, kPipelined };
 Int8Kernel int8_kernel() {
     static const Int8Kernel kernel = [] {
         const char *e = std::getenv("LLAISYS_GEMV_INT8");
-        return e && e[0] == '0' ? Int8Kernel::kNone : e && e[0] == '1' ? Int8Kernel::kFirst : Int8Kernel::kPipelined;
+        return e && e[0] == '0' ? Int8Kernel::kNone : e && e[0] == '2' ? Int8Kernel::kPipelined : Int8Kernel::kFirst;
     }();
     return kernel;
 }
