@@ -1,18 +1,16 @@
 """Files of llama.cpp's source that tests read as real data: its vocabulary test files
 (models/ggml-vocab-<name>.gguf with .inp and .out) and real models' chat templates
 (models/templates/*.jinja). They come from the llama-cpp-python sdist tools/benchkit/peer.py
-pins: the peer's unpacked source when it is there, else the sdist (fetched with pip once), whose
+pins: the peer's unpacked source when it is there, else the sdist (benchkit.peer.fetch_sdist), whose
 wanted models/ files are copied to $LLAISYS_HOME/peers/llama-cpp-models-<pin>, one file at a
 time under a lock (two test processes may ask at once, for different files)."""
 
 import fcntl
 import os
-import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
-from benchkit.peer import PIN, home, paths
+from benchkit.peer import PIN, fetch_sdist, home, paths
 
 
 def _has_all(folder: Path, wanted: list) -> bool:
@@ -32,11 +30,7 @@ def models_dir(wanted: list) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if _has_all(out, wanted):  # another process copied them meanwhile
             return out
-        sdist = home() / "sdist" / f"llama_cpp_python-{PIN}.tar.gz"
-        if not sdist.is_file():
-            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-build-isolation",
-                            "--no-binary", "llama-cpp-python", f"llama-cpp-python=={PIN}", "-d", str(sdist.parent)],
-                           check=True, timeout=600)
+        sdist = fetch_sdist()
         prefix = f"llama_cpp_python-{PIN}/vendor/llama.cpp/models/"
         with tarfile.open(sdist) as tar:
             for member in tar:

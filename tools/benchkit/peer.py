@@ -53,16 +53,23 @@ def run(cmd: list, **kw) -> None:
     subprocess.run([str(c) for c in cmd], check=True, **kw)
 
 
+def fetch_sdist() -> Path:
+    """The pinned llama-cpp-python sdist under $LLAISYS_HOME/peers/sdist, fetched with pip once
+    (test/llama_cpp_files.py reads llama.cpp's test data from it too)."""
+    sdist = home() / "sdist" / f"llama_cpp_python-{PIN}.tar.gz"
+    if not sdist.is_file():
+        sdist.parent.mkdir(parents=True, exist_ok=True)
+        # --no-binary for this package only: its build dependencies (scikit-build-core, cmake) come
+        # as wheels for the metadata step, where ":all:" made pip compile each of them from source
+        run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
+             f"llama-cpp-python=={PIN}", "-d", sdist.parent], timeout=600)
+    return sdist
+
+
 def fetch_source(p: dict) -> None:
     if (p["vendor"] / "CMakeLists.txt").exists():
         return
-    dl = p["root"] / "sdist"
-    dl.mkdir(parents=True, exist_ok=True)
-    # --no-binary for this package only: its build dependencies (scikit-build-core, cmake) come as
-    # wheels for the metadata step, where ":all:" made pip compile each of them from source
-    run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", "llama-cpp-python",
-         f"llama-cpp-python=={PIN}", "-d", dl])
-    with tarfile.open(next(dl.glob(f"llama_cpp_python-{PIN}.tar.gz"))) as tar:
+    with tarfile.open(fetch_sdist()) as tar:
         tar.extractall(p["root"], filter="data")
 
 
