@@ -140,7 +140,7 @@ __device__ __forceinline__ void qunit(const BlockQ6_K &b, int u, size_t e0, cons
 }
 
 // The int8 twin of gemv_kernel (same rows, warps and split-K; lanes take units in turn): the
-// first int8 kernel, kept for A/B against the pipelined one (LLAISYS_GEMV_INT8=1).
+// first int8 kernel, the default (checked on an H200) until the pipelined one has run on a GPU.
 template <class B, int MR, int WPR>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_int8_kernel(float *out, size_t ldo, const int8_t *xq, const float *xd, size_t k, int m, SegGroup<B> g,
@@ -167,10 +167,10 @@ __global__ void __launch_bounds__(kGemvThreads)
 }
 
 // ---------------------------------------------------------------------------------------
-// The pipelined int8 GEMV (the default). gemv_int8_kernel has each lane take one unit at a
-// time: a 16-byte load of nibbles, byte loads of its scales and 2-byte loads of d, then the
-// arithmetic, so a warp keeps few bytes in flight (gate|up read at 1.3 TB/s where gemv16 reads
-// bf16 at 3.1, doc/nvidia.md). Here a lane loads batches of kInFlight items, all of a batch's
+// The pipelined int8 GEMV (opt-in: LLAISYS_GEMV_INT8=2 until a GPU run has passed its tests).
+// gemv_int8_kernel has each lane take one unit at a time: a 16-byte load of nibbles, byte loads
+// of its scales and 2-byte loads of d, then the arithmetic, so a warp keeps few bytes in flight
+// (gate|up read at 1.3 TB/s where gemv16 reads bf16 at 3.1, doc/nvidia.md). Here a lane loads batches of kInFlight items, all of a batch's
 // 16-byte loads issued together and the next batch's issued before this one is summed (a
 // double buffer across loop iterations: ptxas schedules within an iteration for registers and
 // sank half of a single batch's loads below the first rows' products). A batch is the same
