@@ -170,8 +170,8 @@ __global__ void __launch_bounds__(kGemvThreads)
 // The pipelined int8 GEMV (opt-in: LLAISYS_GEMV_INT8=2 until a GPU run has passed its tests).
 // gemv_int8_kernel has each lane take one unit at a time: a 16-byte load of nibbles, byte loads
 // of its scales and 2-byte loads of d, then the arithmetic, so a warp keeps few bytes in flight
-// (gate|up read at 1.3 TB/s where gemv16 reads bf16 at 3.1, doc/nvidia.md). Here a lane loads batches of kInFlight items, all of a batch's
-// 16-byte loads issued together and the next batch's issued before this one is summed (a
+// (gate|up read at 1.3 TB/s where gemv16 reads bf16 at 3.1, doc/nvidia.md). Here a lane loads
+// batches of kInFlight items, all of a batch's 16-byte loads issued together and the next batch's issued before this one is summed (a
 // double buffer across loop iterations: ptxas schedules within an iteration for registers and
 // sank half of a single batch's loads below the first rows' products). A batch is the same
 // item of R rows (WPR = 1: a warp takes R rows) or S items of one row (split-K), R S =
