@@ -168,19 +168,19 @@ __global__ void __launch_bounds__(kGemvThreads)
 
 // ---------------------------------------------------------------------------------------
 // The pipelined int8 GEMV (opt-in: LLAISYS_GEMV_INT8=2 until a GPU run has passed its tests).
-// gemv_int8_kernel has each lane take one unit at a time: a 16-byte load of nibbles, byte loads
-// of its scales and 2-byte loads of d, then the arithmetic, so a warp keeps few bytes in flight
+// gemv_int8_kernel has each lane take one unit at a time: a 16-byte load of nibbles, byte loads of
+// its scales and 2-byte loads of d, then the arithmetic, so a warp keeps few bytes in flight
 // (gate|up read at 1.3 TB/s where gemv16 reads bf16 at 3.1, doc/nvidia.md). Here a lane loads
-// batches of kInFlight items, all of a batch's 16-byte loads issued together and the next batch's issued before this one is summed (a
-// double buffer across loop iterations: ptxas schedules within an iteration for registers and
-// sank half of a single batch's loads below the first rows' products). A batch is the same
-// item of R rows (WPR = 1: a warp takes R rows) or S items of one row (split-K), R S =
-// kInFlight. Weights come through load_stream; a Q4_K block's header is one 16-byte load,
-// Q6_K's and Q8_0's 2-byte aligned bytes come from the aligned chunks that cover them
-// (int8_layout.hpp, whose byte mapping test/cpp/test_int8_layout.cpp checks on the host). An
-// item's activations are loaded once for its R rows. The products are gemv_int8_kernel's unit
-// by unit (same scales, same dp4a sums; Q8_0 adds a block's two 16-element sums as integers,
-// exactly, before scaling); only the summation order differs.
+// batches of kInFlight items, all of a batch's 16-byte loads issued together and the next batch's
+// issued before this one is summed (a double buffer across loop iterations: ptxas schedules within
+// an iteration for registers and sank half of a single batch's loads below the first rows'
+// products). A batch is the same item of R rows (WPR = 1: a warp takes R rows) or S items of one
+// row (split-K), R S = kInFlight. Weights come through load_stream; a Q4_K block's header is one
+// 16-byte load, Q6_K's and Q8_0's 2-byte aligned bytes come from the aligned chunks that cover
+// them (int8_layout.hpp, whose byte mapping test/cpp/test_int8_layout.cpp checks on the host). An
+// item's activations are loaded once for its R rows. The products are gemv_int8_kernel's unit by
+// unit (same scales, same dp4a sums; Q8_0 adds a block's two 16-element sums as integers, exactly,
+// before scaling); only the summation order differs.
 
 // Items a batch: 4, or 2 where two batches' registers would cost occupancy (a Q6_K item holds
 // 19 words of loads, and many activation rows widen every item's sums).
