@@ -27,8 +27,9 @@ CONVERSATIONS = {
     "system and turns": ([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
                           {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Again?"}], None),
     "tool call": ([{"role": "user", "content": "Weather in Paris?"},
-                   {"role": "assistant", "content": "", "tool_calls": [{"id": "a1b2c3d4e", "type": "function", "function": {
-                       "name": "get_weather", "arguments": {"city": "Paris"}}}]},
+                   {"role": "assistant", "content": "", "tool_calls": [{
+                       "id": "a1b2c3d4e", "type": "function",  # Mistral's templates want 9 alphanumerics
+                       "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
                    {"role": "tool", "tool_call_id": "a1b2c3d4e", "name": "get_weather", "content": "{\"temp\": 21}"}],
                   TOOLS),
 }
