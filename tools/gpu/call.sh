@@ -17,8 +17,10 @@
 #      rows-per-warp path, which the tests' small weights do not reach by default); then
 #      CALL_INT8_ROUNDS of NEW's Q4_K decode with the first int8 GEMV (the default), the
 #      pipelined one launched as any kernel (LLAISYS_GEMV_PDL=0) and the pipelined one, in turn
-#   3. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
-#   4. decode at a CALL_LONG-token context
+#   3. CALL_GRAPH_ROUNDS alternations of NEW's decode on the BLOCK layout (bf16, Q4_K) without and
+#      with CUDA graphs (LLAISYS_CUDA_GRAPHS=1, opt-in until test_cuda_graphs.py passes)
+#   4. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
+#   5. decode at a CALL_LONG-token context
 set -u
 cd "$(dirname "$0")/../.."
 F="${OUT:-$PWD/gpu-out}"; mkdir -p "$F"; export OUT=/tmp/call-out; mkdir -p $OUT
@@ -35,7 +37,7 @@ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --fo
 
 TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py test/parity/test_quant_model.py
  test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py
- test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py}"
+ test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/parity/test_cuda_graphs.py}"
 timeout "${CALL_TEST_LIMIT:-80}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
     > $OUT/pytest-new.log 2>&1
 rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head
@@ -61,6 +63,15 @@ for r in $(seq 1 "${CALL_INT8_ROUNDS:-1}"); do
         env $(echo "${v#*:}" | tr , ' ') timeout 60 $P --quantize q4_k --prompt 64 --steps 64 \
             --out $OUT/int8-${v%%:*}-$r.json 2>&1 |
             tail -1 | sed "s/^/q4_k ${v%%:*} $r: /"
+    done
+done
+pack
+for r in $(seq 1 "${CALL_GRAPH_ROUNDS:-2}"); do  # decode on the BLOCK layout without and with CUDA graphs
+    for g in 0 1; do
+        for q in bf16 q4_k; do
+            LLAISYS_CUDA_GRAPHS=$g timeout 60 $P --layout block --quantize $q --prompt 64 --steps 64 \
+                --out $OUT/graphs-$g-$q-$r.json 2>&1 | tail -1 | sed "s/^/graphs=$g $q $r: /"
+        done
     done
 done
 pack

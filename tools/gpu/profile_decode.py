@@ -64,6 +64,8 @@ def main() -> None:
     ap.add_argument("--device", default="nvidia", choices=["cpu", "nvidia"], help="cpu: a check of this tool")
     ap.add_argument("--kv-dtype", default="f32", choices=["f32", "f16", "bf16"],
                     help="the KV cache's dtype (f32: the runs of 2026-11-27)")
+    ap.add_argument("--layout", default="slot", choices=["slot", "block"],
+                    help="block: the engine's layout, whose pure decode steps LLAISYS_CUDA_GRAPHS=1 replays as graphs")
     ap.add_argument("--out", type=Path)
     a = ap.parse_args()
     a.quantize = None if a.quantize == "bf16" else a.quantize
@@ -101,18 +103,25 @@ def main() -> None:
     rng = np.random.default_rng(0)
     prompt = rng.integers(0, vocab, a.prompt).tolist()
 
+    block = 16
+    n_slots = (a.prompt + a.steps + 16 + block - 1) // block * block
+
     def step(cache, toks, pos, starts):
-        return model.step(cache, token_ids=toks, positions=pos, query_start=starts, seq_ids=[0],
-                          sample_rows=[len(toks) - 1], sampling=[RowSampling()], want_logprobs=False)
+        kw = dict(seq_ids=[0])
+        if a.layout == "block":  # one row whose blocks are 0, 1, ... in order
+            end = int(pos[-1]) + 1
+            kw = dict(slot_mapping=np.asarray(pos, dtype=np.int64), context_lens=[end],
+                      block_tables=[list(range(n_slots // block))])
+        return model.step(cache, token_ids=toks, positions=pos, query_start=starts, sample_rows=[len(toks) - 1],
+                          sampling=[RowSampling()], want_logprobs=False, **kw)
 
     cuda = ctypes.CDLL("libcuda.so.1") if a.ncu_steps else None
     times = []
-    n_slots = a.prompt + a.steps + 16
-    with model.create_kv_cache("slot", n_slots=n_slots, dtype=a.kv_dtype) as warm:  # prefill and decode, untimed once
+    with model.create_kv_cache(a.layout, n_slots=n_slots, block_size=block, dtype=a.kv_dtype) as warm:  # prefill and decode, untimed once
         w = int(step(warm, prompt, np.arange(a.prompt), [0, a.prompt]).token_ids[0])
         for i in range(min(8, a.steps)):
             w = int(step(warm, [w], [a.prompt + i], [0, 1]).token_ids[0])
-    with model.create_kv_cache("slot", n_slots=n_slots, dtype=a.kv_dtype) as cache:
+    with model.create_kv_cache(a.layout, n_slots=n_slots, block_size=block, dtype=a.kv_dtype) as cache:
         t = time.perf_counter()
         nxt = int(step(cache, prompt, np.arange(a.prompt), [0, a.prompt]).token_ids[0])
         prefill_s = time.perf_counter() - t
@@ -124,6 +133,7 @@ def main() -> None:
             times.append(time.perf_counter() - t)
         if cuda is not None:
             print("cuProfilerStop:", cuda.cuProfilerStop(), flush=True)
+    stats = model.stats()  # the graphs captured (LLAISYS_CUDA_GRAPHS=1), their time and memory
     model.close()
     half = len(times) // 2
     res = {"shape": a.shape if a.model_dir is None or a.model_dir.suffix.lower() != ".gguf" else a.model_dir.name,
@@ -131,7 +141,8 @@ def main() -> None:
            "ms_per_step_median": 1e3 * statistics.median(times[half:]),
            "ms_first_half": 1e3 * statistics.median(times[:half]), "tok_s": 1 / statistics.median(times[half:]),
            "tg_tok_s_mean": len(times) / sum(times),  # llama-bench's tg figure: every step counted
-           "prefill_ms": 1e3 * prefill_s, "prefill_tok_s": a.prompt / prefill_s}
+           "prefill_ms": 1e3 * prefill_s, "prefill_tok_s": a.prompt / prefill_s, "layout": a.layout,
+           "graphs": stats.graphs, "graph_capture_s": stats.graph_capture_s, "padded_bytes": stats.padded_bytes}
     print(json.dumps(res))
     if a.out:
         a.out.write_text(json.dumps(res, indent=2))

@@ -3,8 +3,8 @@
 # beforehand (LLAISYS_LIBRARY, default build/nv90/libllaisys.so) against the GPU tests, then
 # compute-sanitizer over a slice of the op tests, then a short benchmark. Each stage has its
 # own time limit so one hang cannot eat the lease; logs go to $OUT (or ./gpu-out).
-# Stages to run: GPU_STAGES="info tests profile variants splits ncu-detail sanitize bench" (default
-# all but variants, splits and ncu-detail; variants times decode under GPU_VARIANTS' environments,
+# Stages to run: GPU_STAGES="info tests profile graphs variants splits ncu-detail sanitize bench" (default
+# all but graphs, variants, splits and ncu-detail; graphs times decode with and without CUDA graphs; variants times decode under GPU_VARIANTS' environments,
 # splits runs the quantized GEMV's tests at each LLAISYS_GEMV_SPLIT and LLAISYS_GEMV_INT8=0; ncu-detail puts GPU_NCU_KERNEL's launches under ncu's occupancy and stall sections). profile times
 # decode steps of a 1.5B of random weights (bf16, Q4_K, Q8_0) with this library and, when
 # GPU_BASE_LIBRARY names another build, with that one too (an A/B in one call; GPU_PROFILE_ROUNDS
@@ -44,7 +44,7 @@ TESTS="test/server/test_server_nvidia.py test/core/test_nvidia_runtime.py test/c
  test/ops/test_nvidia_ops.py test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/ops/test_argmax_nan.py
  test/sampling/test_sampler_nvidia.py test/sampling/test_sample_device.py test/sampling/test_sampler_nan.py
  test/parity/test_tiny_qwen2.py test/parity/test_kv_slot.py test/parity/test_quant_model.py test/parity/test_archs.py
- test/parity/test_moe_nvidia.py"
+ test/parity/test_moe_nvidia.py test/parity/test_cuda_graphs.py test/parity/test_padded_decode.py"
 if stage tests; then
     # -k nvidia would drop tests whose ids do not say so; the CPU halves are quick, so all run
     timeout "${GPU_TEST_LIMIT:-300}" python3 -m pytest -q -p no:cacheprovider -o addopts="" --timeout 120 -rfE --tb=short \
@@ -96,6 +96,20 @@ EOF_SUMMARY
         echo "ncu $q rc=$?"
         cat "$OUT/ncu-$q.csv" "$OUT/ncu-$q.log" > /tmp/ncu-$q.all 2> /dev/null
         python3 tools/gpu/profile_decode.py --parse /tmp/ncu-$q.all --steps-profiled 2 --out "$OUT/kernels-$q.json" 2>&1 | head -24
+    done
+fi
+
+if stage graphs; then  # decode steps with CUDA graphs (LLAISYS_CUDA_GRAPHS=1) against without, BLOCK layout, ABAB
+    M=/tmp/llaisys-profile-1.5b
+    for r in $(seq 1 "${GPU_GRAPH_ROUNDS:-3}"); do
+        for g in 0 1; do
+            for q in ${GPU_PROFILE_FORMATS:-bf16 q4_k}; do
+                LLAISYS_CUDA_GRAPHS=$g timeout "${GPU_PROFILE_LIMIT:-90}" python3 tools/gpu/profile_decode.py --model-dir $M \
+                    --quantize $q --layout block --steps 96 ${GPU_PROFILE_ARGS:-} --out "$OUT/graphs-$g-$q-r$r.json" \
+                    > "$OUT/graphs-$g-$q-r$r.log" 2>&1
+                echo "graphs=$g $q r$r rc=$?: $(tail -1 "$OUT/graphs-$g-$q-r$r.log" | cut -c1-400)"
+            done
+        done
     done
 fi
 

@@ -178,6 +178,11 @@ typedef struct {
     size_t scratch_bytes;        /* NVIDIA: the kernels' per-thread scratch and cuBLAS workspaces
                                     on the model's device, all threads together (shared by every
                                     model there; grows with the largest GEMM); 0 on the CPU */
+    size_t graphs;               /* NVIDIA: CUDA graphs of decode steps held now (one per padded
+                                    shape seen: rows x block-table width); 0 on the CPU */
+    size_t graph_capture_us;     /* the time spent capturing them so far, microseconds */
+    size_t padded_bytes;         /* device memory of the padded decode steps (their own workspace
+                                    and index arrays, which the graphs read); 0 when none ran */
 } llaisysModelStats_t;
 
 LLAISYS_API llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *out);

@@ -175,7 +175,14 @@ class Worker:
         q, kv = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
         per_token = 4 * (3 * c.hidden_size + (q + 2 * kv) + q + 3 * c.intermediate_size) + 2 * c.intermediate_size
         per_sample = 4 * (c.vocab_size + c.hidden_size)
-        return int(1.25 * (per_token * max_num_batched_tokens + per_sample * max_num_seqs)) + (64 << 20)
+        rows = per_token * max_num_batched_tokens + per_sample * max_num_seqs
+        if self.model.device == DeviceType.NVIDIA and os.environ.get("LLAISYS_CUDA_GRAPHS", "0") in ("1", "padded"):
+            # decode steps padded for CUDA graphs run in a workspace of their own, sized for the
+            # bucket of max_num_seqs rows (src/models/decoder/padded_decode.hpp)
+            n = min(max_num_seqs, 512)  # PaddedDecode::kMaxRows
+            padded = n if n <= 2 else 4 if n <= 4 else -(-n // 8) * 8
+            rows += (per_token + per_sample) * padded
+        return int(1.25 * rows) + (64 << 20)
 
     def kv_budget_for(self, max_num_batched_tokens: int, max_num_seqs: int) -> int:
         """Bytes for K and V: kv_cache_memory, or on a GPU with gpu_memory_utilization, this

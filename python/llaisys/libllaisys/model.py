@@ -116,6 +116,9 @@ class ModelStats(ctypes.Structure):
         ("workspace_bytes", ctypes.c_size_t),
         ("workspace_tokens", ctypes.c_size_t),
         ("scratch_bytes", ctypes.c_size_t),
+        ("graphs", ctypes.c_size_t),
+        ("graph_capture_us", ctypes.c_size_t),
+        ("padded_bytes", ctypes.c_size_t),
     ]
 
 

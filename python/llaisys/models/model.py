@@ -35,6 +35,11 @@ class ModelStatsInfo:
     # NVIDIA: every thread's kernel scratch and cuBLAS workspaces on the model's device (shared
     # by the models there); 0 on the CPU
     scratch_bytes: int = 0
+    # NVIDIA: CUDA graphs of decode steps held now, the seconds spent capturing them, and the
+    # padded decode steps' own memory (their workspace and index arrays); 0 when none ran
+    graphs: int = 0
+    graph_capture_s: float = 0.0
+    padded_bytes: int = 0
 
 
 def c_params(p: ModelParams, dtype: DataType) -> tuple:
@@ -153,7 +158,8 @@ class Model(OwnedHandle):
     def stats(self) -> ModelStatsInfo:
         s = ModelStats()
         check(LIB.llaisysModelGetStats(self.handle, ctypes.byref(s)))
-        return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens, s.scratch_bytes)
+        return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens, s.scratch_bytes, s.graphs,
+                              s.graph_capture_us / 1e6, s.padded_bytes)
 
     def create_kv_cache(self, layout: str = "block", n_slots: int = 4096, block_size: int = 16,
                         dtype: "DataType | str" = DataType.F32) -> KVCache:

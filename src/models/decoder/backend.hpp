@@ -9,10 +9,12 @@
 
 #include "../../kv_cache/kv_cache.hpp"
 #include "llaisys/models/model.h"
+#include "padded_decode.hpp"
 #include "params.hpp"
 #include "weights.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -148,6 +150,35 @@ public:
                       const llaisysStepOutput_t &out) = 0;
     // Waits for everything queued (KV writes, copies); a no-op on the CPU.
     virtual void finish() = 0;
+
+    // Decode steps at fixed shapes (padded_decode.hpp; Model::padded_step). Whether this backend
+    // wants pure decode steps padded: a GPU that replays them as CUDA graphs, the CPU only under
+    // LLAISYS_PADDED_DECODE=1 (which tests the padding without a GPU).
+    virtual bool pads_decode() const { return false; }
+    // begin_step for a padded step of `shape`: on a GPU the index arrays go to addresses fixed
+    // per shape, and attention's work is sized for the shape's table width, not the contexts.
+    virtual void begin_padded_step(const llaisysBatch_t &b, const KvPlan &plan, PaddedShape /*shape*/) {
+        begin_step(b, plan);
+    }
+    // Runs `body`, which queues a padded step's kernels from the embedding to the logits, all
+    // in memory that stays put between steps of `shape` over `cache`. A GPU replays it as a
+    // graph captured the first time (the first run is eager, and warms the scratch up).
+    virtual void run_padded(PaddedShape /*shape*/, const kv::KVCache & /*cache*/, const std::function<void()> &body) {
+        body();
+    }
+    // Forgets every graph: the memory they were captured over is about to be released.
+    virtual void drop_graphs() {}
+    // Graphs held now, and the total time spent capturing them (llaisysModelStats_t).
+    virtual size_t graphs() const { return 0; }
+    virtual double graph_capture_seconds() const { return 0.0; }
+    // Bytes of device memory a padded step uses beside the workspace (its fixed index arrays).
+    virtual size_t padded_bytes() const { return 0; }
+    // logits [rows, V] = lm_head over xs [rows, H]: head()'s first half.
+    virtual void lm_logits(const float *xs, float *logits, size_t rows) = 0;
+    // head()'s second half over the first ns rows of logits: the copy to out.logits when set,
+    // sampling with params into out.sample; complete on return.
+    virtual void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,
+                               const llaisysStepOutput_t &out) = 0;
 };
 
 // The backends. Both keep references to `c` and `w`, which must outlive them.

@@ -11,7 +11,8 @@
 namespace llaisys::models {
 
 Model::Model(const Config &config, llaisysDeviceType_t device, int device_id)
-    : c_(config), device_(device), device_id_(device_id), store_(c_, device, device_id), ws_(c_, device, device_id) {
+    : c_(config), device_(device), device_id_(device_id), store_(c_, device, device_id), ws_(c_, device, device_id),
+      pad_ws_(c_, device, device_id) {
     be_ = device_ == LLAISYS_DEVICE_CPU ? make_cpu_backend(c_, store_.weights())
                                         : make_nvidia_backend(c_, store_.weights(), device_id_);
 }
@@ -25,6 +26,9 @@ llaisysModelStats_t Model::stats() const {
     s.weight_bytes = store_.bytes();
     s.workspace_bytes = ws_.bytes();
     s.workspace_tokens = ws_.tokens();
+    s.graphs = be_->graphs();
+    s.graph_capture_us = size_t(be_->graph_capture_seconds() * 1e6);
+    s.padded_bytes = pad_ws_.bytes() + be_->padded_bytes();
     return s;
 }
 
@@ -68,6 +72,10 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, con
         sampling::check_output(out.sample, b.n_sample);
         for (size_t i = 0; i < b.n_sample; i++) sampling::check_params(params[i], c_.p.vocab_size, out.sample.top_capacity);
     }
+    if (const PaddedShape shape = padded_shape(cache, b, params, embeds); shape.rows) {
+        padded_step(cache, b, shape, params, out);
+        return LLAISYS_STATUS_OK;
+    }
     const size_t logit_rows = params || out.logits ? b.n_sample : 0;  // hidden-only steps need no logits
     if (!ws_.fits(b.n_tokens, b.n_sample, logit_rows)) {
         be_->finish();  // the old arena may still be read by queued work
@@ -76,7 +84,7 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, con
     if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
     try {
         be_->begin_step(b, plan_);
-        forward(cache, b.n_tokens, embeds);
+        forward(ws_, cache, b.n_tokens, embeds);
         finish_rows(b, params, out);
     } catch (...) {
         // Work queued before the failure may still read the workspace and the step's index
@@ -90,17 +98,61 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, con
     return LLAISYS_STATUS_OK;
 }
 
-// Embedding (or the caller's input rows) -> n_layers x block -> residual stream in ws_.x(). x is the residual stream, h
+// A pure decode step of a dense model, sampled, on a backend that pads (a GPU replaying CUDA
+// graphs): its shape padded to (padded_decode.hpp); else {0, 0}.
+PaddedShape Model::padded_shape(const kv::KVCache &cache, const llaisysBatch_t &b,
+                                const llaisysSamplingParams_t *params, const llaisysBatchEmbeds_t *embeds) const {
+    if (!params || embeds || cache.layout() != LLAISYS_KV_LAYOUT_BLOCK || !be_->pads_decode()) return {};
+    for (const LayerWeights &L : store_.weights().layers) {
+        if (L.sparse) return {};  // the experts' route waits for the host (Backend::moe_route)
+    }
+    return PaddedDecode::shape_of(b, cache.params().block_size);
+}
+
+// The step padded to `shape`, in pad_ws_: the layers, the final norm and the lm_head over all
+// shape.rows rows (one graph on a GPU), then the real rows' hidden states and sampling. The
+// real rows come first, so their logits are the first b.n_sample rows.
+void Model::padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape shape,
+                        const llaisysSamplingParams_t *params, const llaisysStepOutput_t &out) {
+    const size_t B = shape.rows, H = c_.p.hidden_size, ns = b.n_sample;
+    if (!pad_ws_.fits(B, B, B)) {  // graphs captured over the old arena go with it
+        be_->finish();
+        be_->drop_graphs();
+        pad_ws_.reserve(B, B, B);
+    }
+    const llaisysBatch_t &pb = pad_.pad(b, shape);
+    plan_kv(cache, pb);  // the BLOCK layout: never short of space
+    try {
+        be_->begin_padded_step(pb, plan_, shape);
+        float *xs = pad_ws_.xs(), *logits = pad_ws_.logits();
+        be_->run_padded(shape, cache, [&] {
+            forward(pad_ws_, cache, B, nullptr);
+            be_->gather_rows(xs, pad_ws_.x(), B);
+            be_->rms_norm(xs, xs, *store_.weights().final_norm, B, H);
+            be_->lm_logits(xs, logits, B);
+        });
+        if (out.hidden) be_->to_host(out.hidden, xs, ns * H * sizeof(float));
+        be_->sample_logits(logits, ns, params, out);
+    } catch (...) {
+        try {
+            be_->finish();  // as in step(): nothing queued may outlive the error
+        } catch (...) {
+        }
+        throw;
+    }
+}
+
+// Embedding (or the caller's input rows) -> n_layers x block -> residual stream in ws.x(). x is the residual stream, h
 // its normalised copy; each residual add is fused with the norm that follows it (post_norm
 // of this layer, in_norm of the next). When the backend folds norms (decode steps on a GPU,
 // Backend::folds_norms), h is never written: each norm runs inside the GEMV that reads x, and
 // each residual add inside the GEMV that produces it.
-void Model::forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds) {
+void Model::forward(Workspace &ws, kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds) {
     const Weights &w = store_.weights();
     const llaisysModelParams_t &p = c_.p;
     const size_t H = p.hidden_size, nh = p.n_heads, nkv = p.n_kv_heads, qkv_dim = c_.qkv_dim;
-    float *x = ws_.x(), *h = ws_.h(), *qkv = ws_.qkv(), *attn = ws_.attn(), *proj = ws_.proj();
-    float *gate_up = ws_.gate_up(), *act = ws_.act();
+    float *x = ws.x(), *h = ws.h(), *qkv = ws.qkv(), *attn = ws.attn(), *proj = ws.proj();
+    float *gate_up = ws.gate_up(), *act = ws.act();
     float *k_rows = qkv + c_.q_dim;  // the k heads of each qkv row
     const bool fold = be_->folds_norms(n);
 
@@ -131,7 +183,7 @@ void Model::forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *em
         // MLP block: x += o_proj; h = post_norm(x)
         be_->add_rms_norm(h, x, proj, *L.post_norm, n, H);
         if (L.sparse) {
-            moe_ffn(L, n);  // proj = experts(h) [n, H]
+            moe_ffn(ws, L, n);  // proj = experts(h) [n, H]
         } else {
             be_->linear_swiglu(act, gate_up, h, L.gate_up_w, n, p.intermediate_size);  // [n, I]
             be_->linear(proj, act, L.down_w, nullptr, n);       // [n, H]
@@ -147,22 +199,22 @@ void Model::forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *em
 // A sparse layer's FFN over h [n, H] into proj [n, H]: route each token to its top-k experts,
 // run each chosen expert's gate/up, SwiGLU and down over the rows routed to it, sum the rows
 // back weighted; then Qwen2-MoE's shared expert, scaled by sigmoid(shared_expert_gate . h).
-void Model::moe_ffn(const LayerWeights &L, size_t n) {
+void Model::moe_ffn(Workspace &ws, const LayerWeights &L, size_t n) {
     const llaisysModelParams_t &p = c_.p;
     const size_t H = p.hidden_size, Ie = p.moe_intermediate_size, nk = n * p.n_experts_per_tok;
-    float *h = ws_.h(), *proj = ws_.proj(), *router = ws_.router(), *ey = ws_.ey();
+    float *h = ws.h(), *proj = ws.proj(), *router = ws.router(), *ey = ws.ey();
     be_->linear(router, h, L.router_w, nullptr, n);           // [n, E] router logits
     be_->moe_route(router, n);                                 // top-k, pairs grouped by expert
-    be_->moe_gather(ws_.xg(), h);                              // [n k, H]
-    be_->expert_linear(ws_.eg(), ws_.xg(), L.exp_gate_up);     // [n k, 2 Ie]
-    be_->swiglu(ws_.eact(), ws_.eg(), nk, Ie);                 // [n k, Ie]
-    be_->expert_linear(ey, ws_.eact(), L.exp_down);            // [n k, H]
+    be_->moe_gather(ws.xg(), h);                              // [n k, H]
+    be_->expert_linear(ws.eg(), ws.xg(), L.exp_gate_up);     // [n k, 2 Ie]
+    be_->swiglu(ws.eact(), ws.eg(), nk, Ie);                 // [n k, Ie]
+    be_->expert_linear(ey, ws.eact(), L.exp_down);            // [n k, H]
     be_->moe_combine(proj, ey);                                // [n, H] the weighted sum
     if (p.shared_expert_intermediate_size == 0) return;
     const size_t Is = p.shared_expert_intermediate_size;
-    be_->linear(ws_.gate_up(), h, L.shared_gate_up_w, nullptr, n);  // [n, 2 Is]
-    be_->swiglu(ws_.act(), ws_.gate_up(), n, Is);                   // [n, Is]
-    be_->linear(ey, ws_.act(), L.shared_down_w, nullptr, n);        // [n, H]
+    be_->linear(ws.gate_up(), h, L.shared_gate_up_w, nullptr, n);  // [n, 2 Is]
+    be_->swiglu(ws.act(), ws.gate_up(), n, Is);                   // [n, Is]
+    be_->linear(ey, ws.act(), L.shared_down_w, nullptr, n);        // [n, H]
     be_->linear(router, h, L.shared_gate_w, nullptr, n);            // [n, 1] the shared expert's gate
     be_->add_sigmoid_gated(proj, ey, router, n, H);
 }

@@ -30,6 +30,7 @@ public:
     // By HF `name` when not NULL, else by (kind, layer); see WeightStore::set.
     void set_weight(const char *name, llaisysWeightKind_t kind, int32_t layer, const void *data,
                     llaisysDataType_t dtype, const std::vector<size_t> &shape) {
+        be_->drop_graphs();  // a graph holds the old weights' addresses
         store_.set(name, kind, layer, data, dtype, shape);
     }
     std::vector<std::string> missing_weights() const { return store_.missing(); }
@@ -52,10 +53,17 @@ private:
     // there are any, else b itself
     llaisysBatch_t with_embeds(const llaisysBatch_t &b, const llaisysBatchEmbeds_t *embeds);
     bool plan_kv(kv::KVCache &cache, const llaisysBatch_t &b);                    // batch.cpp: fills plan_
-    void forward(kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds);  // decoder.cpp
-    void moe_ffn(const LayerWeights &L, size_t n);                                // decoder.cpp
+    // decoder.cpp: the layers over the n rows of ws, then the sample rows' head
+    void forward(Workspace &ws, kv::KVCache &cache, size_t n, const llaisysBatchEmbeds_t *embeds);
+    void moe_ffn(Workspace &ws, const LayerWeights &L, size_t n);
     void finish_rows(const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
-                     const llaisysStepOutput_t &out);                              // decoder.cpp
+                     const llaisysStepOutput_t &out);
+    // decoder.cpp: the shape a validated step is padded to (padded_decode.hpp), {0, 0} when it
+    // runs as it comes; then the padded step itself
+    PaddedShape padded_shape(const kv::KVCache &cache, const llaisysBatch_t &b, const llaisysSamplingParams_t *params,
+                             const llaisysBatchEmbeds_t *embeds) const;
+    void padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape shape,
+                     const llaisysSamplingParams_t *params, const llaisysStepOutput_t &out);
 
     Config c_;
     llaisysDeviceType_t device_;
@@ -64,6 +72,8 @@ private:
     KvPlan plan_;
     std::vector<int64_t> ids_;         // [n_tokens] the step's token ids with embedded rows zeroed
     Workspace ws_;                     // declared before be_: released after the backend has drained
+    PaddedDecode pad_;                 // the padded step's host arrays
+    Workspace pad_ws_;                 // the padded steps' own: graphs bake its addresses in
     std::unique_ptr<Backend> be_;
 };
 

@@ -16,6 +16,7 @@
 #include "../../../sampling/sampler.hpp"
 #include "../../../utils/types.hpp"
 
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -120,6 +121,7 @@ public:
     void kv_write(kv::KVCache &cache, size_t layer, const float *qkv, size_t n) override {
         const size_t kv_dim = c_.kv_dim, row_bytes = cache.row_bytes();
         for (size_t t = 0; t < n; t++) {
+            if (plan_->write_slot[t] < 0) continue;  // a padding row (padded_decode.hpp) stores nothing
             const size_t slot = size_t(plan_->write_slot[t]);
             const float *row = qkv + t * c_.qkv_dim;
             store_row(cache.k(layer) + slot * row_bytes, cache.dtype(), row + c_.q_dim, kv_dim);
@@ -196,7 +198,6 @@ public:
 
     void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
               const llaisysStepOutput_t &out) override {
-        const size_t V = c_.p.vocab_size;
         const llaisysSampleOutput_t &so = out.sample;
         // Greedy rows that want no logprobs need only the index of the largest (allowed) logit:
         // the screen finds it reading half of the lm_head's bytes, or only the allowed rows when
@@ -207,12 +208,32 @@ public:
             for (size_t i = 0; i < ns; i++) masks[i] = params[i].allowed_mask;
             if (w_.screen->argmax(so.token_ids, xs, ns, logits, masks)) return;
         }
-        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
+        lm_logits(xs, logits, ns);  // [n_sample, V]
+        sample_logits(logits, ns, params, out);
+    }
+
+    void lm_logits(const float *xs, float *logits, size_t rows) override {
+        linear(logits, xs, w_.lm_head, nullptr, rows);
+    }
+
+    void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,
+                       const llaisysStepOutput_t &out) override {
+        const size_t V = c_.p.vocab_size;
         if (out.logits) std::memcpy(out.logits, logits, ns * V * sizeof(float));
-        if (params) sampling::sample(logits, ns, V, params, so);
+        if (params) sampling::sample(logits, ns, V, params, out.sample);
     }
 
     void finish() override {}
+
+    // The CPU gains nothing from fixed shapes; LLAISYS_PADDED_DECODE=1 pads anyway, so that the
+    // padding the GPU's graphs rely on is tested here.
+    bool pads_decode() const override {
+        static const bool on = [] {
+            const char *env = std::getenv("LLAISYS_PADDED_DECODE");
+            return env && env[0] == '1';
+        }();
+        return on;
+    }
 
 private:
     const Config &c_;

@@ -9,6 +9,7 @@
 // blocks, runs the quantized GEMV (decode) or dequantized panels through cuBLAS (prefill;
 // quant_linear_nvidia.hpp).
 #include "../backend.hpp"
+#include "decode_graphs.hpp"
 
 #include "../../../core/allocator.hpp"
 #include "../../../device/nvidia/cuda_check.hpp"
@@ -107,7 +108,8 @@ public:
     NvidiaBackend(const Config &c, const Weights &w, int device_id)
         : c_(c), w_(w), id_(device_id), staging_(LLAISYS_MEMORY_PINNED_HOST, device_id),
           embeds_(LLAISYS_MEMORY_PINNED_HOST, device_id),
-          index_(LLAISYS_MEMORY_DEVICE, device_id), inv_freq_(LLAISYS_MEMORY_DEVICE, device_id),
+          index_(LLAISYS_MEMORY_DEVICE, device_id), fixed_index_(LLAISYS_MEMORY_DEVICE, device_id),
+          inv_freq_(LLAISYS_MEMORY_DEVICE, device_id),
           route_host_(LLAISYS_MEMORY_PINNED_HOST, device_id), route_dev_(LLAISYS_MEMORY_DEVICE, device_id) {
         DeviceGuard guard(id_);
         LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
@@ -118,6 +120,7 @@ public:
     ~NvidiaBackend() override {
         DeviceGuard guard(id_);
         (void)cudaStreamSynchronize(st_);  // the buffers must not be in use when released
+        graphs_.clear();
         (void)cudaStreamDestroy(st_);
     }
 
@@ -131,7 +134,40 @@ public:
         return std::make_unique<DeviceScope>(id_);
     }
 
-    void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override {
+    void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override { stage(b, plan, index_, 0); }
+
+    // The arrays of every padded shape sit at the start of fixed_index_, which only grows with
+    // the graphs dropped; attention is sized for the table's width (its split count fixed).
+    void begin_padded_step(const llaisysBatch_t &b, const KvPlan &plan, PaddedShape shape) override {
+        const size_t bytes = layout_of(b.n_tokens, b.n_seqs, 0, b.n_sample, b.n_seqs * plan.max_blocks).bytes;
+        if (bytes > fixed_index_.size()) {
+            drop_graphs();
+            fixed_index_.reserve(bytes);
+        }
+        stage(b, plan, fixed_index_, shape.width * plan.block_size);
+    }
+
+    bool pads_decode() const override { return DecodeGraphs::mode() != DecodeGraphs::Mode::Off; }
+
+    void run_padded(PaddedShape shape, const kv::KVCache &cache, const std::function<void()> &body) override {
+        DeviceGuard guard(id_);
+        graphs_.run(shape, cache, st_, body);
+    }
+
+    void drop_graphs() override {
+        if (graphs_.size() == 0) return;
+        finish();
+        graphs_.clear();
+    }
+
+    size_t graphs() const override { return graphs_.size(); }
+    double graph_capture_seconds() const override { return graphs_.capture_seconds(); }
+    size_t padded_bytes() const override { return fixed_index_.size(); }
+
+    // The step's index arrays: packed into the pinned staging buffer, then one copy into
+    // `index` (index_, or fixed_index_ for a padded step). max_kv > 0: the attention's work is
+    // sized for that many keys a row instead of the longest context of the step.
+    void stage(const llaisysBatch_t &b, const KvPlan &plan, Buffer &index, size_t max_kv) {
         DeviceGuard guard(id_);
         const size_t n = b.n_tokens, n_visible = plan.kv_slots.size(), ns = b.n_sample;
         const bool blocks = plan.block_tables != nullptr;  // the BLOCK layout's tables as they are
@@ -139,7 +175,7 @@ public:
         const IndexLayout ix = layout_of(n, b.n_seqs, n_visible, ns, table_entries);
         // the previous step's copy out of staging has completed: every step ends synchronized
         staging_.reserve(ix.bytes);
-        index_.reserve(ix.bytes);
+        index.reserve(ix.bytes);
         std::byte *hs = staging_.data();
         std::memcpy(hs + ix.token_ids, b.token_ids, n * sizeof(int64_t));
         std::memcpy(hs + ix.positions, b.positions, n * sizeof(int64_t));
@@ -154,8 +190,8 @@ public:
             std::memcpy(hs + ix.kv_slots, plan.kv_slots.data(), n_visible * sizeof(int32_t));
             std::memcpy(hs + ix.kv_pos, plan.kv_pos.data(), n_visible * sizeof(int64_t));
         }
-        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(index_.data(), hs, ix.bytes, cudaMemcpyHostToDevice, st_));
-        const std::byte *d = index_.data();
+        LLAISYS_CUDA_CHECK(cudaMemcpyAsync(index.data(), hs, ix.bytes, cudaMemcpyHostToDevice, st_));
+        const std::byte *d = index.data();
         auto i64 = [&](size_t off) { return reinterpret_cast<const int64_t *>(d + off); };
         auto i32 = [&](size_t off) { return reinterpret_cast<const int32_t *>(d + off); };
         n_tokens_ = n;
@@ -170,6 +206,7 @@ public:
                 bounds_.max_q = std::max(bounds_.max_q, size_t(b.query_start[s + 1] - b.query_start[s]));
                 bounds_.max_kv = std::max(bounds_.max_kv, size_t(plan.context_lens[s]));
             }
+            if (max_kv) bounds_.max_kv = max_kv;
             block_view_ = ops::nvidia::BlockTableView{b.n_seqs,          i32(ix.query_start),  positions_,
                                                       i32(ix.block_tables), i32(ix.context_lens), plan.max_blocks,
                                                       plan.block_size};
@@ -388,8 +425,17 @@ public:
 
     void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
               const llaisysStepOutput_t &out) override {
+        lm_logits(xs, logits, ns);  // [n_sample, V]
+        sample_logits(logits, ns, params, out);
+    }
+
+    void lm_logits(const float *xs, float *logits, size_t rows) override {
+        linear(logits, xs, w_.lm_head, nullptr, rows);
+    }
+
+    void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,
+                       const llaisysStepOutput_t &out) override {
         const size_t V = c_.p.vocab_size;
-        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         if (out.logits) to_host(out.logits, logits, ns * V * sizeof(float));
         if (params) {
             // may use the logits as scratch: queued after the copy above, so the copy sees them
@@ -421,6 +467,8 @@ private:
     Buffer staging_;   // pinned host: the step's index arrays (IndexLayout)
     Buffer embeds_;    // pinned host: the step's input embedding rows (embed_rows)
     Buffer index_;     // device copy of staging
+    Buffer fixed_index_;  // device: a padded step's copy of staging, where its graph reads it
+    DecodeGraphs graphs_;
     Buffer inv_freq_;  // device: [head_dim / 2] the model's RoPE frequencies
     // the step in progress (begin_step): device pointers into index_
     size_t n_tokens_ = 0;

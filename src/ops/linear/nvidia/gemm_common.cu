@@ -4,6 +4,7 @@
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
 
+#include <atomic>
 #include <mutex>
 #include <vector>
 
@@ -40,8 +41,13 @@ void count(int device_id, size_t add, size_t remove) {
     t.bytes[size_t(device_id)] -= remove;
 }
 
+std::atomic<uint64_t> g_scratch_epoch{0};
+
 void release_counted(int device_id, std::byte *&p, size_t &bytes) {
-    if (p) core::release(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, p);
+    if (p) {
+        core::release(LLAISYS_DEVICE_NVIDIA, device_id, LLAISYS_MEMORY_DEVICE, p);
+        scratch_released();
+    }
     count(device_id, 0, bytes);
     p = nullptr;
     bytes = 0;
@@ -121,6 +127,10 @@ size_t scratch_bytes(int device_id) {
 }
 
 std::byte *thread_scratch(int device_id, size_t bytes) { return scratch(state_of(device_id), device_id, bytes); }
+
+uint64_t scratch_epoch() { return g_scratch_epoch.load(std::memory_order_acquire); }
+
+void scratch_released() { g_scratch_epoch.fetch_add(1, std::memory_order_acq_rel); }
 
 void convert_dtype(void *dst, llaisysDataType_t ddt, const void *src, llaisysDataType_t sdt, size_t count,
                    cudaStream_t stream) {

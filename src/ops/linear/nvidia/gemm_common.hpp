@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace llaisys::ops::nvidia {
 
@@ -36,6 +37,13 @@ std::byte *scratch(DeviceState &s, int device_id, size_t bytes);
 // The calling thread's scratch buffer on device_id (the one `scratch` grows), for kernels
 // that need no cuBLAS: no handle is created. Same lifetime rules as `scratch`.
 std::byte *thread_scratch(int device_id, size_t bytes);
+
+// A count of the scratch buffers (and cuBLAS workspaces, split counters) released so far, all
+// threads and devices together. A CUDA graph bakes in the scratch pointers its kernels were
+// captured with: it may be replayed only while this count is what it was at the capture.
+uint64_t scratch_epoch();
+// Counts one release (scratch_epoch); every owner of kernel scratch calls it after releasing.
+void scratch_released();
 
 // Bytes of all threads' scratch buffers and cuBLAS workspaces on device_id now (counted in
 // the allocator's stats too; llaisysModelStats_t.scratch_bytes reports them).

@@ -20,7 +20,10 @@ public:
     ~SplitCounters() {
         for (size_t id = 0; id < bufs_.size(); id++) {
             try {  // at process exit CUDA may be gone already
-                if (bufs_[id].first) core::release(LLAISYS_DEVICE_NVIDIA, int(id), LLAISYS_MEMORY_DEVICE, bufs_[id].first);
+                if (bufs_[id].first) {
+                    core::release(LLAISYS_DEVICE_NVIDIA, int(id), LLAISYS_MEMORY_DEVICE, bufs_[id].first);
+                    scratch_released();
+                }
             } catch (...) {
             }
         }
@@ -30,7 +33,10 @@ public:
         auto &[ptr, size] = bufs_[size_t(device)];
         if (count <= size) return static_cast<unsigned *>(ptr);
         LLAISYS_CUDA_CHECK(cudaDeviceSynchronize());
-        if (ptr) core::release(LLAISYS_DEVICE_NVIDIA, device, LLAISYS_MEMORY_DEVICE, ptr);
+        if (ptr) {
+            core::release(LLAISYS_DEVICE_NVIDIA, device, LLAISYS_MEMORY_DEVICE, ptr);
+            scratch_released();  // a captured graph may hold the old counters
+        }
         ptr = nullptr;
         size = 0;
         const size_t grown = count < 1024 ? 1024 : count + count / 2;
