@@ -96,6 +96,16 @@ llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *
     });
 }
 
+llaisysStatus_t llaisysModelCaptureGraphs(llaisysModel_t model, llaisysKVCache_t cache, size_t max_rows,
+                                          size_t *shapes) {
+    return guard([&] {
+        const auto m = capi::live(model, "model");
+        const auto c = capi::live(cache, "cache");
+        const size_t n = m->capture_graphs(*c, max_rows);
+        if (shapes) *shapes = n;
+    });
+}
+
 llaisysStatus_t llaisysModelStep(llaisysModel_t model, llaisysKVCache_t cache, const llaisysBatch_t *batch,
                                  const llaisysSamplingParams_t *params, llaisysStepOutput_t *out) {
     return capi::model_step(model, cache, batch, params, out);

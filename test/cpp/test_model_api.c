@@ -96,6 +96,24 @@ static llaisysStatus_t prefill(llaisysModel_t m, float *logits, int64_t *ids) {
     return s;
 }
 
+/* llaisysModelCaptureGraphs: bad arguments are errors; on the CPU (without LLAISYS_PADDED_DECODE)
+ * decode steps are not padded, so no shape runs. */
+static void capture_graphs(llaisysModel_t m) {
+    llaisysKVCache_t cache = NULL;
+    size_t shapes = 99;
+    EXPECT(llaisysModelCreateKVCache(m, LLAISYS_KV_LAYOUT_BLOCK, LLAISYS_DTYPE_F32, N_BLOCKS * BS, BS, &cache) ==
+               LLAISYS_STATUS_OK,
+           "cache for capture");
+    EXPECT(llaisysModelCaptureGraphs(m, cache, 0, &shapes) == LLAISYS_STATUS_INVALID_ARGUMENT &&
+               strstr(llaisysGetLastError(), "max_rows") != NULL,
+           "capture: max_rows 0 refused");
+    EXPECT(llaisysModelCaptureGraphs(m, NULL, 8, &shapes) != LLAISYS_STATUS_OK, "capture: a NULL cache refused");
+    EXPECT(llaisysModelCaptureGraphs(m, cache, 8, &shapes) == LLAISYS_STATUS_OK && shapes == 0,
+           "capture on the CPU: nothing padded");
+    EXPECT(llaisysModelCaptureGraphs(m, cache, 8, NULL) == LLAISYS_STATUS_OK, "capture: shapes may be NULL");
+    EXPECT(llaisysKVCacheDestroy(cache) == LLAISYS_STATUS_OK, "destroy cache");
+}
+
 static int argmax(const float *row) {
     int j, best = 0;
     for (j = 1; j < V; j++) best = row[j] > row[best] ? j : best;
@@ -151,6 +169,8 @@ static void test_create_set_step_stats(void) {
     }
     EXPECT(llaisysModelGetStats(m, &st) == LLAISYS_STATUS_OK, "stats");
     EXPECT(st.workspace_tokens >= T && st.workspace_bytes > 0, "workspace sized for the step");
+    EXPECT(st.graphs == 0 && st.graph_capture_us == 0 && st.padded_bytes == 0, "no graph, nothing padded");
+    capture_graphs(m);
     EXPECT(st.weight_bytes >= sizeof(float) * ((size_t)V * H + H + (size_t)L * (2 * H + 2 * HD)), "weight bytes");
     got = llaisysModelDefaultParams();
     EXPECT(llaisysModelGetParams(m, &got) == LLAISYS_STATUS_OK && got.n_layers == L && got.qk_norm == 1 &&

@@ -5,7 +5,9 @@ rows (no K/V slot, no context, never sampled). The same requests, in a child pro
 one without, must give the same tokens and logprobs: the padding rows touch nothing of the real
 ones, on every architecture family (windows, q/k norms, tied heads, rope scaling), through
 batches that shrink as requests finish (7 rows in a bucket of 8, then 6, 5, 4, 3 in 4, ...),
-greedy, seeded sampling and penalties, and the real 0.5B model as `make serve` runs it."""
+greedy, seeded sampling and penalties, and the real 0.5B model as `make serve` runs it. The
+engine's load runs every padded shape once with padding rows only (capture_graphs: where a GPU
+captures its graphs), which must leave the cache as it was."""
 
 import json
 import os
@@ -29,11 +31,13 @@ sps = [SamplingParams(temperature=0.0, max_tokens=6 + 3 * i, ignore_eos=True, lo
 sps[1] = SamplingParams(temperature=0.8, top_p=0.9, seed=11, max_tokens=12, ignore_eos=True, logprobs=1)
 sps[2] = SamplingParams(temperature=0.0, repetition_penalty=1.3, max_tokens=14, ignore_eos=True, logprobs=1)
 with LLM(path, kv_layout="block", kv_dtype="f32", block_size=4, kv_cache_memory=8 << 20, max_num_seqs=8) as llm:
-    outs = llm.generate(prompts, sps)
+    outs = llm.generate(prompts, sps)  # after the load ran every shape of up to 8 rows (capture_graphs)
     padded = llm.engine.memory_stats().padded_bytes
+    shapes = llm.worker.model.capture_graphs(llm.worker.cache, 8)
 # per token: {id: logprob} of the sampled id and the top ones, as sorted pairs
 lps = [[sorted((int(k), float(v)) for k, v in d.items()) for d in o.outputs[0].logprobs] for o in outs]
-print(json.dumps({"ids": [list(o.outputs[0].token_ids) for o in outs], "lps": lps, "padded_bytes": padded}))
+print(json.dumps({"ids": [list(o.outputs[0].token_ids) for o in outs], "lps": lps, "padded_bytes": padded,
+                  "shapes": shapes}))
 """
 
 
@@ -51,6 +55,7 @@ def run_child(path, kind: str, padded: bool) -> dict:
 def assert_same(plain: dict, padded: dict, what: str) -> None:
     assert plain["padded_bytes"] == 0, f"{what}: a step was padded without LLAISYS_PADDED_DECODE"
     assert padded["padded_bytes"] > 0, f"{what}: no step was padded under LLAISYS_PADDED_DECODE=1"
+    assert (plain["shapes"], padded["shapes"]) == (0, 4), f"{what}: capture_graphs ran 1, 2, 4 and 8 rows"
     assert padded["ids"] == plain["ids"], what
     for r, (a, b) in enumerate(zip(plain["lps"], padded["lps"], strict=True)):
         for t, (x, y) in enumerate(zip(a, b, strict=True)):

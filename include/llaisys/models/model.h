@@ -187,6 +187,15 @@ typedef struct {
 
 LLAISYS_API llaisysStatus_t llaisysModelGetStats(llaisysModel_t model, llaisysModelStats_t *out);
 
+/* Decode steps padded to fixed shapes, replayed as CUDA graphs on an NVIDIA GPU when
+ * LLAISYS_CUDA_GRAPHS=1 (doc/nvidia.md, "CUDA graphs"): runs the padded step of every bucket
+ * of rows up to max_rows (1, 2, 4, then multiples of 8) over `cache` once, with padding rows
+ * only, so that their graphs are captured now rather than at the first step of each shape.
+ * Nothing is written to the cache. `*shapes` (may be NULL) gets how many ran: 0 where steps are
+ * not padded (no graphs, a SLOT cache, a model with sparse layers), which is not an error. */
+LLAISYS_API llaisysStatus_t llaisysModelCaptureGraphs(llaisysModel_t model, llaisysKVCache_t cache, size_t max_rows,
+                                                      size_t *shapes);
+
 /* One engine step: a flat batch of n_tokens tokens in n_seqs rows (one row per sequence).
  * Tokens of row s are [query_start[s], query_start[s+1]) in position order. */
 typedef struct {

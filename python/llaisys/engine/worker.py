@@ -210,6 +210,9 @@ class Worker:
             self.cache.close()
         self.cache = self.model.create_kv_cache(config.kv_layout, n_slots=config.num_kv_slots,
                                                 block_size=config.block_size, dtype=self.kv_dtype)
+        # CUDA graphs of decode steps captured at load (a no-op unless LLAISYS_CUDA_GRAPHS=1 on
+        # a GPU); their time and memory are in memory_stats()
+        self.model.capture_graphs(self.cache, config.max_num_seqs)
         return CoreModelRunner(self.model, self.cache)
 
     def close(self) -> None:

@@ -185,6 +185,7 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysModelCreateKVCache": [M, ctypes.c_int, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t,
                                       ctypes.POINTER(llaisysKVCache_t)],
         "llaisysModelGetStats": [M, ctypes.POINTER(ModelStats)],
+        "llaisysModelCaptureGraphs": [M, llaisysKVCache_t, ctypes.c_size_t, _sizep],
         "llaisysModelStep": [M, llaisysKVCache_t, ctypes.POINTER(Batch), ctypes.POINTER(SamplingParams),
                              ctypes.POINTER(StepOutput)],
     }

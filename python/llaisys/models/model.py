@@ -161,6 +161,17 @@ class Model(OwnedHandle):
         return ModelStatsInfo(s.weight_bytes, s.workspace_bytes, s.workspace_tokens, s.scratch_bytes, s.graphs,
                               s.graph_capture_us / 1e6, s.padded_bytes)
 
+    def capture_graphs(self, cache: KVCache, max_rows: int) -> int:
+        """Captures the CUDA graphs of decode steps over `cache` for every bucket of rows up to
+        max_rows now, instead of at each shape's first step (llaisysModelCaptureGraphs; an
+        NVIDIA GPU with LLAISYS_CUDA_GRAPHS=1). Returns how many shapes ran, 0 where decode
+        steps are not padded; nothing is written to the cache."""
+        if max_rows <= 0:
+            raise ValueError(f"max_rows must be > 0, got {max_rows}")
+        n = ctypes.c_size_t(0)
+        check(LIB.llaisysModelCaptureGraphs(self.handle, cache.handle, max_rows, ctypes.byref(n)))
+        return n.value
+
     def create_kv_cache(self, layout: str = "block", n_slots: int = 4096, block_size: int = 16,
                         dtype: "DataType | str" = DataType.F32) -> KVCache:
         lay = as_layout(layout)

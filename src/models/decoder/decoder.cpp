@@ -6,6 +6,7 @@
 #include "../../sampling/sampler.hpp"
 #include "../../utils/error.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace llaisys::models {
@@ -98,14 +99,20 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, con
     return LLAISYS_STATUS_OK;
 }
 
+// Whether this backend pads decode steps over cache: a BLOCK layout, a dense model.
+bool Model::pads(const kv::KVCache &cache) const {
+    if (cache.layout() != LLAISYS_KV_LAYOUT_BLOCK || !be_->pads_decode()) return false;
+    for (const LayerWeights &L : store_.weights().layers) {
+        if (L.sparse) return false;  // the experts' route waits for the host (Backend::moe_route)
+    }
+    return true;
+}
+
 // A pure decode step of a dense model, sampled, on a backend that pads (a GPU replaying CUDA
 // graphs): its shape padded to (padded_decode.hpp); else {0, 0}.
 PaddedShape Model::padded_shape(const kv::KVCache &cache, const llaisysBatch_t &b,
                                 const llaisysSamplingParams_t *params, const llaisysBatchEmbeds_t *embeds) const {
-    if (!params || embeds || cache.layout() != LLAISYS_KV_LAYOUT_BLOCK || !be_->pads_decode()) return {};
-    for (const LayerWeights &L : store_.weights().layers) {
-        if (L.sparse) return {};  // the experts' route waits for the host (Backend::moe_route)
-    }
+    if (!params || embeds || !pads(cache)) return {};
     return PaddedDecode::shape_of(b, cache.params().block_size);
 }
 
@@ -114,25 +121,11 @@ PaddedShape Model::padded_shape(const kv::KVCache &cache, const llaisysBatch_t &
 // real rows come first, so their logits are the first b.n_sample rows.
 void Model::padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape shape,
                         const llaisysSamplingParams_t *params, const llaisysStepOutput_t &out) {
-    const size_t B = shape.rows, H = c_.p.hidden_size, ns = b.n_sample;
-    if (!pad_ws_.fits(B, B, B)) {  // graphs captured over the old arena go with it
-        be_->finish();
-        be_->drop_graphs();
-        pad_ws_.reserve(B, B, B);
-    }
-    const llaisysBatch_t &pb = pad_.pad(b, shape);
-    plan_kv(cache, pb);  // the BLOCK layout: never short of space
+    const size_t ns = b.n_sample;
     try {
-        be_->begin_padded_step(pb, plan_, shape);
-        float *xs = pad_ws_.xs(), *logits = pad_ws_.logits();
-        be_->run_padded(shape, cache, [&] {
-            forward(pad_ws_, cache, B, nullptr);
-            be_->gather_rows(xs, pad_ws_.x(), B);
-            be_->rms_norm(xs, xs, *store_.weights().final_norm, B, H);
-            be_->lm_logits(xs, logits, B);
-        });
-        if (out.hidden) be_->to_host(out.hidden, xs, ns * H * sizeof(float));
-        be_->sample_logits(logits, ns, params, out);
+        padded_forward(cache, pad_.pad(b, shape), shape);
+        if (out.hidden) be_->to_host(out.hidden, pad_ws_.xs(), ns * c_.p.hidden_size * sizeof(float));
+        be_->sample_logits(pad_ws_.logits(), ns, params, out);
     } catch (...) {
         try {
             be_->finish();  // as in step(): nothing queued may outlive the error
@@ -140,6 +133,56 @@ void Model::padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape
         }
         throw;
     }
+}
+
+void Model::padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedShape shape) {
+    const size_t B = shape.rows, H = c_.p.hidden_size;
+    if (!pad_ws_.fits(B, B, B)) {  // graphs captured over the old arena go with it
+        be_->finish();
+        be_->drop_graphs();
+        pad_ws_.reserve(B, B, B);
+    }
+    plan_kv(cache, pb);  // the BLOCK layout: never short of space
+    be_->begin_padded_step(pb, plan_, shape);
+    float *xs = pad_ws_.xs(), *logits = pad_ws_.logits();
+    be_->run_padded(shape, cache, [&] {
+        forward(pad_ws_, cache, B, nullptr);
+        be_->gather_rows(xs, pad_ws_.x(), B);
+        be_->rms_norm(xs, xs, *store_.weights().final_norm, B, H);
+        be_->lm_logits(xs, logits, B);
+    });
+}
+
+size_t Model::capture_graphs(kv::KVCache &cache, size_t max_rows) {
+    check_cache(cache);
+    LLAISYS_CHECK_ARG(max_rows > 0, "capture_graphs: max_rows must be > 0");
+    if (!pads(cache)) return 0;
+    const auto scope = be_->enter();
+    const auto missing = missing_weights();
+    LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '", missing.front(), "'");
+    const size_t top = PaddedDecode::bucket(std::min(max_rows, PaddedDecode::kMaxRows));
+    if (!pad_ws_.fits(top, top, top)) {  // once, at the largest: no graph is dropped on the way
+        be_->finish();
+        be_->drop_graphs();
+        pad_ws_.reserve(top, top, top);
+    }
+    const llaisysBatch_t none{};  // no real row: every row of each shape is padding
+    size_t shapes = 0;
+    for (size_t B = 1; B != 0 && B <= top; B = PaddedDecode::bucket(B + 1)) {
+        const PaddedShape shape{B, PaddedDecode::kMinWidth};
+        try {
+            padded_forward(cache, pad_.pad(none, shape), shape);
+            be_->finish();
+        } catch (...) {
+            try {
+                be_->finish();
+            } catch (...) {
+            }
+            throw;
+        }
+        shapes++;
+    }
+    return shapes;
 }
 
 // Embedding (or the caller's input rows) -> n_layers x block -> residual stream in ws.x(). x is the residual stream, h

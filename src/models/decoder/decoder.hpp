@@ -46,6 +46,13 @@ public:
     llaisysStatus_t step(kv::KVCache &cache, const llaisysBatch_t &batch, const llaisysSamplingParams_t *params,
                          const llaisysStepOutput_t &out, const llaisysBatchEmbeds_t *embeds = nullptr);
 
+    // Runs the padded decode step of every bucket up to max_rows at the narrowest table width,
+    // over `cache`, with padding rows only (nothing is written to the cache): on a GPU with
+    // LLAISYS_CUDA_GRAPHS=1 this captures their graphs at load instead of at the first step of
+    // each shape. The number of shapes run; 0 where the backend does not pad, for a SLOT cache,
+    // or a model with sparse layers.
+    size_t capture_graphs(kv::KVCache &cache, size_t max_rows);
+
 private:
     void check_cache(const kv::KVCache &cache) const;                    // decoder.cpp
     void validate_batch(const kv::KVCache &cache, const llaisysBatch_t &b) const;  // batch.cpp
@@ -64,6 +71,9 @@ private:
                              const llaisysBatchEmbeds_t *embeds) const;
     void padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape shape,
                      const llaisysSamplingParams_t *params, const llaisysStepOutput_t &out);
+    // the padded batch pb (pad_.pad) from the embedding to the logits, in pad_ws_
+    void padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedShape shape);
+    bool pads(const kv::KVCache &cache) const;  // whether decode steps over cache are padded
 
     Config c_;
     llaisysDeviceType_t device_;
