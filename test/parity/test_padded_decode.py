@@ -70,5 +70,6 @@ def test_padded_steps_change_nothing_tiny(family, tmp_path):
     assert_same(run_child(tmp_path, "tiny", False), run_child(tmp_path, "tiny", True), family)
 
 
+@pytest.mark.slow
 def test_padded_steps_change_nothing_real(qwen05_served):
     assert_same(run_child(qwen05_served, "real", False), run_child(qwen05_served, "real", True), "qwen2.5 0.5B")

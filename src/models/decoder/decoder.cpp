@@ -11,6 +11,24 @@
 
 namespace llaisys::models {
 
+namespace {
+// Runs fn; when it throws, waits for the work it queued before rethrowing: that work may still
+// read the workspace and the step's index buffers, which the next step reuses or regrows (a GPU
+// stream). The original error is the one reported.
+template <class F>
+void drained(Backend &be, F &&fn) {
+    try {
+        fn();
+    } catch (...) {
+        try {
+            be.finish();
+        } catch (...) {
+        }
+        throw;
+    }
+}
+}  // namespace
+
 Model::Model(const Config &config, llaisysDeviceType_t device, int device_id)
     : c_(config), device_(device), device_id_(device_id), store_(c_, device, device_id), ws_(c_, device, device_id),
       pad_ws_(c_, device, device_id) {
@@ -83,19 +101,11 @@ llaisysStatus_t Model::step(kv::KVCache &cache, const llaisysBatch_t &batch, con
         ws_.reserve(b.n_tokens, b.n_sample, logit_rows);
     }
     if (!plan_kv(cache, b)) return LLAISYS_STATUS_NO_KV_SPACE;  // the last check: it changes SLOT cells
-    try {
+    drained(*be_, [&] {
         be_->begin_step(b, plan_);
         forward(ws_, cache, b.n_tokens, embeds);
         finish_rows(b, params, out);
-    } catch (...) {
-        // Work queued before the failure may still read the workspace and the step's index
-        // buffers, which the next step reuses or regrows: drain it first (a GPU stream).
-        try {
-            be_->finish();
-        } catch (...) {  // the original error is the one to report
-        }
-        throw;
-    }
+    });
     return LLAISYS_STATUS_OK;
 }
 
@@ -122,17 +132,11 @@ PaddedShape Model::padded_shape(const kv::KVCache &cache, const llaisysBatch_t &
 void Model::padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape shape,
                         const llaisysSamplingParams_t *params, const llaisysStepOutput_t &out) {
     const size_t ns = b.n_sample;
-    try {
+    drained(*be_, [&] {
         padded_forward(cache, pad_.pad(b, shape), shape);
         if (out.hidden) be_->to_host(out.hidden, pad_ws_.xs(), ns * c_.p.hidden_size * sizeof(float));
         be_->sample_logits(pad_ws_.logits(), ns, params, out);
-    } catch (...) {
-        try {
-            be_->finish();  // as in step(): nothing queued may outlive the error
-        } catch (...) {
-        }
-        throw;
-    }
+    });
 }
 
 void Model::padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedShape shape) {
@@ -170,16 +174,10 @@ size_t Model::capture_graphs(kv::KVCache &cache, size_t max_rows) {
     size_t shapes = 0;
     for (size_t B = 1; B != 0 && B <= top; B = PaddedDecode::bucket(B + 1)) {
         const PaddedShape shape{B, PaddedDecode::kMinWidth};
-        try {
+        drained(*be_, [&] {
             padded_forward(cache, pad_.pad(none, shape), shape);
             be_->finish();
-        } catch (...) {
-            try {
-                be_->finish();
-            } catch (...) {
-            }
-            throw;
-        }
+        });
         shapes++;
     }
     return shapes;
