@@ -203,3 +203,54 @@ def test_paged_attention_window(bridge, gen, dtype, heads, kv_heads, d, dv, wind
         slots += order[kv_start[-2]:kv_start[-1]]
     run_paged(bridge, dtype, dtype, heads, kv_heads, d, dv, len(order), (query_start, q_pos, kv_start, slots, pos),
               window)
+
+
+# ------------------------------------------------------------------------------------------
+# the tensor-core prefill kernel (flash_kernel.cuh, LLAISYS_FLASH_PREFILL=1)
+
+FLASH_HEADS = [(14, 2, 64), (12, 2, 128), (28, 4, 128), (8, 8, 128), (64, 1, 64)]
+
+
+@pytest.mark.parametrize("window", [0, 5, 70])
+@pytest.mark.parametrize("act", ["f32", "cache"])
+@pytest.mark.parametrize("kv_dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("heads,kv_heads,d", FLASH_HEADS, ids=lambda c: str(c))
+def test_flash_prefill(bridge, gen, monkeypatch, heads, kv_heads, d, kv_dtype, act, window):
+    """Prefill rows (5 to 200 queries, beside decode rows) through the tensor-core kernel, against
+    the float64 reference within its operands' precision (queries and weights rounded to the
+    cache's type; f32 accumulation), and not equal to the f32 kernel's output, which shows the
+    launch took it. Groups of 1 to 64 query heads, windows shorter and longer than a key tile, rows
+    that end mid-tile, decode rows in the same launch (untouched)."""
+    dtype = kv_dtype if act == "cache" else "f32"
+    q_lens, ctx_lens = [1, 5, 37, 200, 1, 64, 130], [1, 5, 100, 200, 1500, 700, 130]
+    view = block_view(gen, q_lens, ctx_lens, block_size=16, n_blocks=256)
+    query_start, q_pos, kv_start, slots, pos = view
+    n, n_slots = query_start[-1], 256 * 16
+    q = bridge.randn((n, heads, d), dtype)
+    k_cache, v_cache = bridge.randn((n_slots, kv_heads, d), kv_dtype), bridge.randn((n_slots, kv_heads, d), kv_dtype)
+    idx = [torch.tensor(q_pos, dtype=torch.int64), torch.tensor(query_start, dtype=torch.int32),
+           torch.tensor(kv_start, dtype=torch.int32), torch.tensor(slots, dtype=torch.int32),
+           torch.tensor(pos, dtype=torch.int64)]
+    scale = 1.0 / math.sqrt(d)
+
+    def run(flash: bool):
+        if flash:
+            monkeypatch.setenv("LLAISYS_FLASH_PREFILL", "1")
+        else:
+            monkeypatch.delenv("LLAISYS_FLASH_PREFILL", raising=False)
+        out = gpu_full((n, heads, d), dtype, float("nan"))  # every element must be written
+        args = [gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in idx], scale]
+        if window:
+            ops.paged_attention_window(out, *args, window)
+        else:
+            ops.paged_attention(out, *args)
+        return bridge.to_torch(out)
+
+    flash, plain = run(True), run(False)
+    expected = paged_ref(q, k_cache, v_cache, *idx, scale, window).to(torch.float32)
+    tol = 2e-2 if kv_dtype == "bf16" else 3e-3  # one rounding of q and of every weight to the cache's type
+    torch.testing.assert_close(flash, expected, atol=tol, rtol=tol)
+    long_rows = slice(query_start[1], query_start[4])  # rows of 5, 37 and 200 queries
+    assert not torch.equal(flash[long_rows], plain[long_rows]), "the tensor-core kernel did not run"
+    decode_rows = [query_start[0], query_start[4]]
+    assert torch.equal(flash[decode_rows], plain[decode_rows]), "decode rows keep their own kernel"

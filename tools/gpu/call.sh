@@ -19,6 +19,8 @@
 #      pipelined one launched as any kernel (LLAISYS_GEMV_PDL=0) and the pipelined one, in turn
 #   3. CALL_GRAPH_ROUNDS alternations of NEW's decode on the BLOCK layout (bf16, Q4_K) without and
 #      with CUDA graphs (LLAISYS_CUDA_GRAPHS=1, opt-in until test_cuda_graphs.py passes)
+#      and CALL_FLASH_ROUNDS of a 2,048-token prefill without and with the tensor-core prefill
+#      attention (LLAISYS_FLASH_PREFILL=1, opt-in until test_nvidia_attention.py's flash cases pass)
 #   4. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   5. decode at a CALL_LONG-token context
 set -u
@@ -72,6 +74,12 @@ for r in $(seq 1 "${CALL_GRAPH_ROUNDS:-2}"); do  # decode on the BLOCK layout wi
             LLAISYS_CUDA_GRAPHS=$g timeout 60 $P --layout block --quantize $q --prompt 64 --steps 64 \
                 --out $OUT/graphs-$g-$q-$r.json 2>&1 | tail -1 | sed "s/^/graphs=$g $q $r: /"
         done
+    done
+done
+for r in $(seq 1 "${CALL_FLASH_ROUNDS:-2}"); do  # prefill of 2,048 tokens without and with the tensor-core attention
+    for f in 0 1; do
+        LLAISYS_FLASH_PREFILL=$f timeout 60 $P --prompt 2048 --steps 4 --out $OUT/flash-$f-$r.json 2>&1 | tail -1 |
+            sed "s/^/flash=$f $r: /"
     done
 done
 pack

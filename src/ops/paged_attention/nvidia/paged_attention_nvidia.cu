@@ -3,7 +3,10 @@
 #include "../../../core/allocator.hpp"
 #include "../../linear/nvidia/gemm_common.hpp"
 #include "decode_kernel.cuh"
+#include "flash_kernel.cuh"
 
+#include <cstdlib>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -54,6 +57,14 @@ unsigned *split_counters(int device, size_t count, cudaStream_t stream) {
     thread_local SplitCounters counters;
     return counters.get(device, count, stream);
 }
+
+// LLAISYS_FLASH_PREFILL=1: long query rows take the tensor-core kernel (flash_kernel.cuh) where
+// it serves the shape. Opt-in until it has run on a GPU; read at every launch, so a test can
+// turn it on and off in one process.
+bool flash_prefill() {
+    const char *env = std::getenv("LLAISYS_FLASH_PREFILL");
+    return env && std::strcmp(env, "1") == 0;
+}
 }  // namespace
 
 namespace {
@@ -87,7 +98,11 @@ void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *
     } else {
         attention::launch(p, src, act, kvdt, n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
     }
-    if (max_q_len > kDecodeMaxQueries) {  // prefill config for the longer rows
+    if (max_q_len > kDecodeMaxQueries && flash_prefill() && attention::flash_serves(kvdt, group, d, dv)) {
+        const size_t tt = attention::flash_tile_tokens(group);
+        attention::launch_flash(p, src, act, kvdt, n_seqs, attention::ceil_div(max_q_len, tt), kDecodeMaxQueries + 1,
+                                SIZE_MAX, stream);
+    } else if (max_q_len > kDecodeMaxQueries) {  // prefill config for the longer rows
         const size_t tt = attention::prefill_tile_tokens(group);
         attention::launch(p, src, act, kvdt, n_seqs, tt, attention::ceil_div(max_q_len, tt), kDecodeMaxQueries + 1,
                           SIZE_MAX, stream);
