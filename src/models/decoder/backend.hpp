@@ -173,10 +173,8 @@ public:
     virtual double graph_capture_seconds() const { return 0.0; }
     // Bytes of device memory a padded step uses beside the workspace (its fixed index arrays).
     virtual size_t padded_bytes() const { return 0; }
-    // logits [rows, V] = lm_head over xs [rows, H]: head()'s first half.
-    virtual void lm_logits(const float *xs, float *logits, size_t rows) = 0;
-    // head()'s second half over the first ns rows of logits: the copy to out.logits when set,
-    // sampling with params into out.sample; complete on return.
+    // head() after its lm_head, over the first ns rows of logits: the copy to out.logits when
+    // set, sampling with params into out.sample; complete on return.
     virtual void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,
                                const llaisysStepOutput_t &out) = 0;
 };

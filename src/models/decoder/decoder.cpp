@@ -153,7 +153,7 @@ void Model::padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedS
         forward(pad_ws_, cache, B, nullptr);
         be_->gather_rows(xs, pad_ws_.x(), B);
         be_->rms_norm(xs, xs, *store_.weights().final_norm, B, H);
-        be_->lm_logits(xs, logits, B);
+        be_->linear(logits, xs, store_.weights().lm_head, nullptr, B);
     });
 }
 

@@ -208,12 +208,8 @@ public:
             for (size_t i = 0; i < ns; i++) masks[i] = params[i].allowed_mask;
             if (w_.screen->argmax(so.token_ids, xs, ns, logits, masks)) return;
         }
-        lm_logits(xs, logits, ns);  // [n_sample, V]
+        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         sample_logits(logits, ns, params, out);
-    }
-
-    void lm_logits(const float *xs, float *logits, size_t rows) override {
-        linear(logits, xs, w_.lm_head, nullptr, rows);
     }
 
     void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,

@@ -425,12 +425,8 @@ public:
 
     void head(const float *xs, float *logits, size_t ns, const llaisysSamplingParams_t *params,
               const llaisysStepOutput_t &out) override {
-        lm_logits(xs, logits, ns);  // [n_sample, V]
+        linear(logits, xs, w_.lm_head, nullptr, ns);  // [n_sample, V]
         sample_logits(logits, ns, params, out);
-    }
-
-    void lm_logits(const float *xs, float *logits, size_t rows) override {
-        linear(logits, xs, w_.lm_head, nullptr, rows);
     }
 
     void sample_logits(float *logits, size_t ns, const llaisysSamplingParams_t *params,
