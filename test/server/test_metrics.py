@@ -216,9 +216,15 @@ def test_the_model_memory_gauges_follow_the_runner(engines):
     assert value(s, "llaisys:model_weight_bytes", model_name="m") == 1000
     assert value(s, "llaisys:model_workspace_bytes", model_name="m") == 200
     assert value(s, "llaisys:device_scratch_bytes", model_name="m") == 0
+    assert value(s, "llaisys:cuda_graphs", model_name="m") == 0
+    assert value(s, "llaisys:model_padded_bytes", model_name="m") == 0
     assert ("llaisys:model_weight_bytes", frozenset({("model_name", "p")})) not in s
-    runner.memory = replace(runner.memory, workspace_bytes=300, scratch_bytes=64 << 20)  # a larger step grew them
+    runner.memory = replace(runner.memory, workspace_bytes=300, scratch_bytes=64 << 20,  # a larger step grew them
+                            graphs=7, graph_capture_s=0.25, padded_bytes=5 << 20)  # and graphs were captured
     list(eng.add_request("x", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True)))
     s = samples(metrics)
     assert value(s, "llaisys:model_workspace_bytes", model_name="m") == 300
     assert value(s, "llaisys:device_scratch_bytes", model_name="m") == 64 << 20
+    assert value(s, "llaisys:cuda_graphs", model_name="m") == 7
+    assert value(s, "llaisys:cuda_graph_capture_seconds", model_name="m") == 0.25
+    assert value(s, "llaisys:model_padded_bytes", model_name="m") == 5 << 20

@@ -111,6 +111,14 @@ class _EngineCollector:
                                     "NVIDIA: bytes of the kernels' per-thread scratch and cuBLAS workspaces on the "
                                     "model's device, shared by the models there (0 on the CPU).",
                                     labels=["model_name"]),
+            "mg": GaugeMetricFamily(PREFIX + "cuda_graphs",
+                                    "NVIDIA: CUDA graphs of decode steps the model holds (LLAISYS_CUDA_GRAPHS=1).",
+                                    labels=["model_name"]),
+            "mc": GaugeMetricFamily(PREFIX + "cuda_graph_capture_seconds",
+                                    "NVIDIA: time spent capturing those graphs since load.", labels=["model_name"]),
+            "mp": GaugeMetricFamily(PREFIX + "model_padded_bytes",
+                                    "Bytes of the padded decode steps' own workspace and index arrays (what the "
+                                    "graphs read); 0 when no step is padded.", labels=["model_name"]),
         }
         disk = {key: (CounterMetricFamily if kind == "c" else GaugeMetricFamily)(
             PREFIX + "prompt_cache_disk_" + key.replace("disk_", ""), text, labels=["model_name"])
@@ -143,6 +151,9 @@ class _EngineCollector:
                 fams["mw"].add_metric([name], mem.weight_bytes)
                 fams["mk"].add_metric([name], mem.workspace_bytes)
                 fams["ms"].add_metric([name], mem.scratch_bytes)
+                fams["mg"].add_metric([name], mem.graphs)
+                fams["mc"].add_metric([name], mem.graph_capture_s)
+                fams["mp"].add_metric([name], mem.padded_bytes)
             d = getattr(m, "prompt_cache_disk", None)
             if d is not None:  # --prompt-cache-dir given
                 for key, _, _ in _DISK_SERIES:
