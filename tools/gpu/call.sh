@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One prepared call on a lent GPU machine, the shape that fit in 170 s on 2026-11-28
-# (doc/nvidia.md, "Running on a GPU"). Packed beforehand here (all under gpu-carry/, ignored):
+# (doc/nvidia.md, "Running on a GPU"). Packed beforehand here by tools/gpu/pack.sh (all under
+# gpu-carry/ and .whl/, ignored):
 #   libs.tar.xz        libllaisys-NEW.so (the build under test) and libllaisys-HEAD.so (the
 #                      committed one), sm_90 builds made here: tar cJf, 3 MB for both
 #   tokenizer.tar.xz   a Qwen2.5 tokenizer folder (tokenizer.json, tokenizer_config.json,
