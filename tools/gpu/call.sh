@@ -11,7 +11,8 @@
 #   run(command="bash tools/gpu/call.sh", carry=["gpu-carry", ".whl"])
 # Stages, each result tarred into $OUT/out.tgz as soon as it exists (a call cut short by the
 # lease still returns what it had):
-#   1. the GPU tests of NEW (CALL_TESTS); if they fail, every later stage runs HEAD
+#   1. the GPU tests of NEW (CALL_TESTS, within CALL_TEST_LIMIT seconds: 120, for the CUDA graph
+#      cases' child processes); if they fail, every later stage runs HEAD
 #   2. CALL_ROUNDS alternations of HEAD and NEW decode (profile_decode.py, bf16, f16 KV); NEW's
 #      quantized GEMV tests with the pipelined int8 kernel (LLAISYS_GEMV_INT8=2, opt-in until
 #      this passes), at the default split and at LLAISYS_GEMV_SPLIT=1 (one warp a row: its
@@ -41,7 +42,7 @@ date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --fo
 TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py test/parity/test_quant_model.py
  test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py
  test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/parity/test_cuda_graphs.py}"
-timeout "${CALL_TEST_LIMIT:-80}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
+timeout "${CALL_TEST_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short $TESTS \
     > $OUT/pytest-new.log 2>&1
 rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head
 if [ $rc -ne 0 ] && [ -f "$HEAD" ]; then NEW=$HEAD; export LLAISYS_LIBRARY=$HEAD; echo "NEW failed: what follows runs HEAD"; fi
