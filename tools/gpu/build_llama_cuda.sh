@@ -10,8 +10,8 @@
 # cudart through LD_LIBRARY_PATH (tools/gpu/peer_cuda.sh sets it). The driver stub is missing
 # too, so GGML_CUDA_NO_VMM=ON: llama.cpp's legacy memory pool instead of its virtual-memory one
 # (a labelled difference; it allocates no differently once warm). CUDA graphs stay on
-# (GGML_CUDA_GRAPHS, llama.cpp's default). Took 58 min on 2 cores (2026-11-28), the 22 MMQ
-# template instances the longest.
+# (GGML_CUDA_GRAPHS, llama.cpp's default). Took 58 min on 2 cores (2026-11-28) and 20 min on a
+# Zen 5's 2 cores (2026-11-29), the 22 MMQ template instances the longest.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=${LLAISYS_HOME:-$HOME/.cache/llaisys}/peers
