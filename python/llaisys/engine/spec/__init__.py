@@ -66,6 +66,9 @@ def make_spec_decoder(cfg: SpeculativeConfig, runner, target_worker, engine_conf
         bs = engine_config.block_size
         num_blocks = draft.num_blocks(bs, engine_config.max_num_batched_tokens, engine_config.max_num_seqs)
         proposer = DraftModelProposer(draft, num_blocks, bs, cfg.num_speculative_tokens)
+        # the draft's decode steps as CUDA graphs, captured at load as the target's are (a no-op
+        # unless LLAISYS_CUDA_GRAPHS=1 on a GPU; Worker.make_runner)
+        draft.model.capture_graphs(proposer.cache, engine_config.max_num_seqs)
     except Exception:
         draft.close()
         raise
