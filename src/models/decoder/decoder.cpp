@@ -139,13 +139,17 @@ void Model::padded_step(kv::KVCache &cache, const llaisysBatch_t &b, PaddedShape
     });
 }
 
+// pad_ws_ sized for padded steps of `rows` rows; graphs captured over the old arena go with it.
+void Model::reserve_padded(size_t rows) {
+    if (pad_ws_.fits(rows, rows, rows)) return;
+    be_->finish();
+    be_->drop_graphs();
+    pad_ws_.reserve(rows, rows, rows);
+}
+
 void Model::padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedShape shape) {
     const size_t B = shape.rows, H = c_.p.hidden_size;
-    if (!pad_ws_.fits(B, B, B)) {  // graphs captured over the old arena go with it
-        be_->finish();
-        be_->drop_graphs();
-        pad_ws_.reserve(B, B, B);
-    }
+    reserve_padded(B);
     plan_kv(cache, pb);  // the BLOCK layout: never short of space
     be_->begin_padded_step(pb, plan_, shape);
     float *xs = pad_ws_.xs(), *logits = pad_ws_.logits();
@@ -165,11 +169,7 @@ size_t Model::capture_graphs(kv::KVCache &cache, size_t max_rows) {
     const auto missing = missing_weights();
     LLAISYS_CHECK_ARG(missing.empty(), missing.size(), " weight(s) are not set, e.g. '", missing.front(), "'");
     const size_t top = PaddedDecode::bucket(std::min(max_rows, PaddedDecode::kMaxRows));
-    if (!pad_ws_.fits(top, top, top)) {  // once, at the largest: no graph is dropped on the way
-        be_->finish();
-        be_->drop_graphs();
-        pad_ws_.reserve(top, top, top);
-    }
+    reserve_padded(top);  // once, at the largest: no graph is dropped on the way
     const llaisysBatch_t none{};  // no real row: every row of each shape is padding
     size_t shapes = 0;
     for (size_t B = 1; B != 0 && B <= top; B = PaddedDecode::bucket(B + 1)) {
@@ -246,16 +246,16 @@ void Model::moe_ffn(Workspace &ws, const LayerWeights &L, size_t n) {
     float *h = ws.h(), *proj = ws.proj(), *router = ws.router(), *ey = ws.ey();
     be_->linear(router, h, L.router_w, nullptr, n);           // [n, E] router logits
     be_->moe_route(router, n);                                 // top-k, pairs grouped by expert
-    be_->moe_gather(ws.xg(), h);                              // [n k, H]
-    be_->expert_linear(ws.eg(), ws.xg(), L.exp_gate_up);     // [n k, 2 Ie]
-    be_->swiglu(ws.eact(), ws.eg(), nk, Ie);                 // [n k, Ie]
-    be_->expert_linear(ey, ws.eact(), L.exp_down);            // [n k, H]
+    be_->moe_gather(ws.xg(), h);                               // [n k, H]
+    be_->expert_linear(ws.eg(), ws.xg(), L.exp_gate_up);       // [n k, 2 Ie]
+    be_->swiglu(ws.eact(), ws.eg(), nk, Ie);                   // [n k, Ie]
+    be_->expert_linear(ey, ws.eact(), L.exp_down);             // [n k, H]
     be_->moe_combine(proj, ey);                                // [n, H] the weighted sum
     if (p.shared_expert_intermediate_size == 0) return;
     const size_t Is = p.shared_expert_intermediate_size;
-    be_->linear(ws.gate_up(), h, L.shared_gate_up_w, nullptr, n);  // [n, 2 Is]
-    be_->swiglu(ws.act(), ws.gate_up(), n, Is);                   // [n, Is]
-    be_->linear(ey, ws.act(), L.shared_down_w, nullptr, n);        // [n, H]
+    be_->linear(ws.gate_up(), h, L.shared_gate_up_w, nullptr, n);   // [n, 2 Is]
+    be_->swiglu(ws.act(), ws.gate_up(), n, Is);                     // [n, Is]
+    be_->linear(ey, ws.act(), L.shared_down_w, nullptr, n);         // [n, H]
     be_->linear(router, h, L.shared_gate_w, nullptr, n);            // [n, 1] the shared expert's gate
     be_->add_sigmoid_gated(proj, ey, router, n, H);
 }

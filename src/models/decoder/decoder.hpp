@@ -74,6 +74,7 @@ private:
     // the padded batch pb (pad_.pad) from the embedding to the logits, in pad_ws_
     void padded_forward(kv::KVCache &cache, const llaisysBatch_t &pb, PaddedShape shape);
     bool pads(const kv::KVCache &cache) const;  // whether decode steps over cache are padded
+    void reserve_padded(size_t rows);
 
     Config c_;
     llaisysDeviceType_t device_;

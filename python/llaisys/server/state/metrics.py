@@ -50,6 +50,17 @@ _DISK_SERIES = (
 )
 
 # Cache reuse (--cache-reuse N; engine/cache_reuse.py ReuseStats): field, series, help.
+# the model's memory gauges: (ModelStatsInfo field, series, help)
+_MEMORY_SERIES = (
+    ("weight_bytes", "model_weight_bytes", "Bytes of the model's weights as stored."),
+    ("workspace_bytes", "model_workspace_bytes", "Bytes of the model's per-step activation workspace now reserved."),
+    ("scratch_bytes", "device_scratch_bytes", "NVIDIA: bytes of the kernels' per-thread scratch and cuBLAS "
+     "workspaces on the model's device, shared by the models there (0 on the CPU)."),
+    ("graphs", "cuda_graphs", "NVIDIA: CUDA graphs of decode steps the model holds (LLAISYS_CUDA_GRAPHS=1)."),
+    ("graph_capture_s", "cuda_graph_capture_seconds", "NVIDIA: time spent capturing those graphs since load."),
+    ("padded_bytes", "model_padded_bytes", "Bytes of the padded decode steps' own workspace and index arrays "
+     "(what the graphs read); 0 when no step is padded."),
+)
 _REUSE_SERIES = (
     ("tokens", "cache_reuse_tokens", "Prompt tokens taken by --cache-reuse from a recent request's cached blocks "
      "at a new position (copied, not computed)."),
@@ -102,23 +113,6 @@ class _EngineCollector:
             "sl": GaugeMetricFamily(PREFIX + "spec_decode_mean_accepted_length",
                                     "Tokens emitted per speculative verification (1 + accepted drafts).",
                                     labels=["model_name"]),
-            "mw": GaugeMetricFamily(PREFIX + "model_weight_bytes", "Bytes of the model's weights as stored.",
-                                    labels=["model_name"]),
-            "mk": GaugeMetricFamily(PREFIX + "model_workspace_bytes",
-                                    "Bytes of the model's per-step activation workspace now reserved.",
-                                    labels=["model_name"]),
-            "ms": GaugeMetricFamily(PREFIX + "device_scratch_bytes",
-                                    "NVIDIA: bytes of the kernels' per-thread scratch and cuBLAS workspaces on the "
-                                    "model's device, shared by the models there (0 on the CPU).",
-                                    labels=["model_name"]),
-            "mg": GaugeMetricFamily(PREFIX + "cuda_graphs",
-                                    "NVIDIA: CUDA graphs of decode steps the model holds (LLAISYS_CUDA_GRAPHS=1).",
-                                    labels=["model_name"]),
-            "mc": GaugeMetricFamily(PREFIX + "cuda_graph_capture_seconds",
-                                    "NVIDIA: time spent capturing those graphs since load.", labels=["model_name"]),
-            "mp": GaugeMetricFamily(PREFIX + "model_padded_bytes",
-                                    "Bytes of the padded decode steps' own workspace and index arrays (what the "
-                                    "graphs read); 0 when no step is padded.", labels=["model_name"]),
         }
         disk = {key: (CounterMetricFamily if kind == "c" else GaugeMetricFamily)(
             PREFIX + "prompt_cache_disk_" + key.replace("disk_", ""), text, labels=["model_name"])
@@ -127,6 +121,9 @@ class _EngineCollector:
         reuse = {key: CounterMetricFamily(PREFIX + series, text, labels=["model_name"])
                  for key, series, text in _REUSE_SERIES}
         fams.update({"reuse_" + k: f for k, f in reuse.items()})
+        memory = {field: GaugeMetricFamily(PREFIX + series, text, labels=["model_name"])
+                  for field, series, text in _MEMORY_SERIES}
+        fams.update({"memory_" + k: f for k, f in memory.items()})
         for name, eng in sorted(self._engines().items()):
             m = eng.snapshot()
             fams["running"].add_metric([name], m.num_running)
@@ -148,12 +145,8 @@ class _EngineCollector:
                 fams["sl"].add_metric([name], m.spec.mean_accepted_length)
             mem = getattr(m, "memory", None)
             if mem is not None:  # the core's runner (a fake reports none)
-                fams["mw"].add_metric([name], mem.weight_bytes)
-                fams["mk"].add_metric([name], mem.workspace_bytes)
-                fams["ms"].add_metric([name], mem.scratch_bytes)
-                fams["mg"].add_metric([name], mem.graphs)
-                fams["mc"].add_metric([name], mem.graph_capture_s)
-                fams["mp"].add_metric([name], mem.padded_bytes)
+                for field, fam in memory.items():
+                    fam.add_metric([name], getattr(mem, field))
             d = getattr(m, "prompt_cache_disk", None)
             if d is not None:  # --prompt-cache-dir given
                 for key, _, _ in _DISK_SERIES:
