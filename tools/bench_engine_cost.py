@@ -2,6 +2,7 @@
 model so small that the step itself is almost free (issue 41).
 
     python tools/bench_engine_cost.py [--batches 1 64] [--tokens 128] [--repeats 3] [--out FILE]
+        [--async-output off|on|both] [--model DIR_OR_GGUF] [--device cpu|nvidia] [--device-wait-us N]
 
 The model is written here: a random Qwen2 of 2 layers, hidden 32, a 1,024-row vocabulary (f32,
 safetensors written with numpy: no torch), with a byte-level BPE tokenizer of 1,024 ids trained
@@ -25,6 +26,7 @@ its load disturbs least). Prints a table and writes JSON with the machine (tools
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -88,7 +90,7 @@ def write_tokenizer(path: Path) -> None:
     (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "bos_token": None}))
 
 
-def measure(llm, batch: int, tokens: int) -> dict:
+def measure(llm, batch: int, tokens: int, device_wait_s: float = 0.0) -> dict:
     """One timed generate of `batch` requests: wall, execute time and steps."""
     from llaisys import SamplingParams
 
@@ -99,7 +101,10 @@ def measure(llm, batch: int, tokens: int) -> dict:
     def timed(step_input):
         t0 = time.perf_counter()
         try:
-            return real(step_input)
+            res = real(step_input)
+            if device_wait_s and step_input.n_tokens:
+                time.sleep(device_wait_s)  # the GIL is released, as while a GPU step runs
+            return res
         finally:
             spent[0] += time.perf_counter() - t0
             steps[0] += 1
@@ -123,6 +128,15 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads (the step is tiny: 1 avoids team wake-ups)")
+    ap.add_argument("--async-output", default="off", choices=["off", "on", "both"],
+                    help="the engine's async_output (both: the two engines alternate, repeat by repeat); with it, "
+                         "'engine' is the host time the step did not hide")
+    ap.add_argument("--model", default=None,
+                    help="a model to run instead of the tiny one (a directory or .gguf): the engine beside real steps")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "nvidia"])
+    ap.add_argument("--device-wait-us", type=float, default=0.0,
+                    help="a simulation: each step waits this long after its core call with the GIL released, as "
+                         "the host does while a GPU step runs (0: off; labelled in the table and the JSON)")
     ap.add_argument("--out", default="bench_engine_cost.json")
     args = ap.parse_args(argv)
     from llaisys import LLM
@@ -130,32 +144,47 @@ def main(argv=None) -> int:
     machine = host.machine()
     print(host.describe(machine), flush=True)
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        model = write_tiny_model(Path(tmp) / "tiny")
-        with LLM(str(model), threads=args.threads, max_num_seqs=max(args.batches), kv_cache_memory="256MiB") as llm:
-            for b in args.batches:
-                measure(llm, b, args.tokens)  # untimed, the same shape
-                runs = [measure(llm, b, args.tokens) for _ in range(args.repeats)]
-                per = "token" if b == 1 else "step"
-                unit = [r["tokens"] if b == 1 else r["steps"] for r in runs]
-                row = {"batch": b, "per": per, "runs": runs,
-                       "wall_us": statistics.median(r["wall_s"] / u * 1e6 for r, u in zip(runs, unit)),
-                       "execute_us": statistics.median(r["execute_s"] / u * 1e6 for r, u in zip(runs, unit)),
-                       "engine_us": statistics.median((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
-                       # the least of the repeats: what a busy machine disturbs least
-                       "engine_us_best": min((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
-                       "steps": runs[0]["steps"]}
-                rows.append(row)
-    print(f"\nengine cost, tiny model ({LAYERS} layers, hidden {HIDDEN}, vocab {VOCAB}), {args.tokens} tokens a "
-          f"request, {args.threads} thread(s), median of {args.repeats}")
-    print("| batch | per | wall us | execute us | engine us | best engine us | steps |")
-    print("|---|---|---|---|---|---|---|")
+    modes = {"off": [False], "on": [True], "both": [False, True]}[args.async_output]
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        model = args.model or str(write_tiny_model(Path(tmp) / "tiny"))
+        llms = {a: stack.enter_context(LLM(model, threads=args.threads, max_num_seqs=max(args.batches),
+                                           device=args.device, async_output=a,
+                                           kv_cache_memory="2GiB" if args.device == "nvidia" else "256MiB"))
+                for a in modes}
+        for b in args.batches:
+            runs = {}
+            for a in modes:
+                measure(llms[a], b, args.tokens, args.device_wait_us / 1e6)  # untimed, the same shape
+            for _ in range(args.repeats):
+                for a in modes:
+                    runs.setdefault(a, []).append(measure(llms[a], b, args.tokens, args.device_wait_us / 1e6))
+            for a in modes:
+                rows.append(summarize(b, a, runs[a]))
+    what = f"model {args.model}" if args.model else f"tiny model ({LAYERS} layers, hidden {HIDDEN}, vocab {VOCAB})"
+    wait = f", a simulated device wait of {args.device_wait_us:.0f} us a step" if args.device_wait_us else ""
+    print(f"\nengine cost, {what} on {args.device}{wait}, {args.tokens} tokens a request, {args.threads} thread(s), "
+          f"median of {args.repeats}")
+    print("| batch | async_output | per | wall us | execute us | engine us | best engine us | steps |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {r['per']} | {r['wall_us']:.0f} | {r['execute_us']:.0f} | {r['engine_us']:.0f} | "
-              f"{r['engine_us_best']:.0f} | {r['steps']} |")
+        print(f"| {r['batch']} | {'on' if r['async_output'] else 'off'} | {r['per']} | {r['wall_us']:.0f} | "
+              f"{r['execute_us']:.0f} | {r['engine_us']:.0f} | {r['engine_us_best']:.0f} | {r['steps']} |")
     Path(args.out).write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows}, indent=1))
     print(f"wrote {args.out}")
     return 0
+
+
+def summarize(b: int, async_output: bool, runs: list) -> dict:
+    """One table row: the medians of one engine's repeats at batch b."""
+    per = "token" if b == 1 else "step"
+    unit = [r["tokens"] if b == 1 else r["steps"] for r in runs]
+    return {"batch": b, "async_output": async_output, "per": per, "runs": runs,
+            "wall_us": statistics.median(r["wall_s"] / u * 1e6 for r, u in zip(runs, unit)),
+            "execute_us": statistics.median(r["execute_s"] / u * 1e6 for r, u in zip(runs, unit)),
+            "engine_us": statistics.median((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
+            # the least of the repeats: what a busy machine disturbs least
+            "engine_us_best": min((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
+            "steps": runs[0]["steps"]}
 
 
 if __name__ == "__main__":

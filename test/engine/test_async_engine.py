@@ -47,12 +47,13 @@ def collect(streams):
     return {rid: list(s)[-1] for rid, s in streams.items()}
 
 
-def test_outputs_match_the_synchronous_engine(started):
+@pytest.mark.parametrize("async_output", [False, True])
+def test_outputs_match_the_synchronous_engine(started, async_output):
     ref = make_engine(num_blocks=14, max_num_batched_tokens=24)
     workload(ref)
     want = results(run_all(ref))
 
-    eng = started(num_blocks=14, max_num_batched_tokens=24)
+    eng = started(num_blocks=14, max_num_batched_tokens=24, async_output=async_output)
     recorder = make_engine()  # only to capture the workload's add_request calls
     calls = []
     recorder.add_request = lambda rid, ids, sp, **kw: calls.append((rid, ids, sp))

@@ -1,6 +1,7 @@
 """Property tests: random add / step / abort sequences over random small configurations keep
 the KV bookkeeping consistent, respect the step limits, and give every request that was not
-aborted exactly the output it gets when run alone with plenty of memory."""
+aborted exactly the output it gets when run alone with plenty of memory (the engine with and
+without async_output; the one alone without)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -36,8 +37,8 @@ ops = st.lists(st.one_of(
 ), min_size=1, max_size=30)
 
 
-def build(cfg):
-    cfg = dict(cfg)
+def build(cfg, async_output=False):
+    cfg = dict(cfg, async_output=async_output)
     if cfg["kv_layout"] == "slot":
         cfg["enable_prefix_caching"] = False
     bs = cfg["block_size"]
@@ -65,9 +66,9 @@ def check_step(eng):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
-@given(cfg=configs, script=ops)
-def test_random_add_step_abort(cfg, script):
-    eng = build(cfg)
+@given(cfg=configs, script=ops, async_output=st.booleans())
+def test_random_add_step_abort(cfg, script, async_output):
+    eng = build(cfg, async_output)
     added, aborted, finals = {}, set(), {}
 
     def collect(outs):

@@ -27,6 +27,7 @@ def reference():
     return results(run_all(eng))
 
 
+@pytest.mark.parametrize("async_output", [False, True])
 @pytest.mark.parametrize("config", [
     dict(num_blocks=14, max_num_batched_tokens=24),
     dict(num_blocks=14, max_num_batched_tokens=24, enable_prefix_caching=False),
@@ -34,8 +35,8 @@ def reference():
     dict(num_blocks=14, max_num_batched_tokens=24, kv_layout="slot"),
     dict(num_blocks=40, block_size=16, max_num_batched_tokens=32),
 ])
-def test_constrained_runs_match_the_unconstrained_one(reference, config):
-    eng = make_engine(**config)
+def test_constrained_runs_match_the_unconstrained_one(reference, config, async_output):
+    eng = make_engine(**config, async_output=async_output)
     workload(eng)
     assert results(run_all(eng)) == reference
     if config["num_blocks"] == 14:

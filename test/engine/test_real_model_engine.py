@@ -176,6 +176,25 @@ def test_prefix_caching_matches_no_caching(worker, prompts, reference):
     assert stats.hit_tokens - before == sum(want)
 
 
+def test_async_output_matches_one_at_a_time(worker, prompts, reference):
+    # outputs made while the next step computes: chunked prefill, prefix hits (the second run)
+    # and preemption (a pool of 12 blocks) give the reference's tokens
+    for cfg in (dict(max_num_batched_tokens=96, long_prefill_token_threshold=48, enable_prefix_caching=True),
+                dict(num_blocks=12)):
+        eng, spy = make_engine(worker, async_output=True, **cfg)
+        try:
+            chosen = prompts if "num_blocks" not in cfg else [prompts[i] for i in SHORT]
+            want = reference if "num_blocks" not in cfg else [reference[i] for i in SHORT]
+            assert tokens(run(eng, chosen)) == want
+            if cfg.get("enable_prefix_caching"):
+                assert tokens(run(eng, chosen, tag="warm")) == want
+                assert eng.scheduler.kv.stats.hit_tokens > 0
+            else:
+                assert eng.scheduler.num_preemptions > 0
+        finally:
+            eng.close()
+
+
 SHORT = [0, 1, 2, 4, 5, 6, 7, 9]  # prompts of 30-39 tokens: 3 or 4 blocks each with their output
 
 

@@ -19,3 +19,16 @@ def test_the_tool_counts_steps_and_splits_the_time(tmp_path):
     for r in (one, three):
         assert 0 < r["execute_s"] < r["wall_s"]
     assert rows[1]["engine_us"] > 0 and rows[1]["per"] == "token" and rows[3]["per"] == "step"
+
+
+def test_both_engines_alternate_and_the_simulated_wait_counts_as_the_step(tmp_path):
+    out = tmp_path / "cost.json"
+    assert bench_engine_cost.main(["--batches", "2", "--tokens", "4", "--repeats", "2", "--async-output", "both",
+                                   "--device-wait-us", "2000", "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["batch"], r["async_output"]) for r in rows] == [(2, False), (2, True)]
+    for r in rows:
+        assert len(r["runs"]) == 2
+        for run in r["runs"]:
+            assert run["tokens"] == 8 and run["steps"] == 4  # the same steps with and without the overlap
+            assert run["execute_s"] >= 4 * 0.002  # every step waited inside execute

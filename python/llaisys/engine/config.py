@@ -69,6 +69,9 @@ class EngineConfig:
     # a new position (BLOCK, CPU or NVIDIA; cache_reuse.py, an approximation); 0: off. LLM wires it.
     cache_reuse: int = 0
     seed: Optional[int] = None  # seeds the per-request seeds the engine picks; None: from the OS
+    # a step's outputs (text, stop strings, RequestOutputs) are made while the next step computes
+    # on the step thread (llm_engine.py; doc/engine.md "Overlapped output processing")
+    async_output: bool = False
 
     def __post_init__(self) -> None:
         _check_int("max_num_seqs", self.max_num_seqs, 1)
@@ -97,6 +100,8 @@ class EngineConfig:
                 raise ValueError(f"max_num_seqs must be <= {KV_MAX_SEQS} with kv_layout='slot' "
                                  f"(seq ids), got {self.max_num_seqs}")
         check_cache_reuse(self.cache_reuse, self.kv_layout, self.enable_prefix_caching)
+        if not isinstance(self.async_output, bool):
+            raise ValueError(f"async_output must be a bool, got {self.async_output!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 

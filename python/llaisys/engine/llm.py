@@ -40,7 +40,8 @@ class LLM:
                  threads: Optional[int] = None, quant: Optional[str] = None, quantize: Optional[str] = None,
                  speculative=None, num_speculative_tokens: Optional[int] = None,
                  decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
-                 prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES, cache_reuse: int = 0):
+                 prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES, cache_reuse: int = 0,
+                 async_output: bool = False):
         # device_id: which GPU with device="nvidia" (0 .. device count - 1; the CPU is 0 only): the
         # model, its KV cache, the sampler and the memory queries all use it (WorkerConfig)
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
@@ -55,6 +56,8 @@ class LLM:
         # cache_reuse: llama-server's --cache-reuse N: a prompt's tokens after its cached prefix are
         # taken from a recent request's cached blocks at another position, in runs of >= N tokens
         # (an approximation; BLOCK layout, CPU or NVIDIA; doc/engine.md "Cache reuse"); 0: off
+        # async_output: make a step's outputs while the next step computes (EngineConfig; off: it
+        # measured slower on the CPU and did not pay with a simulated device wait, doc/engine.md)
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
         check_cache_reuse(cache_reuse, kv_layout, enable_prefix_caching, device)
         cache_cap = None if prompt_cache_dir is None else check_options(prompt_cache_dir, prompt_cache_max_bytes,
@@ -75,7 +78,7 @@ class LLM:
                                        num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
                                        decode_gap_ms=decode_gap_ms, kv_layout=self.worker.kv_layout, seed=seed,
-                                       cache_reuse=cache_reuse)
+                                       cache_reuse=cache_reuse, async_output=async_output)
             runner = self.worker.make_runner(self.config)
             if spec_cfg is not None:
                 self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)
@@ -180,6 +183,7 @@ class LLM:
 
     def close(self) -> None:
         """Write the prompt cache's blocks (with prompt_cache_dir), free the model and its KV cache."""
+        self.engine.close()  # a step still computing (async_output) ends first
         if self.prompt_cache is not None:
             tier, self.prompt_cache = self.prompt_cache, None
             try:

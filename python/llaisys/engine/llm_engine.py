@@ -19,7 +19,7 @@ from .request import Request, RequestStatus, RequestTimes
 from .sampling_params import SamplingParams, SamplingParamsError
 from .scheduler import Scheduler, SchedulerOutput
 from .step_cost import StepCost
-from .step_runner import RunnerOutput, StepRunner
+from .step_runner import RunnerOutput, StartedStep, StepRunner
 from .structured_matcher import StructuredBackend
 from .admission import (_check_prompt, _eos_ids, _positive_int, _tolerant_decode,  # noqa: F401
                         check_fits, check_pooling_fits, snapshot_pooling_params, snapshot_sampling_params)
@@ -44,6 +44,10 @@ def _fatal_closes(step):
             return self._close_on_fatal(e)
 
     return guarded
+
+
+# _finish's answer when no step is in flight (never modified: _process only reads it)
+_IDLE = (None, RunnerOutput(), [])
 
 
 class EngineDeadError(RuntimeError):
@@ -82,7 +86,12 @@ class LLMEngine:
         self.structured = StructuredBackend(tokenizer, self.vocab_size or 0, eos)
         self.step_cost = StepCost()  # step seconds by tokens and attention pairs, fitted as steps run
         # the runner side of the step: each request's state, the step's arrays, drafts, failures
-        self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative)
+        if config.async_output and speculative is not None:
+            raise ValueError("async_output does not combine with speculative decoding (its drafts are made "
+                             "from the tokens of the step before); turn one of them off")
+        self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative,
+                                      overlap=config.async_output)
+        self._in_flight: Optional[StartedStep] = None  # async_output: the step computing on the device thread
         self.scheduler = Scheduler(config, clock, self.step_cost,
                                    None if speculative is None else self.step_runner.propose)
         self.scheduler.spec_stats = None if speculative is None else speculative.stats  # read by the metrics
@@ -256,7 +265,11 @@ class LLMEngine:
                 self._aborted.append(req)
 
     def has_unfinished_requests(self) -> bool:
-        return self.scheduler.has_unfinished_requests() or bool(self._aborted)
+        return self.scheduler.has_unfinished_requests() or bool(self._aborted) or self._computing()
+
+    def _computing(self) -> bool:
+        """A step with rows is in flight (async_output; one of frees only has nothing to report)."""
+        return self._in_flight is not None and self._in_flight.batch is not None and self._in_flight.batch.n_seqs > 0
 
     def memory_stats(self):
         """The runner's memory_stats() (models.model.ModelStatsInfo for the core's runner), or
@@ -271,10 +284,32 @@ class LLMEngine:
     # ---- the step ------------------------------------------------------------------------
     @_fatal_closes
     def step(self) -> list:
-        """Schedule, run the batch, process the outputs; the RequestOutputs that changed."""
-        out = self.scheduler.schedule()
-        result = self.step_runner.execute(out)
-        return self._process(out, result)
+        """Schedule, start the step, process outputs (async_output: the step before's, as this one computes)."""
+        done = self._finish()  # async_output: the step the call before started
+        self._in_flight = self.step_runner.start(self.scheduler.schedule())
+        return self._process(*(done if self.config.async_output else self._finish()))
+
+    def _finish(self) -> tuple:
+        """Wait for the step in flight and apply its tokens (eos, stop ids and max_tokens end
+        requests here): (its SchedulerOutput, its RunnerOutput, the requests it touched); (None,
+        an empty RunnerOutput, []) when no step is in flight.
+
+        With async_output the step started here runs on the device thread while _process makes
+        the outputs of the one before: detokenization, stop strings, RequestOutputs. A request
+        a stop string ends then has a row in the step in flight, whose token is dropped
+        (update_from_output skips finished requests); its blocks, freed at once, are handed
+        out only by the next schedule(), after that step is finished."""
+        step, self._in_flight = self._in_flight, None
+        if step is None:
+            return _IDLE
+        result = self.step_runner.finish(step)
+        return step.out, result, self._apply(step.out, result)
+
+    def close(self) -> None:
+        """Wait for a step still computing (async_output) and end the step thread; call before
+        the model is freed. The engine takes no step after it."""
+        self._in_flight = None
+        self.step_runner.close()
 
     def _check_alive(self) -> None:
         if self.dead is not None:
@@ -293,14 +328,17 @@ class LLMEngine:
         changed, self._aborted = self._aborted, []
         return self.processor.make_outputs(changed)
 
-    def _process(self, out: SchedulerOutput, result: RunnerOutput) -> list:
-        """Apply the step's tokens (token-level stops: the scheduler), then the text (stop
-        strings: the output processor, whose ends the scheduler carries out); make outputs."""
+    def _apply(self, out: SchedulerOutput, result: RunnerOutput) -> list:
+        """Apply the step's tokens (token-level stops: the scheduler); the requests touched."""
         for rid, text in result.failed.items():
             req = self.scheduler.abort(rid, RequestStatus.FINISHED_ERROR, text)
             if req is not None:
                 self._aborted.append(req)
-        touched = self.scheduler.update_from_output(out, result.sampled, result.logprobs, result.pooled)
+        return self.scheduler.update_from_output(out, result.sampled, result.logprobs, result.pooled)
+
+    def _process(self, out: Optional[SchedulerOutput], result: RunnerOutput, touched: list) -> list:
+        """The text of the requests a step touched (stop strings: the output processor, whose
+        ends the scheduler carries out); make outputs (also of requests aborted since)."""
         for req, status, error in self.processor.process(touched):
             self.scheduler.stop(req, status, error)
         changed, self._aborted = self._aborted + touched, []

@@ -12,14 +12,20 @@ budget and blocks), their verification, and the proposer's per-request state. Th
 and the scheduler see accepted tokens only. When the step fails as a whole it finds the
 failing rows (``_isolate``) and reports them in ``RunnerOutput.failed``; a fatal error (the
 device is lost) is raised instead, without a retry.
+
+A step is ``start`` then ``finish``: ``start`` applies the deltas and prepares the arrays, and
+the core call runs at once, or, with a device thread (``overlap``: LLMEngine's overlapped step,
+doc/engine.md "Overlapped output processing"), on that thread while the caller goes on;
+``finish`` waits for it and turns its result into tokens. ``execute`` is the two together.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -61,13 +67,30 @@ class RunnerOutput:
         return sum(map(len, self.sampled.values()))
 
 
+@dataclass(eq=False)
+class StartedStep:
+    """A step whose core call has started (StepRunner.start); StepRunner.finish ends it."""
+
+    out: SchedulerOutput  # what it computes
+    batch: Optional[StepInput]  # its arrays; None: nothing to compute (no row, no free)
+    call: Optional[Future] = None  # with a device thread: the core call there -> (StepResult, seconds)
+    result: object = None  # without one: the call's (StepResult, seconds), or the exception it raised
+
+
+def _timed(fn: Callable, batch: StepInput) -> tuple:
+    t0 = time.perf_counter()
+    return fn(batch), time.perf_counter() - t0
+
+
 class StepRunner:
     def __init__(self, model_runner, kv_layout: str, block_size: int, step_cost: Optional[StepCost] = None,
-                 speculative=None):
+                 speculative=None, overlap: bool = False):
         self.model_runner = model_runner  # executor.ModelRunner: computes one StepInput
         self.inputs = InputBatch(kv_layout, block_size)  # each held request's tokens and blocks
         self.step_cost = step_cost  # fed with each step's time (the scheduler's chunk sizing reads it)
         self.spec = speculative  # spec.SpecDecoder, or None
+        # overlap: every core call of a step (and of its failure search) runs on this one thread
+        self._device = ThreadPoolExecutor(1, thread_name_prefix="llaisys-step") if overlap else None
 
     def propose(self, running: list) -> None:
         """Set the drafts (``spec_token_ids``) of the running requests for the coming step."""
@@ -75,17 +98,41 @@ class StepRunner:
             self.spec.prepare(running)
 
     def execute(self, out: SchedulerOutput) -> RunnerOutput:
+        """Run one step and wait for its tokens."""
+        return self.finish(self.start(out))
+
+    def start(self, out: SchedulerOutput) -> StartedStep:
+        """Apply the step's deltas, prepare its arrays and start its core call (on the device
+        thread, if there is one, returning at once). Nothing of the runner's may change until
+        finish(): the next start comes after it."""
         self.inputs.update(out)
         if self.spec is not None:
             for rid in list(out.finished_req_ids) + out.preempted_req_ids:
                 self.spec.drop(rid)  # a proposer's per-request state (the draft's KV) goes with it
         batch = self.inputs.prepare(out)
         if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
+            return StartedStep(out, None)
+        if self._device is not None:
+            return StartedStep(out, batch, call=self._device.submit(_timed, self.model_runner.execute, batch))
+        try:
+            return StartedStep(out, batch, result=_timed(self.model_runner.execute, batch))
+        except Exception as e:
+            return StartedStep(out, batch, result=e)
+
+    def finish(self, step: StartedStep) -> RunnerOutput:
+        """Wait for a started step's core call; the tokens each row emits (failing rows found
+        and reported, a fatal error raised: the class docstring)."""
+        if step.batch is None:
             return RunnerOutput()
-        result = self._run(out, batch)
-        if self.spec is not None and out.spec_token_ids:
-            self.spec.account(out, result.sampled)
+        result = self._run(step)
+        if self.spec is not None and step.out.spec_token_ids:
+            self.spec.account(step.out, result.sampled)
         return result
+
+    def close(self) -> None:
+        """Wait for a core call still running and end the device thread (a no-op without one)."""
+        if self._device is not None:
+            self._device.shutdown(wait=True)
 
     def release(self, req_ids) -> None:
         """Requests that ended after this step's computation (a stop, an abort): drop what the
@@ -99,11 +146,19 @@ class StepRunner:
     def _verifier(self):
         return None if self.spec is None else self.spec.verifier
 
-    def _run(self, out: SchedulerOutput, batch: StepInput) -> RunnerOutput:
+    def _call(self, batch: StepInput):
+        """One more core call (the failure search's), on the device thread if there is one."""
+        if self._device is None:
+            return self.model_runner.execute(batch)
+        return self._device.submit(self.model_runner.execute, batch).result()
+
+    def _run(self, step: StartedStep) -> RunnerOutput:
+        batch = step.batch
         try:
-            t0 = time.perf_counter()
-            result = self.model_runner.execute(batch)
-            seconds = time.perf_counter() - t0
+            done = step.call.result() if step.call is not None else step.result
+            if isinstance(done, BaseException):
+                raise done
+            result, seconds = done
             n_tokens = batch.n_tokens
             if n_tokens and self.step_cost is not None:
                 if n_tokens == batch.n_seqs:  # one token a row (decoding): a row's pairs are its context
@@ -149,7 +204,7 @@ class StepRunner:
             state["calls_left"] -= 1
             sub = select_rows(batch, rows, keep_frees=not state["succeeded"])
             try:
-                s, lp, pl = unpack_result(sub, self.model_runner.execute(sub), self._verifier())
+                s, lp, pl = unpack_result(sub, self._call(sub), self._verifier())
             except Exception as e:
                 if _fatal(e):  # the device was lost during the search: stop retrying
                     raise

@@ -58,6 +58,9 @@ def add_serve_parser(sub):
     e.add_argument("--decode-gap-ms", type=float, default=DEFAULT_DECODE_GAP_MS,
                    help="while requests decode, prefill chunks are cut so a step takes about this long, by the "
                         "step times measured (default: %(default)s; 0: the token budget alone)")
+    e.add_argument("--async-output", action="store_true",
+                   help="make a step's outputs (text, stop strings, streams) while the next step computes, on a "
+                        "thread of its own (off by default: see doc/engine.md for when it pays)")
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
     e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
     e.add_argument("--prompt-cache-dir", default=None, metavar="DIR",
@@ -147,8 +150,8 @@ def build_state(args):
                          kv_dtype=args.kv_dtype,
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
-                         decode_gap_ms=args.decode_gap_ms,
-                         seed=args.seed)
+                         decode_gap_ms=args.decode_gap_ms, seed=args.seed,
+                         async_output=args.async_output)
     if args.speculative is not None or args.num_speculative_tokens is not None:
         from ..engine.spec import parse_speculative
 
