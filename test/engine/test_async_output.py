@@ -14,6 +14,7 @@ import pytest
 from fake_runner import FakeRunner, FakeTokenizer, make_engine, run_all
 from llaisys.engine import EngineConfig, EngineDeadError, LLMEngine, SamplingParams
 
+from test_async_engine import GatedRunner
 from test_device_lost import LosingRunner
 from test_llm_engine import results, workload
 
@@ -145,20 +146,8 @@ def test_a_lost_device_closes_the_engine_without_another_call():
     eng.close()
 
 
-class HeldRunner(FakeRunner):
-    def __init__(self):
-        super().__init__()
-        self.gate = threading.Event()
-        self.entered = threading.Event()
-
-    def execute(self, batch):
-        self.entered.set()
-        assert self.gate.wait(10), "the test never opened the gate"
-        return super().execute(batch)
-
-
 def test_close_waits_for_the_step_in_flight():
-    runner = HeldRunner()
+    runner = GatedRunner()  # each call waits for the gate
     eng = make_engine(runner, async_output=True)
     eng.add_request("a", [1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
     assert eng.step() == []
