@@ -17,6 +17,9 @@ per step at larger B:
   engine   wall - execute: scheduling, step inputs, sampling bookkeeping, detokenization,
            output processing (the figure issue 41 bounds: <= 100 us a token at B = 1,
            <= 700 us a step at B = 64, on a quiet machine)
+  gc       the cyclic garbage collector's pauses in a run, the mean over the repeats (a full
+           collection is rare, and as long as the objects it walks are many)
+  longest  the longest gap between two steps' starts over the repeats (where such a pause shows)
 
 Each repeat is a fresh generate on the same LLM after one untimed run of the same shape;
 medians of the repeats, and the least engine time of them ("best": on a busy machine the figure
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import statistics
 import sys
@@ -95,11 +99,19 @@ def measure(llm, batch: int, tokens: int, device_wait_s: float = 0.0) -> dict:
     from llaisys import SamplingParams
 
     runner = llm.engine.runner
-    spent, steps = [0.0], [0]
+    spent, steps, starts = [0.0], [0], []
     real = runner.execute
+    gc_s, gc_t0 = [0.0], [0.0]
+
+    def gc_timer(phase, info):  # the cyclic garbage collector's pauses, all generations
+        if phase == "start":
+            gc_t0[0] = time.perf_counter()
+        else:
+            gc_s[0] += time.perf_counter() - gc_t0[0]
 
     def timed(step_input):
         t0 = time.perf_counter()
+        starts.append(t0)
         try:
             res = real(step_input)
             if device_wait_s and step_input.n_tokens:
@@ -112,14 +124,18 @@ def measure(llm, batch: int, tokens: int, device_wait_s: float = 0.0) -> dict:
     prompts = [[(37 * r + 11 * i) % 900 + 50 for i in range(16)] for r in range(batch)]
     params = SamplingParams(max_tokens=tokens, ignore_eos=True, temperature=0.0)
     runner.execute = timed
+    gc.callbacks.append(gc_timer)
     try:
         t0 = time.perf_counter()
         outs = llm.generate(prompts, params)
         wall = time.perf_counter() - t0
     finally:
         runner.execute = real
+        gc.callbacks.remove(gc_timer)
     produced = sum(len(o.outputs[0].token_ids) for o in outs)
-    return {"wall_s": wall, "execute_s": spent[0], "steps": steps[0], "tokens": produced}
+    gaps = [b - a for a, b in zip(starts, starts[1:])]  # step start to step start
+    return {"wall_s": wall, "execute_s": spent[0], "steps": steps[0], "tokens": produced, "gc_s": gc_s[0],
+            "max_step_s": max(gaps, default=0.0)}
 
 
 def main(argv=None) -> int:
@@ -137,6 +153,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device-wait-us", type=float, default=0.0,
                     help="a simulation: each step waits this long after its core call with the GIL released, as "
                          "the host does while a GPU step runs (0: off; labelled in the table and the JSON)")
+    ap.add_argument("--gc-freeze", action="store_true",
+                    help="gc.freeze() once the engines are built, as `llaisys serve` does: the collector then "
+                         "skips everything made at start-up")
     ap.add_argument("--out", default="bench_engine_cost.json")
     args = ap.parse_args(argv)
     from llaisys import LLM
@@ -151,6 +170,9 @@ def main(argv=None) -> int:
                                            device=args.device, async_output=a,
                                            kv_cache_memory="2GiB" if args.device == "nvidia" else "256MiB"))
                 for a in modes}
+        if args.gc_freeze:
+            gc.collect()
+            gc.freeze()
         for b in args.batches:
             runs = {}
             for a in modes:
@@ -164,11 +186,13 @@ def main(argv=None) -> int:
     wait = f", a simulated device wait of {args.device_wait_us:.0f} us a step" if args.device_wait_us else ""
     print(f"\nengine cost, {what} on {args.device}{wait}, {args.tokens} tokens a request, {args.threads} thread(s), "
           f"median of {args.repeats}")
-    print("| batch | async_output | per | wall us | execute us | engine us | best engine us | steps |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| batch | async_output | per | wall us | execute us | engine us | best engine us | gc ms a run | "
+          "longest step ms | steps |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['batch']} | {'on' if r['async_output'] else 'off'} | {r['per']} | {r['wall_us']:.0f} | "
-              f"{r['execute_us']:.0f} | {r['engine_us']:.0f} | {r['engine_us_best']:.0f} | {r['steps']} |")
+              f"{r['execute_us']:.0f} | {r['engine_us']:.0f} | {r['engine_us_best']:.0f} | {r['gc_ms']:.1f} | "
+              f"{r['max_step_ms']:.2f} | {r['steps']} |")
     Path(args.out).write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows}, indent=1))
     print(f"wrote {args.out}")
     return 0
@@ -184,6 +208,9 @@ def summarize(b: int, async_output: bool, runs: list) -> dict:
             "engine_us": statistics.median((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
             # the least of the repeats: what a busy machine disturbs least
             "engine_us_best": min((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),
+            # the garbage collector's pauses in a run (their mean: a full collection is rare and long)
+            "gc_ms": statistics.mean(r["gc_s"] for r in runs) * 1e3,
+            "max_step_ms": max(r["max_step_s"] for r in runs) * 1e3,  # the longest gap between steps
             "steps": runs[0]["steps"]}
 
 

@@ -228,7 +228,7 @@ def test_restore_never_takes_a_block_of_the_hit_itself(tmp_path):
     # evict a's blocks 2.. to disk only: take the tail blocks out of the cache by hand
     for h, _, _ in chain(a)[2:6]:
         blk = kv.blocks[kv.cached[h]]
-        kv._evict(blk)  # saved to disk, out of the prefix cache, still free
+        kv._evict(blk.block_id)  # saved to disk, out of the prefix cache, still free
         core.data[blk.block_id] = payload(999)  # reused since: a restore must write it back
     kv.tier.store.close()  # let the writer finish; a fresh store on the same directory reads them
     kv.tier = PromptCacheTier(DiskBlockStore(tmp_path, SPEC, max_bytes=1 << 20), core)

@@ -16,12 +16,14 @@ KV also holds a seq id; released seq ids are queued for the runner to clear with
 from __future__ import annotations
 
 import hashlib
+from array import array
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
+from .kv_blocks import UNCACHED, BlockPool
 from .prompt_embeds import embed_digest
 from .request import Request
 
@@ -36,17 +38,6 @@ def hash_block_tokens(parent_hash: Optional[bytes], token_ids: Sequence[int], em
         h.update(b"prompt_embeds")
         h.update(embeds)
     return h.digest()
-
-
-@dataclass(eq=False)
-class KVBlock:
-    """One block of the pool."""
-
-    block_id: int  # index into the pool
-    ref_cnt: int = 0  # block tables holding it; 0: in the free queue
-    block_hash: Optional[bytes] = None  # set while it is in the prefix cache
-    parent_hash: Optional[bytes] = None  # hash of the block before it when it was cached
-    token_ids: Optional[tuple] = None  # the block_size ids its K/V stands for, when cached
 
 
 @dataclass
@@ -85,7 +76,11 @@ class KVCacheManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching and layout == "block"
         self.layout = layout
-        self.blocks = [KVBlock(i) for i in range(num_blocks)]
+        self._ref = array("i", bytes(4 * num_blocks))  # [num_blocks] block tables holding each (0: free)
+        # block id -> (its hash, the hash of the block before it, its block_size token ids), for
+        # the blocks in the prefix cache only
+        self._meta: dict = {}
+        self.blocks = BlockPool(self)  # the same as KVBlock views (tests, the prompt cache)
         self.free_queue: OrderedDict = OrderedDict((i, None) for i in range(num_blocks))  # LRU, front evicts first
         self.cached: dict = {}  # block hash -> block id
         self.tables: dict = {}  # request id -> [block ids]
@@ -157,9 +152,9 @@ class KVCacheManager:
                 if self.tier is not None:
                     self._restore_from_tier(req, i, n_max, hits)
                 break
-            blk = self.blocks[bid]
             parent = req.block_hashes[i - 1] if i else None
-            if blk.parent_hash != parent or blk.token_ids != tuple(req.all_token_ids[i * bs:(i + 1) * bs]):
+            _, stored_parent, stored = self._meta[bid]
+            if stored_parent != parent or stored != tuple(req.all_token_ids[i * bs:(i + 1) * bs]):
                 break  # hash collision: not the same tokens
             hits.append(bid)
         if self.reuse is not None:
@@ -186,14 +181,13 @@ class KVCacheManager:
             if bid is None:
                 return
             del self.free_queue[bid]
-            self._evict(self.blocks[bid])
+            self._evict(bid)
             parent, tokens = (hashes[i - 1] if i else None), tuple(req.all_token_ids[i * bs:(i + 1) * bs])
             if not tier.restore(bid, h, parent, tokens):
                 self.free_queue[bid] = None
                 self.free_queue.move_to_end(bid, last=False)  # holds nothing: reused first
                 return
-            blk = self.blocks[bid]
-            blk.block_hash, blk.parent_hash, blk.token_ids = h, parent, tokens
+            self._meta[bid] = (h, parent, tokens)
             self.cached[h] = bid
             self.free_queue[bid] = None
             hits.append(bid)
@@ -202,9 +196,10 @@ class KVCacheManager:
     def cached_blocks(self) -> list:
         """Blocks in the prefix cache, least recently used first (free ones in LRU order, then
         the ones requests hold)."""
-        free = [self.blocks[b] for b in self.free_queue if self.blocks[b].block_hash is not None]
-        held = [b for b in self.blocks if b.block_hash is not None and b.ref_cnt > 0]
-        return free + held
+        meta = self._meta
+        free = [b for b in self.free_queue if b in meta]
+        held = [b for b in self.cached.values() if self._ref[b] > 0]
+        return [self.blocks[b] for b in free + sorted(held)]
 
     def cache_blocks(self, req: Request) -> None:
         """Enter the request's newly computed full blocks into the prefix cache. A hash that
@@ -222,11 +217,11 @@ class KVCacheManager:
             return
         hashes = self._hashes(req, n_full)
         for i in range(start, n_full):
-            blk = self.blocks[table[i]]
-            if blk.block_hash is None and hashes[i] not in self.cached:
-                blk.block_hash, blk.parent_hash = hashes[i], (hashes[i - 1] if i else None)
-                blk.token_ids = tuple(req.all_token_ids[i * bs:(i + 1) * bs])
-                self.cached[hashes[i]] = blk.block_id
+            bid = table[i]
+            if bid not in self._meta and hashes[i] not in self.cached:
+                self._meta[bid] = (hashes[i], hashes[i - 1] if i else None,
+                                   tuple(req.all_token_ids[i * bs:(i + 1) * bs]))
+                self.cached[hashes[i]] = bid
         self._num_hashed[req.request_id] = n_full
 
     def reset_prefix_cache(self) -> bool:
@@ -234,12 +229,12 @@ class KVCacheManager:
         if self.num_used_blocks:
             return False
         for bid in self.cached.values():
-            self._uncache(self.blocks[bid])
+            self._uncache(bid)
         self.cached.clear()
         return True
 
-    def _uncache(self, blk: KVBlock) -> None:
-        blk.block_hash = blk.parent_hash = blk.token_ids = None
+    def _uncache(self, bid: int) -> None:
+        self._meta.pop(bid, None)
 
     # ---- allocation ----------------------------------------------------------------------
     def allocate_slots(self, req: Request, num_new_tokens: int, computed: Optional[ComputedBlocks] = None) -> bool:
@@ -256,7 +251,8 @@ class KVCacheManager:
         hit = computed.block_ids if computed is not None else []
         start = computed.num_tokens if computed is not None else req.num_computed_tokens
         need = self.blocks_for(start + num_new_tokens) - len(table) - len(hit)
-        reclaimed = sum(1 for b in hit if self.blocks[b].ref_cnt == 0)  # hits now sitting in the free queue
+        ref = self._ref
+        reclaimed = sum(1 for b in hit if ref[b] == 0)  # hits now sitting in the free queue
         plan = computed.reuse if computed is not None else None
         read = [b for b in plan.blocks_read(self.block_size) if b in self.free_queue and b not in set(hit)] \
             if plan is not None else []  # free source blocks the copy reads: no allocation below may take them
@@ -267,10 +263,9 @@ class KVCacheManager:
         if self.layout == "slot" and req.slot_seq_id is None:
             req.slot_seq_id = self._free_seq_ids.popleft()
         for bid in hit:
-            blk = self.blocks[bid]
-            if blk.ref_cnt == 0:
+            if ref[bid] == 0:
                 del self.free_queue[bid]
-            blk.ref_cnt += 1
+            ref[bid] += 1
         table = table + hit + [self._take_free_block() for _ in range(max(need, 0))]
         self.tables[req.request_id] = table
         if plan is not None:
@@ -284,21 +279,22 @@ class KVCacheManager:
 
     def _take_free_block(self) -> int:
         bid, _ = self.free_queue.popitem(last=False)
-        blk = self.blocks[bid]
-        self._evict(blk)
-        blk.ref_cnt = 1
+        self._evict(bid)
+        self._ref[bid] = 1
         return bid
 
-    def _evict(self, blk: KVBlock) -> None:
+    def _evict(self, bid: int) -> None:
         """Take a free block out of the prefix cache before it is reused (its K/V goes to the
         lower tier first, if there is one)."""
-        if blk.block_hash is None:
+        meta = self._meta.get(bid)
+        if meta is None:
             return
+        h = meta[0]
         if self.tier is not None:
-            self.tier.save(blk.block_id, blk.block_hash, blk.parent_hash, blk.token_ids)
-        if self.cached.get(blk.block_hash) == blk.block_id:
-            del self.cached[blk.block_hash]
-        self._uncache(blk)
+            self.tier.save(bid, *meta)
+        if self.cached.get(h) == bid:
+            del self.cached[h]
+        self._uncache(bid)
         self.stats.evictions += 1
 
     def _count_lookup(self, req: Request, computed: ComputedBlocks) -> None:
@@ -316,10 +312,10 @@ class KVCacheManager:
     def free(self, req: Request) -> None:
         """Release the request's blocks (tail first into the LRU queue, so the tail is evicted
         before the reusable prefix) and, in the SLOT layout, its seq id."""
+        ref = self._ref
         for bid in reversed(self.tables.pop(req.request_id, [])):
-            blk = self.blocks[bid]
-            blk.ref_cnt -= 1
-            if blk.ref_cnt == 0:
+            ref[bid] -= 1
+            if ref[bid] == 0:
                 self.free_queue[bid] = None
         n_hashed = self._num_hashed.pop(req.request_id, None)
         if self.reuse is not None and n_hashed:
@@ -340,10 +336,10 @@ class KVCacheManager:
             return
         keep = self.blocks_for(num_tokens)
         assert keep >= self._num_hashed.get(req.request_id, 0), "truncating a block in the prefix cache"
+        ref = self._ref
         for bid in reversed(table[keep:]):
-            blk = self.blocks[bid]
-            blk.ref_cnt -= 1
-            if blk.ref_cnt == 0:
+            ref[bid] -= 1
+            if ref[bid] == 0:
                 self.free_queue[bid] = None
         del table[keep:]
         if self.layout == "slot" and req.slot_seq_id is not None:
@@ -371,17 +367,18 @@ class KVCacheManager:
                 fail(f"table of {rid} holds a block twice: {table}")
             for bid in table:
                 holders[bid] += 1
-        for blk in self.blocks:
-            if blk.ref_cnt != holders[blk.block_id]:
-                fail(f"block {blk.block_id} ref_cnt {blk.ref_cnt} but {holders[blk.block_id]} tables hold it")
-            if (blk.ref_cnt == 0) != (blk.block_id in self.free_queue):
-                fail(f"block {blk.block_id} (ref_cnt {blk.ref_cnt}) is {'not ' if blk.ref_cnt == 0 else ''}free")
-            if blk.block_hash is not None and self.cached.get(blk.block_hash) != blk.block_id:
-                fail(f"block {blk.block_id} has a hash the map does not point at it")
+        for bid, ref in enumerate(self._ref):
+            h = self._meta.get(bid, UNCACHED)[0]
+            if ref != holders[bid]:
+                fail(f"block {bid} ref_cnt {ref} but {holders[bid]} tables hold it")
+            if (ref == 0) != (bid in self.free_queue):
+                fail(f"block {bid} (ref_cnt {ref}) is {'not ' if ref == 0 else ''}free")
+            if h is not None and self.cached.get(h) != bid:
+                fail(f"block {bid} has a hash the map does not point at it")
         if len(self.free_queue) != len(set(self.free_queue)):
             fail("free queue holds duplicates")
         for h, bid in self.cached.items():
-            if self.blocks[bid].block_hash != h:
+            if self._meta.get(bid, UNCACHED)[0] != h:
                 fail(f"map entry for block {bid} does not match the block's hash")
         if self.layout == "slot" and len(self._free_seq_ids) != len(set(self._free_seq_ids)):
             fail("free seq ids hold duplicates")
