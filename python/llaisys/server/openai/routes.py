@@ -25,7 +25,7 @@ from .chat_output import ChatSetup
 from .completion_embeds import embeds_prompts, prompt_len
 from .reasoning import opened_in_prompt, resolve_parser
 from .respond import Run
-from .tool_calls import template_messages, with_tool_constraint
+from .tool_calls import check_tools, template_messages, with_tool_constraint
 from ..state.sessions import SessionBusy, SessionStoreFull, SessionTooLarge
 
 bp = Blueprint("openai", __name__)
@@ -279,6 +279,47 @@ def detokenize():
     except ValueError as e:
         raise bad_request(str(e), param="tokens") from None
     return jsonify({"prompt": text})
+
+
+@bp.post("/apply-template")
+def apply_template():
+    """llama-server's POST /apply-template: the prompt a chat request with these messages and
+    tools would run, rendered by the model's own template; nothing is generated."""
+    st = state()
+    body = check_body("ApplyTemplateRequest", st.read_json(), st.request_limits)
+    served = st.registry.get(get_field(body, "model"))
+    tools = check_tools(get_field(body, "tools"), None, None)
+    try:
+        text = served.engine.tokenizer.apply_chat_template(
+            template_messages(parse_messages(body["messages"])),
+            add_generation_prompt=get_field(body, "add_generation_prompt", True),
+            tools=tools.tools if tools is not None else None)
+    except ValueError as e:
+        raise bad_request(str(e), param="messages") from None
+    return jsonify({"prompt": text})
+
+
+@bp.get("/props")
+def props():
+    """llama-server's GET /props (read only): what a client needs to know of a served model
+    (?model= picks one; the first by default): its context per request, its request slots,
+    the chat template and special tokens, and the server's sampling defaults."""
+    from ... import __version__
+    from ...engine.sampling_params import SamplingParams
+
+    served = state().registry.get(request.args.get("model"))
+    tok, cfg = served.engine.tokenizer, served.engine.config
+    special = tok.special_tokens_map
+    defaults = SamplingParams()
+    return jsonify({
+        "model_alias": served.name, "model_path": str(served.llm.worker.path),
+        "total_slots": cfg.max_num_seqs, "chat_template": tok.chat_template or "",
+        "bos_token": special.get("bos_token", ""), "eos_token": special.get("eos_token", ""),
+        "modalities": {"vision": False, "audio": False}, "build_info": f"llaisys {__version__}",
+        "default_generation_settings": {"n_ctx": cfg.max_model_len, "params": {
+            "temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
+            "min_p": defaults.min_p, "n_predict": -1, "seed": -1 if cfg.seed is None else cfg.seed}},
+    })
 
 
 @bp.post("/v1/requests/<rid>/cancel")

@@ -96,6 +96,11 @@ ROUTES = [
           body="TokenizeRequest", errors=_AUTH + _BODY + (404,)),
     Route("POST", "/detokenize", "openai.detokenize", "text of token ids", "DetokenizeResponse",
           body="DetokenizeRequest", errors=_AUTH + _BODY + (404,)),
+    Route("POST", "/apply-template", "openai.apply_template", "the prompt a chat request would run (llama-server's "
+          "/apply-template)", "ApplyTemplateResponse", body="ApplyTemplateRequest", errors=_AUTH + _BODY + (404,)),
+    Route("GET", "/props", "openai.props", "a served model's context, slots, chat template and sampling defaults "
+          "(llama-server's /props, read only; ?model= picks one)", "Props", errors=_AUTH + (404,),
+          query={"model": {"type": "string", "maxLength": 256}}),
     Route("POST", "/v1/requests/{rid}/cancel", "openai.cancel", "cancel one of your running requests",
           "CancelResponse", body="UserBody", body_required=False, errors=_AUTH + _BODY + (404,),
           path_params=("rid",), query=_USER_QUERY),

@@ -161,6 +161,8 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
     }, (), "POST /tokenize")
     detokenize = _body({"model": SAMPLING["model"], "tokens": dict(TOKEN_IDS, maxItems=1 << 20)}, ("tokens",),
                        "POST /detokenize")
+    apply_template = _body({"model": SAMPLING["model"], "messages": MESSAGES, "tools": TOOLS,
+                            "add_generation_prompt": BOOL}, ("messages",), "POST /apply-template")
     responses = _body({
         "model": SAMPLING["model"],
         "input": {"anyOf": [_str(minLength=1), {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES,
@@ -186,7 +188,8 @@ def _request_schemas(max_n: int, max_tokens_cap: Optional[int], max_stop: int) -
     }, ("input",), "POST /v1/responses")
     user_only = _body({"user": SAMPLING["user"]}, (), "optional body: the owner's `user`")
     return {"ChatCompletionRequest": chat, "CompletionRequest": completion, "EmbeddingRequest": embeddings,
-            "TokenizeRequest": tokenize, "DetokenizeRequest": detokenize, "UserBody": user_only,
+            "TokenizeRequest": tokenize, "DetokenizeRequest": detokenize, "ApplyTemplateRequest": apply_template,
+            "UserBody": user_only,
             "ResponseRequest": responses}
 
 

@@ -105,6 +105,14 @@ RESPONSE_SCHEMAS = {
     "TokenizeResponse": _strict({"tokens": {"type": "array", "items": _int(0)}, "count": _int(0),
                                  "max_model_len": _int(1)}),
     "DetokenizeResponse": _strict({"prompt": _str()}),
+    "ApplyTemplateResponse": _strict({"prompt": _str()}),
+    "Props": _strict({
+        "model_alias": _str(), "model_path": _str(), "total_slots": _int(1), "chat_template": _str(),
+        "bos_token": _str(), "eos_token": _str(), "build_info": _str(),
+        "modalities": _strict({"vision": {"type": "boolean"}, "audio": {"type": "boolean"}}),
+        "default_generation_settings": _strict({"n_ctx": _int(1), "params": _strict({
+            "temperature": {"type": "number"}, "top_p": {"type": "number"}, "top_k": {"type": "integer"},
+            "min_p": {"type": "number"}, "n_predict": {"type": "integer"}, "seed": {"type": "integer"}})})}),
     "ModelList": _strict({"object": {"type": "string", "const": "list"}, "data": {"type": "array", "items": MODEL_CARD}}),
     "Model": MODEL_CARD,
     "Response": RESPONSE,
