@@ -85,6 +85,8 @@ def test_props_describes_the_served_model(server, tiny_chat_model):
     config = json.loads((tiny_chat_model / "tokenizer_config.json").read_text())
     assert props["chat_template"] == config["chat_template"] and props["eos_token"] == config["eos_token"]
     assert props["model_path"].endswith(tiny_chat_model.name)
+    params = props["default_generation_settings"]["params"]  # what /infill runs with when not told
+    assert (params["temperature"], params["top_k"], params["top_p"], params["min_p"]) == (0.8, 40, 0.95, 0.05)
     assert requests.get(server.url + f"/props?model={MODEL_NAME}", timeout=60).json() == props
     r = requests.get(server.url + "/props?model=nope", timeout=60)
     assert r.status_code == 404 and error_of(r)["code"] == "model_not_found", r.text

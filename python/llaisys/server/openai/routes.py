@@ -18,7 +18,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from ...engine.async_engine import EngineDeadError
 from ..protocol.errors import APIError, bad_request, not_found, unavailable
 from ..state.generation import Generation, client_gone_check
-from ..infill.routes import completion_fim_prompts, infill
+from ..infill.routes import DEFAULTS as LLAMA_SERVER_DEFAULTS, completion_fim_prompts, infill
 from ..protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                               parse_messages, resolve_max_tokens)
 from .chat_output import ChatSetup
@@ -303,22 +303,20 @@ def apply_template():
 def props():
     """llama-server's GET /props (read only): what a client needs to know of a served model
     (?model= picks one; the first by default): its context per request, its request slots,
-    the chat template and special tokens, and the server's sampling defaults."""
+    the chat template and special tokens, and the sampling defaults of llama-server's own
+    routes (/infill here; the OpenAI routes take OpenAI's)."""
     from ... import __version__
-    from ...engine.sampling_params import SamplingParams
 
     served = state().registry.get(request.args.get("model"))
     tok, cfg = served.engine.tokenizer, served.engine.config
     special = tok.special_tokens_map
-    defaults = SamplingParams()
     return jsonify({
         "model_alias": served.name, "model_path": str(served.llm.worker.path),
         "total_slots": cfg.max_num_seqs, "chat_template": tok.chat_template or "",
         "bos_token": special.get("bos_token", ""), "eos_token": special.get("eos_token", ""),
         "modalities": {"vision": False, "audio": False}, "build_info": f"llaisys {__version__}",
         "default_generation_settings": {"n_ctx": cfg.max_model_len, "params": {
-            "temperature": defaults.temperature, "top_p": defaults.top_p, "top_k": defaults.top_k,
-            "min_p": defaults.min_p, "n_predict": -1, "seed": -1 if cfg.seed is None else cfg.seed}},
+            **LLAMA_SERVER_DEFAULTS, "n_predict": -1, "seed": -1 if cfg.seed is None else cfg.seed}},
     })
 
 
