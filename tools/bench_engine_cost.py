@@ -153,6 +153,8 @@ def main(argv=None) -> int:
     ap.add_argument("--device-wait-us", type=float, default=0.0,
                     help="a simulation: each step waits this long after its core call with the GIL released, as "
                          "the host does while a GPU step runs (0: off; labelled in the table and the JSON)")
+    ap.add_argument("--kv-cache-memory", default="256MiB",
+                    help="the KV pool (the tiny model's 256MiB: 131,072 blocks of 16 tokens, as many as a GPU's)")
     ap.add_argument("--gc-freeze", action="store_true",
                     help="gc.freeze() once the engines are built, as `llaisys serve` does: the collector then "
                          "skips everything made at start-up")
@@ -168,7 +170,7 @@ def main(argv=None) -> int:
         model = args.model or str(write_tiny_model(Path(tmp) / "tiny"))
         llms = {a: stack.enter_context(LLM(model, threads=args.threads, max_num_seqs=max(args.batches),
                                            device=args.device, async_output=a,
-                                           kv_cache_memory="2GiB" if args.device == "nvidia" else "256MiB"))
+                                           kv_cache_memory=args.kv_cache_memory))
                 for a in modes}
         if args.gc_freeze:
             gc.collect()

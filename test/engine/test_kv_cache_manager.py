@@ -234,7 +234,46 @@ def test_the_pool_is_a_few_objects_for_the_garbage_collector_whatever_its_size()
     kv = KVCacheManager(num_blocks=200_000, block_size=16)
     made = len(gc.get_objects()) - before
     assert made < 100, f"a pool of 200,000 blocks made {made} objects the collector tracks"
+    # nor does a collection walk an entry a block: what it visits from the manager's fields is few
+    fields = [v for v in vars(kv).values() if gc.is_tracked(v)]
+    walked = sum(len(gc.get_referents(v)) for v in fields + [kv.free_queue])
+    assert walked < 1000, f"a collection visits {walked} references from the pool's fields"
     kv.skip_leak_check = True  # checked below, cheaper than the autouse check's walk
     assert kv.num_free_blocks == 200_000 and kv.blocks[199_999].ref_cnt == 0 and len(kv.blocks) == 200_000
     with pytest.raises(IndexError):
         kv.blocks[200_000]
+
+
+def test_the_free_queue_is_an_lru_queue_as_an_ordered_dict_is():
+    import random
+    from collections import OrderedDict
+
+    from llaisys.engine.kv_blocks import FreeQueue
+
+    rnd = random.Random(1)
+    for n in (1, 2, 7, 64):
+        q, od = FreeQueue(n), OrderedDict((i, None) for i in range(n))
+        for _ in range(3000):
+            op, b = rnd.randrange(5), rnd.randrange(n)
+            if op == 0 and od:
+                assert q.popitem(last=False) == od.popitem(last=False)
+            elif op == 1:
+                if b in od:
+                    del od[b], q[b]
+                else:
+                    with pytest.raises(KeyError):
+                        del q[b]
+            elif op == 2:
+                od[b] = q[b] = None  # a block already queued keeps its place
+            elif op == 3 and b in od:
+                last = rnd.random() < 0.5
+                od.move_to_end(b, last=last)
+                q.move_to_end(b, last=last)
+            elif op == 4 and od:
+                assert q.popitem() == od.popitem()
+            assert list(q) == list(od) and len(q) == len(od)
+            assert all((i in q) == (i in od) for i in range(-1, n + 1))
+        while od:
+            assert q.popitem(last=False) == od.popitem(last=False)
+        with pytest.raises(KeyError):
+            q.popitem()

@@ -94,6 +94,6 @@ fi
 timeout 45 $P --prompt "${CALL_LONG:-4096}" --steps 32 --out $OUT/long.json 2>&1 | tail -1
 pack
 for f in tokenizer.json tokenizer_config.json generation_config.json; do cp "$G/tokenizer/$f" "$M/" 2> /dev/null; done
-timeout 90 python3 tools/bench_engine_cost.py --model $M --device nvidia --async-output both --batches 1 64 \
+timeout 90 python3 tools/bench_engine_cost.py --model $M --device nvidia --kv-cache-memory 2GiB --async-output both --batches 1 64 \
     --tokens 64 --repeats 3 --out $OUT/async-output.json 2>&1 | grep -E "^\|"
 pack

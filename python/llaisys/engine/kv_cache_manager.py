@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import hashlib
 from array import array
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
 
-from .kv_blocks import UNCACHED, BlockPool
+from .kv_blocks import UNCACHED, BlockPool, FreeQueue
 from .prompt_embeds import embed_digest
 from .request import Request
 
@@ -81,7 +81,7 @@ class KVCacheManager:
         # the blocks in the prefix cache only
         self._meta: dict = {}
         self.blocks = BlockPool(self)  # the same as KVBlock views (tests, the prompt cache)
-        self.free_queue: OrderedDict = OrderedDict((i, None) for i in range(num_blocks))  # LRU, front evicts first
+        self.free_queue = FreeQueue(num_blocks)  # blocks no table holds, LRU: the front is evicted first
         self.cached: dict = {}  # block hash -> block id
         self.tables: dict = {}  # request id -> [block ids]
         self._num_hashed: dict = {}  # request id -> leading blocks of its table already in the cache
