@@ -69,7 +69,8 @@ def test_openapi_is_served_and_carries_the_validating_schemas(server):
     from llaisys.server.infill import schema as infill_schema
 
     ours.update(infill_schema.INFILL_RESPONSE_SCHEMAS,
-                InfillRequest=infill_schema.infill_request_schema(Limits(max_tokens_cap=CAP)))
+                InfillRequest=infill_schema.infill_request_schema(Limits(max_tokens_cap=CAP)),
+                NativeCompletionRequest=infill_schema.completion_request_schema(Limits(max_tokens_cap=CAP)))
     assert json.loads(json.dumps(ours)) == schemas  # the very dicts the validator uses, nothing hand-kept
     chat = schemas["ChatCompletionRequest"]["properties"]
     assert chat["temperature"]["maximum"] == 2 and chat["max_tokens"]["maximum"] == CAP

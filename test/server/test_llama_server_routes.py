@@ -1,7 +1,8 @@
-"""llama-server's introspection routes on a real server over the tiny checkpoint (the real
-Qwen2.5 tokenizer and chat template): POST /apply-template renders what transformers renders for
-the same messages and tools, and is the prompt /tokenize counts; GET /props gives the served
-model's context, slots, template and special tokens. Bad input gets the API's 4xx."""
+"""llama-server's own routes on a real server over the tiny checkpoint (the real Qwen2.5
+tokenizer and chat template): POST /apply-template renders what transformers renders for the
+same messages and tools, and is the prompt /tokenize counts; GET /props gives the served model's
+context, slots, template and special tokens; POST /completion continues a text as
+/v1/completions does, streamed or not, from text or ids. Bad input gets the API's 4xx."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 import requests
 from jsonschema import validate
 
+from llaisys.server.infill.schema import INFILL_RESPONSE_SCHEMAS
 from llaisys.server.protocol.response_schemas import RESPONSE_SCHEMAS
 from server_helpers import MODEL_NAME, error_of
 
@@ -90,3 +92,39 @@ def test_props_describes_the_served_model(server, tiny_chat_model):
     assert requests.get(server.url + f"/props?model={MODEL_NAME}", timeout=60).json() == props
     r = requests.get(server.url + "/props?model=nope", timeout=60)
     assert r.status_code == 404 and error_of(r)["code"] == "model_not_found", r.text
+
+
+PROMPT = "def fibonacci(n):\n    "
+
+
+def test_completion_continues_the_text_as_it_is(server):
+    # greedy: the same tokens as /v1/completions on the same prompt (one engine, one sampler)
+    body = {"prompt": PROMPT, "n_predict": 12, "temperature": 0, "return_tokens": True}
+    r = post(server, "/completion", body)
+    assert r.status_code == 200, r.text
+    res = r.json()
+    validate(INFILL_RESPONSE_SCHEMAS["InfillResponse"], res)
+    oai = post(server, "/v1/completions", {"model": MODEL_NAME, "prompt": PROMPT, "max_tokens": 12,
+                                           "temperature": 0}).json()
+    assert res["content"] == oai["choices"][0]["text"] and res["stop"] is True
+    assert res["tokens_predicted"] == oai["usage"]["completion_tokens"] == len(res["tokens"])
+    assert res["tokens_evaluated"] == oai["usage"]["prompt_tokens"] and res["prompt"] == PROMPT
+    # its token ids give the same answer
+    ids = post(server, "/tokenize", {"prompt": PROMPT, "add_special_tokens": True}).json()["tokens"]
+    assert post(server, "/completion", dict(body, prompt=ids)).json()["content"] == res["content"]
+    # streamed: the pieces add up to the same text, then one final event with stop true
+    with requests.post(server.url + "/completion", json=dict(body, stream=True), stream=True, timeout=60) as s:
+        events = [json.loads(line[6:]) for line in s.iter_lines(decode_unicode=True) if line.startswith("data: ")]
+    assert [e["stop"] for e in events].count(True) == 1 and events[-1]["stop"] is True
+    assert "".join(e["content"] for e in events) == res["content"]
+
+
+def test_completion_refuses_bad_input(server):
+    r = post(server, "/completion", {"n_predict": 4})
+    assert r.status_code == 400 and error_of(r)["param"] == "prompt", r.text
+    r = post(server, "/completion", {"prompt": [10 ** 9], "n_predict": 4})  # an id outside the vocabulary
+    assert r.status_code == 400 and error_of(r)["param"] == "prompt", r.text
+    r = post(server, "/completion", {"prompt": "x " * 100_000, "n_predict": 4})
+    assert r.status_code == 400 and error_of(r)["code"] == "context_length_exceeded", r.text
+    r = post(server, "/completion", {"prompt": PROMPT, "logit_bias": [[1, -100]]})
+    assert r.status_code == 400 and error_of(r)["param"] == "logit_bias", r.text

@@ -74,15 +74,21 @@ def _sampling(body: dict) -> dict:
 
 def parse_infill(body: dict, limits) -> InfillRequest:
     validate(infill_request_schema(limits), body)
+    extra = [ExtraChunk(filename=get_field(c, "filename", "tmp"), text=get_field(c, "text", ""))
+             for c in get_field(body, "input_extra", [])]
+    return parse_llama_body(body, prefix=get_field(body, "input_prefix", ""), suffix=get_field(body, "input_suffix", ""),
+                            typed=get_field(body, "prompt", ""), extra=extra)
+
+
+def parse_llama_body(body: dict, prefix: str = "", suffix: str = "", typed: str = "", extra=()) -> InfillRequest:
+    """The InfillRequest of a schema-checked body of llama-server's own routes (/infill and
+    /completion share every field but the prompt's); 400 for a refused field."""
     for name, why in REFUSED.items():
         if body.get(name) is not None:
             raise bad_request(why, param=name, code="unsupported_parameter")
     n_predict = get_field(body, "n_predict", get_field(body, "max_tokens", -1))
-    extra = [ExtraChunk(filename=get_field(c, "filename", "tmp"), text=get_field(c, "text", ""))
-             for c in get_field(body, "input_extra", [])]
     return InfillRequest(
-        model=get_field(body, "model") or None, prefix=get_field(body, "input_prefix", ""),
-        suffix=get_field(body, "input_suffix", ""), typed=get_field(body, "prompt", ""), extra=extra,
+        model=get_field(body, "model") or None, prefix=prefix, suffix=suffix, typed=typed, extra=list(extra),
         n_predict=None if n_predict < 0 else n_predict, sampling=_sampling(body),
         stream=get_field(body, "stream", False), n_indent=get_field(body, "n_indent", 0),
         t_max_predict_ms=get_field(body, "t_max_predict_ms", -1),
@@ -135,22 +141,34 @@ def infill():
     st = _state()
     req = parse_infill(st.read_json(), st.request_limits)
     served = st.registry.get(req.model)
-    tok = served.engine.tokenizer
-    codec = require_fim(tok, "input_prefix")
+    codec = require_fim(served.engine.tokenizer, "input_prefix")
+
+    def make_prompt():
+        prompt = fim_prompt(codec, served.max_model_len, req.n_predict, req.prefix, req.suffix, req.typed,
+                            tuple(req.extra))
+        stops = [] if req.sampling.get("ignore_eos") else list(codec.tokens.stop_ids)  # ignore_eos: every end token
+        return prompt, None, stops
+
+    return run_llama(st, served, req, "infill", make_prompt)
+
+
+def run_llama(st, served, req: InfillRequest, kind: str, make_prompt) -> object:
+    """Admit a request of llama-server's own routes, build its prompt (``make_prompt()`` ->
+    (FimPrompt, its text or None, stop token ids); a 400 it raises releases the slot), start
+    it and answer as llama-server does (run.InfillRun)."""
     owner = st.identity(req.user)
     g.log_fields.update(model=served.name, user=owner)
     gone = client_gone_check(request.environ)
     deadline = g.log_fields["t0"] + st.limits.request_timeout_s
     ticket = st.admission.acquire(owner, deadline, gone)
     try:
-        n_ctx = served.max_model_len
-        prompt = fim_prompt(codec, n_ctx, req.n_predict, req.prefix, req.suffix, req.typed, tuple(req.extra))
-        max_tokens = answer_tokens(len(prompt.token_ids), n_ctx, req.n_predict, st.request_limits.max_tokens_cap)
-        stops = [] if req.sampling.get("ignore_eos") else list(codec.tokens.stop_ids)  # ignore_eos: every end token
+        prompt, text, stops = make_prompt()
+        max_tokens = answer_tokens(len(prompt.token_ids), served.max_model_len, req.n_predict,
+                                   st.request_limits.max_tokens_cap)
         sp = check_sampling(dict(req.sampling, max_tokens=max_tokens, stop_token_ids=stops))
-        gen = Generation(served.engine, f"infill-{uuid.uuid4().hex}", owner, deadline, gone, st.cancels)
+        gen = Generation(served.engine, f"{kind}-{uuid.uuid4().hex}", owner, deadline, gone, st.cancels)
         g.log_fields["id"] = gen.response_id
-        gen.start([(prompt.token_ids, None)], [sp])
+        gen.start([(prompt.token_ids, text)], [sp])
     except BaseException:
         ticket.release()
         raise

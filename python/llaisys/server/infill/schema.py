@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from ...engine.sampling_params import MAX_STOP_STRING_CHARS, MAX_STOP_STRINGS
 from ..protocol.request_schemas import SAMPLING
-from ..protocol.schema import BOOL, MAX_INT, MAX_SEED, _body, _int, _num, _obj, _str
+from ..protocol.schema import BOOL, MAX_INT, MAX_SEED, TOKEN_IDS, _body, _int, _num, _obj, _str
 
 MAX_EXTRA_CHUNKS = 256  # most input_extra chunks (llama.vim sends 16 by default, 64 at most in its docs)
 MAX_FILENAME = 1024  # longest input_extra filename (characters)
 MAX_RESPONSE_FIELDS = 64  # most response_fields paths
 MAX_MS = 24 * 3600 * 1000  # the longest time limit one may give (a day; <= 0 is no limit)
+MAX_PROMPT_IDS = 1 << 20  # most token ids a /completion prompt may give (the context bounds it further)
 
 IGNORED = ("samplers", "id_slot", "cache_prompt", "lora", "n_probs", "min_keep", "typical_p", "dynatemp_range",
            "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "penalty_last_n", "dry_multiplier",
@@ -26,7 +27,7 @@ IGNORED = ("samplers", "id_slot", "cache_prompt", "lora", "n_probs", "min_keep",
 # fields that would change the middle and are not implemented here: refused (400 unsupported_parameter)
 REFUSED = {"grammar": "grammar-constrained infill is not supported",
            "json_schema": "schema-constrained infill is not supported",
-           "logit_bias": "logit_bias is not supported on /infill"}
+           "logit_bias": "logit_bias is not supported on /infill and /completion (use /v1/completions)"}
 
 
 def _ignored(why: str = "accepted and ignored") -> dict:
@@ -35,6 +36,23 @@ def _ignored(why: str = "accepted and ignored") -> dict:
 
 def infill_request_schema(limits) -> dict:
     """The InfillRequest schema for a server with these per-request `limits`."""
+    return _body(infill_fields(limits), (), "POST /infill (llama-server's code infill)")
+
+
+def completion_request_schema(limits) -> dict:
+    """The NativeCompletionRequest schema (POST /completion): /infill's fields less the
+    infill-only ones, with `prompt` the whole text or its token ids."""
+    props = {k: v for k, v in infill_fields(limits).items()
+             if k not in ("input_prefix", "input_suffix", "input_extra")}
+    props["prompt"] = {"anyOf": [_str(minLength=1), dict(TOKEN_IDS, minItems=1, maxItems=MAX_PROMPT_IDS)],
+                       "x-message": "'{where}' must be a non-empty string or an array of token ids, got {got}",
+                       "description": "the text to continue, as it is (the model's BOS added if it has one; no "
+                                      "chat template), or its token ids"}
+    return _body(props, ("prompt",), "POST /completion (llama-server's native completion)")
+
+
+def infill_fields(limits) -> dict:
+    """Every field of /infill's body, by name (infill_request_schema)."""
     chunk = _obj({"filename": _str("the chunk's file (default 'tmp')", maxLength=MAX_FILENAME),
                   "text": _str("the chunk's text")},
                  desc="a chunk of extra context; other keys (llama.vim's `time`) are ignored")
@@ -79,7 +97,7 @@ def infill_request_schema(limits) -> dict:
         "user": SAMPLING["user"],
     }
     props.update({name: _ignored() for name in IGNORED})
-    return _body(props, (), "POST /infill (llama-server's code infill)")
+    return props
 
 
 TIMINGS = {"type": "object", "properties": {

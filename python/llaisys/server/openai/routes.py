@@ -18,6 +18,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 from ...engine.async_engine import EngineDeadError
 from ..protocol.errors import APIError, bad_request, not_found, unavailable
 from ..state.generation import Generation, client_gone_check
+from ..infill.completion import completion as native_completion
 from ..infill.routes import DEFAULTS as LLAMA_SERVER_DEFAULTS, completion_fim_prompts, infill
 from ..protocol.parse import (check_body, check_sampling, get_field, parse_chat, parse_completion, parse_embeddings,
                               parse_messages, resolve_max_tokens)
@@ -184,6 +185,7 @@ def completions():
 
 
 bp.add_url_rule("/infill", "infill", infill, methods=["POST"])  # llama-server's code infill (infill/routes.py)
+bp.add_url_rule("/completion", "completion", native_completion, methods=["POST"])  # llama-server's (infill/completion.py)
 
 
 def _embedding_inputs(raw: list, tokenizer) -> list:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ..anthropic.schema import RESPONSE_SCHEMAS as ANTHROPIC_RESPONSES, request_schemas as anthropic_requests
-from ..infill.schema import INFILL_RESPONSE_SCHEMAS, infill_request_schema
+from ..infill.schema import INFILL_RESPONSE_SCHEMAS, completion_request_schema, infill_request_schema
 from .request_schemas import request_schemas
 from .response_schemas import RESPONSE_SCHEMAS
 
@@ -90,6 +90,9 @@ ROUTES = [
           body="CompletionRequest", errors=_GEN, stream="TextCompletionChunk"),
     Route("POST", "/infill", "openai.infill", "code infill (llama-server's fill-in-the-middle, for editor plugins)",
           "InfillResponse", body="InfillRequest", errors=_GEN, stream="InfillChunk"),
+    Route("POST", "/completion", "openai.completion", "llama-server's native completion of a text as it is (the "
+          "answer and stream of /infill)", "InfillResponse", body="NativeCompletionRequest", errors=_GEN,
+          stream="InfillChunk"),
     Route("POST", "/v1/embeddings", "openai.embeddings", "embeddings (mean-pooled, L2-normalised)", "EmbeddingList",
           body="EmbeddingRequest", errors=_AUTH + _BODY + (404, 429, 504)),
     Route("POST", "/tokenize", "openai.tokenize", "token ids of a prompt or a rendered chat", "TokenizeResponse",
@@ -157,7 +160,8 @@ def build_openapi(limits, has_keys: bool = False, has_web: bool = True, version:
     schemas.update(RESPONSE_SCHEMAS)
     schemas.update(anthropic_requests(limits.max_stop))
     schemas.update(ANTHROPIC_RESPONSES)
-    schemas.update(INFILL_RESPONSE_SCHEMAS, InfillRequest=infill_request_schema(limits))
+    schemas.update(INFILL_RESPONSE_SCHEMAS, InfillRequest=infill_request_schema(limits),
+                   NativeCompletionRequest=completion_request_schema(limits))
     doc = {
         "openapi": "3.1.0",
         "info": {"title": "llaisys OpenAI-compatible server", "version": version or "0",
