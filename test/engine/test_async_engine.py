@@ -281,3 +281,20 @@ def test_shutdown_without_drain_aborts_in_flight_requests(started):
     closer.join(10)
     assert not closer.is_alive()
     assert list(s)[-1].outputs[0].finish_reason == "abort"
+
+
+def test_the_loop_does_not_copy_the_latency_samples_after_every_step(started):
+    # A long-running server's EngineMetrics holds 4 x 10,000 samples; copying them after every
+    # step cost 126 us a step. The loop's copy and snapshot() carry the counters only.
+    from llaisys.engine.metrics import MAX_SAMPLES
+
+    eng = started()
+    inner = eng.engine
+    inner.metrics.ttft.extend([0.5] * MAX_SAMPLES)
+    stream = eng.add_request("s", [72, 105], SamplingParams(max_tokens=3, ignore_eos=True))
+    assert list(stream)[-1].finished
+    m = eng.snapshot()
+    assert m.finished_total == {"length": 1} and m.generation_tokens_total == 3
+    assert len(m.ttft) == len(m.e2e) == 0  # not copied
+    assert len(inner.metrics.ttft) == MAX_SAMPLES and inner.metrics.ttft[-1] != 0.5  # the engine's own has them
+    assert len(inner.metrics.copy().ttft) == MAX_SAMPLES

@@ -116,7 +116,7 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._closing = False  # no new requests
         self._stop = False  # the loop exits once every stream has its final output
-        self._metrics = engine.metrics.copy()
+        self._metrics = engine.metrics.copy(samples=False)
         self._refresh_metrics()  # the gauges (the model's memory too) before the first step
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
@@ -211,9 +211,11 @@ class AsyncEngine:
         self._wake.set()
 
     def snapshot(self):
-        """A copy of the engine's metrics as of the last step."""
+        """A copy of the engine's metrics as of the last step: its counters and gauges, without
+        the latency samples (``ttft``... are empty; the server keeps its own histograms, and
+        ``LLMEngine.metrics`` has them), which the loop would otherwise copy after every step."""
         with self._lock:
-            return self._metrics.copy()
+            return self._metrics.copy(samples=False)
 
     def shutdown(self, drain_timeout: float = 0.0) -> None:
         """Stop admitting, give in-flight requests up to `drain_timeout` seconds to finish,
@@ -300,7 +302,7 @@ class AsyncEngine:
                 entry[0]._put(out)
 
     def _refresh_metrics(self) -> None:
-        m = self.engine.metrics.copy()
+        m = self.engine.metrics.copy(samples=False)  # after every step: O(1), not the 4 x 10,000 samples
         sched = self.engine.scheduler  # gauges right after commands, not only after steps
         m.num_running, m.num_waiting = len(sched.running), len(sched.waiting)
         m.kv_usage = sched.kv.usage
