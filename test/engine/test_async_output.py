@@ -181,3 +181,29 @@ def test_serve_passes_the_choice_to_the_engine():
     for flags, want in (([], False), (["--async-output"], True)):
         state = build_state(build_parser().parse_args(["serve", "some-model"] + flags))  # nothing loads yet
         assert state.registry.engine_kwargs["async_output"] is want
+
+
+def test_memory_stats_do_not_call_the_core_while_a_step_computes():
+    class Counting(PermitRunner):
+        def __init__(self):
+            super().__init__()
+            self.stats_calls = 0
+
+        def memory_stats(self):
+            self.stats_calls += 1
+            return ("stats", self.stats_calls)
+
+    runner = Counting()
+    eng = make_engine(runner, async_output=True)
+    assert eng.memory_stats() == ("stats", 1)
+    eng.add_request("a", [1, 2, 3], SamplingParams(max_tokens=2, ignore_eos=True))
+    eng.step()
+    assert runner.entered.acquire(timeout=5)  # the prefill's core call is running, held
+    assert eng.memory_stats() == ("stats", 1) and runner.stats_calls == 1  # the last figures, no call
+    runner.permits.release()
+    eng._in_flight.call.result(timeout=5)  # the call ended: the core may be asked again
+    assert eng.memory_stats() == ("stats", 2)
+    for _ in range(3):
+        runner.permits.release()
+    run_all(eng, check_deltas=False)
+    eng.close()

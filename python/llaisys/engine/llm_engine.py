@@ -92,6 +92,7 @@ class LLMEngine:
         self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative,
                                       overlap=config.async_output)
         self._in_flight: Optional[StartedStep] = None  # async_output: the step computing on the device thread
+        self._memory = None  # the runner's memory_stats() as last read
         self.scheduler = Scheduler(config, clock, self.step_cost,
                                    None if speculative is None else self.step_runner.propose)
         self.scheduler.spec_stats = None if speculative is None else speculative.stats  # read by the metrics
@@ -273,9 +274,14 @@ class LLMEngine:
 
     def memory_stats(self):
         """The runner's memory_stats() (models.model.ModelStatsInfo for the core's runner), or
-        None when the runner has none."""
+        None when the runner has none. While a core call runs on the step thread (async_output)
+        the last figures read (the core is not called from a second thread meanwhile)."""
+        step = self._in_flight
+        if step is not None and step.call is not None and not step.call.done():
+            return self._memory
         stats = getattr(self.runner, "memory_stats", None)
-        return None if stats is None else stats()
+        self._memory = None if stats is None else stats()
+        return self._memory
 
     def reset_prefix_cache(self) -> bool:
         """Forget the prefix cache; False (nothing done) while any request holds blocks."""
