@@ -16,7 +16,7 @@ device is lost) is raised instead, without a retry.
 A step is ``start`` then ``finish``: ``start`` applies the deltas and prepares the arrays, and
 the core call runs at once, or, with a device thread (``overlap``: LLMEngine's overlapped step,
 doc/engine.md "Overlapped output processing"), on that thread while the caller goes on;
-``finish`` waits for it and turns its result into tokens. ``execute`` is the two together.
+``finish`` waits for it and turns its result into tokens.
 """
 
 from __future__ import annotations
@@ -96,10 +96,6 @@ class StepRunner:
         """Set the drafts (``spec_token_ids``) of the running requests for the coming step."""
         if self.spec is not None:
             self.spec.prepare(running)
-
-    def execute(self, out: SchedulerOutput) -> RunnerOutput:
-        """Run one step and wait for its tokens."""
-        return self.finish(self.start(out))
 
     def start(self, out: SchedulerOutput) -> StartedStep:
         """Apply the step's deltas, prepare its arrays and start its core call (on the device

@@ -86,6 +86,12 @@ class FimPrompt:
     n_chunks: int  # extra chunks kept (the last n_chunks of those given)
     n_chunks_in: int  # extra chunks given
 
+    @classmethod
+    def whole(cls, token_ids: list) -> "FimPrompt":
+        """A prompt taken as it is (llama-server's /completion): all prefix, nothing left out."""
+        n = len(token_ids)
+        return cls(token_ids, n, 0, n, 0, 0, 0)
+
     @property
     def truncated(self) -> bool:
         """Whether anything given was left out to fit the budget."""

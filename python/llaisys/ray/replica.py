@@ -22,11 +22,9 @@ Nothing here imports ray at module import; Serve wraps the class in ``app.py``.
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import os
 import time
-from collections import deque
 from typing import Optional
 
 from ..engine.async_engine import AsyncEngine, EngineDeadError
@@ -44,14 +42,6 @@ WAKE_TIMEOUT_S = 1.0
 
 def short_hash(h: bytes) -> bytes:
     return h[:HASH_PREFIX_BYTES]
-
-
-def slim_metrics(m):
-    """An EngineMetrics copy without its latency samples (small enough to send every second)."""
-    m = copy.copy(m)
-    for name in ("ttft", "tpot", "e2e", "queue_time"):
-        setattr(m, name, deque())
-    return m
 
 
 def pin_to_cores(cores: set) -> None:
@@ -120,7 +110,7 @@ class LLMReplica:
             "kv_usage": m.kv_usage,  # fraction of KV blocks held
             "block_size": kv.block_size,  # tokens per block (the hashes' unit)
             "cached": frozenset(short_hash(h) for h in keys[-MAX_REPORTED_BLOCKS:]),  # prefix-cache blocks
-            "metrics": slim_metrics(m),  # EngineMetrics counters, no samples
+            "metrics": m,  # EngineMetrics counters (AsyncEngine.snapshot carries no latency samples)
             "alive": self.engine.is_alive,
             "time": time.time(),  # when this report was made (wall clock)
         }

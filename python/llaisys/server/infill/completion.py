@@ -31,7 +31,6 @@ def completion():
         if len(ids) >= served.max_model_len:
             raise bad_request(f"the prompt is {len(ids)} tokens; the context is {served.max_model_len}, and the "
                               "answer needs one more", param="prompt", code="context_length_exceeded")
-        n = len(ids)
-        return FimPrompt(ids, n_prefix=n, n_suffix=0, n_prefix_in=n, n_suffix_in=0, n_chunks=0, n_chunks_in=0), text, []
+        return FimPrompt.whole(ids), text, []
 
     return run_llama(st, served, req, "cmpl", make_prompt)
