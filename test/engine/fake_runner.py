@@ -50,11 +50,12 @@ def history_hidden(history) -> np.ndarray:
     return (np.frombuffer(h[:HIDDEN], np.uint8).astype(np.float32) - 127.5) / 64.0
 
 
-def history_token(history, req, vocab: int) -> int:
-    """The fake model: a hash of the whole history (plus seed and step when sampling)."""
+def history_token(history, req, vocab: int, step=None) -> int:
+    """The fake model: a hash of the whole history (plus seed and step when sampling; step: the
+    output draw, StepInput.sample_steps, by default the request's num_output_tokens)."""
     h = hashlib.sha256(np.asarray(history, dtype="<i8").tobytes())
     if req.sampling_params.temperature > 0:
-        h.update(f"{req.seed}:{req.num_output_tokens}".encode())
+        h.update(f"{req.seed}:{req.num_output_tokens if step is None else step}".encode())
     return int.from_bytes(h.digest()[:8], "little") % vocab
 
 
@@ -95,12 +96,15 @@ class FakeRunner:
         if self.fail_after_write_when is not None and self.fail_after_write_when(batch):
             raise RuntimeError("injected failure after the K/V was written")
         out = np.zeros(batch.n_sample, np.int64)
+        # the draws (the StepRunner's, taken on the engine's thread; a hand-made batch: the outputs)
+        steps = batch.sample_steps if batch.sample_steps is not None else \
+            [r.num_output_tokens for r in batch.sample_requests]
         for i, t in enumerate(batch.sample_rows.tolist()):
             row = int(batch.seq_of_token[t])
             history = self._read(batch, row, int(batch.positions[t]) + 1)
-            req = batch.sample_requests[i]
-            tok = (self.next_fn or (lambda h, r: history_token(h, r, self.vocab)))(history, req)
-            banned = {k for k, v in req.logit_bias_now().items() if v <= -100}
+            req, step = batch.sample_requests[i], int(steps[i])
+            tok = self.next_fn(history, req) if self.next_fn else history_token(history, req, self.vocab, step)
+            banned = {k for k, v in req.logit_bias_at(step).items() if v <= -100}
             while tok in banned:
                 tok = (tok + 1) % self.vocab
             out[i] = tok

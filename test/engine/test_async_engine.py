@@ -11,7 +11,7 @@ import pytest
 from fake_runner import FakeRunner, make_engine, run_all
 from llaisys.engine import AsyncEngine, EngineDeadError, PoolingParams, PoolingRequestOutput, SamplingParams
 
-from test_llm_engine import results, workload
+from test_llm_engine import MODES, results, workload
 
 
 @pytest.fixture
@@ -47,13 +47,13 @@ def collect(streams):
     return {rid: list(s)[-1] for rid, s in streams.items()}
 
 
-@pytest.mark.parametrize("async_output", [False, True])
-def test_outputs_match_the_synchronous_engine(started, async_output):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_outputs_match_the_synchronous_engine(started, mode):
     ref = make_engine(num_blocks=14, max_num_batched_tokens=24)
     workload(ref)
     want = results(run_all(ref))
 
-    eng = started(num_blocks=14, max_num_batched_tokens=24, async_output=async_output)
+    eng = started(num_blocks=14, max_num_batched_tokens=24, **MODES[mode])
     recorder = make_engine()  # only to capture the workload's add_request calls
     calls = []
     recorder.add_request = lambda rid, ids, sp, **kw: calls.append((rid, ids, sp))

@@ -1,12 +1,13 @@
 """Property tests: random add / step / abort sequences over random small configurations keep
 the KV bookkeeping consistent, respect the step limits, and give every request that was not
-aborted exactly the output it gets when run alone with plenty of memory (the engine with and
-without async_output; the one alone without)."""
+aborted exactly the output it gets when run alone with plenty of memory (the engine in its
+three step orders, test_llm_engine.MODES; the one alone synchronous)."""
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fake_runner import FakeRunner, make_engine, run_all
+from test_llm_engine import MODES
 from llaisys.engine import SamplingParams
 
 SHARED = [(i * 37) % 250 + 1 for i in range(64)]  # prompts start with pieces of this: prefix hits
@@ -37,8 +38,8 @@ ops = st.lists(st.one_of(
 ), min_size=1, max_size=30)
 
 
-def build(cfg, async_output=False):
-    cfg = dict(cfg, async_output=async_output)
+def build(cfg, mode="sync"):
+    cfg = dict(cfg, **MODES[mode])
     if cfg["kv_layout"] == "slot":
         cfg["enable_prefix_caching"] = False
     bs = cfg["block_size"]
@@ -66,9 +67,9 @@ def check_step(eng):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                   HealthCheck.too_slow])
-@given(cfg=configs, script=ops, async_output=st.booleans())
-def test_random_add_step_abort(cfg, script, async_output):
-    eng = build(cfg, async_output)
+@given(cfg=configs, script=ops, mode=st.sampled_from(list(MODES)))
+def test_random_add_step_abort(cfg, script, mode):
+    eng = build(cfg, mode)
     added, aborted, finals = {}, set(), {}
 
     def collect(outs):

@@ -27,7 +27,12 @@ def reference():
     return results(run_all(eng))
 
 
-@pytest.mark.parametrize("async_output", [False, True])
+# the engine's three step orders: synchronous; outputs made while the next step computes; that
+# and each step planned while the one before computes
+MODES = {"sync": {}, "async_output": dict(async_output=True), "async_scheduling": dict(async_scheduling=True)}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("config", [
     dict(num_blocks=14, max_num_batched_tokens=24),
     dict(num_blocks=14, max_num_batched_tokens=24, enable_prefix_caching=False),
@@ -35,8 +40,8 @@ def reference():
     dict(num_blocks=14, max_num_batched_tokens=24, kv_layout="slot"),
     dict(num_blocks=40, block_size=16, max_num_batched_tokens=32),
 ])
-def test_constrained_runs_match_the_unconstrained_one(reference, config, async_output):
-    eng = make_engine(**config, async_output=async_output)
+def test_constrained_runs_match_the_unconstrained_one(reference, config, mode):
+    eng = make_engine(**config, **MODES[mode])
     workload(eng)
     assert results(run_all(eng)) == reference
     if config["num_blocks"] == 14:

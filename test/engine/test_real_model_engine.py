@@ -176,12 +176,14 @@ def test_prefix_caching_matches_no_caching(worker, prompts, reference):
     assert stats.hit_tokens - before == sum(want)
 
 
-def test_async_output_matches_one_at_a_time(worker, prompts, reference):
-    # outputs made while the next step computes: chunked prefill, prefix hits (the second run)
-    # and preemption (a pool of 12 blocks) give the reference's tokens
+@pytest.mark.parametrize("mode", ["async_output", "async_scheduling"])
+def test_async_output_matches_one_at_a_time(worker, prompts, reference, mode):
+    # outputs made while the next step computes (and, async_scheduling, each step planned while
+    # the one before computes): chunked prefill, prefix hits (the second run) and preemption (a
+    # pool of 12 blocks) give the reference's tokens
     for cfg in (dict(max_num_batched_tokens=96, long_prefill_token_threshold=48, enable_prefix_caching=True),
                 dict(num_blocks=12)):
-        eng, spy = make_engine(worker, async_output=True, **cfg)
+        eng, spy = make_engine(worker, **{mode: True}, **cfg)
         try:
             chosen = prompts if "num_blocks" not in cfg else [prompts[i] for i in SHORT]
             want = reference if "num_blocks" not in cfg else [reference[i] for i in SHORT]
@@ -191,6 +193,7 @@ def test_async_output_matches_one_at_a_time(worker, prompts, reference):
                 assert eng.scheduler.kv.stats.hit_tokens > 0
             else:
                 assert eng.scheduler.num_preemptions > 0
+            assert (eng.step_runner.num_started_ahead > 10) is (mode == "async_scheduling")
         finally:
             eng.close()
 

@@ -3,6 +3,8 @@ engine's own cost): the packed sampling rows (model_runner.SamplingRows) and the
 decodes of the detokenizer (detokenizer.MemoDecode). Both must give exactly what a rebuild
 gives: the C rows field by field, the same text."""
 
+import numpy as np
+
 from fake_runner import FakeTokenizer
 from llaisys.engine import Request, RequestStatus, RequestTimes, SamplingParams
 from llaisys.engine.detokenizer import IncrementalDetokenizer, MemoDecode
@@ -43,42 +45,63 @@ def requests() -> list:
             make("logprobs", 6, logprobs=2, min_p=0.1)]
 
 
+def steps(reqs, ahead: int = 0) -> np.ndarray:
+    """The draws of the rows (StepInput.sample_steps): each output's length, plus `ahead`."""
+    return np.array([len(r.output_token_ids) + ahead for r in reqs], np.int64)
+
+
 def test_packed_rows_equal_a_fresh_packing_every_step():
+    """Two packings are kept and used in turn (async scheduling packs a step while the one
+    before computes from its own), so a step reuses the packing of the step two before."""
     reqs, rows = requests(), SamplingRows()
-    previous, reused = None, 0
+    packings, reused = [], 0
     for step in range(8):
-        packed = rows.pack(reqs)
+        packed = rows.pack(reqs, steps(reqs))
         fresh = PackedSampling([row_sampling(r) for r in reqs])
         assert len(packed) == len(reqs) and packed.top == fresh.top == 2
         assert [c_row(packed.params[i]) for i in range(len(reqs))] == [c_row(fresh.params[i])
                                                                        for i in range(len(reqs))]
         assert rows.wants_logprobs
-        reused += packed is previous
-        previous = packed
+        assert not packings or packed is not packings[-1], "the packing of the step before may still be in use"
+        reused += len(packings) >= 2 and packed is packings[-2]
+        packings.append(packed)
         for i, r in enumerate(reqs):
             r.append_token(20 + step + i, None, 0.0)
         if step == 2:
             reqs = reqs[1:] + reqs[:1]  # another order: packed again
         if step == 4:  # a request's parameters changed inside the engine: they reach the core
             reqs[0].sampling_params.logit_bias = {5: -3.0}
-    # steps 1, 2, 4 and 6, 7 reuse the packing (0: first; 3: new order; 5: changed parameters)
-    assert reused == 5
+    # steps 2 and 7 reuse (0, 1: first of each; 3, 4: new order; 5, 6: changed parameters)
+    assert reused == 2
+
+
+def test_packed_rows_take_the_draw_a_step_in_flight_makes_first():
+    """Async scheduling: a row whose previous token is still being sampled draws one step
+    further (its seed's step, the min_tokens ban) than its output says, packed fresh or reused."""
+    reqs, rows = requests(), SamplingRows()
+    for step in range(4):
+        packed = rows.pack(reqs, steps(reqs, ahead=1))
+        assert [c_row(packed.params[i]) for i in range(len(reqs))] == [
+            c_row(PackedSampling([row_sampling(r, 1)]).params[0]) for r in reqs]
+        assert [c_row(packed.params[i])["step"] for i in range(len(reqs))] == [step + 1] * len(reqs)
+        for i, r in enumerate(reqs):
+            r.append_token(20 + step + i, None, 0.0)
 
 
 def test_packed_rows_follow_min_tokens_and_penalties_while_reused():
     """The rows that change besides their step (penalties read the output; the min_tokens ban
     lifts) are packed again on a reused packing; the others keep theirs."""
     reqs, rows = [make("min", 1, min_tokens=2), make("rep", 2, repetition_penalty=1.5)], SamplingRows()
-    first = rows.pack(reqs)
-    assert c_row(first.params[0])["bias_ids"] == [EOS]  # eos banned under min_tokens
-    for step in range(3):
+    first = [rows.pack(reqs, steps(reqs)), rows.pack(reqs, steps(reqs))]  # the two kept packings
+    assert c_row(first[0].params[0])["bias_ids"] == [EOS]  # eos banned under min_tokens
+    for step in range(4):
         for r in reqs:
             r.append_token(11 + step, None, 0.0)
-        packed = rows.pack(reqs)
-        assert packed is first
+        packed = rows.pack(reqs, steps(reqs))
+        assert packed is first[step % 2]
         assert c_row(packed.params[1])["output_tokens"] == [11 + j for j in range(step + 1)]
         assert c_row(packed.params[0])["step"] == c_row(packed.params[1])["step"] == step + 1
-    assert c_row(first.params[0])["bias_ids"] is None  # min_tokens reached: no ban
+        assert c_row(packed.params[0])["bias_ids"] == ([EOS] if step + 1 < 2 else None)  # the ban lifts at 2
 
 
 def test_memo_decode_calls_the_tokenizer_once_per_single_id():

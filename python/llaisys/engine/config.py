@@ -72,6 +72,9 @@ class EngineConfig:
     # a step's outputs (text, stop strings, RequestOutputs) are made while the next step computes
     # on the step thread (llm_engine.py; doc/engine.md "Overlapped output processing")
     async_output: bool = False
+    # plan each step while the one before computes, its sampled ids taken on the step thread
+    # (vLLM's async scheduling; implies async_output; scheduler.py, doc/engine.md "Async scheduling")
+    async_scheduling: bool = False
 
     def __post_init__(self) -> None:
         _check_int("max_num_seqs", self.max_num_seqs, 1)
@@ -100,8 +103,11 @@ class EngineConfig:
                 raise ValueError(f"max_num_seqs must be <= {KV_MAX_SEQS} with kv_layout='slot' "
                                  f"(seq ids), got {self.max_num_seqs}")
         check_cache_reuse(self.cache_reuse, self.kv_layout, self.enable_prefix_caching)
-        if not isinstance(self.async_output, bool):
-            raise ValueError(f"async_output must be a bool, got {self.async_output!r}")
+        for name in ("async_output", "async_scheduling"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.async_scheduling:
+            self.async_output = True  # a step planned ahead is processed while the next computes
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ValueError(f"seed must be an integer or None, got {self.seed!r}")
 

@@ -33,6 +33,10 @@ class _Held:
     embeds: Optional[np.ndarray] = None  # [n_prompt, hidden] f32 its prompt's input rows, or None (ids)
 
 
+# the id written where a row's next token is the one the step in flight samples (async
+# scheduling); StepRunner replaces it in the step's ids with that step's result
+DEFERRED = -1
+
 _NO_SEQ_IDS = np.zeros(0, np.int32)  # [0] the free_seq_ids of a step that frees none
 _NO_SEQ_IDS.flags.writeable = False  # shared by every such step
 
@@ -99,6 +103,11 @@ class InputBatch:
                 self._set_blocks(h, keep, blocks)
             if h.seq_id != seq_id:
                 h.seq_id, self._tables_moved = seq_id, True
+        for rid in out.deferred_req_ids:  # async scheduling: its next id is still being sampled
+            h = self.held[rid]
+            rows.append(h.row)
+            cols.append(h.num_tokens)
+            ids.append(DEFERRED)  # a marker, not a known token: the step's ids are filled before the call
         if len(rows) == 1:  # one decoding row (a scalar store is a tenth of a fancy one)
             self.tokens = _grown(self.tokens, 0, cols[0] + 1)
             self.tokens[rows[0], cols[0]] = ids[0]

@@ -41,7 +41,7 @@ class LLM:
                  speculative=None, num_speculative_tokens: Optional[int] = None,
                  decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
                  prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES, cache_reuse: int = 0,
-                 async_output: bool = False):
+                 async_output: bool = False, async_scheduling: bool = False):
         # device_id: which GPU with device="nvidia" (0 .. device count - 1; the CPU is 0 only): the
         # model, its KV cache, the sampler and the memory queries all use it (WorkerConfig)
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
@@ -58,7 +58,12 @@ class LLM:
         # (an approximation; BLOCK layout, CPU or NVIDIA; doc/engine.md "Cache reuse"); 0: off
         # async_output: make a step's outputs while the next step computes (EngineConfig; off: it
         # measured slower on the CPU and did not pay with a simulated device wait, doc/engine.md)
+        # async_scheduling: also plan each step while the one before computes (EngineConfig;
+        # doc/engine.md "Async scheduling"); not with the disk prompt cache or cache reuse
         spec_cfg = parse_speculative(speculative, num_speculative_tokens)  # checked before the load
+        if async_scheduling is True and (prompt_cache_dir is not None or cache_reuse):
+            raise ValueError("async_scheduling does not combine with prompt_cache_dir or cache_reuse (they move "
+                             "K/V blocks while the next step is planned); turn one of them off")
         check_cache_reuse(cache_reuse, kv_layout, enable_prefix_caching, device)
         cache_cap = None if prompt_cache_dir is None else check_options(prompt_cache_dir, prompt_cache_max_bytes,
                                                                         kv_layout, enable_prefix_caching)
@@ -78,7 +83,8 @@ class LLM:
                                        num_blocks=num_blocks, enable_prefix_caching=enable_prefix_caching,
                                        long_prefill_token_threshold=long_prefill_token_threshold,
                                        decode_gap_ms=decode_gap_ms, kv_layout=self.worker.kv_layout, seed=seed,
-                                       cache_reuse=cache_reuse, async_output=async_output)
+                                       cache_reuse=cache_reuse, async_output=async_output,
+                                       async_scheduling=async_scheduling)
             runner = self.worker.make_runner(self.config)
             if spec_cfg is not None:
                 self.spec = make_spec_decoder(spec_cfg, runner, self.worker, self.config, self.worker.config)

@@ -87,10 +87,11 @@ class LLMEngine:
         self.step_cost = StepCost()  # step seconds by tokens and attention pairs, fitted as steps run
         # the runner side of the step: each request's state, the step's arrays, drafts, failures
         if config.async_output and speculative is not None:
-            raise ValueError("async_output does not combine with speculative decoding (its drafts are made "
-                             "from the tokens of the step before); turn one of them off")
+            name = "async_scheduling" if config.async_scheduling else "async_output"
+            raise ValueError(f"{name} does not combine with speculative decoding (its drafts are made "
+                             f"from the tokens of the step before); turn one of them off")
         self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative,
-                                      overlap=config.async_output)
+                                      overlap=config.async_output, plan_ahead=config.async_scheduling)
         self._in_flight: Optional[StartedStep] = None  # async_output: the step computing on the device thread
         self._memory = None  # the runner's memory_stats() as last read
         self.scheduler = Scheduler(config, clock, self.step_cost,
@@ -291,9 +292,24 @@ class LLMEngine:
     @_fatal_closes
     def step(self) -> list:
         """Schedule, start the step, process outputs (async_output: the step before's, as this one computes)."""
-        done = self._finish()  # async_output: the step the call before started
-        self._in_flight = self.step_runner.start(self.scheduler.schedule())
+        ahead, done = self._start_ahead(), self._finish()  # in this order: the step in flight finishes second
+        self._in_flight = ahead or self.step_runner.start(self.scheduler.schedule())
         return self._process(*(done if self.config.async_output else self._finish()))
+
+    def _start_ahead(self) -> Optional[StartedStep]:
+        """async_scheduling: the next step, planned and started while the one in flight still
+        computes (None when it cannot be: _plans_ahead)."""
+        return self.step_runner.start(self.scheduler.schedule(), self._in_flight) if self._plans_ahead() else None
+
+    def _plans_ahead(self) -> bool:
+        """async_scheduling: the next step can be planned before the one in flight is applied.
+        Not beside the disk prompt cache or cache reuse (they move K/V on this thread while
+        scheduling), nor after a step whose sample rows need their output (StartedStep.plans_ahead)
+        or that was skipped (it runs when finished)."""
+        step = self._in_flight
+        kv = self.scheduler.kv
+        return (self.config.async_scheduling and step is not None and step.plans_ahead and not step.skipped()
+                and kv.tier is None and kv.reuse is None)
 
     def _finish(self) -> tuple:
         """Wait for the step in flight and apply its tokens (eos, stop ids and max_tokens end

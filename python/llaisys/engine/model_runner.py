@@ -15,24 +15,28 @@ from .request import Request
 from .step_input import StepInput, StepResult
 
 
-def row_sampling(req: Request, offset: int = 0, drafts=()) -> RowSampling:
+def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] = None) -> RowSampling:
     """The core's sampling parameters for the next draw of `req`, or (speculative decoding)
     for the draw ``offset`` positions later, after the drafts ``drafts[:offset]``: exactly what
     a plain step would use there (step, penalties over the output with the drafts, min_tokens).
-    Constrained requests never speculate, so their mask is always the next draw's."""
+    Constrained requests never speculate, so their mask is always the next draw's. ``step``:
+    the draw's index when the caller knows it (StepInput.sample_steps: async scheduling counts
+    a draw still being made); by default num_output_tokens + offset."""
     sp = req.sampling_params
+    if step is None:
+        step = req.num_output_tokens + offset
     penalties = sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
     output = req.output_token_ids if not offset else list(req.output_token_ids) + list(drafts[:offset])
     return RowSampling(
         temperature=sp.temperature, top_k=max(sp.top_k, 0), top_p=sp.top_p, min_p=sp.min_p,
         repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
-        frequency_penalty=sp.frequency_penalty, seed=req.seed, step=req.num_output_tokens + offset,
+        frequency_penalty=sp.frequency_penalty, seed=req.seed, step=step,
         n_logprobs=sp.logprobs or 0,
         # an embeddings prompt's ids are unknown: its penalties count the output only
         prompt_tokens=np.asarray(req.prompt_token_ids if req.prompt_embeds is None else [], np.int64)
         if penalties else None,
         output_tokens=np.asarray(output, np.int64) if penalties else None,
-        logit_bias=req.logit_bias_now(offset) or None,
+        logit_bias=req.logit_bias_at(step) or None,
         allowed_mask=req.structured.mask() if req.structured is not None else None)
 
 
@@ -56,37 +60,49 @@ _SP_KEY = operator.attrgetter("temperature", "top_k", "top_p", "min_p", "repetit
                               "ignore_eos")
 
 
+class _Packed:
+    """One kept set of packed rows (SamplingRows keeps two)."""
+
+    def __init__(self, reqs: list, keys: list, steps: np.ndarray):
+        self.reqs, self.keys = list(reqs), keys  # the Requests of the rows, in order; their parameters
+        self.packed = PackedSampling([row_sampling(r, step=s) for r, s in zip(reqs, steps.tolist())])
+        self.unsteady = [i for i, r in enumerate(reqs) if not _steady(r)]  # rows packed again each step
+        self.wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
+
+
 class SamplingRows:
-    """The previous step's sampling rows, kept packed (step_io.PackedSampling): while the sample
+    """The sampling rows of the steps before, kept packed (step_io.PackedSampling): while the sample
     rows are the same requests in the same order with the same parameters (steady decoding), a
     step writes only each row's ``step`` and re-packs only the rows that are not steady, instead
     of building and packing every row's parameters again. The parameters are compared each step
     (a request's SamplingParams changed inside the engine must reach the core, which refuses a
-    bad one: failure isolation, test_real_model_failures.py)."""
+    bad one: failure isolation, test_real_model_failures.py).
+
+    Two sets are kept and used in turn: with async scheduling a step is packed while the one
+    before it still computes from its own set."""
 
     def __init__(self):
-        self._reqs: list = []  # the Requests of the packed rows, in order
-        self._keys: list = []  # their parameters when packed (_REQ_KEY, _SP_KEY)
-        self._packed: Optional[PackedSampling] = None
-        self._unsteady: list = []  # rows packed again each step
-        self.wants_logprobs = False  # any packed row asked for logprobs
+        self._sets: list = [None, None]  # [_Packed or None] used in turn
+        self._turn = 0
+        self.wants_logprobs = False  # any row of the last pack asked for logprobs
 
-    def pack(self, reqs: list) -> PackedSampling:
-        """The rows (offset 0) of `reqs` packed as row_sampling gives them."""
-        p = self._packed
+    def pack(self, reqs: list, steps: np.ndarray) -> PackedSampling:
+        """The rows of `reqs` packed as row_sampling gives them for draws `steps` [n] (the rows'
+        StepInput.sample_steps)."""
+        self._turn ^= 1
+        kept = self._sets[self._turn]
         keys = list(map(_REQ_KEY, reqs))
         keys += list(map(_SP_KEY, [k[1] for k in keys]))
-        if (p is None or len(reqs) != len(self._reqs) or not all(map(operator.is_, reqs, self._reqs))
-                or keys != self._keys):
-            p = self._packed = PackedSampling([row_sampling(r) for r in reqs])
-            self._reqs, self._keys = list(reqs), keys
-            self._unsteady = [i for i, r in enumerate(reqs) if not _steady(r)]
-            self.wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
-            return p
-        for i in self._unsteady:
-            p.refill(i, row_sampling(reqs[i]))
-        p.steps[:] = [len(r.output_token_ids) for r in reqs]
-        return p
+        if (kept is None or len(reqs) != len(kept.reqs) or not all(map(operator.is_, reqs, kept.reqs))
+                or keys != kept.keys):
+            kept = self._sets[self._turn] = _Packed(reqs, keys, steps)
+        else:
+            p = kept.packed
+            for i in kept.unsteady:
+                p.refill(i, row_sampling(reqs[i], step=int(steps[i])))
+            p.steps[:] = steps
+        self.wants_logprobs = kept.wants_logprobs
+        return kept.packed
 
 
 def _head(a: Optional[np.ndarray], n: int) -> Optional[np.ndarray]:
@@ -120,6 +136,28 @@ class CoreModelRunner:
         device's kernel scratch and cuBLAS workspaces); host counters only, no device call."""
         return self.model.stats()
 
+    def prepare(self, batch: StepInput) -> None:
+        """Make the step's sampling rows (batch.prepared) from its requests: on the engine's
+        thread, before the call (with async scheduling the requests change while a step computes)."""
+        n_sample, n_hidden = batch.n_sample, len(batch.hidden_rows) if np.count_nonzero(batch.pooling) else 0
+        reqs = batch.sample_requests
+        steps = batch.sample_steps
+        if steps is None:
+            steps = np.fromiter((len(r.output_token_ids) for r in reqs), np.int64, n_sample) + \
+                (0 if batch.sample_offsets is None else batch.sample_offsets)
+        if reqs and batch.sample_offsets is None and not n_hidden:  # the common step: kept packed
+            sampling = self.sampling_rows.pack(reqs, steps)
+            batch.prepared = (sampling, sampling.top, self.sampling_rows.wants_logprobs)
+            return
+        rows = [row_sampling(r, o, r.spec_token_ids, step=s) for r, o, s in zip(reqs, batch.offsets, steps.tolist())]
+        # One call for both kinds: the core's sample rows are the generation rows' last tokens,
+        # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
+        # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
+        # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
+        sampling = rows + [POOLING_ROW] * n_hidden if rows else None
+        batch.prepared = (sampling, max((r.n_logprobs for r in rows), default=0),
+                          any(r.sampling_params.logprobs is not None for r in reqs))
+
     def execute(self, batch: StepInput) -> StepResult:
         if batch.kv_layout == "slot":
             for seq in batch.free_seq_ids:
@@ -133,19 +171,9 @@ class CoreModelRunner:
         if batch.n_tokens == 0:
             return empty_result()
         n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
-        reqs = batch.sample_requests
-        if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
-            sampling = self.sampling_rows.pack(reqs)
-            top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs
-        else:
-            rows = [row_sampling(r, o, r.spec_token_ids) for r, o in zip(reqs, batch.offsets)]
-            # One call for both kinds: the core's sample rows are the generation rows' last tokens,
-            # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
-            # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
-            # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
-            sampling = rows + [POOLING_ROW] * len(hidden_rows) if rows else None
-            top = max((r.n_logprobs for r in rows), default=0)
-            wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
+        if batch.prepared is None:  # a batch the StepRunner did not prepare (a failure search's part)
+            self.prepare(batch)
+        sampling, top, wants_logprobs = batch.prepared
         core_rows = np.concatenate([batch.sample_rows, hidden_rows]) if len(hidden_rows) else batch.sample_rows
         layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
                       context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)

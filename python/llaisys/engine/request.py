@@ -101,6 +101,10 @@ class Request:
     output_token_ids: list = field(default_factory=list)  # [n_output] sampled ids
     all_token_ids: list = field(default_factory=list)  # prompt + output ids (kept for slicing)
     num_computed_tokens: int = 0  # tokens whose K/V is in the cache (reset by preemption)
+    # async scheduling (scheduler.py): tokens the steps in flight compute, and the tokens they
+    # sample, not applied yet (vLLM's output placeholders); 0 when no step is in flight
+    num_inflight_tokens: int = 0
+    num_pending_tokens: int = 0
     num_cached_tokens: int = -1  # prompt tokens served by the prefix cache at first admission; -1: not yet
     block_hashes: list = field(default_factory=list)  # chained hash of each full block of all_token_ids
     slot_seq_id: Optional[int] = None  # SLOT layout: the core's seq id while it holds KV
@@ -219,11 +223,16 @@ class Request:
                 del self.logprobs[n:]
 
     def logit_bias_now(self, ahead: int = 0) -> dict:
-        """The logit bias for the next draw (``ahead`` draws later: speculative positions): the
-        user's, plus MIN_TOKENS_BIAS on the eos and stop ids while fewer than min_tokens tokens
-        are out (the runner passes it to the sampler)."""
+        """The logit bias for the next draw (``ahead`` draws later: speculative positions, or a
+        draw a step in flight makes first): logit_bias_at(num_output_tokens + ahead)."""
+        return self.logit_bias_at(self.num_output_tokens + ahead)
+
+    def logit_bias_at(self, step: int) -> dict:
+        """The logit bias of output draw ``step`` (0 is the first): the user's, plus
+        MIN_TOKENS_BIAS on the eos and stop ids while fewer than min_tokens tokens are out
+        before it (the runner passes it to the sampler)."""
         sp = self.sampling_params
-        if self.num_output_tokens + ahead >= sp.min_tokens:
+        if step >= sp.min_tokens:
             return sp.logit_bias
         bias = dict(sp.logit_bias)
         banned = set(sp.stop_token_ids) | (set() if sp.ignore_eos else set(self.eos_token_ids))

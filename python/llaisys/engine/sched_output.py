@@ -69,6 +69,9 @@ class SchedulerOutput:
     spec_token_ids: dict = field(default_factory=dict)  # req_id -> drafts verified this step (their
     #   tokens are the last len(drafts) of num_scheduled_tokens; the row samples each of them too)
     trims: list = field(default_factory=list)  # SLOT: (seq id, position) cells to drop first (rejected drafts)
+    # async scheduling: rows whose first token is the one the step in flight samples (the runner
+    # takes it from that step's result; scheduler.py)
+    deferred_req_ids: set = field(default_factory=set)
     # the runner's deltas (module docstring)
     new_reqs: list = field(default_factory=list)  # [NewRequestData] rows the runner has not seen
     cached_reqs: CachedRequestData = field(default_factory=CachedRequestData)  # rows it holds, as deltas

@@ -15,6 +15,15 @@ to the steps that ran (``step_cost.StepCost``, which the engine feeds). A long p
 arrives beside a stream as several short steps, each carrying the stream's next token, instead
 of one step of ``max_num_batched_tokens`` that holds the stream for seconds.
 
+With ``config.async_scheduling`` a step may be planned while the one before it computes
+(vLLM's async scheduling): each scheduled request then counts the tokens the steps in flight
+compute (``num_inflight_tokens``) as computed and the tokens they sample (``num_pending_tokens``)
+as known, so a decoding request's next row is the token still being sampled; the runner takes
+that token from the step in flight (``SchedulerOutput.deferred_req_ids``). A request whose
+pending token is its last (max_tokens) is not scheduled again; one that the pending token ends
+otherwise (eos, a stop string) has one row computed for nothing, which update_from_output drops.
+Without the flag both counters stay 0.
+
 Pooling (embedding) requests are scheduled exactly like generation: they spend the same
 budget, are chunked, hold blocks and are preempted the same way. Every token of their chunks
 is a hidden-state row of the step (``pooling_req_ids``); they never sample and finish when the
@@ -35,11 +44,22 @@ from .kv_cache_manager import KVCacheManager
 from .pooling_params import pooled_vector
 from .request import Request, RequestStatus
 from .sched_output import NewRequestData, SchedulerOutput
+from .sched_spec import advance_spec, drafts_fitting
 from .step_cost import StepCost
 
 log = logging.getLogger(__name__)
 
-_FINISHED = RequestStatus.FINISHED_STOPPED  # statuses from here on are finished (RequestStatus.is_finished)
+_RUNNING = RequestStatus.RUNNING
+
+
+def _uncomputed(req: Request) -> int:
+    """Known tokens whose K/V neither the cache nor a step in flight holds (1: it decodes)."""
+    return len(req.all_token_ids) + req.num_pending_tokens - req.num_computed_tokens - req.num_inflight_tokens
+
+
+def _ends_with_pending(req: Request) -> bool:
+    """The tokens a step in flight samples reach max_tokens: the request ends with them."""
+    return len(req.output_token_ids) + req.num_pending_tokens >= req.max_tokens
 
 
 class Scheduler:
@@ -86,6 +106,10 @@ class Scheduler:
             self._schedule_waiting(out, budget)
         out.free_seq_ids = self.kv.take_released_seq_ids()
         out.trims = self.kv.take_trims()
+        if self.config.async_scheduling:  # what this step computes and samples is in flight until applied
+            for req in out.scheduled:
+                req.num_inflight_tokens += out.num_scheduled_tokens[req.request_id]
+                req.num_pending_tokens += req.request_id in out.sample_req_ids
         return out
 
     def _prefill_seconds(self) -> Optional[float]:
@@ -97,14 +121,14 @@ class Scheduler:
             return None
         if not self.waiting:  # no prompt waiting and every running row decodes: no chunk to cut
             for r in self.running:
-                if len(r.all_token_ids) - r.num_computed_tokens != 1:
+                if _uncomputed(r) != 1:
                     break
             else:
                 return None
         tokens = pairs = 0  # of the decode rows
         for r in self.running:
-            start = r.num_computed_tokens
-            if len(r.all_token_ids) - start == 1:
+            start = r.num_computed_tokens + r.num_inflight_tokens
+            if _uncomputed(r) == 1:
                 n = 1 + len(r.spec_token_ids)
                 tokens += n
                 pairs += n * start + n * (n + 1) // 2  # attention_pairs(n, start), inlined (hot)
@@ -113,7 +137,7 @@ class Scheduler:
         return target - cost.seconds(tokens, pairs)  # less the fixed part and the decode rows
 
     def _chunk(self, req: Request, num_computed: int, budget: int) -> int:
-        n = req.num_tokens - num_computed
+        n = req.num_tokens + req.num_pending_tokens - num_computed
         if self.config.long_prefill_token_threshold:
             n = min(n, self.config.long_prefill_token_threshold)
         n = min(n, budget)
@@ -124,7 +148,7 @@ class Scheduler:
 
     def _add_row(self, out: SchedulerOutput, req: Request, n: int, drafts: Optional[list] = None) -> None:
         rid = req.request_id
-        computed = req.num_computed_tokens
+        computed = req.num_computed_tokens + req.num_inflight_tokens
         out.scheduled.append(req)
         out.num_scheduled_tokens[rid] = n
         out.num_computed_tokens[rid] = computed
@@ -133,8 +157,10 @@ class Scheduler:
             n -= len(drafts)
         if req.pooling_params is not None:
             out.pooling_req_ids.add(rid)
-        elif computed + n == len(req.all_token_ids):
+        elif computed + n == len(req.all_token_ids) + req.num_pending_tokens:
             out.sample_req_ids.add(rid)
+        if req.num_pending_tokens:  # its first token is sampled by the step in flight
+            out.deferred_req_ids.add(rid)
         out.total_num_scheduled_tokens += n
         if req.times.first_scheduled is None:
             req.times.first_scheduled = self.clock()
@@ -166,17 +192,21 @@ class Scheduler:
         j, n_run = i, len(running)
         while j < n_run:
             req = running[j]
-            known, computed, rid = req.all_token_ids, req.num_computed_tokens, req.request_id
+            known, computed, rid = req.all_token_ids, req.num_computed_tokens + req.num_inflight_tokens, req.request_id
+            pending = req.num_pending_tokens
             table = tables.get(rid)
             # the reserve of _schedule_running: one token for each running row after this one
-            if (len(known) - computed != 1 or budget <= n_run - j - 1 or req.runner_tokens < 0 or not table
-                    or len(table) * bs <= computed or req.spec_token_ids or req.spec_probs is not None
-                    or req.pooling_params is not None or (slot and req.slot_seq_id is None)):
+            if (len(known) + pending - computed != 1 or budget <= n_run - j - 1 or req.runner_tokens < 0
+                    or not table or len(table) * bs <= computed or req.spec_token_ids or req.spec_probs is not None
+                    or req.pooling_params is not None or (slot and req.slot_seq_id is None)
+                    or (pending and _ends_with_pending(req))):
                 break
             scheduled.append(req)
             n_sched[rid] = 1
             n_comp[rid] = computed
             sample.add(rid)  # its one token is its last known one
+            if pending:  # that token is sampled by the step in flight
+                out.deferred_req_ids.add(rid)
             if not block:
                 table = ()
             keep = min(req.runner_blocks, len(table))  # a running row is never a resumed one
@@ -196,14 +226,17 @@ class Scheduler:
             if i == len(self.running):
                 break
             req = self.running[i]
+            if req.num_pending_tokens and _ends_with_pending(req):
+                i += 1  # the token in flight is its last: nothing more to compute
+                continue
             # keep one token for each running request after this one (budget >= len(running) - i holds)
             reserve = len(self.running) - i - 1
-            if len(req.all_token_ids) - req.num_computed_tokens == 1 and budget > reserve:
+            if _uncomputed(req) == 1 and budget > reserve:
                 n = 1  # a decode row (what _chunk gives it)
             else:
-                n = self._chunk(req, req.num_computed_tokens, budget - reserve)
+                n = self._chunk(req, req.num_computed_tokens + req.num_inflight_tokens, budget - reserve)
             assert n >= 1, "a running request must get a token (max_num_batched_tokens >= max_num_seqs)"
-            k = self._drafts_fitting(req, n, budget - reserve) if req.spec_token_ids else 0
+            k = drafts_fitting(req, n, budget - reserve) if req.spec_token_ids else 0
             if k and self.kv.allocate_slots(req, n + k):  # never preempts: drafts only use free room
                 self._add_row(out, req, n + k, req.spec_token_ids[:k])
                 budget -= n + k
@@ -211,7 +244,7 @@ class Scheduler:
                 continue
             if req.spec_token_ids or req.spec_probs is not None:
                 req.spec_token_ids, req.spec_probs = [], None
-            while not self.kv.allocate_slots(req, n):
+            while not self.kv.allocate_slots(req, req.num_inflight_tokens + n):
                 victim = self.running.pop()
                 self._preempt(victim, out)
                 if victim is req:
@@ -220,18 +253,6 @@ class Scheduler:
             budget -= n
             i += 1
         return budget
-
-    def _drafts_fitting(self, req: Request, n: int, budget: int) -> int:
-        """How many of the request's drafts (speculative decoding) this step can verify: none
-        unless its chunk reaches its last known token, at most what the budget leaves."""
-        if not req.spec_token_ids or req.num_computed_tokens + n != req.num_tokens:
-            return 0
-        k = min(len(req.spec_token_ids), budget - n)
-        if k < len(req.spec_token_ids):
-            req.spec_token_ids = req.spec_token_ids[:max(k, 0)]
-            if req.spec_probs is not None:
-                req.spec_probs = req.spec_probs[:max(k, 0)]
-        return max(k, 0)
 
     def _schedule_waiting(self, out: SchedulerOutput, budget: int) -> None:
         held_back = []  # siblings waiting for their leader's prompt blocks
@@ -270,6 +291,8 @@ class Scheduler:
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.kv.free(req)
         req.runner_blocks = 0  # its table is gone; the runner keeps its tokens
+        # a step in flight may still compute it: update_from_output drops that row (not RUNNING)
+        req.num_inflight_tokens = req.num_pending_tokens = 0
         req.spec_token_ids, req.spec_probs = [], None
         req.set_status(RequestStatus.PREEMPTED)
         req.num_computed_tokens = 0
@@ -289,9 +312,13 @@ class Scheduler:
         prompt is computed, are finished and their blocks freed. Returns the requests that got tokens or finished."""
         touched = []
         now = self.clock()
+        in_flight = self.config.async_scheduling
         for req in out.scheduled:
-            if req.status >= _FINISHED:  # aborted while the step ran (or failed in it)
-                continue
+            if req.status != _RUNNING:  # aborted while the step ran (or failed in it); async
+                continue  # scheduling: ended by the step before, or preempted since this one started
+            if in_flight:
+                req.num_inflight_tokens -= out.num_scheduled_tokens[req.request_id]
+                req.num_pending_tokens -= req.request_id in out.sample_req_ids
             try:
                 if self._advance(req, out, sampled, logprobs, pooled, now):
                     touched.append(req)
@@ -307,7 +334,7 @@ class Scheduler:
         """Apply the step to one request; True if it got tokens or finished."""
         rid = req.request_id
         if rid in out.spec_token_ids:
-            return self._advance_spec(req, out, sampled, logprobs, now)
+            return advance_spec(self, req, out, sampled, logprobs, now)
         req.num_computed_tokens += out.num_scheduled_tokens[rid]
         self.kv.cache_blocks(req)
         if req.pooling_params is not None:
@@ -322,32 +349,6 @@ class Scheduler:
                 self.finish(req, status, req.error)  # the request's reason (a grammar failure) is kept
                 break
         return True
-
-    def _advance_spec(self, req: Request, out: SchedulerOutput, sampled: dict, logprobs: Optional[dict],
-                      now: float) -> bool:
-        """Apply a verified row: its emitted tokens (accepted drafts + one) are appended; the
-        KV of the last known token and the accepted drafts counts as computed, the blocks of
-        rejected positions are released (SLOT: their cells are queued for removal), and only
-        then are full blocks entered into the prefix cache, so no rejected token is hashed."""
-        rid = req.request_id
-        tokens = sampled.get(rid) or []
-        k = len(out.spec_token_ids[rid])
-        base = req.num_computed_tokens + out.num_scheduled_tokens[rid] - k  # the last known token computed
-        lps = (logprobs or {}).get(rid) or [None] * len(tokens)
-        req.spec_token_ids, req.spec_probs = [], None
-        for j, (tok, lp) in enumerate(zip(tokens, lps)):
-            status = req.append_token(int(tok), lp, now)
-            if status is not None:  # the K/V of positions < base + j is that of the request's tokens
-                req.num_computed_tokens = min(base + j, req.num_tokens)
-                self.kv.cache_blocks(req)
-                self.finish(req, status, req.error)
-                return True
-        # positions base .. base + accepted - 1 hold the accepted drafts; the last emitted token is new
-        req.num_computed_tokens = base + max(len(tokens) - 1, 0)
-        self.kv.truncate(req, req.num_computed_tokens)
-        req.runner_blocks = min(req.runner_blocks, len(self.kv.block_table(rid)))  # rejected drafts' blocks went
-        self.kv.cache_blocks(req)
-        return bool(tokens)
 
     def _pool(self, req: Request, chunk_sum) -> bool:
         """Add a pooling request's chunk (``chunk_sum`` [hidden] f64); finish it with its vector

@@ -27,7 +27,7 @@ class StepInput:
     sample_rows: np.ndarray  # [n_sample] int32 flat token indices whose logits are sampled
     req_ids: list  # [n_seqs] request id of each row
     sample_requests: list  # [n_sample] Request of each sample row (its sampling params, seed,
-    #                        step = num_output_tokens, prompt/output ids, logit_bias_now())
+    #                        prompt/output ids, logit_bias_at(step))
     pooling: np.ndarray  # [n_seqs] bool rows of pooling requests: every token's final hidden state is
     #                      wanted (hidden_rows), nothing is sampled for them
     kv_layout: str  # "block" or "slot"
@@ -56,6 +56,13 @@ class StepInput:
     # prompts given as input embeddings: these tokens enter as the given rows, not by their id
     embed_rows: Optional[np.ndarray] = None  # [n_embed] int32 flat token indices, increasing; None: none
     embeds: Optional[np.ndarray] = None  # [n_embed, hidden] f32 the rows of those tokens
+    # [n_sample] int64 the output draw each sample row makes (its request's num_output_tokens when
+    # the step started, plus its sample offset, plus 1 when a step in flight samples first),
+    # taken on the engine's thread: the seed's step, min_tokens (StepRunner.start sets it)
+    sample_steps: Optional[np.ndarray] = None
+    # the runner's own form of the sample rows, made on the engine's thread before the call
+    # (ModelRunner.prepare; None: execute makes it)
+    prepared: object = None
 
     @property
     def offsets(self) -> list:
@@ -111,6 +118,7 @@ def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> Step
         free_seq_ids=batch.free_seq_ids if keep_frees else np.zeros(0, np.int32),
         finished_req_ids=set(batch.finished_req_ids) if keep_frees else set(), rewind=True,
         sample_offsets=None if batch.sample_offsets is None else batch.sample_offsets[sample_keep],
+        sample_steps=None if batch.sample_steps is None else batch.sample_steps[sample_keep],
         spec={rid: r for rid, r in batch.spec.items() if rid in kept_ids},
         trims=batch.trims if keep_frees else [], want_logits=batch.want_logits)
     if batch.embed_rows is not None:

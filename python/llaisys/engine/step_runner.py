@@ -17,6 +17,12 @@ A step is ``start`` then ``finish``: ``start`` applies the deltas and prepares t
 the core call runs at once, or, with a device thread (``overlap``: LLMEngine's overlapped step,
 doc/engine.md "Overlapped output processing"), on that thread while the caller goes on;
 ``finish`` waits for it and turns its result into tokens.
+
+With async scheduling a step may start while the one before it still computes (``start``'s
+``after``). Its deferred rows (SchedulerOutput.deferred_req_ids) compute the token that step
+samples: the device thread copies those ids from that step's result into this step's ids just
+before the call, so the two calls run back to back. If that step failed, this one is not run
+there (``_Skipped``); ``finish`` runs it once the failure search has said which rows survived.
 """
 
 from __future__ import annotations
@@ -24,12 +30,13 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
+from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
-from .input_batch import InputBatch
+from .input_batch import DEFERRED, InputBatch
 from .sched_output import SchedulerOutput
 from .step_cost import StepCost, attention_pairs
 from .step_input import StepInput, select_rows, unpack_result
@@ -46,6 +53,15 @@ def isolation_budget(n_rows: int) -> int:
 
 def _error_text(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def _sources(batch: StepInput, dst: np.ndarray, before: StepInput) -> np.ndarray:
+    """[n_deferred] the sample row of `before` whose id each deferred token of `batch` is."""
+    rows = batch.seq_of_token[dst]
+    if batch.req_ids is before.req_ids and before.n_sample == before.n_seqs:  # steady decoding
+        return rows
+    index = {r.request_id: i for i, r in enumerate(before.sample_requests)}
+    return np.fromiter((index[batch.req_ids[s]] for s in rows.tolist()), np.int64, len(rows))
 
 
 def _fatal(e: BaseException) -> bool:
@@ -75,6 +91,17 @@ class StartedStep:
     batch: Optional[StepInput]  # its arrays; None: nothing to compute (no row, no free)
     call: Optional[Future] = None  # with a device thread: the core call there -> (StepResult, seconds)
     result: object = None  # without one: the call's (StepResult, seconds), or the exception it raised
+    # async scheduling: whether the next step may be planned before this one's tokens are applied
+    # (no sample row reads its output on the host: penalties, a grammar; no drafts)
+    plans_ahead: bool = False
+
+    def skipped(self) -> bool:
+        """Its call was not run because the step before it failed (finish runs it)."""
+        return self.call is not None and self.call.done() and isinstance(self.call.exception(), _Skipped)
+
+
+class _Skipped(Exception):
+    """The step a started step takes its deferred ids from failed: it was not run."""
 
 
 def _timed(fn: Callable, batch: StepInput) -> tuple:
@@ -82,25 +109,67 @@ def _timed(fn: Callable, batch: StepInput) -> tuple:
     return fn(batch), time.perf_counter() - t0
 
 
+def _timed_after(before: Future, dst: np.ndarray, src: np.ndarray, fn: Callable, batch: StepInput) -> tuple:
+    """On the device thread, once the step before is done: its sampled ids [src] into this step's
+    ids [dst], then this step's call."""
+    try:
+        ids = before.result()[0].token_ids
+    except BaseException as e:
+        raise _Skipped() from e
+    batch.token_ids[dst] = np.asarray(ids).reshape(-1)[src]
+    return _timed(fn, batch)
+
+
+_OUTPUT = attrgetter("output_token_ids")
+
+
+def sample_steps(batch: StepInput, deferred: set) -> np.ndarray:
+    """[n_sample] int64 the output draw of each sample row (StepInput.sample_steps)."""
+    reqs = batch.sample_requests
+    steps = np.fromiter(map(len, map(_OUTPUT, reqs)), np.int64, len(reqs))
+    if batch.sample_offsets is not None:
+        steps += batch.sample_offsets
+    if deferred:  # a step in flight makes one draw of these first
+        if len(deferred) == len(reqs):  # every sample row (steady decoding)
+            steps += 1
+        else:
+            steps += np.fromiter((r.request_id in deferred for r in reqs), bool, len(reqs))
+    return steps
+
+
+def _needs_output(req) -> bool:
+    """The request's sampling reads its output on the host (penalties, a grammar's mask)."""
+    sp = req.sampling_params
+    return (req.structured is not None or sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0
+            or sp.frequency_penalty != 0.0)
+
+
 class StepRunner:
     def __init__(self, model_runner, kv_layout: str, block_size: int, step_cost: Optional[StepCost] = None,
-                 speculative=None, overlap: bool = False):
+                 speculative=None, overlap: bool = False, plan_ahead: bool = False):
         self.model_runner = model_runner  # executor.ModelRunner: computes one StepInput
         self.inputs = InputBatch(kv_layout, block_size)  # each held request's tokens and blocks
         self.step_cost = step_cost  # fed with each step's time (the scheduler's chunk sizing reads it)
         self.spec = speculative  # spec.SpecDecoder, or None
         # overlap: every core call of a step (and of its failure search) runs on this one thread
         self._device = ThreadPoolExecutor(1, thread_name_prefix="llaisys-step") if overlap else None
+        self.plan_ahead = plan_ahead  # async scheduling: say whether each step lets the next be planned
+        self._prepare = getattr(model_runner, "prepare", None)  # the runner's sample rows, made here
+        self._last: RunnerOutput = RunnerOutput()  # what the last finished step gave (a skipped step's ids)
+        self._ahead_reqs: Optional[list] = None  # sample_requests of the last plans_ahead verdict
+        self._ahead = False
+        self.num_started_ahead = 0  # steps whose rows took their ids from the step in flight (async scheduling)
 
     def propose(self, running: list) -> None:
         """Set the drafts (``spec_token_ids``) of the running requests for the coming step."""
         if self.spec is not None:
             self.spec.prepare(running)
 
-    def start(self, out: SchedulerOutput) -> StartedStep:
+    def start(self, out: SchedulerOutput, after: Optional[StartedStep] = None) -> StartedStep:
         """Apply the step's deltas, prepare its arrays and start its core call (on the device
-        thread, if there is one, returning at once). Nothing of the runner's may change until
-        finish(): the next start comes after it."""
+        thread, if there is one, returning at once). ``after``: the step still in flight that
+        this one was planned beside (async scheduling), whose sampled ids its deferred rows take;
+        otherwise the step before has been finished."""
         self.inputs.update(out)
         if self.spec is not None:
             for rid in list(out.finished_req_ids) + out.preempted_req_ids:
@@ -108,19 +177,41 @@ class StepRunner:
         batch = self.inputs.prepare(out)
         if batch.n_tokens == 0 and batch.free_seq_ids.size == 0 and not batch.finished_req_ids:
             return StartedStep(out, None)
-        if self._device is not None:
-            return StartedStep(out, batch, call=self._device.submit(_timed, self.model_runner.execute, batch))
-        try:
-            return StartedStep(out, batch, result=_timed(self.model_runner.execute, batch))
-        except Exception as e:
-            return StartedStep(out, batch, result=e)
+        batch.sample_steps = sample_steps(batch, out.deferred_req_ids)
+        if self._prepare is not None:
+            self._prepare(batch)
+        step = StartedStep(out, batch, plans_ahead=self.plan_ahead and self._plans_ahead(batch))
+        fn = self.model_runner.execute
+        if out.deferred_req_ids:
+            if after is None or after.call is None:
+                raise RuntimeError("a step with deferred rows needs the step in flight on the device thread")
+            self.num_started_ahead += 1
+            dst = np.flatnonzero(batch.token_ids == DEFERRED)
+            step.call = self._device.submit(_timed_after, after.call, dst, _sources(batch, dst, after.batch), fn,
+                                            batch)
+        elif self._device is not None:
+            step.call = self._device.submit(_timed, fn, batch)
+        else:
+            try:
+                step.result = _timed(fn, batch)
+            except Exception as e:
+                step.result = e
+        return step
+
+    def _plans_ahead(self, batch: StepInput) -> bool:
+        """StartedStep.plans_ahead (kept while the sample rows are the same list: steady decoding)."""
+        reqs = batch.sample_requests
+        if reqs is not self._ahead_reqs:
+            self._ahead_reqs = reqs
+            self._ahead = self.spec is None and not any(map(_needs_output, reqs))
+        return self._ahead
 
     def finish(self, step: StartedStep) -> RunnerOutput:
         """Wait for a started step's core call; the tokens each row emits (failing rows found
         and reported, a fatal error raised: the class docstring)."""
         if step.batch is None:
             return RunnerOutput()
-        result = self._run(step)
+        result = self._last = self._run(step)
         if self.spec is not None and step.out.spec_token_ids:
             self.spec.account(step.out, result.sampled)
         return result
@@ -148,10 +239,35 @@ class StepRunner:
             return self.model_runner.execute(batch)
         return self._device.submit(self.model_runner.execute, batch).result()
 
+    def _unskipped(self, step: StartedStep) -> Optional[StepInput]:
+        """A skipped step's batch with its deferred ids from the finished step before, less the
+        rows whose request that step did not advance (it failed there: the engine ended it);
+        None when no row is left."""
+        batch = step.batch
+        dst = np.flatnonzero(batch.token_ids == DEFERRED)
+        keep = np.ones(batch.n_seqs, bool)
+        for t, row in zip(dst.tolist(), batch.seq_of_token[dst].tolist()):
+            got = self._last.sampled.get(batch.req_ids[row])
+            if got:
+                batch.token_ids[t] = got[0]
+            else:
+                keep[row] = False
+        batch.prepared = None  # made again on the call (the kept sampling sets have moved on)
+        if keep.all():
+            return batch
+        rows = np.flatnonzero(keep).tolist()
+        return select_rows(batch, rows, keep_frees=True) if rows else None
+
     def _run(self, step: StartedStep) -> RunnerOutput:
         batch = step.batch
         try:
-            done = step.call.result() if step.call is not None else step.result
+            try:
+                done = step.call.result() if step.call is not None else step.result
+            except _Skipped:
+                batch = self._unskipped(step)
+                if batch is None:
+                    return RunnerOutput()
+                done = _timed(self._call, batch)
             if isinstance(done, BaseException):
                 raise done
             result, seconds = done

@@ -62,6 +62,9 @@ def add_serve_parser(sub):
     e.add_argument("--async-output", action="store_true",
                    help="make a step's outputs (text, stop strings, streams) while the next step computes, on a "
                         "thread of its own (off by default: see doc/engine.md for when it pays)")
+    e.add_argument("--async-scheduling", action="store_true",
+                   help="also plan each step while the one before computes, its sampled ids handed over on that "
+                        "thread (vLLM's async scheduling; implies --async-output; off by default: doc/engine.md)")
     e.add_argument("--max-model-len", type=int, default=None, help="context length (default: model and KV limit)")
     e.add_argument("--no-prefix-caching", action="store_true", help="turn the prefix cache off")
     e.add_argument("--prompt-cache-dir", default=None, metavar="DIR",
@@ -152,7 +155,7 @@ def build_state(args):
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                          decode_gap_ms=args.decode_gap_ms, seed=args.seed,
-                         async_output=args.async_output)
+                         async_output=args.async_output, async_scheduling=args.async_scheduling)
     if args.speculative is not None or args.num_speculative_tokens is not None:
         from ..engine.spec import parse_speculative
 
@@ -177,6 +180,8 @@ def build_state(args):
 
         engine_kwargs["cache_reuse"] = check_cache_reuse(args.cache_reuse, args.kv_layout,
                                                          False if args.no_prefix_caching else None, args.device)
+    if args.async_scheduling and (args.prompt_cache_dir is not None or args.cache_reuse):
+        raise ValueError("--async-scheduling does not combine with --prompt-cache-dir or --cache-reuse")
     keys = list(args.api_key) or ([os.environ["LLAISYS_API_KEY"]] if os.environ.get("LLAISYS_API_KEY") else [])
     if any(not k for k in keys):
         raise ValueError("--api-key must not be empty")

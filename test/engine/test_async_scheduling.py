@@ -1,0 +1,229 @@
+"""async_scheduling: each step is planned and started while the one before still computes
+(vLLM's async scheduling), its decoding rows taking their token from that step's result.
+
+What must hold: the outputs are the synchronous engine's (test_llm_engine, test_async_engine
+and test_engine_properties run all three step orders; here the parts only this order has); the
+next step really is planned and queued while the one before computes; a token ended by eos
+costs one dropped row, one ended by max_tokens none; a preemption of a request in flight, a
+failing step, a lost device and the rows that must see their output (penalties, a grammar)
+behave as without it. The autouse leak check (conftest.py) runs after each test."""
+
+import threading
+import time
+import types
+
+import pytest
+
+from fake_runner import EOS, FakeRunner, FakeTokenizer, make_engine, run_all
+from llaisys.engine import EngineConfig, LLMEngine, Request, RequestTimes, SamplingParams, step_runner
+from llaisys.engine.cache_reuse import CacheReuse
+from llaisys.engine.scheduler import Scheduler
+
+from test_async_output import PermitRunner
+from test_device_lost import LosingRunner
+from test_llm_engine import results, workload
+
+
+@pytest.fixture
+def starts(monkeypatch):
+    """Counts StepRunner.start calls: all of them, and those planned beside a step in flight."""
+    seen = {"all": 0, "ahead": 0, "deferred": 0, "beside": []}  # beside: the rows of each step planned beside
+    start = step_runner.StepRunner.start
+
+    def counted(self, out, after=None):
+        seen["all"] += 1
+        seen["ahead"] += after is not None
+        seen["deferred"] += len(out.deferred_req_ids)
+        if after is not None:
+            seen["beside"].append({r.request_id for r in after.out.scheduled})
+        return start(self, out, after)
+
+    monkeypatch.setattr(step_runner.StepRunner, "start", counted)
+    return seen
+
+
+def test_the_next_step_is_planned_while_the_one_before_computes():
+    runner = PermitRunner()
+    eng = make_engine(runner, async_scheduling=True)
+    eng.add_request("a", [72, 105, 33], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert eng.step() == []  # the prefill started on the step thread
+    assert runner.entered.acquire(timeout=5) and runner.ended == 0  # and is held there
+    req = eng.scheduler.requests["a"]
+    stepping = threading.Thread(target=eng.step)
+    stepping.start()
+    deadline = time.monotonic() + 5
+    # the first decode is planned and queued while the prefill still computes: the request counts
+    # both steps' tokens in flight and both of their samples on the way
+    while (req.num_inflight_tokens, req.num_pending_tokens) != (4, 2) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert (req.num_inflight_tokens, req.num_pending_tokens) == (4, 2) and runner.ended == 0
+    assert not req.output_token_ids
+    runner.permits.release()  # the prefill ends; the decode runs at once, from its sampled id
+    stepping.join(5)
+    assert runner.entered.acquire(timeout=5)
+    assert len(req.output_token_ids) == 1 and (req.num_inflight_tokens, req.num_pending_tokens) == (1, 1)
+    for _ in range(8):
+        runner.permits.release()
+    got = results(run_all(eng, check_deltas=False))  # (the first outputs went to the steps above)
+    eng.close()
+    ref = make_engine()
+    ref.add_request("a", [72, 105, 33], SamplingParams(max_tokens=4, ignore_eos=True))
+    assert got == results(run_all(ref))
+
+
+def rows_of(runner, rid: str) -> int:
+    return sum(rid in step for step in runner.steps)
+
+
+def test_eos_costs_one_dropped_row_and_max_tokens_none(starts):
+    # the fake model ends "e" with eos at its 3rd token (the history length says which: a
+    # request's output count changes on the engine thread while the step computes)
+    def next_fn(hist, req):
+        return EOS if req.request_id == "e" and len(hist) == 3 + 2 else 65
+
+    counts = {}
+    for mode in ({}, dict(async_scheduling=True)):
+        runner = FakeRunner(next_fn=next_fn)
+        eng = make_engine(runner, **mode)
+        eng.add_request("e", [1, 2, 3], SamplingParams(max_tokens=10))
+        eng.add_request("m", [4, 5, 6], SamplingParams(max_tokens=3, ignore_eos=True))
+        eng.add_request("long", [7, 8, 9], SamplingParams(max_tokens=12, ignore_eos=True))
+        got = results(run_all(eng))
+        counts[bool(mode)] = (rows_of(runner, "e"), rows_of(runner, "m"), got)
+        eng.close()
+    assert starts["ahead"] > 5
+    (e0, m0, want), (e1, m1, got) = counts[False], counts[True]
+    assert got == want and want["e"] == [([65, 65, EOS], "AA", "stop")]
+    assert (e0, m0) == (3, 3) and (e1, m1) == (4, 3)  # the row after eos is computed and dropped
+
+
+def test_a_request_in_flight_can_be_preempted(monkeypatch, starts):
+    """A tiny pool: planning ahead preempts requests whose row the step in flight computes;
+    their in-flight token is dropped and recomputed, and every output is the roomy engine's."""
+    in_flight = []
+    preempt = Scheduler._preempt
+
+    def watched(self, req, out):
+        in_flight.append(req.num_inflight_tokens > 0)
+        preempt(self, req, out)
+
+    monkeypatch.setattr(Scheduler, "_preempt", watched)
+    ref = make_engine(num_blocks=512, max_num_batched_tokens=256, max_num_seqs=16)
+    workload(ref)
+    want = results(run_all(ref))
+    for layout in ("block", "slot"):
+        in_flight.clear()
+        eng = make_engine(num_blocks=14, max_num_batched_tokens=24, kv_layout=layout, async_scheduling=True)
+        workload(eng)
+        assert results(run_all(eng)) == want
+        assert any(in_flight), "no preemption hit a request with a row in flight"
+        eng.close()
+    assert starts["deferred"] > 100
+
+
+def test_a_failing_step_skips_the_one_planned_beside_it(starts):
+    """Every step with r3 fails: the step planned beside a failed one is not run on the step
+    thread but after the failing rows are found, without them; the others' outputs are unchanged."""
+    ref = make_engine()
+    workload(ref, n=8)
+    want = results(run_all(ref))
+    runner = FakeRunner(fail_when=lambda b: "r3" in b.req_ids)
+    eng = make_engine(runner, async_scheduling=True)
+    workload(eng, n=8)
+    got = results(run_all(eng))
+    assert got["r3"][0][2] == "error"
+    assert {k: v for k, v in got.items() if k != "r3"} == {k: v for k, v in want.items() if k != "r3"}
+    assert starts["ahead"] > 10  # and the engine went on planning ahead after the failure
+    eng.close()
+
+
+def test_a_lost_device_closes_the_engine_without_another_call():
+    runner = LosingRunner(lose_at=3)
+    eng = make_engine(runner, async_scheduling=True)
+    workload(eng, n=4)
+    outs = []
+    while eng.dead is None:
+        outs += eng.step()
+    finals = [o for o in outs if o.finished]
+    assert len(finals) == 4 and any(isinstance(o.error, str) and "DEVICE_LOST" in o.error for o in finals)
+    assert runner.after_loss == 0  # the step planned beside the lost one never reached the runner
+    eng.close()
+
+
+@pytest.mark.parametrize("sp", [dict(repetition_penalty=1.3), dict(presence_penalty=0.5),
+                                dict(frequency_penalty=0.4)])
+def test_rows_that_read_their_output_are_never_planned_ahead(starts, sp):
+    """A penalty (or a grammar's mask: step_runner._needs_output) needs the token before on the
+    host: no step is planned beside one that samples such a row (once it ends, q goes ahead)."""
+    eng = make_engine(async_scheduling=True)
+    eng.add_request("p", [97, 98], SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=5, **sp))
+    eng.add_request("q", [99, 98], SamplingParams(max_tokens=9, ignore_eos=True))
+    got = results(run_all(eng))
+    assert starts["ahead"] > 0 and not any("p" in rows for rows in starts["beside"])  # q alone went ahead
+    ref = make_engine()
+    ref.add_request("p", [97, 98], SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=5, **sp))
+    ref.add_request("q", [99, 98], SamplingParams(max_tokens=9, ignore_eos=True))
+    assert got == results(run_all(ref))
+    eng.close()
+    plain = Request("g", "g", 0, [1], SamplingParams(), seed=0, max_tokens=4, eos_token_ids=frozenset(),
+                    times=RequestTimes(0.0))
+    assert not step_runner._needs_output(plain)
+    plain.structured = object()
+    assert step_runner._needs_output(plain)
+
+
+def test_seeded_and_min_tokens_draws_are_the_synchronous_ones(starts):
+    """The draw a row makes (its seed's step, the min_tokens ban on eos) counts the token the step
+    in flight samples first."""
+    def workload_min(eng):
+        for i in range(6):
+            eng.add_request(f"s{i}", [10 + i, 20, 30], SamplingParams(max_tokens=12, temperature=1.0, seed=i,
+                                                                     min_tokens=4 + i))
+    ref = FakeRunner(next_fn=None)
+    want_eng = make_engine(ref)
+    workload_min(want_eng)
+    want = results(run_all(want_eng))
+    eng = make_engine(FakeRunner(), async_scheduling=True)
+    workload_min(eng)
+    assert results(run_all(eng)) == want and starts["deferred"] > 20
+    eng.close()
+
+
+@pytest.mark.parametrize("part", ["tier", "reuse"])
+def test_not_beside_the_disk_prompt_cache_or_cache_reuse(starts, part):
+    """They move K/V on the engine's thread while it schedules (LLM wires them; stood in for
+    here, never called: no block is evicted or reused)."""
+    eng = make_engine(async_scheduling=True)
+    kv = eng.scheduler.kv
+    if part == "tier":
+        kv.tier = types.SimpleNamespace(stats=None)
+    else:
+        kv.reuse = CacheReuse(4, cache=None)  # one request: nothing to plan from, nothing copied
+    eng.add_request("a", [1, 2, 3], SamplingParams(max_tokens=4, ignore_eos=True))
+    run_all(eng)
+    assert starts["ahead"] == 0
+    eng.close()
+
+
+def test_the_flag_implies_async_output_and_refuses_speculation():
+    assert EngineConfig(async_scheduling=True).async_output is True
+    with pytest.raises(ValueError, match="async_scheduling must be a bool"):
+        EngineConfig(async_scheduling=1)
+
+    class Spec:  # stands in for a SpecDecoder: the engine refuses before it uses one
+        stats = None
+
+    with pytest.raises(ValueError, match="async_scheduling does not combine with speculative decoding"):
+        LLMEngine(EngineConfig(async_scheduling=True), FakeRunner(), FakeTokenizer(), speculative=Spec())
+
+
+def test_serve_passes_the_choice_to_the_engine_and_refuses_the_disk_cache():
+    from llaisys.cli import build_parser
+    from llaisys.server.serve import build_state
+
+    for flags, want in (([], False), (["--async-scheduling"], True)):
+        state = build_state(build_parser().parse_args(["serve", "some-model"] + flags))  # nothing loads yet
+        assert state.registry.engine_kwargs["async_scheduling"] is want
+    for flags in (["--prompt-cache-dir", "/tmp/x"], ["--cache-reuse", "64"]):
+        with pytest.raises(ValueError, match="--async-scheduling does not combine"):
+            build_state(build_parser().parse_args(["serve", "some-model", "--async-scheduling"] + flags))
