@@ -2,7 +2,8 @@
 model so small that the step itself is almost free (issue 41).
 
     python tools/bench_engine_cost.py [--batches 1 64] [--tokens 128] [--repeats 3] [--out FILE]
-        [--async-output off|on|both] [--model DIR_OR_GGUF] [--device cpu|nvidia] [--device-wait-us N]
+        [--modes sync async_output async_scheduling] [--model DIR_OR_GGUF] [--device cpu|nvidia]
+        [--device-wait-us N]
 
 The model is written here: a random Qwen2 of 2 layers, hidden 32, a 1,024-row vocabulary (f32,
 safetensors written with numpy: no torch), with a byte-level BPE tokenizer of 1,024 ids trained
@@ -20,6 +21,11 @@ per step at larger B:
   gc       the cyclic garbage collector's pauses in a run, the mean over the repeats (a full
            collection is rare, and as long as the objects it walks are many)
   longest  the longest gap between two steps' starts over the repeats (where such a pause shows)
+
+--modes: the engine's step orders to measure, one LLM each, alternating repeat by repeat: sync
+(the default), async_output (a step's outputs made while the next computes) and
+async_scheduling (each step also planned while the one before computes). With either of the
+last two, "engine" is the host time the steps did not hide.
 
 Each repeat is a fresh generate on the same LLM after one untimed run of the same shape;
 medians of the repeats, and the least engine time of them ("best": on a busy machine the figure
@@ -42,6 +48,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import host  # noqa: E402
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 1024, 32, 2, 4, 2, 64
+# the engine's step orders: LLM arguments
+MODES = {"sync": {}, "async_output": dict(async_output=True), "async_scheduling": dict(async_scheduling=True)}
 
 
 def write_tiny_model(path: Path, seed: int = 0) -> Path:
@@ -144,9 +152,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads (the step is tiny: 1 avoids team wake-ups)")
-    ap.add_argument("--async-output", default="off", choices=["off", "on", "both"],
-                    help="the engine's async_output (both: the two engines alternate, repeat by repeat); with it, "
-                         "'engine' is the host time the step did not hide")
+    ap.add_argument("--modes", nargs="+", default=["sync"], choices=list(MODES),
+                    help="the engine's step orders (one LLM each, alternating repeat by repeat); with the async "
+                         "ones 'engine' is the host time the steps did not hide")
     ap.add_argument("--model", default=None,
                     help="a model to run instead of the tiny one (a directory or .gguf): the engine beside real steps")
     ap.add_argument("--device", default="cpu", choices=["cpu", "nvidia"])
@@ -165,11 +173,11 @@ def main(argv=None) -> int:
     machine = host.machine()
     print(host.describe(machine), flush=True)
     rows = []
-    modes = {"off": [False], "on": [True], "both": [False, True]}[args.async_output]
+    modes = list(dict.fromkeys(args.modes))
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         model = args.model or str(write_tiny_model(Path(tmp) / "tiny"))
         llms = {a: stack.enter_context(LLM(model, threads=args.threads, max_num_seqs=max(args.batches),
-                                           device=args.device, async_output=a,
+                                           device=args.device, **MODES[a],
                                            kv_cache_memory=args.kv_cache_memory))
                 for a in modes}
         if args.gc_freeze:
@@ -188,11 +196,11 @@ def main(argv=None) -> int:
     wait = f", a simulated device wait of {args.device_wait_us:.0f} us a step" if args.device_wait_us else ""
     print(f"\nengine cost, {what} on {args.device}{wait}, {args.tokens} tokens a request, {args.threads} thread(s), "
           f"median of {args.repeats}")
-    print("| batch | async_output | per | wall us | execute us | engine us | best engine us | gc ms a run | "
+    print("| batch | mode | per | wall us | execute us | engine us | best engine us | gc ms a run | "
           "longest step ms | steps |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['batch']} | {'on' if r['async_output'] else 'off'} | {r['per']} | {r['wall_us']:.0f} | "
+        print(f"| {r['batch']} | {r['mode']} | {r['per']} | {r['wall_us']:.0f} | "
               f"{r['execute_us']:.0f} | {r['engine_us']:.0f} | {r['engine_us_best']:.0f} | {r['gc_ms']:.1f} | "
               f"{r['max_step_ms']:.2f} | {r['steps']} |")
     Path(args.out).write_text(json.dumps({"machine": machine, "args": vars(args), "rows": rows}, indent=1))
@@ -200,11 +208,11 @@ def main(argv=None) -> int:
     return 0
 
 
-def summarize(b: int, async_output: bool, runs: list) -> dict:
+def summarize(b: int, mode: str, runs: list) -> dict:
     """One table row: the medians of one engine's repeats at batch b."""
     per = "token" if b == 1 else "step"
     unit = [r["tokens"] if b == 1 else r["steps"] for r in runs]
-    return {"batch": b, "async_output": async_output, "per": per, "runs": runs,
+    return {"batch": b, "mode": mode, "per": per, "runs": runs,
             "wall_us": statistics.median(r["wall_s"] / u * 1e6 for r, u in zip(runs, unit)),
             "execute_us": statistics.median(r["execute_s"] / u * 1e6 for r, u in zip(runs, unit)),
             "engine_us": statistics.median((r["wall_s"] - r["execute_s"]) / u * 1e6 for r, u in zip(runs, unit)),

@@ -86,6 +86,9 @@ class Spy:
         self.runner = runner
         self.steps = []  # per computing step: (n_seqs, n_tokens, n_sample)
 
+    def prepare(self, batch):  # the step's core arguments, made on the engine's thread
+        self.runner.prepare(batch)
+
     def execute(self, batch):
         if batch.n_tokens:
             self.steps.append((batch.n_seqs, batch.n_tokens, batch.n_sample))

@@ -21,14 +21,15 @@ def test_the_tool_counts_steps_and_splits_the_time(tmp_path):
     assert rows[1]["engine_us"] > 0 and rows[1]["per"] == "token" and rows[3]["per"] == "step"
 
 
-def test_both_engines_alternate_and_the_simulated_wait_counts_as_the_step(tmp_path):
+def test_the_engines_alternate_and_the_simulated_wait_counts_as_the_step(tmp_path):
     out = tmp_path / "cost.json"
-    assert bench_engine_cost.main(["--batches", "2", "--tokens", "4", "--repeats", "2", "--async-output", "both",
+    modes = ["sync", "async_output", "async_scheduling"]
+    assert bench_engine_cost.main(["--batches", "2", "--tokens", "4", "--repeats", "2", "--modes", *modes,
                                    "--device-wait-us", "2000", "--out", str(out)]) == 0
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["batch"], r["async_output"]) for r in rows] == [(2, False), (2, True)]
+    assert [(r["batch"], r["mode"]) for r in rows] == [(2, m) for m in modes]
     for r in rows:
         assert len(r["runs"]) == 2
         for run in r["runs"]:
-            assert run["tokens"] == 8 and run["steps"] == 4  # the same steps with and without the overlap
+            assert run["tokens"] == 8 and run["steps"] == 4  # the same steps in every order
             assert run["execute_s"] >= 4 * 0.002  # every step waited inside execute

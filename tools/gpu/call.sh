@@ -25,8 +25,9 @@
 #      attention (LLAISYS_FLASH_PREFILL=1, opt-in until test_nvidia_attention.py's flash cases pass)
 #   4. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   5. decode at a CALL_LONG-token context
-#   6. the engine's overlapped output processing (async_output, off by default: doc/engine.md)
-#      against the synchronous engine, through LLM.generate at batch 1 and 64 (bench_engine_cost.py)
+#   6. the engine's overlapped output processing and async scheduling (async_output,
+#      async_scheduling; off by default: doc/engine.md) against the synchronous engine, through
+#      LLM.generate at batch 1 and 64 (bench_engine_cost.py)
 set -u
 cd "$(dirname "$0")/../.."
 F="${OUT:-$PWD/gpu-out}"; mkdir -p "$F"; export OUT=/tmp/call-out; mkdir -p $OUT
@@ -94,6 +95,6 @@ fi
 timeout 45 $P --prompt "${CALL_LONG:-4096}" --steps 32 --out $OUT/long.json 2>&1 | tail -1
 pack
 for f in tokenizer.json tokenizer_config.json generation_config.json; do cp "$G/tokenizer/$f" "$M/" 2> /dev/null; done
-timeout 90 python3 tools/bench_engine_cost.py --model $M --device nvidia --kv-cache-memory 2GiB --async-output both --batches 1 64 \
-    --tokens 64 --repeats 3 --out $OUT/async-output.json 2>&1 | grep -E "^\|"
+timeout 120 python3 tools/bench_engine_cost.py --model $M --device nvidia --kv-cache-memory 2GiB --modes sync async_output async_scheduling --batches 1 64 \
+    --tokens 64 --repeats 3 --out $OUT/async.json 2>&1 | grep -E "^\|"
 pack

@@ -137,26 +137,41 @@ class CoreModelRunner:
         return self.model.stats()
 
     def prepare(self, batch: StepInput) -> None:
-        """Make the step's sampling rows (batch.prepared) from its requests: on the engine's
-        thread, before the call (with async scheduling the requests change while a step computes)."""
-        n_sample, n_hidden = batch.n_sample, len(batch.hidden_rows) if np.count_nonzero(batch.pooling) else 0
+        """Make the step's core arguments (batch.prepared: its sampling rows from its requests, the
+        C structs, the result arrays) on the engine's thread, before the call: with async
+        scheduling the requests change while a step computes, and the step thread then runs
+        little Python between two calls. batch.token_ids becomes the array the call reads."""
+        if batch.n_tokens == 0:
+            return
+        n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
         reqs = batch.sample_requests
         steps = batch.sample_steps
         if steps is None:
             steps = np.fromiter((len(r.output_token_ids) for r in reqs), np.int64, n_sample) + \
                 (0 if batch.sample_offsets is None else batch.sample_offsets)
-        if reqs and batch.sample_offsets is None and not n_hidden:  # the common step: kept packed
+        if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
             sampling = self.sampling_rows.pack(reqs, steps)
-            batch.prepared = (sampling, sampling.top, self.sampling_rows.wants_logprobs)
-            return
-        rows = [row_sampling(r, o, r.spec_token_ids, step=s) for r, o, s in zip(reqs, batch.offsets, steps.tolist())]
-        # One call for both kinds: the core's sample rows are the generation rows' last tokens,
-        # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
-        # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
-        # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
-        sampling = rows + [POOLING_ROW] * n_hidden if rows else None
-        batch.prepared = (sampling, max((r.n_logprobs for r in rows), default=0),
-                          any(r.sampling_params.logprobs is not None for r in reqs))
+            top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs
+        else:
+            rows = [row_sampling(r, o, r.spec_token_ids, step=s)
+                    for r, o, s in zip(reqs, batch.offsets, steps.tolist())]
+            # One call for both kinds: the core's sample rows are the generation rows' last tokens,
+            # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
+            # none (params NULL), so a step that also samples gives the pooling rows a plain greedy
+            # draw whose id is dropped (it costs their lm_head rows; doc/engine.md has the figure).
+            sampling = rows + [POOLING_ROW] * len(hidden_rows) if rows else None
+            top = max((r.n_logprobs for r in rows), default=0)
+            wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
+        core_rows = np.concatenate([batch.sample_rows, hidden_rows]) if len(hidden_rows) else batch.sample_rows
+        layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
+                      context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)
+        step = self.model.prepare_step(
+            self.cache, token_ids=batch.token_ids, positions=batch.positions, query_start=batch.query_start,
+            sample_rows=core_rows, sampling=sampling, top_capacity=top, want_logprobs=wants_logprobs,
+            want_hidden=len(hidden_rows) > 0, want_logits=batch.want_logits, embed_rows=batch.embed_rows,
+            embeds=batch.embeds, **layout)
+        batch.token_ids = step.token_ids
+        batch.prepared = (step, sampling is not None)
 
     def execute(self, batch: StepInput) -> StepResult:
         if batch.kv_layout == "slot":
@@ -170,22 +185,15 @@ class CoreModelRunner:
                     self.cache.seq_rm(int(seq), int(p0), -1)
         if batch.n_tokens == 0:
             return empty_result()
-        n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
         if batch.prepared is None:  # a batch the StepRunner did not prepare (a failure search's part)
             self.prepare(batch)
-        sampling, top, wants_logprobs = batch.prepared
-        core_rows = np.concatenate([batch.sample_rows, hidden_rows]) if len(hidden_rows) else batch.sample_rows
-        layout = dict(slot_mapping=batch.slot_mapping, block_tables=batch.block_tables,
-                      context_lens=batch.context_lens) if batch.kv_layout == "block" else dict(seq_ids=batch.seq_ids)
-        res = self.model.step(self.cache, token_ids=batch.token_ids, positions=batch.positions,
-                              query_start=batch.query_start, sample_rows=core_rows, sampling=sampling,
-                              top_capacity=top, want_logprobs=wants_logprobs, want_hidden=len(hidden_rows) > 0,
-                              want_logits=batch.want_logits, embed_rows=batch.embed_rows, embeds=batch.embeds,
-                              **layout)
+        step, sampled = batch.prepared
+        res = self.model.run_step(step)
         if res is None:  # the scheduler's accounting should make this impossible
             raise RuntimeError("the KV cache ran out of cells for a step the scheduler admitted")
-        if sampling is None:
+        if not sampled:
             return StepResult(token_ids=np.zeros(0, np.int64), hidden=res.hidden)
+        n_sample = batch.n_sample
         return StepResult(token_ids=res.token_ids[:n_sample], logprobs=_head(res.logprobs, n_sample),
                           top_ids=_head(res.top_ids, n_sample), top_logprobs=_head(res.top_logprobs, n_sample),
                           hidden=None if res.hidden is None else res.hidden[n_sample:],

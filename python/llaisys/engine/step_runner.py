@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import numpy as np
 
+from .device_thread import DeviceThread
 from .input_batch import DEFERRED, InputBatch
 from .sched_output import SchedulerOutput
 from .step_cost import StepCost, attention_pairs
@@ -109,15 +110,14 @@ def _timed(fn: Callable, batch: StepInput) -> tuple:
     return fn(batch), time.perf_counter() - t0
 
 
-def _timed_after(before: Future, dst: np.ndarray, src: np.ndarray, fn: Callable, batch: StepInput) -> tuple:
-    """On the device thread, once the step before is done: its sampled ids [src] into this step's
-    ids [dst], then this step's call."""
-    try:
-        ids = before.result()[0].token_ids
-    except BaseException as e:
-        raise _Skipped() from e
-    batch.token_ids[dst] = np.asarray(ids).reshape(-1)[src]
-    return _timed(fn, batch)
+def _deferred_ids(dst: np.ndarray, src: np.ndarray, batch: StepInput) -> Callable:
+    """The ready() of a step planned beside the one before (DeviceThread.submit): on the device
+    thread, once that step returned, its sampled ids [src] into this step's ids [dst]."""
+    def ready(before) -> None:
+        if isinstance(before, BaseException):
+            raise _Skipped() from before
+        batch.token_ids[dst] = np.asarray(before[0].token_ids).reshape(-1)[src]
+    return ready
 
 
 _OUTPUT = attrgetter("output_token_ids")
@@ -152,7 +152,7 @@ class StepRunner:
         self.step_cost = step_cost  # fed with each step's time (the scheduler's chunk sizing reads it)
         self.spec = speculative  # spec.SpecDecoder, or None
         # overlap: every core call of a step (and of its failure search) runs on this one thread
-        self._device = ThreadPoolExecutor(1, thread_name_prefix="llaisys-step") if overlap else None
+        self._device = DeviceThread() if overlap else None
         self.plan_ahead = plan_ahead  # async scheduling: say whether each step lets the next be planned
         self._prepare = getattr(model_runner, "prepare", None)  # the runner's sample rows, made here
         self._last: RunnerOutput = RunnerOutput()  # what the last finished step gave (a skipped step's ids)
@@ -187,8 +187,8 @@ class StepRunner:
                 raise RuntimeError("a step with deferred rows needs the step in flight on the device thread")
             self.num_started_ahead += 1
             dst = np.flatnonzero(batch.token_ids == DEFERRED)
-            step.call = self._device.submit(_timed_after, after.call, dst, _sources(batch, dst, after.batch), fn,
-                                            batch)
+            step.call = self._device.submit(_timed, fn, batch, after=after.call,
+                                            ready=_deferred_ids(dst, _sources(batch, dst, after.batch), batch))
         elif self._device is not None:
             step.call = self._device.submit(_timed, fn, batch)
         else:
@@ -219,7 +219,7 @@ class StepRunner:
     def close(self) -> None:
         """Wait for a core call still running and end the device thread (a no-op without one)."""
         if self._device is not None:
-            self._device.shutdown(wait=True)
+            self._device.close()
 
     def release(self, req_ids) -> None:
         """Requests that ended after this step's computation (a stop, an abort): drop what the

@@ -20,7 +20,8 @@ from ..owned import OwnedHandle
 from .arch import weight_slots
 from .config import ModelParams
 from .loader import LoadedModel, load_model
-from .step_io import PackedSampling, RowSampling, StepResult, fill_sampling, make_batch, make_embeds, ptr
+from .step_io import (PackedSampling, PreparedStep, RowSampling, StepResult, fill_sampling, make_batch, make_embeds,
+                      ptr)
 
 __all__ = ["Model", "ModelStatsInfo", "RowSampling", "StepResult", "c_params"]
 
@@ -197,7 +198,22 @@ class Model(OwnedHandle):
         With want_logprobs=False the result's logprobs is None; greedy rows may then be decided
         without computing every logit (the lm_head screen, doc/architecture.md).
 
-        Returns None when a SLOT cache has no room (nothing was written)."""
+        Returns None when a SLOT cache has no room (nothing was written). The same as
+        run_step(prepare_step(...)): the engine's runner makes the arguments on its own thread."""
+        return self.run_step(self.prepare_step(
+            cache, token_ids=token_ids, positions=positions, query_start=query_start, sample_rows=sample_rows,
+            slot_mapping=slot_mapping, block_tables=block_tables, context_lens=context_lens, seq_ids=seq_ids,
+            sampling=sampling, top_capacity=top_capacity, want_logits=want_logits, want_hidden=want_hidden,
+            want_logprobs=want_logprobs, embed_rows=embed_rows, embeds=embeds))
+
+    def prepare_step(self, cache: KVCache, *, token_ids, positions, query_start, sample_rows=None,
+                     slot_mapping=None, block_tables=None, context_lens=None, seq_ids=None,
+                     sampling: "Optional[Sequence[RowSampling] | PackedSampling]" = None, top_capacity: int = 0,
+                     want_logits: bool = False, want_hidden: bool = False,
+                     want_logprobs: bool = True, embed_rows=None, embeds=None) -> PreparedStep:
+        """step()'s arguments in their C form, and its result arrays, without the call. The
+        batch's ids are ``PreparedStep.token_ids``, which the call reads: ids written there
+        before run_step are the ones computed."""
         keep: list = []  # arrays that must outlive the call
         batch = make_batch(keep, token_ids=token_ids, positions=positions, query_start=query_start,
                            sample_rows=sample_rows, slot_mapping=slot_mapping, block_tables=block_tables,
@@ -232,16 +248,23 @@ class Model(OwnedHandle):
         if want_hidden:
             res.hidden = np.zeros((n_sample, self.config.hidden_size), np.float32)  # [n_sample, hidden]
             out.hidden = ptr(res.hidden)
+        emb = None
         if embed_rows is not None and len(embed_rows):
             if not has_step_embeds(LIB):
                 raise ValueError("prompt_embeds: the loaded libllaisys has no llaisysModelStepEmbeds (rebuild it)")
             emb = make_embeds(keep, embed_rows, embeds, self.config.hidden_size)
-            status = LIB.llaisysModelStepEmbeds(self.handle, cache.handle, ctypes.byref(batch), ctypes.byref(emb),
-                                                params_ptr, ctypes.byref(out))
+        return PreparedStep(cache, batch, emb, params_ptr, out, res, keep, token_ids=keep[0])
+
+    def run_step(self, prepared: PreparedStep) -> Optional[StepResult]:
+        """The core call of a prepare_step (None when a SLOT cache has no room)."""
+        p = prepared
+        if p.embeds is not None:
+            status = LIB.llaisysModelStepEmbeds(self.handle, p.cache.handle, ctypes.byref(p.batch),
+                                                ctypes.byref(p.embeds), p.params, ctypes.byref(p.out))
         else:
-            status = LIB.llaisysModelStep(self.handle, cache.handle, ctypes.byref(batch), params_ptr,
-                                          ctypes.byref(out))
+            status = LIB.llaisysModelStep(self.handle, p.cache.handle, ctypes.byref(p.batch), p.params,
+                                          ctypes.byref(p.out))
         if status == Status.NO_KV_SPACE:
             return None
         check(status)
-        return res
+        return p.result

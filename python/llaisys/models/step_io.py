@@ -116,6 +116,20 @@ class PackedSampling:
         fill_sampling(self.params[i], r, self._keep[i])
 
 
+@dataclass(eq=False)
+class PreparedStep:
+    """Model.prepare_step's C arguments and result arrays, for Model.run_step."""
+
+    cache: object  # the KVCache
+    batch: Batch  # llaisysBatch_t over the arrays in keep
+    embeds: Optional[BatchEmbeds]  # llaisysBatchEmbeds_t, or None
+    params: object  # the llaisysSamplingParams_t array, or None
+    out: object  # the llaisysStepOutput_t pointing into result's arrays
+    result: StepResult  # what the call fills
+    keep: list  # arrays the structs point into (they must outlive the call)
+    token_ids: np.ndarray  # [n_tokens] int64 the ids the call reads (keep's first array)
+
+
 def make_batch(keep: list, *, token_ids, positions, query_start, sample_rows, slot_mapping, block_tables,
                context_lens, seq_ids) -> Batch:
     """A llaisysBatch_t over contiguous copies of the arrays (appended to `keep`)."""
