@@ -8,6 +8,7 @@ costs one dropped row, one ended by max_tokens none; a preemption of a request i
 failing step, a lost device and the rows that must see their output (penalties, a grammar)
 behave as without it. The autouse leak check (conftest.py) runs after each test."""
 
+import collections
 import threading
 import time
 import types
@@ -227,3 +228,38 @@ def test_serve_passes_the_choice_to_the_engine_and_refuses_the_disk_cache():
     for flags in (["--prompt-cache-dir", "/tmp/x"], ["--cache-reuse", "64"]):
         with pytest.raises(ValueError, match="--async-scheduling does not combine"):
             build_state(build_parser().parse_args(["serve", "some-model", "--async-scheduling"] + flags))
+
+
+def test_a_skipped_step_whose_rows_all_failed_still_frees_its_seq_ids():
+    """SLOT: c ends while a failing request's prefill computes; the step planned beside that
+    prefill holds only the failing row and c's freed seq id. Run after the failure search without
+    its row, it must still clear the seq, or the next request given that seq id reads c's cells."""
+    class Recording(FakeRunner):  # records every call that raised (the failure search hides them)
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.raised = []
+
+        def execute(self, batch):
+            try:
+                return super().execute(batch)
+            except Exception as e:
+                self.raised.append((list(batch.req_ids), str(e)))
+                raise
+
+    runner = Recording(fail_when=lambda b: "bad" in b.req_ids)
+    eng = make_engine(runner, kv_layout="slot", async_scheduling=True, max_num_seqs=2)
+    eng.scheduler.kv._free_seq_ids = collections.deque([0, 1])  # two seq ids: d and e reuse c's and bad's
+    eng.add_request("c", [1, 2, 3], SamplingParams(max_tokens=3, ignore_eos=True))
+    c = eng.scheduler.requests["c"]
+    while not (c.num_pending_tokens and len(c.output_token_ids) + c.num_pending_tokens >= c.max_tokens):
+        eng.step()
+    eng.add_request("bad", [4, 5, 6], SamplingParams(max_tokens=4, ignore_eos=True))
+    finals = run_all(eng, check_deltas=False)
+    assert finals["bad"].outputs[0].finish_reason == "error"
+    assert finals["c"].outputs[0].finish_reason == "length"
+    eng.add_request("d", [7, 8, 9], SamplingParams(max_tokens=4, ignore_eos=True))  # takes a freed seq id
+    eng.add_request("e", [7, 8, 9, 10], SamplingParams(max_tokens=4, ignore_eos=True))
+    finals = run_all(eng)
+    assert [finals[r].outputs[0].finish_reason for r in "de"] == ["length", "length"], finals
+    assert all("bad" in rows for rows, _ in runner.raised), runner.raised  # no stale seq met d or e
+    eng.close()

@@ -241,8 +241,8 @@ class StepRunner:
 
     def _unskipped(self, step: StartedStep) -> Optional[StepInput]:
         """A skipped step's batch with its deferred ids from the finished step before, less the
-        rows whose request that step did not advance (it failed there: the engine ended it);
-        None when no row is left."""
+        rows whose request that step did not advance (it failed there: the engine ended it;
+        the step's frees stay); None when nothing is left to run."""
         batch = step.batch
         dst = np.flatnonzero(batch.token_ids == DEFERRED)
         keep = np.ones(batch.n_seqs, bool)
@@ -256,7 +256,9 @@ class StepRunner:
         if keep.all():
             return batch
         rows = np.flatnonzero(keep).tolist()
-        return select_rows(batch, rows, keep_frees=True) if rows else None
+        if not rows and not batch.free_seq_ids.size and not batch.finished_req_ids:
+            return None
+        return select_rows(batch, rows, keep_frees=True)
 
     def _run(self, step: StartedStep) -> RunnerOutput:
         batch = step.batch
