@@ -119,9 +119,10 @@ class Scheduler:
         cost, target = self.step_cost, self.config.decode_gap_ms / 1e3
         if cost is None or target <= 0:
             return None
+        ahead = self.config.async_scheduling  # (the counters are 0 without it: not read, this is hot)
         if not self.waiting:  # no prompt waiting and every running row decodes: no chunk to cut
             for r in self.running:
-                if _uncomputed(r) != 1:
+                if (_uncomputed(r) if ahead else len(r.all_token_ids) - r.num_computed_tokens) != 1:
                     break
             else:
                 return None
@@ -189,11 +190,14 @@ class Scheduler:
         tables, bs, block, slot = kv.tables, kv.block_size, kv.layout == "block", kv.layout == "slot"
         scheduled, n_sched, n_comp, sample = out.scheduled, out.num_scheduled_tokens, out.num_computed_tokens, \
             out.sample_req_ids
-        j, n_run = i, len(running)
+        j, n_run, ahead = i, len(running), self.config.async_scheduling
+        pending = 0
         while j < n_run:
             req = running[j]
-            known, computed, rid = req.all_token_ids, req.num_computed_tokens + req.num_inflight_tokens, req.request_id
-            pending = req.num_pending_tokens
+            known, computed, rid = req.all_token_ids, req.num_computed_tokens, req.request_id
+            if ahead:  # (the counters are 0 without it: not read, this is the hottest loop)
+                computed += req.num_inflight_tokens
+                pending = req.num_pending_tokens
             table = tables.get(rid)
             # the reserve of _schedule_running: one token for each running row after this one
             if (len(known) + pending - computed != 1 or budget <= n_run - j - 1 or req.runner_tokens < 0
