@@ -130,9 +130,10 @@ def test_failing_rows_are_found_and_the_others_are_unchanged():
     eng.close()
 
 
-def test_a_lost_device_closes_the_engine_without_another_call():
+@pytest.mark.parametrize("name", ["async_output", "async_scheduling"])  # the second: no step planned beside
+def test_a_lost_device_closes_the_engine_without_another_call(name):  # the lost one reaches the runner
     runner = LosingRunner(lose_at=3)
-    eng = make_engine(runner, async_output=True)
+    eng = make_engine(runner, **{name: True})
     workload(eng, n=4)
     outs = []
     while eng.dead is None:
@@ -163,24 +164,26 @@ def test_close_waits_for_the_step_in_flight():
     assert eng.scheduler.kv.num_used_blocks == 0
 
 
-def test_a_bad_value_and_speculation_are_refused():
-    with pytest.raises(ValueError, match="async_output must be a bool"):
-        EngineConfig(async_output="yes")
+@pytest.mark.parametrize("name", ["async_output", "async_scheduling"])  # (the second: test_async_scheduling.py)
+def test_a_bad_value_and_speculation_are_refused(name):
+    with pytest.raises(ValueError, match=f"{name} must be a bool"):
+        EngineConfig(**{name: "yes"})
 
     class Spec:  # stands in for a SpecDecoder: the engine refuses before it uses one
         stats = None
 
-    with pytest.raises(ValueError, match="async_output does not combine with speculative decoding"):
-        LLMEngine(EngineConfig(async_output=True), FakeRunner(), FakeTokenizer(), speculative=Spec())
+    with pytest.raises(ValueError, match=f"{name} does not combine with speculative decoding"):
+        LLMEngine(EngineConfig(**{name: True}), FakeRunner(), FakeTokenizer(), speculative=Spec())
 
 
-def test_serve_passes_the_choice_to_the_engine():
+@pytest.mark.parametrize("name", ["async_output", "async_scheduling"])
+def test_serve_passes_the_choice_to_the_engine(name):
     from llaisys.cli import build_parser
     from llaisys.server.serve import build_state
 
-    for flags, want in (([], False), (["--async-output"], True)):
+    for flags, want in (([], False), (["--" + name.replace("_", "-")], True)):
         state = build_state(build_parser().parse_args(["serve", "some-model"] + flags))  # nothing loads yet
-        assert state.registry.engine_kwargs["async_output"] is want
+        assert state.registry.engine_kwargs[name] is want
 
 
 def test_memory_stats_do_not_call_the_core_while_a_step_computes():

@@ -5,8 +5,9 @@ What must hold: the outputs are the synchronous engine's (test_llm_engine, test_
 and test_engine_properties run all three step orders; here the parts only this order has); the
 next step really is planned and queued while the one before computes; a token ended by eos
 costs one dropped row, one ended by max_tokens none; a preemption of a request in flight, a
-failing step, a lost device and the rows that must see their output (penalties, a grammar)
-behave as without it. The autouse leak check (conftest.py) runs after each test."""
+failing step and the rows that must see their output (penalties, a grammar) behave as without
+it (a lost device and the flag's checks: test_async_output.py, for both flags). The autouse
+leak check (conftest.py) runs after each test."""
 
 import collections
 import threading
@@ -15,13 +16,12 @@ import types
 
 import pytest
 
-from fake_runner import EOS, FakeRunner, FakeTokenizer, make_engine, run_all
-from llaisys.engine import EngineConfig, LLMEngine, Request, RequestTimes, SamplingParams, step_runner
+from fake_runner import EOS, FakeRunner, make_engine, run_all
+from llaisys.engine import EngineConfig, Request, RequestTimes, SamplingParams, step_runner
 from llaisys.engine.cache_reuse import CacheReuse
 from llaisys.engine.scheduler import Scheduler
 
 from test_async_output import PermitRunner
-from test_device_lost import LosingRunner
 from test_llm_engine import results, workload
 
 
@@ -138,19 +138,6 @@ def test_a_failing_step_skips_the_one_planned_beside_it(starts):
     eng.close()
 
 
-def test_a_lost_device_closes_the_engine_without_another_call():
-    runner = LosingRunner(lose_at=3)
-    eng = make_engine(runner, async_scheduling=True)
-    workload(eng, n=4)
-    outs = []
-    while eng.dead is None:
-        outs += eng.step()
-    finals = [o for o in outs if o.finished]
-    assert len(finals) == 4 and any(isinstance(o.error, str) and "DEVICE_LOST" in o.error for o in finals)
-    assert runner.after_loss == 0  # the step planned beside the lost one never reached the runner
-    eng.close()
-
-
 @pytest.mark.parametrize("sp", [dict(repetition_penalty=1.3), dict(presence_penalty=0.5),
                                 dict(frequency_penalty=0.4)])
 def test_rows_that_read_their_output_are_never_planned_ahead(starts, sp):
@@ -206,25 +193,12 @@ def test_not_beside_the_disk_prompt_cache_or_cache_reuse(starts, part):
     eng.close()
 
 
-def test_the_flag_implies_async_output_and_refuses_speculation():
-    assert EngineConfig(async_scheduling=True).async_output is True
-    with pytest.raises(ValueError, match="async_scheduling must be a bool"):
-        EngineConfig(async_scheduling=1)
-
-    class Spec:  # stands in for a SpecDecoder: the engine refuses before it uses one
-        stats = None
-
-    with pytest.raises(ValueError, match="async_scheduling does not combine with speculative decoding"):
-        LLMEngine(EngineConfig(async_scheduling=True), FakeRunner(), FakeTokenizer(), speculative=Spec())
-
-
-def test_serve_passes_the_choice_to_the_engine_and_refuses_the_disk_cache():
+def test_the_flag_implies_async_output_and_serve_refuses_the_disk_cache_beside_it():
+    """(A bad value, speculation and the flag's way through serve: test_async_output.py, both flags.)"""
     from llaisys.cli import build_parser
     from llaisys.server.serve import build_state
 
-    for flags, want in (([], False), (["--async-scheduling"], True)):
-        state = build_state(build_parser().parse_args(["serve", "some-model"] + flags))  # nothing loads yet
-        assert state.registry.engine_kwargs["async_scheduling"] is want
+    assert EngineConfig(async_scheduling=True).async_output is True
     for flags in (["--prompt-cache-dir", "/tmp/x"], ["--cache-reuse", "64"]):
         with pytest.raises(ValueError, match="--async-scheduling does not combine"):
             build_state(build_parser().parse_args(["serve", "some-model", "--async-scheduling"] + flags))
