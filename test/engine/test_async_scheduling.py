@@ -5,8 +5,8 @@ What must hold: the outputs are the synchronous engine's (test_llm_engine, test_
 and test_engine_properties run all three step orders; here the parts only this order has); the
 next step really is planned and queued while the one before computes; a token ended by eos
 costs one dropped row, one ended by max_tokens none; a preemption of a request in flight, a
-failing step and the rows that must see their output (penalties, a grammar) behave as without
-it (a lost device and the flag's checks: test_async_output.py, for both flags). The autouse
+failing step and the rows whose grammar must see their output behave as without it (a lost
+device and the flag's checks: test_async_output.py, for both flags). The autouse
 leak check (conftest.py) runs after each test."""
 
 import collections
@@ -17,7 +17,7 @@ import types
 import pytest
 
 from fake_runner import EOS, FakeRunner, make_engine, run_all
-from llaisys.engine import EngineConfig, Request, RequestTimes, SamplingParams, step_runner
+from llaisys.engine import EngineConfig, SamplingParams, step_runner
 from llaisys.engine.cache_reuse import CacheReuse
 from llaisys.engine.scheduler import Scheduler
 
@@ -138,26 +138,38 @@ def test_a_failing_step_skips_the_one_planned_beside_it(starts):
     eng.close()
 
 
-@pytest.mark.parametrize("sp", [dict(repetition_penalty=1.3), dict(presence_penalty=0.5),
-                                dict(frequency_penalty=0.4)])
-def test_rows_that_read_their_output_are_never_planned_ahead(starts, sp):
-    """A penalty (or a grammar's mask: step_runner._needs_output) needs the token before on the
-    host: no step is planned beside one that samples such a row (once it ends, q goes ahead)."""
-    eng = make_engine(async_scheduling=True)
-    eng.add_request("p", [97, 98], SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=5, **sp))
+class StubGrammar:
+    """Stands in for a grammar's matcher (structured_matcher.Matcher): accepts every token."""
+
+    done = False
+
+    def advance(self, token_id: int) -> None:
+        pass
+
+
+def two_requests(eng, grammar: bool) -> None:
+    eng.add_request("p", [97, 98], SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=5,
+                                                  presence_penalty=0.5))
     eng.add_request("q", [99, 98], SamplingParams(max_tokens=9, ignore_eos=True))
+    if grammar:
+        eng.scheduler.requests["p"].structured = StubGrammar()
+
+
+@pytest.mark.parametrize("grammar", [False, True])
+def test_a_grammar_row_is_never_planned_ahead_a_penalised_one_is(starts, grammar):
+    """A grammar's mask needs the token before on the host (the matcher advances over it): no
+    step is planned beside one that samples such a row (once it ends, q goes ahead). A penalised
+    row is: its output array's last id is written on the step thread (the 0.5B checks the
+    penalties themselves: test_real_model_engine.py)."""
+    eng = make_engine(async_scheduling=True)
+    two_requests(eng, grammar)
     got = results(run_all(eng))
-    assert starts["ahead"] > 0 and not any("p" in rows for rows in starts["beside"])  # q alone went ahead
+    beside_p = [rows for rows in starts["beside"] if "p" in rows]
+    assert starts["ahead"] > 0 and (not beside_p if grammar else len(beside_p) >= 4)
     ref = make_engine()
-    ref.add_request("p", [97, 98], SamplingParams(max_tokens=6, ignore_eos=True, temperature=1.0, seed=5, **sp))
-    ref.add_request("q", [99, 98], SamplingParams(max_tokens=9, ignore_eos=True))
+    two_requests(ref, grammar)
     assert got == results(run_all(ref))
     eng.close()
-    plain = Request("g", "g", 0, [1], SamplingParams(), seed=0, max_tokens=4, eos_token_ids=frozenset(),
-                    times=RequestTimes(0.0))
-    assert not step_runner._needs_output(plain)
-    plain.structured = object()
-    assert step_runner._needs_output(plain)
 
 
 def test_seeded_and_min_tokens_draws_are_the_synchronous_ones(starts):

@@ -204,6 +204,26 @@ def test_async_output_matches_one_at_a_time(worker, prompts, reference, mode):
 SHORT = [0, 1, 2, 4, 5, 6, 7, 9]  # prompts of 30-39 tokens: 3 or 4 blocks each with their output
 
 
+@pytest.mark.parametrize("sp", [
+    SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, temperature=0.0, repetition_penalty=1.8,
+                   frequency_penalty=1.5),
+    SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, temperature=1.0, seed=11, presence_penalty=1.5),
+], ids=["greedy", "seeded"])
+def test_async_scheduling_penalties_match_the_synchronous_engine(worker, prompts, sp):
+    """The core's penalties count the whole output: with async scheduling a penalised row's last
+    output id is the token the step in flight samples, written on the step thread just before the
+    call. Strong penalties make a missing or wrong id change the tokens."""
+    got = {}
+    for mode in ({}, dict(async_scheduling=True)):
+        eng, spy = make_engine(worker, **mode)
+        try:
+            got[bool(mode)] = tokens(run(eng, prompts[:6], sp))
+            assert (eng.step_runner.num_started_ahead > 10) is bool(mode)
+        finally:
+            eng.close()
+    assert got[True] == got[False]
+
+
 def test_preemption_matches_a_large_pool(worker, prompts, reference):
     # 12 blocks admit four of them with no room to grow: a decode that needs a new block
     # preempts the latest admitted, which later recomputes its prompt and output so far

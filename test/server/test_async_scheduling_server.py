@@ -3,8 +3,8 @@ client's concurrent requests of every kind get the answers the server gives them
 nothing is left behind.
 
 One wave of WAVE requests at once: greedy chats (their answer must be the one the same chat gets
-alone), stop strings, streams the client closes after two chunks, n = 2 seeded with logprobs, and
-penalised and JSON-constrained rows (which the engine never plans ahead of). Afterwards no KV
+alone), stop strings, streams the client closes after two chunks, n = 2 seeded with logprobs,
+penalised rows, and JSON-constrained rows (which the engine never plans ahead of). Afterwards no KV
 block is held, nothing runs or waits, and the greedy answer is unchanged. The fixture stops the
 server with SIGTERM.
 """

@@ -304,8 +304,8 @@ class LLMEngine:
     def _plans_ahead(self) -> bool:
         """async_scheduling: the next step can be planned before the one in flight is applied.
         Not beside the disk prompt cache or cache reuse (they move K/V on this thread while
-        scheduling), nor after a step whose sample rows need their output (StartedStep.plans_ahead)
-        or that was skipped (it runs when finished)."""
+        scheduling), nor after a step with a grammar's row (StartedStep.plans_ahead) or one that
+        was skipped (it runs when finished)."""
         step = self._in_flight
         kv = self.scheduler.kv
         return (self.config.async_scheduling and step is not None and step.plans_ahead and not step.skipped()

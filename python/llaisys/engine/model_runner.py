@@ -11,6 +11,7 @@ from ..kv_cache import KVCache
 from ..models.model import Model, RowSampling
 from ..models.step_io import PackedSampling
 from .executor import empty_result
+from .input_batch import DEFERRED
 from .request import Request
 from .step_input import StepInput, StepResult
 
@@ -21,12 +22,17 @@ def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] =
     a plain step would use there (step, penalties over the output with the drafts, min_tokens).
     Constrained requests never speculate, so their mask is always the next draw's. ``step``:
     the draw's index when the caller knows it (StepInput.sample_steps: async scheduling counts
-    a draw still being made); by default num_output_tokens + offset."""
+    a draw still being made); by default num_output_tokens + offset. The penalties' output then
+    ends with a DEFERRED id for each draw still being made, which the caller writes before the
+    call (awaiting_outputs)."""
     sp = req.sampling_params
     if step is None:
         step = req.num_output_tokens + offset
     penalties = sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
     output = req.output_token_ids if not offset else list(req.output_token_ids) + list(drafts[:offset])
+    pending = step - req.num_output_tokens - offset
+    if penalties and pending > 0:
+        output = list(output) + [DEFERRED] * pending
     return RowSampling(
         temperature=sp.temperature, top_k=max(sp.top_k, 0), top_p=sp.top_p, min_p=sp.min_p,
         repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
@@ -38,6 +44,13 @@ def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] =
         output_tokens=np.asarray(output, np.int64) if penalties else None,
         logit_bias=req.logit_bias_at(step) or None,
         allowed_mask=req.structured.mask() if req.structured is not None else None)
+
+
+def awaiting_outputs(rows) -> list:
+    """[(sample row, its penalties' output array)] of the (index, RowSampling) pairs whose output
+    ends with a DEFERRED id: the token a step in flight samples, written there before the call."""
+    return [(i, r.output_tokens) for i, r in rows
+            if r.output_tokens is not None and len(r.output_tokens) and r.output_tokens[-1] == DEFERRED]
 
 
 # The draw of a pooling row in a step that also samples generation rows: plain greedy (the
@@ -65,7 +78,9 @@ class _Packed:
 
     def __init__(self, reqs: list, keys: list, steps: np.ndarray):
         self.reqs, self.keys = list(reqs), keys  # the Requests of the rows, in order; their parameters
-        self.packed = PackedSampling([row_sampling(r, step=s) for r, s in zip(reqs, steps.tolist())])
+        rows = [row_sampling(r, step=s) for r, s in zip(reqs, steps.tolist())]
+        self.awaiting = awaiting_outputs(enumerate(rows))  # this packing's: SamplingRows.awaiting
+        self.packed = PackedSampling(rows)
         self.unsteady = [i for i, r in enumerate(reqs) if not _steady(r)]  # rows packed again each step
         self.wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
 
@@ -85,6 +100,7 @@ class SamplingRows:
         self._sets: list = [None, None]  # [_Packed or None] used in turn
         self._turn = 0
         self.wants_logprobs = False  # any row of the last pack asked for logprobs
+        self.awaiting: list = []  # the last pack's awaiting_outputs
 
     def pack(self, reqs: list, steps: np.ndarray) -> PackedSampling:
         """The rows of `reqs` packed as row_sampling gives them for draws `steps` [n] (the rows'
@@ -96,11 +112,15 @@ class SamplingRows:
         if (kept is None or len(reqs) != len(kept.reqs) or not all(map(operator.is_, reqs, kept.reqs))
                 or keys != kept.keys):
             kept = self._sets[self._turn] = _Packed(reqs, keys, steps)
+            self.awaiting = kept.awaiting
         else:
-            p = kept.packed
+            p, refilled = kept.packed, []
             for i in kept.unsteady:
-                p.refill(i, row_sampling(reqs[i], step=int(steps[i])))
+                r = row_sampling(reqs[i], step=int(steps[i]))
+                p.refill(i, r)
+                refilled.append((i, r))
             p.steps[:] = steps
+            self.awaiting = awaiting_outputs(refilled) if refilled else []
         self.wants_logprobs = kept.wants_logprobs
         return kept.packed
 
@@ -152,9 +172,11 @@ class CoreModelRunner:
         if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
             sampling = self.sampling_rows.pack(reqs, steps)
             top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs
+            batch.awaiting_outputs = self.sampling_rows.awaiting
         else:
             rows = [row_sampling(r, o, r.spec_token_ids, step=s)
                     for r, o, s in zip(reqs, batch.offsets, steps.tolist())]
+            batch.awaiting_outputs = awaiting_outputs(enumerate(rows))
             # One call for both kinds: the core's sample rows are the generation rows' last tokens,
             # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
             # none (params NULL), so a step that also samples gives the pooling rows a plain greedy

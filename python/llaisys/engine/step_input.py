@@ -63,6 +63,9 @@ class StepInput:
     # the runner's own form of the sample rows, made on the engine's thread before the call
     # (ModelRunner.prepare; None: execute makes it)
     prepared: object = None
+    # [(sample row, int64 array)] arrays the prepared rows read whose last id is the token a step
+    # in flight samples for that row (penalties over the output), written before the call
+    awaiting_outputs: list = field(default_factory=list)
 
     @property
     def offsets(self) -> list:

@@ -93,7 +93,7 @@ class StartedStep:
     call: Optional[Future] = None  # with a device thread: the core call there -> (StepResult, seconds)
     result: object = None  # without one: the call's (StepResult, seconds), or the exception it raised
     # async scheduling: whether the next step may be planned before this one's tokens are applied
-    # (no sample row reads its output on the host: penalties, a grammar; no drafts)
+    # (no sample row needs a grammar's mask, made from its output on the host; no drafts)
     plans_ahead: bool = False
 
     def skipped(self) -> bool:
@@ -112,11 +112,22 @@ def _timed(fn: Callable, batch: StepInput) -> tuple:
 
 def _deferred_ids(dst: np.ndarray, src: np.ndarray, batch: StepInput) -> Callable:
     """The ready() of a step planned beside the one before (DeviceThread.submit): on the device
-    thread, once that step returned, its sampled ids [src] into this step's ids [dst]."""
+    thread, once that step returned, its sampled ids [src] into this step's ids [dst], and into
+    the penalties' output arrays that end with them (StepInput.awaiting_outputs)."""
+    outputs = []  # (array, index into the step before's ids)
+    for i, a in batch.awaiting_outputs:
+        k = int(np.searchsorted(dst, batch.sample_rows[i]))  # the row's deferred token is its sampled one
+        if k == len(dst) or dst[k] != batch.sample_rows[i]:
+            raise RuntimeError("a sample row awaits the step in flight's token but has no deferred token")
+        outputs.append((a, int(src[k])))
+
     def ready(before) -> None:
         if isinstance(before, BaseException):
             raise _Skipped() from before
-        batch.token_ids[dst] = np.asarray(before[0].token_ids).reshape(-1)[src]
+        ids = np.asarray(before[0].token_ids).reshape(-1)
+        batch.token_ids[dst] = ids[src]
+        for a, j in outputs:
+            a[-1] = ids[j]
     return ready
 
 
@@ -138,10 +149,10 @@ def sample_steps(batch: StepInput, deferred: set) -> np.ndarray:
 
 
 def _needs_output(req) -> bool:
-    """The request's sampling reads its output on the host (penalties, a grammar's mask)."""
-    sp = req.sampling_params
-    return (req.structured is not None or sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0
-            or sp.frequency_penalty != 0.0)
+    """The request's next draw needs its output on the host first: a grammar's mask, made by
+    advancing the matcher over each token (the penalties' output arrays are written on the
+    device thread instead: StepInput.awaiting_outputs)."""
+    return req.structured is not None
 
 
 class StepRunner:
