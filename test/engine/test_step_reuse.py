@@ -78,17 +78,17 @@ def test_packed_rows_equal_a_fresh_packing_every_step():
 def test_packed_rows_take_the_draw_a_step_in_flight_makes_first():
     """Async scheduling: a row whose previous token is still being sampled draws one step
     further (its seed's step, the min_tokens ban) than its output says, packed fresh or reused;
-    a penalised row's output ends with a DEFERRED slot (SamplingRows.awaiting), which the step
-    thread writes before the call."""
+    a penalised row's output ends with a DEFERRED slot, which the step thread fills before the
+    call (SamplingRows.awaiting)."""
     reqs, rows = requests(), SamplingRows()
     penalised = [i for i, r in enumerate(reqs) if r.request_id == "penalised"]
     for step in range(4):
         packed = rows.pack(reqs, steps(reqs, ahead=1))
         assert [i for i, _ in rows.awaiting] == penalised
-        for i, a in rows.awaiting:
-            a[-1] = 77  # the id the step in flight sampled
+        for i, fill in rows.awaiting:
+            fill(77)  # the id the step in flight sampled
         assert [c_row(packed.params[i]) for i in range(len(reqs))] == [
-            c_row(PackedSampling([row_sampling(r, step=len(r.output_token_ids) + 1)]).params[0]) | (
+            c_row(PackedSampling([row_sampling(r, step=len(r.output_token_ids) + 1, awaiting=[])]).params[0]) | (
                 {"output_tokens": r.output_token_ids + [77]} if r.request_id == "penalised" else {})
             for r in reqs]
         assert [c_row(packed.params[i])["step"] for i in range(len(reqs))] == [step + 1] * len(reqs)
@@ -100,6 +100,8 @@ def test_packed_rows_take_the_draw_a_step_in_flight_makes_first():
 def test_a_penalised_rows_awaited_slot_is_written_from_the_step_before():
     """step_runner._deferred_ids: the step thread writes the step before's sampled id into the
     deferred token and into the penalised row's output slot, both from that row's sample row."""
+    import functools
+
     import numpy as np
     from llaisys.engine.step_input import StepInput, StepResult
     from llaisys.engine.step_runner import _deferred_ids
@@ -109,7 +111,7 @@ def test_a_penalised_rows_awaited_slot_is_written_from_the_step_before():
                       seq_of_token=np.array([0, 1], np.int32), query_start=np.array([0, 1, 2], np.int32),
                       context_lens=np.array([4, 5], np.int32), sample_rows=np.array([0, 1], np.int32),
                       req_ids=["a", "b"], sample_requests=[], pooling=np.zeros(2, bool), kv_layout="block",
-                      block_size=4, awaiting_outputs=[(1, out)])
+                      block_size=4, awaiting=[(1, functools.partial(out.__setitem__, -1))])
     ready = _deferred_ids(np.array([0, 1]), np.array([1, 0]), batch)  # the rows swapped places since
     ready((StepResult(token_ids=np.array([40, 41])), 0.0))
     assert batch.token_ids.tolist() == [41, 40] and out.tolist() == [5, 6, 40]

@@ -122,6 +122,50 @@ def ask(text):
     return [{"role": "user", "content": text}]
 
 
+@pytest.fixture(scope="module")
+def llm_async(qwen05_dir):
+    """The same engine with async scheduling: a grammar row's mask is made on the step thread from
+    a copy of its matcher advanced over the token in flight (Matcher.ahead)."""
+    from llaisys.engine import LLM
+
+    with LLM(str(qwen05_dir), max_num_seqs=8, kv_cache_memory=64 << 20, seed=0, async_scheduling=True) as m:
+        yield m
+
+
+def test_async_scheduling_gives_the_constrained_rows_their_synchronous_tokens(llm, llm_async):
+    chats = [ask("Describe a programmer as JSON."), ask("Write a haiku about tests."), ask("Invent a person, as JSON."),
+             ask("Give me a phone number."), ask("Pick a color.")]
+    params = [SamplingParams(max_tokens=40, structured=StructuredSpec.json_schema(PERSON)),
+              SamplingParams(max_tokens=12, presence_penalty=0.8),
+              SamplingParams(max_tokens=40, temperature=1.0, seed=3, n=2, structured=StructuredSpec.json_schema(PERSON)),
+              SamplingParams(max_tokens=20, structured=StructuredSpec.regex(r"[0-9]{3}-[0-9]{4}")),
+              SamplingParams(max_tokens=20, structured=StructuredSpec.gbnf('root ::= "color: " ("red" | "green" | "blue")'))]
+    want = [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in llm.chat(chats, params)]
+    before = llm_async.engine.step_runner.num_started_ahead
+    got = [[(c.token_ids, c.finish_reason) for c in o.outputs] for o in llm_async.chat(chats, params)]
+    assert got == want
+    assert llm_async.engine.step_runner.num_started_ahead - before > 10  # the grammar rows went ahead
+
+
+def test_a_mask_made_ahead_is_the_one_after_the_token(llm):
+    """Matcher.ahead: a copy advanced over the token in flight gives the mask the matcher gives
+    once it has advanced itself; where the grammar takes nothing more, every id is allowed."""
+    backend = llm.engine.structured
+    m = backend.matcher(StructuredSpec.regex(r"ab"))
+    tok = llm.tokenizer
+    first = tok.encode("a", add_special_tokens=False)
+    assert len(first) == 1
+    ahead = m.ahead()
+    ahead.fill(first[0])
+    m.advance(first[0])
+    assert np.array_equal(ahead.out, m.mask()) and ahead.out.sum() != 0
+    last = tok.encode("b", add_special_tokens=False)[0]
+    end = m.ahead()
+    end.fill(last)  # "ab" is complete: the request ends with this token, and its next row is dropped
+    m.advance(last)
+    assert m.done and (end.out == 0xFFFFFFFF).all()
+
+
 def test_constrained_rows_batch_with_free_ones(llm):
     free = SamplingParams(max_tokens=12)
     alone = llm.chat([ask("Write a haiku about tests.")], free)[0].outputs[0]

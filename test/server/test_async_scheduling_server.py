@@ -4,7 +4,7 @@ nothing is left behind.
 
 One wave of WAVE requests at once: greedy chats (their answer must be the one the same chat gets
 alone), stop strings, streams the client closes after two chunks, n = 2 seeded with logprobs,
-penalised rows, and JSON-constrained rows (which the engine never plans ahead of). Afterwards no KV
+penalised rows and JSON-constrained rows (their masks made on the step thread). Afterwards no KV
 block is held, nothing runs or waits, and the greedy answer is unchanged. The fixture stops the
 server with SIGTERM.
 """

@@ -91,7 +91,7 @@ class LLMEngine:
             raise ValueError(f"{name} does not combine with speculative decoding (its drafts are made "
                              f"from the tokens of the step before); turn one of them off")
         self.step_runner = StepRunner(runner, config.kv_layout, config.block_size, self.step_cost, speculative,
-                                      overlap=config.async_output, plan_ahead=config.async_scheduling)
+                                      overlap=config.async_output)
         self._in_flight: Optional[StartedStep] = None  # async_output: the step computing on the device thread
         self._memory = None  # the runner's memory_stats() as last read
         self.scheduler = Scheduler(config, clock, self.step_cost,
@@ -304,12 +304,11 @@ class LLMEngine:
     def _plans_ahead(self) -> bool:
         """async_scheduling: the next step can be planned before the one in flight is applied.
         Not beside the disk prompt cache or cache reuse (they move K/V on this thread while
-        scheduling), nor after a step with a grammar's row (StartedStep.plans_ahead) or one that
-        was skipped (it runs when finished)."""
+        scheduling), nor after a step that was skipped (it runs when finished)."""
         step = self._in_flight
         kv = self.scheduler.kv
-        return (self.config.async_scheduling and step is not None and step.plans_ahead and not step.skipped()
-                and kv.tier is None and kv.reuse is None)
+        return (self.config.async_scheduling and step is not None and not step.skipped() and kv.tier is None
+                and kv.reuse is None)
 
     def _finish(self) -> tuple:
         """Wait for the step in flight and apply its tokens (eos, stop ids and max_tokens end

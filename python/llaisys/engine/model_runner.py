@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 from typing import Optional
 
@@ -16,23 +17,36 @@ from .request import Request
 from .step_input import StepInput, StepResult
 
 
-def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] = None) -> RowSampling:
+def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] = None,
+                 awaiting: Optional[list] = None, row: int = 0) -> RowSampling:
     """The core's sampling parameters for the next draw of `req`, or (speculative decoding)
     for the draw ``offset`` positions later, after the drafts ``drafts[:offset]``: exactly what
     a plain step would use there (step, penalties over the output with the drafts, min_tokens).
     Constrained requests never speculate, so their mask is always the next draw's. ``step``:
     the draw's index when the caller knows it (StepInput.sample_steps: async scheduling counts
-    a draw still being made); by default num_output_tokens + offset. The penalties' output then
-    ends with a DEFERRED id for each draw still being made, which the caller writes before the
-    call (awaiting_outputs)."""
+    a draw still being made); by default num_output_tokens + offset. What that draw's token
+    decides is then made before the call: the penalties' output ends with a DEFERRED slot, and a
+    grammar's mask waits (Matcher.ahead); ``awaiting`` gets (``row``, fill(token id)) for each,
+    which the step thread calls with the token (StepInput.awaiting)."""
     sp = req.sampling_params
     if step is None:
         step = req.num_output_tokens + offset
     penalties = sp.repetition_penalty != 1.0 or sp.presence_penalty != 0.0 or sp.frequency_penalty != 0.0
     output = req.output_token_ids if not offset else list(req.output_token_ids) + list(drafts[:offset])
-    pending = step - req.num_output_tokens - offset
-    if penalties and pending > 0:
-        output = list(output) + [DEFERRED] * pending
+    pending = step - req.num_output_tokens - offset  # draws a step in flight makes first (0 or 1)
+    mask = None
+    if pending > 0 and (penalties or req.structured is not None):
+        if pending != 1 or awaiting is None:
+            raise RuntimeError(f"a draw {pending} ahead of request {req.request_id}'s output cannot be made")
+        if penalties:
+            output = np.asarray(list(output) + [DEFERRED], np.int64)
+            awaiting.append((row, functools.partial(output.__setitem__, -1)))
+        if req.structured is not None:
+            ahead = req.structured.ahead()
+            mask = ahead.out
+            awaiting.append((row, ahead.fill))
+    elif req.structured is not None:
+        mask = req.structured.mask()
     return RowSampling(
         temperature=sp.temperature, top_k=max(sp.top_k, 0), top_p=sp.top_p, min_p=sp.min_p,
         repetition_penalty=sp.repetition_penalty, presence_penalty=sp.presence_penalty,
@@ -43,14 +57,7 @@ def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] =
         if penalties else None,
         output_tokens=np.asarray(output, np.int64) if penalties else None,
         logit_bias=req.logit_bias_at(step) or None,
-        allowed_mask=req.structured.mask() if req.structured is not None else None)
-
-
-def awaiting_outputs(rows) -> list:
-    """[(sample row, its penalties' output array)] of the (index, RowSampling) pairs whose output
-    ends with a DEFERRED id: the token a step in flight samples, written there before the call."""
-    return [(i, r.output_tokens) for i, r in rows
-            if r.output_tokens is not None and len(r.output_tokens) and r.output_tokens[-1] == DEFERRED]
+        allowed_mask=mask)
 
 
 # The draw of a pooling row in a step that also samples generation rows: plain greedy (the
@@ -78,9 +85,9 @@ class _Packed:
 
     def __init__(self, reqs: list, keys: list, steps: np.ndarray):
         self.reqs, self.keys = list(reqs), keys  # the Requests of the rows, in order; their parameters
-        rows = [row_sampling(r, step=s) for r, s in zip(reqs, steps.tolist())]
-        self.awaiting = awaiting_outputs(enumerate(rows))  # this packing's: SamplingRows.awaiting
-        self.packed = PackedSampling(rows)
+        self.awaiting: list = []  # this packing's: SamplingRows.awaiting
+        self.packed = PackedSampling([row_sampling(r, step=s, awaiting=self.awaiting, row=i)
+                                      for i, (r, s) in enumerate(zip(reqs, steps.tolist()))])
         self.unsteady = [i for i, r in enumerate(reqs) if not _steady(r)]  # rows packed again each step
         self.wants_logprobs = any(r.sampling_params.logprobs is not None for r in reqs)
 
@@ -100,7 +107,7 @@ class SamplingRows:
         self._sets: list = [None, None]  # [_Packed or None] used in turn
         self._turn = 0
         self.wants_logprobs = False  # any row of the last pack asked for logprobs
-        self.awaiting: list = []  # the last pack's awaiting_outputs
+        self.awaiting: list = []  # the last pack's (row, fill) (row_sampling's awaiting)
 
     def pack(self, reqs: list, steps: np.ndarray) -> PackedSampling:
         """The rows of `reqs` packed as row_sampling gives them for draws `steps` [n] (the rows'
@@ -114,13 +121,10 @@ class SamplingRows:
             kept = self._sets[self._turn] = _Packed(reqs, keys, steps)
             self.awaiting = kept.awaiting
         else:
-            p, refilled = kept.packed, []
+            p, self.awaiting = kept.packed, []
             for i in kept.unsteady:
-                r = row_sampling(reqs[i], step=int(steps[i]))
-                p.refill(i, r)
-                refilled.append((i, r))
+                p.refill(i, row_sampling(reqs[i], step=int(steps[i]), awaiting=self.awaiting, row=i))
             p.steps[:] = steps
-            self.awaiting = awaiting_outputs(refilled) if refilled else []
         self.wants_logprobs = kept.wants_logprobs
         return kept.packed
 
@@ -172,11 +176,11 @@ class CoreModelRunner:
         if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
             sampling = self.sampling_rows.pack(reqs, steps)
             top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs
-            batch.awaiting_outputs = self.sampling_rows.awaiting
+            batch.awaiting = self.sampling_rows.awaiting
         else:
-            rows = [row_sampling(r, o, r.spec_token_ids, step=s)
-                    for r, o, s in zip(reqs, batch.offsets, steps.tolist())]
-            batch.awaiting_outputs = awaiting_outputs(enumerate(rows))
+            batch.awaiting = []
+            rows = [row_sampling(r, o, r.spec_token_ids, step=s, awaiting=batch.awaiting, row=i)
+                    for i, (r, o, s) in enumerate(zip(reqs, batch.offsets, steps.tolist()))]
             # One call for both kinds: the core's sample rows are the generation rows' last tokens,
             # then every pooling token ([n_sample + n_hidden]). The core samples all sample rows or
             # none (params NULL), so a step that also samples gives the pooling rows a plain greedy

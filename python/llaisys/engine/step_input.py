@@ -63,9 +63,10 @@ class StepInput:
     # the runner's own form of the sample rows, made on the engine's thread before the call
     # (ModelRunner.prepare; None: execute makes it)
     prepared: object = None
-    # [(sample row, int64 array)] arrays the prepared rows read whose last id is the token a step
-    # in flight samples for that row (penalties over the output), written before the call
-    awaiting_outputs: list = field(default_factory=list)
+    # [(sample row, fill(token id))]: what the prepared rows read that the token a step in flight
+    # samples for that row decides (the penalties' last output id, a grammar's mask), made by
+    # fill with that token before the call (model_runner.row_sampling)
+    awaiting: list = field(default_factory=list)
 
     @property
     def offsets(self) -> list:

@@ -92,9 +92,6 @@ class StartedStep:
     batch: Optional[StepInput]  # its arrays; None: nothing to compute (no row, no free)
     call: Optional[Future] = None  # with a device thread: the core call there -> (StepResult, seconds)
     result: object = None  # without one: the call's (StepResult, seconds), or the exception it raised
-    # async scheduling: whether the next step may be planned before this one's tokens are applied
-    # (no sample row needs a grammar's mask, made from its output on the host; no drafts)
-    plans_ahead: bool = False
 
     def skipped(self) -> bool:
         """Its call was not run because the step before it failed (finish runs it)."""
@@ -112,22 +109,22 @@ def _timed(fn: Callable, batch: StepInput) -> tuple:
 
 def _deferred_ids(dst: np.ndarray, src: np.ndarray, batch: StepInput) -> Callable:
     """The ready() of a step planned beside the one before (DeviceThread.submit): on the device
-    thread, once that step returned, its sampled ids [src] into this step's ids [dst], and into
-    the penalties' output arrays that end with them (StepInput.awaiting_outputs)."""
-    outputs = []  # (array, index into the step before's ids)
-    for i, a in batch.awaiting_outputs:
+    thread, once that step returned, its sampled ids [src] into this step's ids [dst], and to
+    what those ids decide in the sampling rows (StepInput.awaiting)."""
+    fills = []  # (fill, index into the step before's ids)
+    for i, fill in batch.awaiting:
         k = int(np.searchsorted(dst, batch.sample_rows[i]))  # the row's deferred token is its sampled one
         if k == len(dst) or dst[k] != batch.sample_rows[i]:
             raise RuntimeError("a sample row awaits the step in flight's token but has no deferred token")
-        outputs.append((a, int(src[k])))
+        fills.append((fill, int(src[k])))
 
     def ready(before) -> None:
         if isinstance(before, BaseException):
             raise _Skipped() from before
         ids = np.asarray(before[0].token_ids).reshape(-1)
         batch.token_ids[dst] = ids[src]
-        for a, j in outputs:
-            a[-1] = ids[j]
+        for fill, j in fills:
+            fill(int(ids[j]))
     return ready
 
 
@@ -148,27 +145,17 @@ def sample_steps(batch: StepInput, deferred: set) -> np.ndarray:
     return steps
 
 
-def _needs_output(req) -> bool:
-    """The request's next draw needs its output on the host first: a grammar's mask, made by
-    advancing the matcher over each token (the penalties' output arrays are written on the
-    device thread instead: StepInput.awaiting_outputs)."""
-    return req.structured is not None
-
-
 class StepRunner:
     def __init__(self, model_runner, kv_layout: str, block_size: int, step_cost: Optional[StepCost] = None,
-                 speculative=None, overlap: bool = False, plan_ahead: bool = False):
+                 speculative=None, overlap: bool = False):
         self.model_runner = model_runner  # executor.ModelRunner: computes one StepInput
         self.inputs = InputBatch(kv_layout, block_size)  # each held request's tokens and blocks
         self.step_cost = step_cost  # fed with each step's time (the scheduler's chunk sizing reads it)
         self.spec = speculative  # spec.SpecDecoder, or None
         # overlap: every core call of a step (and of its failure search) runs on this one thread
         self._device = DeviceThread() if overlap else None
-        self.plan_ahead = plan_ahead  # async scheduling: say whether each step lets the next be planned
         self._prepare = getattr(model_runner, "prepare", None)  # the runner's sample rows, made here
         self._last: RunnerOutput = RunnerOutput()  # what the last finished step gave (a skipped step's ids)
-        self._ahead_reqs: Optional[list] = None  # sample_requests of the last plans_ahead verdict
-        self._ahead = False
         self.num_started_ahead = 0  # steps whose rows took their ids from the step in flight (async scheduling)
 
     def propose(self, running: list) -> None:
@@ -191,7 +178,7 @@ class StepRunner:
         batch.sample_steps = sample_steps(batch, out.deferred_req_ids)
         if self._prepare is not None:
             self._prepare(batch)
-        step = StartedStep(out, batch, plans_ahead=self.plan_ahead and self._plans_ahead(batch))
+        step = StartedStep(out, batch)
         fn = self.model_runner.execute
         if out.deferred_req_ids:
             if after is None or after.call is None:
@@ -209,13 +196,6 @@ class StepRunner:
                 step.result = e
         return step
 
-    def _plans_ahead(self, batch: StepInput) -> bool:
-        """StartedStep.plans_ahead (kept while the sample rows are the same list: steady decoding)."""
-        reqs = batch.sample_requests
-        if reqs is not self._ahead_reqs:
-            self._ahead_reqs = reqs
-            self._ahead = self.spec is None and not any(map(_needs_output, reqs))
-        return self._ahead
 
     def finish(self, step: StartedStep) -> RunnerOutput:
         """Wait for a started step's core call; the tokens each row emits (failing rows found

@@ -60,6 +60,12 @@ class Matcher:
         """The grammar is complete and nothing may follow (or the matcher failed)."""
         return self._ll.is_stopped()
 
+    def ahead(self) -> "PendingMask":
+        """The mask of the draw after the token a step in flight is sampling (async scheduling):
+        a copy of this matcher (which advances over that token on the engine's thread meanwhile),
+        advanced and asked on the step thread just before the call (PendingMask.fill)."""
+        return PendingMask(self._ll.deep_copy(), np.zeros_like(self._mask))
+
     def _check(self) -> None:
         if self._ll.is_error():
             raise self._error(plain_error(self._ll.get_error()))
@@ -68,6 +74,24 @@ class Matcher:
         """The error of a failure while generating: "<param>: structured output failed: <why>"
         (the server answers it as a 400 naming param, see server/state/generation.py)."""
         return StructuredOutputError(self._param, f"{self._param}: {FAILED} {why}")
+
+
+class PendingMask:
+    """A grammar row's mask that waits for the token in flight (Matcher.ahead)."""
+
+    def __init__(self, ll, out: np.ndarray):
+        self._ll = ll  # llguidance.LLMatcher: a copy, used on the step thread only
+        self.out = out  # [n_words] uint32 the mask the sampler reads, written by fill
+
+    def fill(self, token_id: int) -> None:
+        """Advance the copy over the token in flight and write the next draw's mask. Where the
+        grammar takes nothing more after it (it ended the request, or the engine ends it with
+        an error when that token is applied), every id is allowed: the row's token is dropped."""
+        ll = self._ll
+        if ll.consume_token(int(token_id)) and not ll.is_stopped():
+            ll.unsafe_compute_mask_ptr(self.out.ctypes.data, self.out.nbytes)
+        if ll.is_error() or not self.out.any():
+            self.out.fill(0xFFFFFFFF)
 
 
 def _backend_tokenizer(tokenizer):
