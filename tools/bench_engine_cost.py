@@ -48,8 +48,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchkit import host  # noqa: E402
 
 VOCAB, HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 1024, 32, 2, 4, 2, 64
-# the engine's step orders: LLM arguments
-MODES = {"sync": {}, "async_output": dict(async_output=True), "async_scheduling": dict(async_scheduling=True)}
 
 
 def write_tiny_model(path: Path, seed: int = 0) -> Path:
@@ -147,12 +145,14 @@ def measure(llm, batch: int, tokens: int, device_wait_s: float = 0.0) -> dict:
 
 
 def main(argv=None) -> int:
+    from llaisys.engine.config import STEP_ORDERS
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     ap.add_argument("--tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=1, help="kernel threads (the step is tiny: 1 avoids team wake-ups)")
-    ap.add_argument("--modes", nargs="+", default=["sync"], choices=list(MODES),
+    ap.add_argument("--modes", nargs="+", default=["sync"], choices=list(STEP_ORDERS),
                     help="the engine's step orders (one LLM each, alternating repeat by repeat); with the async "
                          "ones 'engine' is the host time the steps did not hide")
     ap.add_argument("--model", default=None,
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         model = args.model or str(write_tiny_model(Path(tmp) / "tiny"))
         llms = {a: stack.enter_context(LLM(model, threads=args.threads, max_num_seqs=max(args.batches),
-                                           device=args.device, **MODES[a],
+                                           device=args.device, **STEP_ORDERS[a],
                                            kv_cache_memory=args.kv_cache_memory))
                 for a in modes}
         if args.gc_freeze:

@@ -6,6 +6,7 @@ import pytest
 
 from fake_runner import EOS, FakeRunner, drain, make_engine, run_all
 from llaisys.engine import SamplingParams
+from llaisys.engine.config import STEP_ORDERS
 
 
 def workload(eng, n=10, seed_base=100):
@@ -27,9 +28,7 @@ def reference():
     return results(run_all(eng))
 
 
-# the engine's three step orders: synchronous; outputs made while the next step computes; that
-# and each step planned while the one before computes
-MODES = {"sync": {}, "async_output": dict(async_output=True), "async_scheduling": dict(async_scheduling=True)}
+MODES = STEP_ORDERS  # the engine's three step orders (test_async_engine and the property test run them too)
 
 
 @pytest.mark.parametrize("mode", list(MODES))

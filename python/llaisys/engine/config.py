@@ -25,6 +25,9 @@ DEFAULT_KV_DTYPE = "f16"
 # The step time aimed at while requests decode beside a prefill: a stream's largest gap stays
 # within ~2x of it (the fit's error, the loop's own time); doc/benchmarks.md "Fair steps".
 DEFAULT_DECODE_GAP_MS = 500.0
+# the engine's step orders, by name -> their EngineConfig / LLM flags: synchronous; a step's
+# outputs made while the next computes; and each step also planned while the one before computes
+STEP_ORDERS = {"sync": {}, "async_output": {"async_output": True}, "async_scheduling": {"async_scheduling": True}}
 
 
 def check_kv_dtype(value) -> str:

@@ -14,7 +14,7 @@ from ..models.step_io import PackedSampling
 from .executor import empty_result
 from .input_batch import DEFERRED
 from .request import Request
-from .step_input import StepInput, StepResult
+from .step_input import StepInput, StepResult, sample_steps
 
 
 def row_sampling(req: Request, offset: int = 0, drafts=(), step: Optional[int] = None,
@@ -167,12 +167,9 @@ class CoreModelRunner:
         little Python between two calls. batch.token_ids becomes the array the call reads."""
         if batch.n_tokens == 0:
             return
-        n_sample, hidden_rows = batch.n_sample, batch.hidden_rows  # hidden_rows: [n_hidden] pooling tokens
+        hidden_rows = batch.hidden_rows  # [n_hidden] pooling tokens
         reqs = batch.sample_requests
-        steps = batch.sample_steps
-        if steps is None:
-            steps = np.fromiter((len(r.output_token_ids) for r in reqs), np.int64, n_sample) + \
-                (0 if batch.sample_offsets is None else batch.sample_offsets)
+        steps = batch.sample_steps if batch.sample_steps is not None else sample_steps(batch)
         if reqs and batch.sample_offsets is None and not len(hidden_rows):  # the common step: kept packed
             sampling = self.sampling_rows.pack(reqs, steps)
             top, wants_logprobs = sampling.top, self.sampling_rows.wants_logprobs

@@ -8,6 +8,7 @@ Shapes follow include/llaisys/models/model.h (llaisysBatch_t).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Optional, Sequence
 
 import numpy as np
@@ -93,6 +94,25 @@ class StepInput:
     @property
     def max_blocks(self) -> int:
         return 0 if self.block_tables is None else int(self.block_tables.shape[1])
+
+
+_OUTPUT = attrgetter("output_token_ids")
+
+
+def sample_steps(batch: StepInput, deferred: frozenset = frozenset()) -> np.ndarray:
+    """[n_sample] int64 the output draw of each sample row (StepInput.sample_steps): its
+    request's output count, plus its sample offset, plus 1 for the rows in `deferred` (a step in
+    flight makes their draw before)."""
+    reqs = batch.sample_requests
+    steps = np.fromiter(map(len, map(_OUTPUT, reqs)), np.int64, len(reqs))
+    if batch.sample_offsets is not None:
+        steps += batch.sample_offsets
+    if deferred:  # a step in flight makes one draw of these first
+        if len(deferred) == len(reqs):  # every sample row (steady decoding)
+            steps += 1
+        else:
+            steps += np.fromiter((r.request_id in deferred for r in reqs), bool, len(reqs))
+    return steps
 
 
 def select_rows(batch: StepInput, rows: Sequence[int], keep_frees: bool) -> StepInput:

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import Future
-from operator import attrgetter
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -40,7 +39,7 @@ from .device_thread import DeviceThread
 from .input_batch import DEFERRED, InputBatch
 from .sched_output import SchedulerOutput
 from .step_cost import StepCost, attention_pairs
-from .step_input import StepInput, select_rows, unpack_result
+from .step_input import StepInput, sample_steps, select_rows, unpack_result
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +91,7 @@ class StartedStep:
     batch: Optional[StepInput]  # its arrays; None: nothing to compute (no row, no free)
     call: Optional[Future] = None  # with a device thread: the core call there -> (StepResult, seconds)
     result: object = None  # without one: the call's (StepResult, seconds), or the exception it raised
+    deferred: Optional[np.ndarray] = None  # async scheduling: flat indices of its DEFERRED ids, or None
 
     def skipped(self) -> bool:
         """Its call was not run because the step before it failed (finish runs it)."""
@@ -126,23 +126,6 @@ def _deferred_ids(dst: np.ndarray, src: np.ndarray, batch: StepInput) -> Callabl
         for fill, j in fills:
             fill(int(ids[j]))
     return ready
-
-
-_OUTPUT = attrgetter("output_token_ids")
-
-
-def sample_steps(batch: StepInput, deferred: set) -> np.ndarray:
-    """[n_sample] int64 the output draw of each sample row (StepInput.sample_steps)."""
-    reqs = batch.sample_requests
-    steps = np.fromiter(map(len, map(_OUTPUT, reqs)), np.int64, len(reqs))
-    if batch.sample_offsets is not None:
-        steps += batch.sample_offsets
-    if deferred:  # a step in flight makes one draw of these first
-        if len(deferred) == len(reqs):  # every sample row (steady decoding)
-            steps += 1
-        else:
-            steps += np.fromiter((r.request_id in deferred for r in reqs), bool, len(reqs))
-    return steps
 
 
 class StepRunner:
@@ -184,7 +167,7 @@ class StepRunner:
             if after is None or after.call is None:
                 raise RuntimeError("a step with deferred rows needs the step in flight on the device thread")
             self.num_started_ahead += 1
-            dst = np.flatnonzero(batch.token_ids == DEFERRED)
+            dst = step.deferred = np.flatnonzero(batch.token_ids == DEFERRED)
             step.call = self._device.submit(_timed, fn, batch, after=after.call,
                                             ready=_deferred_ids(dst, _sources(batch, dst, after.batch), batch))
         elif self._device is not None:
@@ -234,8 +217,7 @@ class StepRunner:
         """A skipped step's batch with its deferred ids from the finished step before, less the
         rows whose request that step did not advance (it failed there: the engine ended it;
         the step's frees stay); None when nothing is left to run."""
-        batch = step.batch
-        dst = np.flatnonzero(batch.token_ids == DEFERRED)
+        batch, dst = step.batch, step.deferred
         keep = np.ones(batch.n_seqs, bool)
         for t, row in zip(dst.tolist(), batch.seq_of_token[dst].tolist()):
             got = self._last.sampled.get(batch.req_ids[row])
