@@ -254,3 +254,53 @@ def test_flash_prefill(bridge, gen, monkeypatch, heads, kv_heads, d, kv_dtype, a
     assert not torch.equal(flash[long_rows], plain[long_rows]), "the tensor-core kernel did not run"
     decode_rows = [query_start[0], query_start[4]]
     assert torch.equal(flash[decode_rows], plain[decode_rows]), "decode rows keep their own kernel"
+
+
+# ------------------------------------------------------------------------------------------
+# the wide-load decode kernel (decode_wide_kernel.cuh, LLAISYS_WIDE_DECODE=1)
+
+# (heads, kv_heads, d): groups 1 to 8 through every template bucket (1, 2, 4, 6, 8), both
+# head sizes; Qwen2.5-0.5B (7 of 64), 1.5B (6 of 128), 7B (7 of 128), Qwen3-30B-A3B (8 of 128)
+WIDE_HEADS = [(8, 8, 128), (16, 8, 128), (12, 4, 64), (32, 8, 128), (40, 8, 128), (12, 2, 128), (14, 2, 64),
+              (28, 4, 128), (32, 4, 128)]
+WIDE_VIEWS = {  # q_lens, ctx_lens: decode and speculative-sized rows beside a prefill chunk
+    "mixed": ([1, 3, 4, 1, 1, 37, 1], [1, 40, 4, 70, 1500, 100, 9]),
+    "one-long-row": ([1], [3000]),  # one (row, kv head) pair per block x: the most splits (47)
+}
+
+
+@pytest.mark.parametrize("window", [0, 33])
+@pytest.mark.parametrize("view_name", list(WIDE_VIEWS))
+@pytest.mark.parametrize("kv_dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("heads,kv_heads,d", WIDE_HEADS, ids=lambda c: str(c))
+def test_wide_decode(bridge, gen, monkeypatch, heads, kv_heads, d, kv_dtype, view_name, window):
+    """Decode rows (1 to 4 queries) of f32 queries over an f16 / bf16 cache through the wide-load
+    kernel: against the float64 reference, every output written (the buffer starts as NaN), not
+    equal to decode_kernel's output (so the launch took it), and the prefill chunk untouched."""
+    q_lens, ctx_lens = WIDE_VIEWS[view_name]
+    view = block_view(gen, q_lens, ctx_lens, block_size=16, n_blocks=256)
+    query_start, q_pos, kv_start, slots, pos = view
+    n, n_slots = query_start[-1], 256 * 16
+    q = bridge.randn((n, heads, d), "f32")
+    k_cache, v_cache = bridge.randn((n_slots, kv_heads, d), kv_dtype), bridge.randn((n_slots, kv_heads, d), kv_dtype)
+    idx = [torch.tensor(q_pos, dtype=torch.int64), torch.tensor(query_start, dtype=torch.int32),
+           torch.tensor(kv_start, dtype=torch.int32), torch.tensor(slots, dtype=torch.int32),
+           torch.tensor(pos, dtype=torch.int64)]
+    scale = 1.0 / math.sqrt(d)
+
+    def run(wide: bool):
+        monkeypatch.setenv("LLAISYS_WIDE_DECODE", "1" if wide else "0")
+        out = gpu_full((n, heads, d), "f32", float("nan"))
+        args = [gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in idx], scale]
+        if window:
+            ops.paged_attention_window(out, *args, window)
+        else:
+            ops.paged_attention(out, *args)
+        return bridge.to_torch(out)
+
+    wide, plain = run(True), run(False)
+    expected = paged_ref(q, k_cache, v_cache, *idx, scale, window).to(torch.float32)
+    torch.testing.assert_close(wide, expected, atol=2e-5, rtol=1e-5)  # f32 sums: run_paged's tolerance
+    decode = torch.tensor([ql <= 4 for ql, _ in zip(q_lens, ctx_lens) for _ in range(ql)])
+    assert not torch.equal(wide[decode], plain[decode]), "the wide kernel did not run"
+    assert torch.equal(wide[~decode], plain[~decode]), "the prefill chunk keeps its own kernel"

@@ -23,6 +23,10 @@
 #      with CUDA graphs (LLAISYS_CUDA_GRAPHS=1, opt-in until test_cuda_graphs.py passes)
 #      and CALL_FLASH_ROUNDS of a 2,048-token prefill without and with the tensor-core prefill
 #      attention (LLAISYS_FLASH_PREFILL=1, opt-in until test_nvidia_attention.py's flash cases pass)
+#   3b. the wide-load decode attention (LLAISYS_WIDE_DECODE=1, opt-in until this passes): its
+#      model-level GPU tests (test_wide_decode_nvidia.py; its op cases are in stage 1's
+#      test_nvidia_attention.py), then CALL_WIDE_ROUNDS alternations of decode without and with it on the BLOCK layout
+#      (bf16, f16 KV) at a 64-token and a CALL_LONG-token context
 #   4. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   5. decode at a CALL_LONG-token context
 #   6. the engine's overlapped output processing and async scheduling (async_output,
@@ -85,6 +89,18 @@ for r in $(seq 1 "${CALL_FLASH_ROUNDS:-2}"); do  # prefill of 2,048 tokens witho
     for f in 0 1; do
         LLAISYS_FLASH_PREFILL=$f timeout 60 $P --prompt 2048 --steps 4 --out $OUT/flash-$f-$r.json 2>&1 | tail -1 |
             sed "s/^/flash=$f $r: /"
+    done
+done
+pack
+timeout 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
+    test/parity/test_wide_decode_nvidia.py > $OUT/pytest-wide.log 2>&1
+echo "model tests, wide decode attention: $(tail -1 $OUT/pytest-wide.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-wide.log | head -5
+for r in $(seq 1 "${CALL_WIDE_ROUNDS:-2}"); do  # decode attention: the first split-K kernel, then the wide one
+    for w in 0 1; do
+        for ctx in 64 "${CALL_LONG:-4096}"; do
+            LLAISYS_WIDE_DECODE=$w timeout 45 $P --layout block --prompt $ctx --steps 32 --out $OUT/wide-$w-$ctx-$r.json \
+                2>&1 | tail -1 | sed "s/^/wide=$w ctx=$ctx $r: /"
+        done
     done
 done
 pack

@@ -96,8 +96,10 @@ struct BlockSource {
 
     __device__ size_t q_begin(size_t s) const { return size_t(query_start[s]); }
     __device__ size_t q_end(size_t s) const { return size_t(query_start[s + 1]); }
+    // (32-bit division: a row's keys are counted by int32 context lengths)
     __device__ size_t slot(size_t s, size_t j) const {
-        return size_t(block_tables[s * max_blocks + j / block_size]) * block_size + j % block_size;
+        const unsigned jj = unsigned(j), bs = unsigned(block_size);
+        return size_t(block_tables[s * max_blocks + jj / bs]) * block_size + jj % bs;
     }
     __device__ size_t n_visible(size_t s, size_t t) const {
         const int64_t q = q_pos[t];

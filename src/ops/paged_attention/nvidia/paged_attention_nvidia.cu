@@ -3,6 +3,7 @@
 #include "../../../core/allocator.hpp"
 #include "../../linear/nvidia/gemm_common.hpp"
 #include "decode_kernel.cuh"
+#include "decode_wide_kernel.cuh"
 #include "flash_kernel.cuh"
 
 #include <cstdlib>
@@ -65,6 +66,13 @@ bool flash_prefill() {
     const char *env = std::getenv("LLAISYS_FLASH_PREFILL");
     return env && std::strcmp(env, "1") == 0;
 }
+
+// LLAISYS_WIDE_DECODE=1: decode rows take the wide-load kernel (decode_wide_kernel.cuh) where it
+// serves the shape. Opt-in until it has run on a GPU; read at every launch, as above.
+bool wide_decode() {
+    const char *env = std::getenv("LLAISYS_WIDE_DECODE");
+    return env && std::strcmp(env, "1") == 0;
+}
 }  // namespace
 
 namespace {
@@ -85,7 +93,20 @@ void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *
     // rows of up to kDecodeMaxQueries queries: each token's keys split over several blocks
     // (decode_kernel.cuh) where the shape allows, else one block per (token, kv head)
     const size_t short_tiles = max_q_len < kDecodeMaxQueries ? max_q_len : kDecodeMaxQueries;
-    if (attention::decode_split_serves(group, d, dv)) {
+    const bool wide = wide_decode() && attention::wide_decode_serves(act, kvdt, group, d, dv, k_cache, v_cache);
+    if (wide) {
+        int device = 0;
+        LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
+        const size_t blocks = n_seqs * short_tiles;
+        const size_t splits = attention::wide_decode_splits(blocks * kv_heads, max_kv_len, device);
+        const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
+        float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
+        LLAISYS_CHECK(scratch == nullptr || attention::aligned16(scratch), LLAISYS_STATUS_INTERNAL,
+                      "paged_attention: split scratch is not 16-byte aligned");
+        unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
+        attention::launch_wide_decode(p, src, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch, done,
+                                      stream);
+    } else if (attention::decode_split_serves(group, d, dv)) {
         int device = 0;
         LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
         const size_t blocks = n_seqs * short_tiles;
@@ -126,7 +147,8 @@ void paged_attention(std::byte *out, size_t out_stride, const std::byte *q, size
                      llaisysDataType_t kvdt, const BlockTableView &view, size_t n_tokens,
                      size_t max_q_len, size_t max_kv_len, size_t heads, size_t kv_heads, size_t d,
                      size_t dv, float scale, cudaStream_t stream, int64_t window) {
-    LLAISYS_CHECK_ARG(view.block_size > 0, "paged_attention: block_size must be > 0");
+    LLAISYS_CHECK_ARG(view.block_size > 0 && view.block_size <= UINT32_MAX,
+                      "paged_attention: block_size must be in [1, 2^32), got ", view.block_size);
     const attention::BlockSource src{view.query_start, view.q_pos,      view.block_tables, view.context_lens,
                                      view.max_blocks,  view.block_size, window};
     run(src, out, out_stride, q, q_stride, act, k_cache, v_cache, kvdt, view.n_seqs, n_tokens, max_q_len, max_kv_len,
