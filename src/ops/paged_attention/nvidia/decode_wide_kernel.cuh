@@ -11,18 +11,17 @@
 //
 // Here a key's row is read by D / 8 lanes, 16 bytes (8 elements) each, so a warp reads
 // 32 / (D / 8) keys per load instruction (2 at D = 128, 4 at D = 64), and a warp takes its keys
-// in tiles of kWideTileKeys = 8: the tile's 4 K loads a lane are issued together, its V loads
-// before the first weights use them, and the next tile's slots while this one's rows are in
-// flight. q (scaled) waits in shared memory; a lane keeps its 8 elements of the running output
-// for every query head of the GQA group. Per tile: the scores (a dot product of 8 and a butterfly
-// over the key's lanes, which leaves every lane of the key the same bits), the tile's max over
-// the warp, one online-softmax rescale per head and tile (not per key), the weighted V rows. The
+// in tiles of kWideTileKeys = 8: the tile's K and V chunks are copied to shared memory with
+// cp.async, all in flight before one wait, and the next tile's slots are read meanwhile. q
+// (scaled) waits in shared memory; a lane keeps its 8 elements of the running output for every
+// query head of the GQA group. Per tile: the scores (a dot product of 8 and a butterfly over
+// the key's lanes, which leaves every lane of the key the same bits), the tile's max over the
+// warp, one online-softmax rescale per head and tile (not per key), the weighted V rows. The
 // warp's key groups are summed at the end, the warps merged in shared memory, and the splits of
 // a (token, kv head) merged by the last one to finish (as decode_kernel) with float4 loads, 8
 // splits in flight per thread.
 #pragma once
 
-#include "../../../device/nvidia/load_stream.cuh"
 #include "decode_kernel.cuh"
 
 #include <cuda_fp16.h>
@@ -68,6 +67,15 @@ __device__ __forceinline__ void unpack8<bf16_t>(const uint4 &r, float (&x)[8]) {
         x[2 * i] = __uint_as_float(w[i] << 16);
         x[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
     }
+}
+
+// A 16-byte asynchronous copy from global to shared memory (sm_80 and later), around L1.
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
+    const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
 }
 
 // decode_kernel's merge_splits with the partial sums read as float4, 8 splits in flight: the
@@ -130,14 +138,20 @@ __device__ void merge_splits_wide(const Params &p, const Partials &part, size_t 
 // G: query heads per kv head rounded up to 1, 2, 4, 6 or 8 (heads g >= group are zeros and
 // never written).
 template <class TK, int D, int G, class Source>
-__global__ void __launch_bounds__(kWideWarps * 32) decode_wide_kernel(Params p, Source src, Partials part) {
+__global__ void __launch_bounds__(kWideWarps * 32, 1) decode_wide_kernel(Params p, Source src, Partials part) {
     constexpr int E = 8;        // elements of a 16-byte load
     constexpr int LK = D / E;   // lanes that read one key's row: 16 or 8
     constexpr int KPW = 32 / LK;  // keys of one warp-wide load: 2 or 4
     constexpr int U = kWideTileKeys / KPW;  // loads of K (and of V) a lane makes per tile
     static_assert(D % (E * 4) == 0 && 32 % LK == 0 && kWideTileKeys % KPW == 0, "tile shape");
+    // The tiles' K/V chunks while the warps walk their keys ([warp][K, V][u][lane], 16 bytes each),
+    // then the warps' outputs for their merge: one buffer (a barrier between the two uses).
+    constexpr size_t kTileBytes = size_t(kWideWarps) * 2 * U * 32 * sizeof(uint4);
+    constexpr size_t kOutBytes = size_t(kWideWarps) * G * D * sizeof(float);
+    __shared__ __align__(16) unsigned char s_buf[kTileBytes > kOutBytes ? kTileBytes : kOutBytes];
     __shared__ float s_m[kWideWarps][G], s_l[kWideWarps][G];
-    __shared__ float s_o[kWideWarps][G][D];
+    auto s_kv = reinterpret_cast<uint4(*)[2][U][32]>(s_buf);
+    auto s_o = reinterpret_cast<float(*)[G][D]>(s_buf);
 
     const size_t x = blockIdx.x, kh = blockIdx.y, z = blockIdx.z;
     size_t s = 0;
@@ -184,17 +198,25 @@ __global__ void __launch_bounds__(kWideWarps * 32) decode_wide_kernel(Params p, 
     unsigned long long my_slot = slot_at(base);
     for (; base < j1; base += kStride) {
         const unsigned long long next_slot = slot_at(base + kStride);
-        // 1. the tile's K and V rows (in SASS, sm_90: the 4 K loads together, then the 4 V loads
-        //    after the scores' first products, so a tile waits on memory twice)
-        uint4 kr[U], vr[U];
+        // 1. the tile's K and V rows: each lane's 2U 16-byte chunks copied to shared memory
+        //    asynchronously, all in flight before the one wait (loaded into registers, ptxas put
+        //    the V loads after the first products, which wait for K: two waits on memory a tile)
         bool ok[U];
 #pragma unroll
         for (int u = 0; u < U; u++) {
             const int k = u * KPW + int(sub);
             ok[u] = base + size_t(k) < j1;
             const size_t off = size_t(__shfl_sync(kFullMask, my_slot, k)) * slot_elems;
-            kr[u] = load_stream(kc + off);
-            vr[u] = load_stream(vc + off);
+            cp_async16(&s_kv[warp][0][u][lane], kc + off);
+            cp_async16(&s_kv[warp][1][u][lane], vc + off);
+        }
+        cp_async_wait_all();  // a lane reads back only the chunks it copied itself
+        uint4 kr[U];
+        float vx[U][E];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            kr[u] = s_kv[warp][0][u][lane];
+            unpack8<TK>(s_kv[warp][1][u][lane], vx[u]);
         }
         // 2. scores: this lane's 8 products, summed over the key's LK lanes (a butterfly: every
         //    lane of the key ends with the same bits, as each step adds the same pair)
@@ -226,9 +248,6 @@ __global__ void __launch_bounds__(kWideWarps * 32) decode_wide_kernel(Params p, 
                 for (int g = 0; g < G; g++) sc[u][g] += __shfl_xor_sync(kFullMask, sc[u][g], off);
             }
         }
-        float vx[U][E];
-#pragma unroll
-        for (int u = 0; u < U; u++) unpack8<TK>(vr[u], vx[u]);
         // 3. per head: the tile's max over the warp (finite: key `base` is below j1), one rescale
         //    of the running state, the weighted V rows
 #pragma unroll
@@ -258,6 +277,7 @@ __global__ void __launch_bounds__(kWideWarps * 32) decode_wide_kernel(Params p, 
         }
         my_slot = next_slot;
     }
+    __syncthreads();  // every warp is done with its tiles before s_buf holds the outputs
     // 4. the warp's key groups (lanes el, el + LK, ...) share m: their l and o add up
 #pragma unroll
     for (int off = LK; off < 32; off *= 2) {
