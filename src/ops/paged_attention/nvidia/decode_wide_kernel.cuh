@@ -69,10 +69,12 @@ __device__ __forceinline__ void unpack8<bf16_t>(const uint4 &r, float (&x)[8]) {
     }
 }
 
-// A 16-byte asynchronous copy from global to shared memory (sm_80 and later), around L1.
+// A 16-byte asynchronous copy from global to shared memory (sm_80 and later), around L1. The
+// "memory" clobber keeps the compiler from moving the previous tile's shared-memory reads of the
+// same chunk after it.
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
     const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() {
     asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
