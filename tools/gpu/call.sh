@@ -29,6 +29,10 @@
 #      test_wide_decode_nvidia.py: a failure here leaves the other stages on NEW), then
 #      CALL_WIDE_ROUNDS alternations of decode without and with it on the BLOCK layout (bf16,
 #      f16 KV) at a 64-token and a CALL_LONG-token context
+#   3c. the int8 producers (LLAISYS_INT8_PRODUCERS=1, opt-in until this passes): their GPU tests
+#      (test_int8_producers_nvidia.py: the same bits as without them), then CALL_INT8P_ROUNDS
+#      alternations of Q4_K decode (BLOCK layout) without and with them, with the first int8 GEMV
+#      and with the pipelined one
 #   4. the llama.cpp peer on the same GGUF files (tools/gpu/peer_cuda.sh)
 #   5. decode at a CALL_LONG-token context
 #   6. the engine's overlapped output processing and async scheduling (async_output,
@@ -103,6 +107,18 @@ for r in $(seq 1 "${CALL_WIDE_ROUNDS:-2}"); do  # decode attention: the first sp
         for ctx in 64 "${CALL_LONG:-4096}"; do
             LLAISYS_WIDE_DECODE=$w timeout 45 $P --layout block --prompt $ctx --steps 32 --out $OUT/wide-$w-$ctx-$r.json \
                 2>&1 | tail -1 | sed "s/^/wide=$w ctx=$ctx $r: /"
+        done
+    done
+done
+pack
+timeout 90 python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
+    test/parity/test_int8_producers_nvidia.py > $OUT/pytest-int8p.log 2>&1
+echo "model tests, int8 producers: $(tail -1 $OUT/pytest-int8p.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-int8p.log | head -5
+for r in $(seq 1 "${CALL_INT8P_ROUNDS:-2}"); do  # Q4_K decode: the quantizer before each linear, then the producers
+    for g in 1 2; do
+        for p in 0 1; do
+            LLAISYS_GEMV_INT8=$g LLAISYS_INT8_PRODUCERS=$p timeout 45 $P --layout block --quantize q4_k --prompt 64 \
+                --steps 64 --out $OUT/int8p-$g-$p-$r.json 2>&1 | tail -1 | sed "s/^/gemv=$g producers=$p $r: /"
         done
     done
 done

@@ -267,7 +267,7 @@ __device__ __forceinline__ const B *group_row(const SegGroup<B> &g, size_t row, 
 template <int MR, int WPR, int R = 1>
 __device__ __forceinline__ void finish_row(float (&acc)[R][MR], float (*part)[R][MR], unsigned lane, unsigned warp,
                                            size_t row0, size_t rows, float *out, size_t ldo, int m,
-                                           const void *bias, int bias_dt) {
+                                           const void *bias, int bias_dt, bool accumulate = false) {
 #pragma unroll
     for (int r = 0; r < R; r++) {
 #pragma unroll
@@ -300,7 +300,11 @@ __device__ __forceinline__ void finish_row(float (&acc)[R][MR], float (*part)[R]
             const float b = bias ? bias_at(bias, bias_dt, row0 + r) : 0.0f;
 #pragma unroll
             for (int i = 0; i < MR; i++) {
-                if (i < m) out[size_t(i) * ldo + row0 + r] = acc[r][i] + b;
+                if (i < m) {  // accumulate: what a separate add of the product (bias added) would store
+                    float *o = out + size_t(i) * ldo + row0 + r;
+                    const float v = acc[r][i] + b;
+                    *o = accumulate ? *o + v : v;
+                }
             }
         }
     }

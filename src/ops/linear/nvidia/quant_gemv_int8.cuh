@@ -4,6 +4,7 @@
 #pragma once
 
 #include "../../../device/nvidia/load_stream.cuh"
+#include "int8_act.cuh"
 #include "int8_layout.hpp"
 #include "quant_gemv_float.cuh"
 
@@ -18,16 +19,8 @@ namespace {
 // float path's instructions an element, and every lane's loads are in flight at once. The
 // error is the CPU int8 path's: within 0.5 d_x |W| per activation block, d_x <= amax / 127.
 
-constexpr int kXBlock = 32;  // activation elements per int8 scale
-
-// Programmatic dependent launch (sm_90 and later; nothing before, nor after an ordinary
-// launch): the quantizer lets the pipelined GEMV's blocks start at once, and they issue their
-// first weight loads before waiting for the quantizer's grid to end, its writes visible.
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
+// kXBlock, pdl_launch_dependents and the quantizer's arithmetic are in int8_act.cuh. A
+// programmatic dependent GEMV waits here for its producer's grid before it reads activations.
 __device__ __forceinline__ void pdl_wait() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -41,12 +34,7 @@ __global__ void quantize_x_kernel(int8_t *xq, float *xd, const float *x, size_t 
     const size_t b = (size_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
     if (b >= blocks) return;  // whole warps
     const unsigned lane = threadIdx.x & 31;
-    const float v = x[b * kXBlock + lane];
-    const float amax = warp_max(fabsf(v));
-    const bool bad = __any_sync(0xffffffffu, !isfinite(v));
-    const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    xq[b * kXBlock + lane] = bad ? int8_t(0) : int8_t(__float2int_rn(v * id));
-    if (lane == 0) xd[b] = bad ? __int_as_float(0x7fc00000) : d;
+    quantize32(xq + b * kXBlock, xd + b, x[b * kXBlock + lane], lane);
 }
 
 template <class B>
@@ -144,7 +132,7 @@ __device__ __forceinline__ void qunit(const BlockQ6_K &b, int u, size_t e0, cons
 template <class B, int MR, int WPR>
 __global__ void __launch_bounds__(kGemvThreads)
     gemv_int8_kernel(float *out, size_t ldo, const int8_t *xq, const float *xd, size_t k, int m, SegGroup<B> g,
-                     size_t nb, const void *bias, int bias_dt) {
+                     size_t nb, const void *bias, int bias_dt, bool accumulate) {
     static_assert(kGemvWarps % WPR == 0, "a block holds whole rows");
     __shared__ float part[WPR > 1 ? kGemvWarps : 1][1][MR];
     const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, sub = warp % WPR;
@@ -163,7 +151,7 @@ __global__ void __launch_bounds__(kGemvThreads)
             qunit<MR>(wr[blk], int(u % kQUnits<B>), blk * kBlockElems<B>, xq, xd, k, m, acc[0]);
         }
     }
-    finish_row<MR, WPR>(acc, part, lane, warp, row, g.rows, out, ldo, m, bias, bias_dt);
+    finish_row<MR, WPR>(acc, part, lane, warp, row, g.rows, out, ldo, m, bias, bias_dt, accumulate);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -369,7 +357,7 @@ struct Int8Item<BlockQ8_0> {
 template <class B, int MR, int WPR>
 __global__ void __launch_bounds__(kGemvThreads, 1)
     gemv_int8_pipe_kernel(float *out, size_t ldo, const int8_t *xq, const float *xd, size_t k, int m, SegGroup<B> g,
-                          size_t nb, const void *bias, int bias_dt) {
+                          size_t nb, const void *bias, int bias_dt, bool accumulate) {
     using It = Int8Item<B>;
     constexpr int R = kPipeRows<B, MR, WPR>, S = kInFlight<B, MR> / R, NI = It::kItems;
     static_assert(kGemvWarps % WPR == 0, "a block holds whole rows");
@@ -425,7 +413,7 @@ __global__ void __launch_bounds__(kGemvThreads, 1)
             }
         }
     }
-    finish_row<MR, WPR, R>(acc, part, lane, warp, row0, g.rows, out, ldo, m, bias, bias_dt);
+    finish_row<MR, WPR, R>(acc, part, lane, warp, row0, g.rows, out, ldo, m, bias, bias_dt, accumulate);
 }
 
 // out [m, n] = round(acc [m, n] + bias [n]); acc may be out itself (f32), bias may be null.

@@ -46,7 +46,8 @@ void add_bias(std::byte *out, llaisysDataType_t act, const float *acc, const std
 struct QuantX {
     const int8_t *q = nullptr;
     const float *d = nullptr;
-    bool pdl = false;  // the pipelined GEMV launches as a programmatic dependent (pdl_enabled)
+    bool pdl = false;         // the pipelined GEMV launches as a programmatic dependent (pdl_enabled)
+    bool accumulate = false;  // out += the product (linear_quant_int8); the int8 kernels only
 };
 
 bool int8_format(llaisysDataType_t dt) {
@@ -119,7 +120,7 @@ void launch_gemv_int8(float *out, size_t ldo, const QuantX &qx, size_t k, int m,
                       const void *bias, llaisysDataType_t bias_dt, cudaStream_t stream) {
     if (int8_kernel() == Int8Kernel::kFirst) {
         gemv_int8_kernel<B, MR, WPR><<<unsigned(ceil_div(size_t(g.rows), kGemvWarps / WPR)), kGemvThreads, 0, stream>>>(
-            out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt));
+            out, ldo, qx.q, qx.d, k, m, g, nb, bias, int(bias_dt), qx.accumulate);
         return;
     }
     cudaLaunchAttribute pdl{};
@@ -132,7 +133,7 @@ void launch_gemv_int8(float *out, size_t ldo, const QuantX &qx, size_t k, int m,
     cfg.attrs = &pdl;
     cfg.numAttrs = qx.pdl ? 1 : 0;
     LLAISYS_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemv_int8_pipe_kernel<B, MR, WPR>, out, ldo, qx.q, qx.d, k, m, g, nb,
-                                          bias, int(bias_dt)));
+                                          bias, int(bias_dt), qx.accumulate));
 }
 
 // The int8 kernel where the format has one and the activations were quantized (qx.q set),
@@ -148,6 +149,8 @@ void launch_gemv(float *out, size_t ldo, const float *x, const QuantX &qx, size_
             return;
         }
     }
+    LLAISYS_CHECK(!qx.accumulate && x, LLAISYS_STATUS_INTERNAL,
+                  "quantized linear: the float GEMV has no f32 activations or cannot accumulate");
     if (wpr == 4) launch_gemv<B, MR, 4>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
     else if (wpr == 2) launch_gemv<B, MR, 2>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
     else launch_gemv<B, MR, 1>(out, ldo, x, k, m, g, nb, bias, bias_dt, stream);
@@ -183,8 +186,9 @@ void gemv(float *out, const float *x, QuantX qx, const cpu::QuantRows *segs, siz
                 for (size_t i0 = 0; i0 < m; i0 += kQuantGemvRows) {
                     const int mc = int(std::min(kQuantGemvRows, m - i0));
                     float *o = out + i0 * n + row0;
-                    const float *xc = x + i0 * k;
-                    const QuantX xi = gx.q ? QuantX{gx.q + i0 * k, gx.d + i0 * k / kXBlock, gx.pdl} : QuantX{};
+                    const float *xc = x ? x + i0 * k : nullptr;
+                    const QuantX xi = gx.q ? QuantX{gx.q + i0 * k, gx.d + i0 * k / kXBlock, gx.pdl, gx.accumulate}
+                                           : QuantX{};
                     const void *b = bias ? bias + row0 * dtype_size(bias_dt) : nullptr;
                     if (mc <= 1) launch_gemv<B, 1>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
                     else if (mc <= 2) launch_gemv<B, 2>(o, n, xc, xi, k, mc, g, nb, b, bias_dt, wpr, stream);
@@ -252,9 +256,7 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
         if (int8) {
             int8_t *q = reinterpret_cast<int8_t *>(buf + x_bytes + acc_bytes);
             float *d = reinterpret_cast<float *>(buf + x_bytes + acc_bytes + q_bytes);
-            const size_t blocks = m * k / kXBlock;
-            quantize_x_kernel<<<unsigned(ceil_div(blocks * 32, kThreads)), kThreads, 0, stream>>>(q, d, x, blocks);
-            LLAISYS_CUDA_CHECK(cudaGetLastError());
+            quantize_act(q, d, x, m, k, stream);
             qx = QuantX{q, d, pdl_enabled(device_id)};
         }
         gemv(acc, x, qx, segs, n_segs, n, k, f32 ? bias : nullptr, bias_dt, m, device_id, stream);
@@ -293,6 +295,40 @@ void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, co
         }
     }
     if (bias || !f32) add_bias(out, act, acc, bias, bias_dt, m, n, stream);
+}
+
+
+bool linear_quant_takes_int8(const cpu::QuantRows *segs, size_t n_segs, size_t k, size_t m) {
+    if (m == 0 || m > kQuantGemvRows || k == 0 || k % kXBlock != 0 || int8_kernel() == Int8Kernel::kNone) return false;
+    bool any = false;
+    for (size_t s = 0; s < n_segs; s++) {
+        if (segs[s].rows == 0) continue;
+        const uintptr_t align = segs[s].dt == LLAISYS_DTYPE_Q4_K ? 16 : 2;  // gemv's condition for the int8 kernels
+        if (!int8_format(segs[s].dt) || !segs[s].data || reinterpret_cast<uintptr_t>(segs[s].data) % align != 0) {
+            return false;
+        }
+        any = true;
+    }
+    return any;
+}
+
+void quantize_act(int8_t *q, float *d, const float *x, size_t m, size_t k, cudaStream_t stream) {
+    LLAISYS_CHECK_ARG(k % kXBlock == 0, "quantize_act: k = ", k, " is not a multiple of ", kXBlock);
+    const size_t blocks = m * k / kXBlock;
+    if (blocks == 0) return;
+    quantize_x_kernel<<<unsigned(ceil_div(blocks * 32, kThreads)), kThreads, 0, stream>>>(q, d, x, blocks);
+    LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
+
+void linear_quant_int8(float *out, const int8_t *q, const float *d, const cpu::QuantRows *segs, size_t n_segs,
+                       size_t n, size_t k, const std::byte *bias, llaisysDataType_t bias_dt, size_t m,
+                       bool accumulate, int device_id, cudaStream_t stream) {
+    check_segments(segs, n_segs, n, k);
+    LLAISYS_CHECK_ARG(linear_quant_takes_int8(segs, n_segs, k, m), "linear_quant_int8: a [", m, ", ", k,
+                      "] product that the int8 GEMV does not serve (linear_quant_takes_int8)");
+    if (bias) dispatch_float(bias_dt, [](auto) {});
+    gemv(out, nullptr, QuantX{q, d, pdl_enabled(device_id), accumulate}, segs, n_segs, n, k, bias, bias_dt, m,
+         device_id, stream);
 }
 
 }  // namespace llaisys::ops::nvidia

@@ -9,6 +9,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
+#include <cstdint>
 
 namespace llaisys::ops::nvidia {
 
@@ -38,5 +39,20 @@ constexpr size_t kQuantGemvRows = 8;
 void linear_quant(std::byte *out, const std::byte *in, llaisysDataType_t act, const cpu::QuantRows *segs,
                   size_t n_segs, size_t n, size_t k, const std::byte *bias, llaisysDataType_t bias_dt, size_t m,
                   int device_id, cudaStream_t stream);
+
+// Decode steps whose producers write the int8 GEMV's activations themselves (the norm before a
+// linear, SwiGLU before down: rms_norm_quant, swiglu_quant; int8_act.cuh's format: q [m, k] int8,
+// d [m, k / 32] f32), skipping the quantizer linear_quant would launch. Whether linear_quant
+// would take the int8 GEMV for this weight and m rows (m <= kQuantGemvRows, k a multiple of 32,
+// the int8 kernels on, every non-empty segment Q8_0, Q4_K or Q6_K and aligned for them):
+bool linear_quant_takes_int8(const cpu::QuantRows *segs, size_t n_segs, size_t k, size_t m);
+// linear_quant's quantizer: q, d from x [m, k] f32 (k a multiple of 32). DEVICE buffers.
+void quantize_act(int8_t *q, float *d, const float *x, size_t m, size_t k, cudaStream_t stream);
+// out [m, n] (f32) = q, d @ W^T + bias, or out += that with accumulate (the bits of a separate
+// add of linear_quant's product): linear_quant's int8 GEMV over activations already quantized.
+// Throws INVALID_ARGUMENT where linear_quant_takes_int8 does not hold.
+void linear_quant_int8(float *out, const int8_t *q, const float *d, const cpu::QuantRows *segs, size_t n_segs,
+                       size_t n, size_t k, const std::byte *bias, llaisysDataType_t bias_dt, size_t m,
+                       bool accumulate, int device_id, cudaStream_t stream);
 
 }  // namespace llaisys::ops::nvidia

@@ -119,7 +119,8 @@ void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *
     } else {
         attention::launch(p, src, act, kvdt, n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
     }
-    if (max_q_len > kDecodeMaxQueries && flash_prefill() && attention::flash_serves(kvdt, group, d, dv)) {
+    if (max_q_len > kDecodeMaxQueries && flash_prefill() && attention::flash_serves(kvdt, group, d, dv) &&
+        attention::aligned16(k_cache) && attention::aligned16(v_cache)) {  // its K/V loads are 16 bytes
         const size_t tt = attention::flash_tile_tokens(group);
         attention::launch_flash(p, src, act, kvdt, n_seqs, attention::ceil_div(max_q_len, tt), kDecodeMaxQueries + 1,
                                 SIZE_MAX, stream);

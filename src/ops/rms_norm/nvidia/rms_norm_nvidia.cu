@@ -5,11 +5,32 @@
 
 #include "../../../device/nvidia/cuda_check.hpp"
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
+#include "../../linear/nvidia/int8_act.cuh"
 
 namespace llaisys::ops::nvidia {
 namespace {
 
 using namespace llaisys::device::nvidia;
+
+// The first pass of a row: 1/sqrt(mean(x^2) + eps) over x [d] (with kAdd, r [d] += x first);
+// every kernel below takes it from here, so the fused ones give rms_norm's bits.
+template <class T, bool kAdd>
+__device__ __forceinline__ float row_inv_rms(T *r, const T *x, size_t d, float eps, float *scratch) {
+    float ss = 0.0f;
+    for (size_t j = threadIdx.x; j < d; j += blockDim.x) {
+        float v;
+        if constexpr (kAdd) {
+            T sum = from_float<T>(to_float(r[j]) + to_float(x[j]));  // what a separate add would store
+            r[j] = sum;
+            v = to_float(sum);
+        } else {
+            v = to_float(x[j]);
+        }
+        ss += v * v;
+    }
+    ss = block_sum(ss, scratch);
+    return 1.0f / sqrtf(ss / float(d) + eps);
+}
 
 template <class T, class TW, bool kAdd>
 __global__ void rms_norm_kernel(T *out, T *residual, const T *in, const TW *weight, size_t m, size_t d, float eps) {
@@ -18,22 +39,28 @@ __global__ void rms_norm_kernel(T *out, T *residual, const T *in, const TW *weig
         const T *x = in + i * d;
         T *r = kAdd ? residual + i * d : nullptr;
         T *y = out + i * d;
-        float ss = 0.0f;
-        for (size_t j = threadIdx.x; j < d; j += blockDim.x) {
-            float v;
-            if constexpr (kAdd) {
-                T sum = from_float<T>(to_float(r[j]) + to_float(x[j]));  // what a separate add would store
-                r[j] = sum;
-                v = to_float(sum);
-            } else {
-                v = to_float(x[j]);
-            }
-            ss += v * v;
-        }
-        ss = block_sum(ss, scratch);
-        const float inv = 1.0f / sqrtf(ss / float(d) + eps);
+        const float inv = row_inv_rms<T, kAdd>(r, x, d, eps, scratch);
         const T *src = kAdd ? r : x;
         for (size_t j = threadIdx.x; j < d; j += blockDim.x) y[j] = from_float<T>(to_float(src[j]) * inv * to_float(weight[j]));
+    }
+}
+
+// rms_norm_kernel (f32) whose second pass quantizes the row for the int8 GEMV instead of storing
+// it (int8_act.cuh): d is a multiple of 32 and blockDim of 32, so each pass's 32-blocks are whole
+// warps' (element j = warp base + lane).
+template <class TW>
+__global__ void rms_norm_quant_kernel(int8_t *q, float *qd, const float *in, const TW *weight, size_t m, size_t d,
+                                      float eps) {
+    __shared__ float scratch[32];
+    pdl_launch_dependents();
+    const unsigned lane = threadIdx.x & 31;
+    for (size_t i = blockIdx.x; i < m; i += gridDim.x) {
+        const float *x = in + i * d;
+        const float inv = row_inv_rms<float, false>(nullptr, x, d, eps, scratch);
+        for (size_t j = threadIdx.x; j < d; j += blockDim.x) {
+            const size_t b = (i * d + j) / kXBlock;
+            quantize32(q + b * kXBlock, qd + b, x[j] * inv * to_float(weight[j]), lane);
+        }
     }
 }
 
@@ -91,6 +118,18 @@ void rms_norm_heads(std::byte *x, llaisysDataType_t dtype, const std::byte *w, l
             rms_norm_heads_kernel<T, TW><<<blocks, kHeadWarps * 32, 0, stream>>>(
                 reinterpret_cast<T *>(x), reinterpret_cast<const TW *>(w), n, heads, d, stride, eps);
         });
+    });
+    LLAISYS_CUDA_CHECK(cudaGetLastError());
+}
+
+void rms_norm_quant(int8_t *q, float *d_out, const float *in, const std::byte *weight, llaisysDataType_t wdt,
+                    size_t m, size_t d, float eps, cudaStream_t stream) {
+    LLAISYS_CHECK_ARG(d % kXBlock == 0, "rms_norm_quant: d = ", d, " is not a multiple of ", kXBlock);
+    if (m == 0 || d == 0) return;
+    dispatch_float(wdt, [&](auto wtag) {
+        using TW = decltype(wtag);
+        rms_norm_quant_kernel<TW><<<row_blocks(m), threads_for(d), 0, stream>>>(
+            q, d_out, in, reinterpret_cast<const TW *>(weight), m, d, eps);
     });
     LLAISYS_CUDA_CHECK(cudaGetLastError());
 }
