@@ -298,3 +298,21 @@ def test_the_loop_does_not_copy_the_latency_samples_after_every_step(started):
     assert len(m.ttft) == len(m.e2e) == 0  # not copied
     assert len(inner.metrics.ttft) == MAX_SAMPLES and inner.metrics.ttft[-1] != 0.5  # the engine's own has them
     assert len(inner.metrics.copy().ttft) == MAX_SAMPLES
+
+
+def test_freeze_startup_objects_moves_what_exists_out_of_the_collectors_reach():
+    """What `llaisys serve` and a Ray replica call once their models are loaded: everything made so
+    far is frozen (gc.get_freeze_count), an object made before it among them."""
+    import gc
+
+    from llaisys.engine.async_engine import freeze_startup_objects
+
+    made_before = [[i] for i in range(1000)]  # tracked containers
+    gc.unfreeze()
+    try:
+        frozen = freeze_startup_objects()
+        assert frozen == gc.get_freeze_count() >= len(made_before)
+        assert not any(made_before[0] is o for o in gc.get_objects())  # out of the collected generations
+    finally:
+        gc.unfreeze()
+    assert any(made_before[0] is o for o in gc.get_objects())

@@ -122,7 +122,7 @@ import torch
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]  # test/ops and test/ (cpu_features)
 from llaisys import runtime
 print(runtime.cpu_isa())
-from conftest import Bridge, TOLERANCES
+from op_bridge import TOLERANCES, Bridge
 from test_linear_shapes import M_VALUES, NK_VALUES, packed_case
 worst = {}
 for wdt in ("f32", "f16", "bf16"):

@@ -141,7 +141,7 @@ import json, sys, torch
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/.."]
 from llaisys import runtime
 print(runtime.cpu_isa())
-from conftest import Bridge
+from op_bridge import Bridge
 from test_logit_screen import run_cases
 g = torch.Generator(); g.manual_seed(7)
 print(json.dumps(run_cases(Bridge(g))))

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from conftest import API_KEY, MODEL, wait_healthy
+from ray_cluster import API_KEY, MODEL, wait_healthy
 
 pytestmark = pytest.mark.slow
 WAIT_S = 120  # bound on any one wait below
@@ -257,7 +257,6 @@ def test_scale_down_drains_the_removed_replica(cluster):
     assert len([k for k in after if after[k] > before.get(k, 0)]) == 2, (before, after)  # both are serving
     settings, engine, opts = cluster.app_args
     assert all(t.is_alive() for t in threads), "a request ended before the scale-down: it would test nothing"
-    t0 = time.monotonic()
     serve.run(build_app(settings, engine, dataclasses.replace(opts, replicas=1)), name="llaisys", route_prefix="/",
               blocking=False)
     for t in threads:

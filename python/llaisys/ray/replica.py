@@ -27,7 +27,7 @@ import os
 import time
 from typing import Optional
 
-from ..engine.async_engine import AsyncEngine, EngineDeadError
+from ..engine.async_engine import AsyncEngine, EngineDeadError, freeze_startup_objects
 from ..engine.sampling_params import SamplingParamsError
 from ..engine.structured_matcher import warm_structured
 
@@ -81,6 +81,7 @@ class LLMReplica:
         self.engine = AsyncEngine(self.llm.engine, name=f"llaisys-engine-{self.name}")
         warm_structured(self.llm.engine.structured, self.name)
         self._outstanding: dict = {}  # request id -> tokens it may still cost (prompt + max_tokens)
+        freeze_startup_objects()  # as llaisys serve does once its models are loaded
         c = self.llm.config
         log.info("replica %s: %s loaded in %.1f s, KV pool %d blocks x %d tokens, cores %s", self.name, model,
                  time.monotonic() - t0, c.num_blocks, c.block_size, sorted(os.sched_getaffinity(0)))

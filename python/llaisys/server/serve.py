@@ -8,7 +8,6 @@ and [DONE]); the engines stop and the process exits 0. A second signal skips the
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import signal
@@ -263,11 +262,11 @@ def run_serve(args) -> int:
             log.error("cannot serve: %s", st.registry.error)
             server.shutdown()
             return
-        # What start-up made (modules, weights' bookkeeping, the KV pools) lives as long as the
-        # process: frozen, the garbage collector's full collections skip it (5 ms of a 7 ms pause
-        # here, doc/engine.md "The pool and the garbage collector"). This process's own objects only.
-        gc.collect()
-        gc.freeze()
+        # What start-up made lives as long as the process: frozen, the garbage collector's full
+        # collections skip it (5 ms of a 7 ms pause here).
+        from ..engine.async_engine import freeze_startup_objects
+
+        freeze_startup_objects()
 
     threading.Thread(target=load, name="llaisys-load", daemon=True).start()
     shutdown = _Shutdown(st, server, args.drain_timeout)
