@@ -206,6 +206,36 @@ def test_paged_attention_window(bridge, gen, dtype, heads, kv_heads, d, dv, wind
 
 
 # ------------------------------------------------------------------------------------------
+# opt-in kernels, each against the default one on the same inputs
+
+def kernel_ab(bridge, gen, monkeypatch, env: str, q_lens, ctx_lens, heads, kv_heads, d, act, kv_dtype, window):
+    """A BLOCK-layout batch of these rows run with `env` set to 1 and to 0 (each kernel reads its
+    variable at every launch), every output starting as NaN: (with, without, float64 reference,
+    query_start)."""
+    query_start, q_pos, kv_start, slots, pos = block_view(gen, q_lens, ctx_lens, block_size=16, n_blocks=256)
+    n, n_slots = query_start[-1], 256 * 16
+    q = bridge.randn((n, heads, d), act)
+    k_cache, v_cache = bridge.randn((n_slots, kv_heads, d), kv_dtype), bridge.randn((n_slots, kv_heads, d), kv_dtype)
+    idx = [torch.tensor(q_pos, dtype=torch.int64), torch.tensor(query_start, dtype=torch.int32),
+           torch.tensor(kv_start, dtype=torch.int32), torch.tensor(slots, dtype=torch.int32),
+           torch.tensor(pos, dtype=torch.int64)]
+    scale = 1.0 / math.sqrt(d)
+
+    def run(on: bool):
+        monkeypatch.setenv(env, "1" if on else "0")
+        out = gpu_full((n, heads, d), act, float("nan"))  # every element must be written
+        args = [gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in idx], scale]
+        if window:
+            ops.paged_attention_window(out, *args, window)
+        else:
+            ops.paged_attention(out, *args)
+        return bridge.to_torch(out)
+
+    expected = paged_ref(q, k_cache, v_cache, *idx, scale, window).to(torch.float32)
+    return run(True), run(False), expected, query_start
+
+
+# ------------------------------------------------------------------------------------------
 # the tensor-core prefill kernel (flash_kernel.cuh, LLAISYS_FLASH_PREFILL=1)
 
 FLASH_HEADS = [(14, 2, 64), (12, 2, 128), (28, 4, 128), (8, 8, 128), (64, 1, 64)]
@@ -223,31 +253,8 @@ def test_flash_prefill(bridge, gen, monkeypatch, heads, kv_heads, d, kv_dtype, a
     that end mid-tile, decode rows in the same launch (untouched)."""
     dtype = kv_dtype if act == "cache" else "f32"
     q_lens, ctx_lens = [1, 5, 37, 200, 1, 64, 130], [1, 5, 100, 200, 1500, 700, 130]
-    view = block_view(gen, q_lens, ctx_lens, block_size=16, n_blocks=256)
-    query_start, q_pos, kv_start, slots, pos = view
-    n, n_slots = query_start[-1], 256 * 16
-    q = bridge.randn((n, heads, d), dtype)
-    k_cache, v_cache = bridge.randn((n_slots, kv_heads, d), kv_dtype), bridge.randn((n_slots, kv_heads, d), kv_dtype)
-    idx = [torch.tensor(q_pos, dtype=torch.int64), torch.tensor(query_start, dtype=torch.int32),
-           torch.tensor(kv_start, dtype=torch.int32), torch.tensor(slots, dtype=torch.int32),
-           torch.tensor(pos, dtype=torch.int64)]
-    scale = 1.0 / math.sqrt(d)
-
-    def run(flash: bool):
-        if flash:
-            monkeypatch.setenv("LLAISYS_FLASH_PREFILL", "1")
-        else:
-            monkeypatch.delenv("LLAISYS_FLASH_PREFILL", raising=False)
-        out = gpu_full((n, heads, d), dtype, float("nan"))  # every element must be written
-        args = [gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in idx], scale]
-        if window:
-            ops.paged_attention_window(out, *args, window)
-        else:
-            ops.paged_attention(out, *args)
-        return bridge.to_torch(out)
-
-    flash, plain = run(True), run(False)
-    expected = paged_ref(q, k_cache, v_cache, *idx, scale, window).to(torch.float32)
+    flash, plain, expected, query_start = kernel_ab(bridge, gen, monkeypatch, "LLAISYS_FLASH_PREFILL", q_lens,
+                                                    ctx_lens, heads, kv_heads, d, dtype, kv_dtype, window)
     tol = 2e-2 if kv_dtype == "bf16" else 3e-3  # one rounding of q and of every weight to the cache's type
     torch.testing.assert_close(flash, expected, atol=tol, rtol=tol)
     long_rows = slice(query_start[1], query_start[4])  # rows of 5, 37 and 200 queries
@@ -278,28 +285,8 @@ def test_wide_decode(bridge, gen, monkeypatch, heads, kv_heads, d, kv_dtype, vie
     kernel: against the float64 reference, every output written (the buffer starts as NaN), not
     equal to decode_kernel's output (so the launch took it), and the prefill chunk untouched."""
     q_lens, ctx_lens = WIDE_VIEWS[view_name]
-    view = block_view(gen, q_lens, ctx_lens, block_size=16, n_blocks=256)
-    query_start, q_pos, kv_start, slots, pos = view
-    n, n_slots = query_start[-1], 256 * 16
-    q = bridge.randn((n, heads, d), "f32")
-    k_cache, v_cache = bridge.randn((n_slots, kv_heads, d), kv_dtype), bridge.randn((n_slots, kv_heads, d), kv_dtype)
-    idx = [torch.tensor(q_pos, dtype=torch.int64), torch.tensor(query_start, dtype=torch.int32),
-           torch.tensor(kv_start, dtype=torch.int32), torch.tensor(slots, dtype=torch.int32),
-           torch.tensor(pos, dtype=torch.int64)]
-    scale = 1.0 / math.sqrt(d)
-
-    def run(wide: bool):
-        monkeypatch.setenv("LLAISYS_WIDE_DECODE", "1" if wide else "0")
-        out = gpu_full((n, heads, d), "f32", float("nan"))
-        args = [gpu(q), gpu(k_cache), gpu(v_cache), *[gpu(a) for a in idx], scale]
-        if window:
-            ops.paged_attention_window(out, *args, window)
-        else:
-            ops.paged_attention(out, *args)
-        return bridge.to_torch(out)
-
-    wide, plain = run(True), run(False)
-    expected = paged_ref(q, k_cache, v_cache, *idx, scale, window).to(torch.float32)
+    wide, plain, expected, _ = kernel_ab(bridge, gen, monkeypatch, "LLAISYS_WIDE_DECODE", q_lens, ctx_lens, heads,
+                                         kv_heads, d, "f32", kv_dtype, window)
     torch.testing.assert_close(wide, expected, atol=2e-5, rtol=1e-5)  # f32 sums: run_paged's tolerance
     decode = torch.tensor([ql <= 4 for ql, _ in zip(q_lens, ctx_lens) for _ in range(ql)])
     assert not torch.equal(wide[decode], plain[decode]), "the wide kernel did not run"

@@ -62,8 +62,12 @@ __device__ __forceinline__ size_t decode_token(const Params &p, const Source &sr
 // split) state is loaded at once into shared memory, the factors e^(m_z - M) / L computed
 // once per (head, split), then each thread sums its outputs' o_z, all loads independent: a
 // few L2 round trips in all, not a chain of them per head.
-template <class TA>
-__device__ void merge_splits(const Params &p, const Partials &part, size_t x, size_t t, size_t h0, size_t group) {
+// The first half of a split merge (merge_splits here, merge_splits_wide in
+// decode_wide_kernel.cuh): every (head, split) state of token block x loaded at once into shared
+// memory, then, one thread a head, M, L and each split's factor e^(m_z - M) / L in place of m_z
+// (0 for a split that saw no key), all in s_f [head][split]. Returns s_f.
+__device__ inline const float (*split_factors(const Params &p, const Partials &part, size_t x, size_t h0,
+                                              size_t group))[kMaxSplits] {
     __shared__ float s_f[kDecodeMaxGroup][kMaxSplits];  // m_z, then e^(m_z - M) / L
     __shared__ float s_l[kDecodeMaxGroup][kMaxSplits];  // l_z
     const unsigned nz = part.n_splits;
@@ -87,6 +91,13 @@ __device__ void merge_splits(const Params &p, const Partials &part, size_t x, si
         for (unsigned z = 0; z < nz; z++) s_f[g][z] = s_f[g][z] != -INFINITY ? expf(s_f[g][z] - mx) * inv : 0.0f;
     }
     __syncthreads();
+    return s_f;
+}
+
+template <class TA>
+__device__ void merge_splits(const Params &p, const Partials &part, size_t x, size_t t, size_t h0, size_t group) {
+    const float(*s_f)[kMaxSplits] = split_factors(p, part, x, h0, group);
+    const unsigned nz = part.n_splits;
     for (size_t e = threadIdx.x; e < group * p.dv; e += blockDim.x) {
         const size_t g = e / p.dv, c = e % p.dv;
         const float *o = part.o + ((x * p.heads + h0 + g) * nz) * p.dv + c;
@@ -103,6 +114,50 @@ __device__ void merge_splits(const Params &p, const Partials &part, size_t x, si
         for (; z < nz; z++) osum += __ldcg(o + size_t(z) * p.dv) * s_f[g][z];
         static_cast<TA *>(p.out)[t * p.out_stride + (h0 + g) * p.dv + c] = from_float<TA>(osum);
     }
+}
+
+// The end of a decode block, shared by decode_kernel and decode_wide_kernel: the W warps' states
+// (m_at(w, g), l_at(w, g), o_at(w, g, c), in shared memory and synchronized) merged per (head g,
+// element c), then written: token t's output with one split, else this split's partial state,
+// after which one thread takes the (x, kh) ticket. Returns whether this block is the last split
+// to finish, which then merges them all and sets the ticket back to zero.
+template <class TA, unsigned W, class M, class L, class O>
+__device__ bool finish_decode_block(const Params &p, const Partials &part, size_t x, size_t kh, size_t z, size_t t,
+                                    size_t group, size_t dv, M m_at, L l_at, O o_at) {
+    for (size_t e = threadIdx.x; e < group * dv; e += blockDim.x) {
+        const size_t g = e / dv, c = e % dv;
+        float mx = -INFINITY;
+        for (unsigned w = 0; w < W; w++) mx = fmaxf(mx, m_at(w, g));
+        float lsum = 0.0f, osum = 0.0f;
+        if (mx != -INFINITY) {
+            for (unsigned w = 0; w < W; w++) {
+                if (m_at(w, g) == -INFINITY) continue;  // the warp saw no key
+                const float f = expf(m_at(w, g) - mx);
+                lsum += l_at(w, g) * f;
+                osum += o_at(w, g, c) * f;
+            }
+        }
+        const size_t h = kh * group + g;
+        if (part.n_splits == 1) {
+            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+            static_cast<TA *>(p.out)[t * p.out_stride + h * dv + c] = from_float<TA>(osum * inv);
+        } else {
+            const size_t idx = (x * p.heads + h) * part.n_splits + z;
+            part.o[idx * dv + c] = osum;
+            if (c == 0) part.ml[idx] = make_float2(mx, lsum);
+        }
+    }
+    if (part.n_splits == 1) return false;
+    // The last split of (x, kh) to finish merges all of them (no second launch): every thread's
+    // partial writes are made visible device-wide before one thread takes a ticket.
+    __shared__ bool s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(&part.done[x * p.kv_heads + kh], 1u) == part.n_splits - 1;
+    __syncthreads();
+    if (!s_last) return false;
+    __threadfence();
+    return true;
 }
 
 template <class TA, class TK, class Source>
@@ -194,39 +249,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Sou
         }
     }
     __syncthreads();
-    for (size_t e = threadIdx.x; e < group * dv; e += blockDim.x) {
-        const size_t g = e / dv, c = e % dv;
-        float mx = -INFINITY;
-        for (unsigned w = 0; w < kDecodeWarps; w++) mx = fmaxf(mx, s_m[w][g]);
-        float lsum = 0.0f, osum = 0.0f;
-        if (mx != -INFINITY) {
-            for (unsigned w = 0; w < kDecodeWarps; w++) {
-                if (s_m[w][g] == -INFINITY) continue;  // the warp saw no key
-                const float f = expf(s_m[w][g] - mx);
-                lsum += s_l[w][g] * f;
-                osum += s_o[w][g][c] * f;
-            }
-        }
-        const size_t h = kh * group + g;
-        if (part.n_splits == 1) {
-            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-            static_cast<TA *>(p.out)[t * p.out_stride + h * dv + c] = from_float<TA>(osum * inv);
-        } else {
-            const size_t idx = (x * p.heads + h) * part.n_splits + z;
-            part.o[idx * dv + c] = osum;
-            if (c == 0) part.ml[idx] = make_float2(mx, lsum);
-        }
+    if (!finish_decode_block<TA, kDecodeWarps>(
+            p, part, x, kh, z, t, group, dv, [&](unsigned w, size_t g) { return s_m[w][g]; },
+            [&](unsigned w, size_t g) { return s_l[w][g]; }, [&](unsigned w, size_t g, size_t c) { return s_o[w][g][c]; })) {
+        return;
     }
-    if (part.n_splits == 1) return;
-    // The last split of (x, kh) to finish merges all of them (no second launch): every thread's
-    // partial writes are made visible device-wide before one thread takes a ticket.
-    __shared__ bool s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&part.done[x * p.kv_heads + kh], 1u) == part.n_splits - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
     merge_splits<TA>(p, part, x, t, kh * group, group);
     if (threadIdx.x == 0) part.done[x * p.kv_heads + kh] = 0;  // ready for the next launch
 }

@@ -34,6 +34,7 @@ constexpr unsigned kWideWarps = 8;
 constexpr int kWideTileKeys = 8;               // keys a warp loads before using any
 constexpr size_t kWideMinKeysPerSplit = 64;    // one tile for every warp of the block
 constexpr size_t kWideMaxGroup = 8;
+static_assert(kWideMaxGroup <= kDecodeMaxGroup, "split_factors holds kDecodeMaxGroup heads");
 
 inline bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -86,29 +87,8 @@ __device__ __forceinline__ void cp_async_wait_all() {
 template <int D>
 __device__ void merge_splits_wide(const Params &p, const Partials &part, size_t x, size_t t, size_t h0,
                                   size_t group) {
-    __shared__ float s_f[kWideMaxGroup][kMaxSplits];  // m_z, then e^(m_z - M) / L
-    __shared__ float s_l[kWideMaxGroup][kMaxSplits];  // l_z
+    const float(*s_f)[kMaxSplits] = split_factors(p, part, x, h0, group);
     const unsigned nz = part.n_splits;
-    for (size_t e = threadIdx.x; e < group * nz; e += blockDim.x) {
-        const float2 ml = __ldcg(&part.ml[(x * p.heads + h0 + e / nz) * nz + e % nz]);
-        s_f[e / nz][e % nz] = ml.x;
-        s_l[e / nz][e % nz] = ml.y;
-    }
-    __syncthreads();
-    if (threadIdx.x < group) {
-        const size_t g = threadIdx.x;
-        float mx = -INFINITY;
-        for (unsigned z = 0; z < nz; z++) mx = fmaxf(mx, s_f[g][z]);
-        float lsum = 0.0f;
-        if (mx != -INFINITY) {
-            for (unsigned z = 0; z < nz; z++) {
-                if (s_f[g][z] != -INFINITY) lsum += s_l[g][z] * expf(s_f[g][z] - mx);
-            }
-        }
-        const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-        for (unsigned z = 0; z < nz; z++) s_f[g][z] = s_f[g][z] != -INFINITY ? expf(s_f[g][z] - mx) * inv : 0.0f;
-    }
-    __syncthreads();
     constexpr int C4 = D / 4;
     for (size_t e = threadIdx.x; e < group * C4; e += blockDim.x) {
         const size_t g = e / C4, c4 = e % C4;
@@ -299,39 +279,12 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) decode_wide_kernel(Params 
         }
     }
     __syncthreads();
-    // 5. the warps merged (decode_kernel's step, the same order)
-    for (size_t e = threadIdx.x; e < group * D; e += blockDim.x) {
-        const size_t g = e / D, c = e % D;
-        float mx = -INFINITY;
-        for (unsigned w = 0; w < kWideWarps; w++) mx = fmaxf(mx, s_m[w][g]);
-        float lsum = 0.0f, osum = 0.0f;
-        if (mx != -INFINITY) {
-            for (unsigned w = 0; w < kWideWarps; w++) {
-                if (s_m[w][g] == -INFINITY) continue;  // the warp saw no key
-                const float f = expf(s_m[w][g] - mx);
-                lsum += s_l[w][g] * f;
-                osum += s_o[w][g][c] * f;
-            }
-        }
-        const size_t h = kh * group + g;
-        if (part.n_splits == 1) {
-            const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
-            static_cast<float *>(p.out)[t * p.out_stride + h * D + c] = osum * inv;
-        } else {
-            const size_t idx = (x * p.heads + h) * part.n_splits + z;
-            part.o[idx * D + c] = osum;
-            if (c == 0) part.ml[idx] = make_float2(mx, lsum);
-        }
+    // 5. the warps merged, then the output or this split's state and the ticket (decode_kernel's end)
+    if (!finish_decode_block<float, kWideWarps>(
+            p, part, x, kh, z, t, group, D, [&](unsigned w, size_t g) { return s_m[w][g]; },
+            [&](unsigned w, size_t g) { return s_l[w][g]; }, [&](unsigned w, size_t g, size_t c) { return s_o[w][g][c]; })) {
+        return;
     }
-    if (part.n_splits == 1) return;
-    // 6. the last split of (x, kh) to finish merges them all (decode_kernel's ticket)
-    __shared__ bool s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) s_last = atomicAdd(&part.done[x * p.kv_heads + kh], 1u) == part.n_splits - 1;
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
     merge_splits_wide<D>(p, part, x, t, kh * group, group);
     if (threadIdx.x == 0) part.done[x * p.kv_heads + kh] = 0;
 }

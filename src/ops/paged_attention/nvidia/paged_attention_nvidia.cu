@@ -94,28 +94,24 @@ void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *
     // (decode_kernel.cuh) where the shape allows, else one block per (token, kv head)
     const size_t short_tiles = max_q_len < kDecodeMaxQueries ? max_q_len : kDecodeMaxQueries;
     const bool wide = wide_decode() && attention::wide_decode_serves(act, kvdt, group, d, dv, k_cache, v_cache);
-    if (wide) {
+    if (wide || attention::decode_split_serves(group, d, dv)) {
         int device = 0;
         LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
         const size_t blocks = n_seqs * short_tiles;
-        const size_t splits = attention::wide_decode_splits(blocks * kv_heads, max_kv_len, device);
-        const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
-        float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
-        LLAISYS_CHECK(scratch == nullptr || attention::aligned16(scratch), LLAISYS_STATUS_INTERNAL,
-                      "paged_attention: split scratch is not 16-byte aligned");
-        unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
-        attention::launch_wide_decode(p, src, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch, done,
-                                      stream);
-    } else if (attention::decode_split_serves(group, d, dv)) {
-        int device = 0;
-        LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
-        const size_t blocks = n_seqs * short_tiles;
-        const size_t splits = attention::decode_splits(blocks * kv_heads, max_kv_len, device);
+        const size_t splits = wide ? attention::wide_decode_splits(blocks * kv_heads, max_kv_len, device)
+                                   : attention::decode_splits(blocks * kv_heads, max_kv_len, device);
         const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
         float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
         unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
-        attention::launch_decode(p, src, act, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch, done,
-                                 stream);
+        if (wide) {  // its partial sums are read as float4
+            LLAISYS_CHECK(scratch == nullptr || attention::aligned16(scratch), LLAISYS_STATUS_INTERNAL,
+                          "paged_attention: split scratch is not 16-byte aligned");
+            attention::launch_wide_decode(p, src, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch,
+                                          done, stream);
+        } else {
+            attention::launch_decode(p, src, act, kvdt, n_seqs, short_tiles, 0, kDecodeMaxQueries, splits, scratch,
+                                     done, stream);
+        }
     } else {
         attention::launch(p, src, act, kvdt, n_seqs, 1, short_tiles, 0, kDecodeMaxQueries, stream);
     }
