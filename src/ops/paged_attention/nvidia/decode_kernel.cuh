@@ -260,17 +260,33 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) decode_kernel(Params p, Sou
 
 // How many splits: enough blocks for two per multiprocessor, at least kMinKeysPerSplit keys a
 // split (max_kv_len bounds a row's visible keys), at most kMaxSplits.
-inline size_t decode_splits(size_t blocks, size_t max_kv_len, int device) {
+// (min_keys: the wide kernel asks for its own, kWideMinKeysPerSplit.)
+inline size_t decode_splits(size_t blocks, size_t max_kv_len, int device, size_t min_keys = kMinKeysPerSplit) {
     int sms = 0;
     LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     size_t n = ceil_div(2 * size_t(sms > 0 ? sms : 1), blocks > 0 ? blocks : 1);
-    n = min(n, ceil_div(max_kv_len > 0 ? max_kv_len : 1, kMinKeysPerSplit));
+    n = min(n, ceil_div(max_kv_len > 0 ? max_kv_len : 1, min_keys));
     return n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n);
 }
 
 // Scratch floats the partial states of `blocks` x blocks and n_splits need (0 for one split).
 inline size_t decode_partial_floats(size_t blocks, size_t heads, size_t dv, size_t n_splits) {
     return n_splits <= 1 ? 0 : blocks * heads * n_splits * (dv + 2);
+}
+
+// The launch's Params for one token a block (both decode kernels), its grid checked.
+inline Params decode_params(const Params &base, size_t n_seqs, size_t tiles_per_row, size_t min_q_len,
+                            size_t max_q_len, size_t n_splits) {
+    LLAISYS_CHECK(n_seqs * tiles_per_row <= size_t(INT_MAX) && base.kv_heads <= 65535 && base.heads <= 65535 &&
+                      n_splits <= kMaxSplits,
+                  LLAISYS_STATUS_UNSUPPORTED, "attention: ", n_seqs, " rows x ", tiles_per_row,
+                  " tokens exceed the CUDA grid");
+    Params p = base;
+    p.tile_tokens = 1;
+    p.tiles_per_row = unsigned(tiles_per_row);
+    p.min_q_len = min_q_len;
+    p.max_q_len = max_q_len;
+    return p;
 }
 
 // Launches decode_kernel over the tokens of rows with [min_q_len, max_q_len] queries,
@@ -281,15 +297,7 @@ void launch_decode(const Params &base, const Source &src, llaisysDataType_t act,
                    size_t n_seqs, size_t tiles_per_row, size_t min_q_len, size_t max_q_len, size_t n_splits,
                    float *scratch, unsigned *done, cudaStream_t stream) {
     if (n_seqs == 0 || tiles_per_row == 0) return;
-    LLAISYS_CHECK(n_seqs * tiles_per_row <= size_t(INT_MAX) && base.kv_heads <= 65535 && base.heads <= 65535 &&
-                      n_splits <= kMaxSplits,
-                  LLAISYS_STATUS_UNSUPPORTED, "attention: ", n_seqs, " rows x ", tiles_per_row,
-                  " tokens exceed the CUDA grid");
-    Params p = base;
-    p.tile_tokens = 1;
-    p.tiles_per_row = unsigned(tiles_per_row);
-    p.min_q_len = min_q_len;
-    p.max_q_len = max_q_len;
+    const Params p = decode_params(base, n_seqs, tiles_per_row, min_q_len, max_q_len, n_splits);
     const size_t blocks = n_seqs * tiles_per_row;
     Partials part{nullptr, nullptr, done, unsigned(n_splits)};
     if (n_splits > 1) {

@@ -289,16 +289,6 @@ __global__ void __launch_bounds__(kWideWarps * 32, 1) decode_wide_kernel(Params 
     if (threadIdx.x == 0) part.done[x * p.kv_heads + kh] = 0;
 }
 
-// Splits for the wide kernel: enough blocks for two per multiprocessor, at least
-// kWideMinKeysPerSplit keys a split, at most kMaxSplits.
-inline size_t wide_decode_splits(size_t blocks, size_t max_kv_len, int device) {
-    int sms = 0;
-    LLAISYS_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-    size_t n = ceil_div(2 * size_t(sms > 0 ? sms : 1), blocks > 0 ? blocks : 1);
-    n = min(n, ceil_div(max_kv_len > 0 ? max_kv_len : 1, kWideMinKeysPerSplit));
-    return n < 1 ? 1 : (n > kMaxSplits ? kMaxSplits : n);
-}
-
 // The kernel's G for a group size.
 inline int wide_group_bucket(size_t group) { return group <= 2 ? int(group) : group <= 4 ? 4 : group <= 6 ? 6 : 8; }
 
@@ -309,14 +299,7 @@ void launch_wide_decode(const Params &base, const Source &src, llaisysDataType_t
                         size_t tiles_per_row, size_t min_q_len, size_t max_q_len, size_t n_splits, float *scratch,
                         unsigned *done, cudaStream_t stream) {
     if (n_seqs == 0 || tiles_per_row == 0) return;
-    LLAISYS_CHECK(n_seqs * tiles_per_row <= size_t(INT_MAX) && base.kv_heads <= 65535 && n_splits <= kMaxSplits,
-                  LLAISYS_STATUS_UNSUPPORTED, "attention: ", n_seqs, " rows x ", tiles_per_row,
-                  " tokens exceed the CUDA grid");
-    Params p = base;
-    p.tile_tokens = 1;
-    p.tiles_per_row = unsigned(tiles_per_row);
-    p.min_q_len = min_q_len;
-    p.max_q_len = max_q_len;
+    const Params p = decode_params(base, n_seqs, tiles_per_row, min_q_len, max_q_len, n_splits);
     const size_t blocks = n_seqs * tiles_per_row;
     Partials part{nullptr, nullptr, done, unsigned(n_splits)};
     if (n_splits > 1) {

@@ -98,8 +98,8 @@ void run(const Source &src, std::byte *out, size_t out_stride, const std::byte *
         int device = 0;
         LLAISYS_CUDA_CHECK(cudaGetDevice(&device));
         const size_t blocks = n_seqs * short_tiles;
-        const size_t splits = wide ? attention::wide_decode_splits(blocks * kv_heads, max_kv_len, device)
-                                   : attention::decode_splits(blocks * kv_heads, max_kv_len, device);
+        const size_t splits = attention::decode_splits(
+            blocks * kv_heads, max_kv_len, device, wide ? attention::kWideMinKeysPerSplit : attention::kMinKeysPerSplit);
         const size_t floats = attention::decode_partial_floats(blocks, heads, dv, splits);
         float *scratch = floats ? reinterpret_cast<float *>(thread_scratch(device, floats * sizeof(float))) : nullptr;
         unsigned *done = splits > 1 ? split_counters(device, blocks * kv_heads, stream) : nullptr;
