@@ -1,4 +1,4 @@
-"""Rebuild a HuggingFace byte-level BPE tokenizer from Qwen2 or Llama 3 GGUF metadata.
+"""Rebuild a HuggingFace byte-level BPE tokenizer from Qwen2, Llama 3 or SmolLM GGUF metadata.
 
 The result matches the tokenizer.json shipped with Qwen2 models: NFC normalizer,
 the Qwen2 split regex, byte-level pre-tokenizer and decoder, BPE over
@@ -6,7 +6,9 @@ the Qwen2 split regex, byte-level pre-tokenizer and decoder, BPE over
 (`<|im_start|>`, `<|endoftext|>`, ...) added as special tokens. A Llama 3 file
 (`tokenizer.ggml.pre` "llama-bpe", or llama.cpp's other names for it) gets Llama 3's: no
 normalizer, its split regex (digits in groups of up to three), and a word that is itself a token
-taken whole (`ignore_merges`, as Llama 3's tokenizer.json and llama.cpp do). With
+taken whole (`ignore_merges`, as Llama 3's tokenizer.json and llama.cpp do). A SmolLM file
+(`tokenizer.ggml.pre` "smollm") gets no normalizer, every digit split off on its own, then GPT-2's
+split, as llama.cpp tokenizes it. With
 `tokenizer.ggml.add_bos_token` (absent: true for Llama 3, as llama.cpp reads it) the BOS token is added when special tokens are
 (`add_special_tokens=True`). SentencePiece vocabularies are gguf_spm.py's.
 """
@@ -25,8 +27,12 @@ QWEN2_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{
                      r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
 LLAMA3_SPLIT_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
                       r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+# GPT-2's split (its ByteLevel pre-tokenizer's regex), which SmolLM's vocabularies use after
+# splitting every digit off on its own (llama.cpp's "smollm": the regexes \p{N}, then this one)
+GPT2_SPLIT_REGEX = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"
 _QWEN2_PRE = ("qwen2", "deepseek-r1-qwen")
 _LLAMA3_PRE = ("llama-bpe", "llama3", "llama-v3")  # llama.cpp's names of Llama 3's pre-tokenizer
+_SMOLLM_PRE = ("smollm",)  # SmolLM / SmolLM2 (Llama models with a GPT-2-style vocabulary)
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp token types
 # tokens that end a turn or a document in Qwen2 vocabularies (llama.cpp treats them as end-of-generation)
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -89,7 +95,7 @@ def _is(value, kind) -> bool:
 
 def build_backend(tokens: list, merges: list, token_types: list, pre: str = "qwen2") -> Tokenizer:
     """The tokenizers.Tokenizer for a Qwen2 (or, by `pre`, Llama 3) byte-level BPE vocabulary."""
-    llama3 = pre in _LLAMA3_PRE
+    llama3, smollm = pre in _LLAMA3_PRE, pre in _SMOLLM_PRE
     spelling = bytes_to_unicode()
     alphabet = set(spelling.values())
     # tokens are stored in the byte alphabet; respell any that are not (as transformers does)
@@ -106,13 +112,16 @@ def build_backend(tokens: list, merges: list, token_types: list, pre: str = "qwe
     bpe = models.BPE(vocab=vocab, merges=pairs, dropout=None, unk_token=None, continuing_subword_prefix="",
                      end_of_word_suffix="", fuse_unk=False, byte_fallback=False, ignore_merges=llama3)
     tok = Tokenizer(bpe)
-    if not llama3:
+    if not llama3 and not smollm:
         tok.normalizer = normalizers.NFC()
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(LLAMA3_SPLIT_REGEX if llama3 else QWEN2_SPLIT_REGEX), behavior="isolated",
-                             invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False),
-    ])
+    if smollm:
+        splits = [pre_tokenizers.Split(Regex(r"\p{N}"), behavior="isolated", invert=False),
+                  pre_tokenizers.Split(Regex(GPT2_SPLIT_REGEX), behavior="isolated", invert=False)]
+    else:
+        splits = [pre_tokenizers.Split(Regex(LLAMA3_SPLIT_REGEX if llama3 else QWEN2_SPLIT_REGEX),
+                                       behavior="isolated", invert=False)]
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        splits + [pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
     types = list(token_types) if token_types else [1] * len(tokens)
@@ -140,9 +149,9 @@ def build_tokenizer_files(reader: gguf.GGUFReader, config: Qwen2Config, source: 
     if model != "gpt2":
         raise ModelFileError(source, "tokenizer.ggml.model", f"tokenizer.ggml.model is {model[:40]!r}; "
                                                               f"only byte-level BPE ('gpt2') is supported")
-    if pre not in _QWEN2_PRE + _LLAMA3_PRE:
-        raise ModelFileError(source, "tokenizer.ggml.pre", f"tokenizer.ggml.pre is {str(pre)[:40]!r}; "
-                                                           f"supported: {', '.join(_QWEN2_PRE + _LLAMA3_PRE)}")
+    if pre not in _QWEN2_PRE + _LLAMA3_PRE + _SMOLLM_PRE:
+        raise ModelFileError(source, "tokenizer.ggml.pre", f"tokenizer.ggml.pre is {str(pre)[:40]!r}; supported: "
+                                                           f"{', '.join(_QWEN2_PRE + _LLAMA3_PRE + _SMOLLM_PRE)}")
     tokens = metadata(reader, "tokenizer.ggml.tokens", (list, str), source)
     merges = metadata(reader, "tokenizer.ggml.merges", (list, str), source)
     if not tokens or not merges:

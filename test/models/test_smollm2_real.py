@@ -1,0 +1,128 @@
+"""A real, trained Llama GGUF end to end: SmolLM2-135M-Instruct in Q4_1 (test/smollm2_files.py:
+9 query / 3 kv heads, tied embedding, a GPT-2-style vocabulary with llama.cpp's "smollm"
+pre-tokenizer). Q4_1 is not a format llaisys runs as it is, so the file goes through
+`llaisys convert-gguf` (bf16):
+- its vocabulary encodes llama.cpp's own test texts (ggml-vocab-llama-bpe.gguf.inp, from the
+  pinned llama.cpp source) to the ids llama.cpp's tokenizer gives with this file
+  (smollm2_llama_cpp_ids.out, written by tools/llama_cpp_tokenize.py), and decodes them back;
+- every converted weight equals transformers' own GGUF loading (its Q4_1 dequantization and
+  its un-permutation of the q and k rows) rounded to bf16;
+- on the converted directory, with f32 activations, greedy chat answers are token for token
+  transformers' (f32 over the same weights)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from llama_cpp_files import models_dir
+from smollm2_files import smollm2_gguf
+
+from llaisys import runtime
+
+pytestmark = pytest.mark.slow
+
+IDS_FILE = Path(__file__).with_name("smollm2_llama_cpp_ids.out")
+SEPARATOR = "\n__ggml_vocab_test__\n"
+CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
+         [{"role": "user", "content": "Write a haiku about autumn leaves."}],
+         [{"role": "system", "content": "You are a helpful assistant."},
+          {"role": "user", "content": "List three prime numbers greater than 100."}]]
+NEW_TOKENS = 32
+
+
+@pytest.fixture(scope="module")
+def gguf_path():
+    return smollm2_gguf()
+
+
+@pytest.fixture(scope="module")
+def converted(gguf_path, tmp_path_factory):
+    out = tmp_path_factory.mktemp("smollm2") / "hf"
+    subprocess.run([sys.executable, "-m", "llaisys.cli", "convert-gguf", str(gguf_path), str(out)], check=True,
+                   capture_output=True, timeout=600)
+    return out
+
+
+def test_config_is_smollm2(converted):
+    cfg = json.loads((converted / "config.json").read_text())
+    assert cfg["architectures"] == ["LlamaForCausalLM"] and cfg["tie_word_embeddings"] is True
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]) == (30, 576, 1536)
+    assert (cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]) == (9, 3, 49152)
+    assert cfg["rope_theta"] == 100000.0
+
+
+def test_tokenizer_encodes_as_llama_cpp(converted):
+    from llaisys.models.tokenizer import Tokenizer
+
+    texts = (models_dir(["ggml-vocab-llama-bpe.gguf.inp"]) / "ggml-vocab-llama-bpe.gguf.inp").read_text("utf-8")
+    assert texts.endswith(SEPARATOR)
+    texts = texts[:-len(SEPARATOR)].split(SEPARATOR)
+    lines = IDS_FILE.read_text().split("\n")[:len(texts)]
+    assert len(lines) == len(texts) > 40
+    tok = Tokenizer.from_dir(converted)
+    wrong = []
+    for text, line in zip(texts, lines):
+        want = [int(x) for x in line.split()]
+        got = tok.encode(text)
+        if got != want or tok.decode(got) != text:
+            wrong.append((text[:40], got[:12], want[:12]))
+    assert not wrong, f"{len(wrong)} of {len(texts)} texts differ from llama.cpp, e.g. {wrong[:3]}"
+    assert tok.encode("2024") == [tok.encode(d)[0] for d in "2024"]  # "smollm": one digit a token
+
+
+def test_every_weight_equals_transformers_gguf_loading(gguf_path, converted):
+    from transformers import AutoModelForCausalLM
+
+    from llaisys.models.safetensors_io import read_safetensors
+
+    ref = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
+    want = {k: v.detach() for k, v in ref.state_dict().items()}
+    ours = read_safetensors(converted / "model.safetensors").tensors
+    assert len(ours) == 30 * 9 + 2 and set(ours) <= set(want)  # 9 a layer, the embedding, the final norm
+    mismatched = [name for name, t in ours.items()
+                  if t.dtype != "bf16" or not np.array_equal(
+                      t.data, want[name].to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16))]
+    assert mismatched == []
+
+
+# the engine's greedy answers with f32 KV, printed as JSON (a child: the ISA is chosen once a process)
+CHILD = r"""
+import json, sys
+from llaisys import LLM, SamplingParams, runtime
+model_dir, chats, new_tokens = sys.argv[1], json.loads(sys.stdin.read()), int(sys.argv[2])
+greedy = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
+with LLM(model_dir, kv_dtype="f32", kv_cache_memory=128 << 20) as llm:
+    outs = llm.chat(chats, greedy)
+print(json.dumps({"isa": runtime.cpu_isa(), "ids": [o.outputs[0].token_ids for o in outs]}))
+"""
+
+
+def test_f32_greedy_chat_equals_transformers(converted):
+    from transformers import AutoModelForCausalLM
+
+    from llaisys.models.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_dir(converted)
+    hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
+    want = []
+    for chat in CHATS:
+        ids = tok.encode(tok.apply_chat_template(chat))
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)  # past the end of the answer too, as ignore_eos
+        want.append(out[0, len(ids):].tolist())
+    env = dict(os.environ)
+    if runtime.cpu_isa() == "avx512bf16":
+        env["LLAISYS_ISA"] = "avx512"  # the same CPU's f32 kernels
+    child = subprocess.run([sys.executable, "-c", CHILD, str(converted), str(NEW_TOKENS)], input=json.dumps(CHATS),
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-4000:]
+    res = json.loads(child.stdout.splitlines()[-1])
+    assert res["isa"] != "avx512bf16"
+    assert res["ids"] == want
+    assert "Paris" in tok.decode(want[0])  # trained weights: a real answer
