@@ -178,8 +178,7 @@ def test_the_uncrafted_gguf_converts(tmp_path):
 DOWN = "blk.0.ffn_down.weight"  # [16, 32]: the one matrix of the tiny file whose rows fit blocks of 32
 Q8_DOWN = b"\0" * (16 * 34)  # 16 rows of one Q8_0 block
 DIRECT_CASES = [  # (id, change, field named in the error): what only running a GGUF as it is meets
-    ("matrix_q4_1", tensor(DOWN, type=3, data=b"\0" * (16 * 20)), DOWN),  # a format llaisys does not run
-    ("matrix_iq4_nl", tensor(DOWN, type=20, data=b"\0" * (16 * 18)), DOWN),
+    ("matrix_q8_1", tensor(DOWN, type=9, data=b"\0" * (16 * 40)), DOWN),  # neither run nor dequantized
     ("matrix_q4_k_rows_of_32", tensor(DOWN, type=12, data=Q8_DOWN), DOWN),  # 32 is not a multiple of 256
     ("q8_0_bytes_short", tensor(DOWN, type=8, data=b"\0" * 100), None),  # the next tensor's data overlaps it
     ("q8_0_wrong_rows", tensor(DOWN, type=8, dims=[32, 8], data=b"\0" * (8 * 34)), DOWN),
@@ -197,6 +196,29 @@ def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
     path.write_bytes(build(change))
     outcome = run_isolated(lambda: load_gguf(path))
     expect_refused(outcome, field, "model.gguf")
+
+
+@pytest.mark.parametrize("type_id,block_bytes", [(3, 20), (20, 18)], ids=["q4_1", "iq4_nl"])
+def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, block_bytes):
+    """A format llaisys has no kernels for (Q4_1, IQ4_NL) is dequantized at load by gguf-py: the
+    values llama.cpp's own dequantizer gives (gguf.quants is its Python port)."""
+    import gguf
+    import numpy as np
+
+    from llaisys.models.gguf_model import load_gguf
+    from llaisys.models.safetensors_io import RawTensor
+
+    rng = np.random.default_rng(type_id)
+    blocks = rng.integers(0, 256, 16 * block_bytes, dtype=np.uint8)
+    blocks.reshape(16, block_bytes)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
+    if type_id == 3:
+        blocks.reshape(16, block_bytes)[:, 2:4] = np.frombuffer(np.float16(-0.05).tobytes(), np.uint8)  # the mins
+    path = tmp_path / "model.gguf"
+    path.write_bytes(build(tensor(DOWN, type=type_id, data=blocks.tobytes())))
+    t = load_gguf(path).loaded.tensors["model.layers.0.mlp.down_proj.weight"]
+    want = gguf.quants.dequantize(blocks, gguf.GGMLQuantizationType(type_id)).reshape(16, 32)
+    assert isinstance(t, RawTensor) and t.dtype == "f32" and t.shape == (16, 32)
+    assert np.array_equal(np.asarray(t.data), want) and np.abs(want).max() > 0
 
 
 def test_a_quantized_matrix_runs_as_its_bytes(tmp_path):

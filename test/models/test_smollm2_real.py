@@ -1,7 +1,11 @@
 """A real, trained Llama GGUF end to end: SmolLM2-135M-Instruct in Q4_1 (test/smollm2_files.py:
 9 query / 3 kv heads, tied embedding, a GPT-2-style vocabulary with llama.cpp's "smollm"
-pre-tokenizer). Q4_1 is not a format llaisys runs as it is, so the file goes through
-`llaisys convert-gguf` (bf16):
+pre-tokenizer). llaisys has no Q4_1 kernels: `LLM(file)` widens those matrices to f32 at load
+(gguf_model.py), and `llaisys convert-gguf` writes a bf16 directory.
+- run as it is, on the float path (LLAISYS_QUANT_F32_ROWS=0: the Q8_0 embedding's rows
+  dequantized, as the widened matrices are) with f32 activations, greedy chat answers are token
+  for token transformers' own GGUF loading (f32, the same values); the widening is logged, and
+  refused where it would not fit in the memory available;
 - its vocabulary encodes llama.cpp's own test texts (ggml-vocab-llama-bpe.gguf.inp, from the
   pinned llama.cpp source) to the ids llama.cpp's tokenizer gives with this file
   (smollm2_llama_cpp_ids.out, written by tools/llama_cpp_tokenize.py), and decodes them back;
@@ -75,13 +79,30 @@ def test_tokenizer_encodes_as_llama_cpp(converted):
     assert tok.encode("2024") == [tok.encode(d)[0] for d in "2024"]  # "smollm": one digit a token
 
 
-def test_every_weight_equals_transformers_gguf_loading(gguf_path, converted):
+@pytest.fixture(scope="module")
+def hf_gguf(gguf_path):
+    """transformers' own loading of the file: every tensor dequantized to f32 (its q/k rows un-permuted)."""
     from transformers import AutoModelForCausalLM
 
+    return AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32).eval()
+
+
+def hf_greedy(hf, tok) -> list:
+    """transformers' greedy continuations of CHATS (NEW_TOKENS each, past the end of the answer too)."""
+    want = []
+    for chat in CHATS:
+        ids = tok.encode(tok.apply_chat_template(chat))
+        with torch.no_grad():
+            out = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
+                              pad_token_id=0)
+        want.append(out[0, len(ids):].tolist())
+    return want
+
+
+def test_every_weight_equals_transformers_gguf_loading(converted, hf_gguf):
     from llaisys.models.safetensors_io import read_safetensors
 
-    ref = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
-    want = {k: v.detach() for k, v in ref.state_dict().items()}
+    want = {k: v.detach() for k, v in hf_gguf.state_dict().items()}
     ours = read_safetensors(converted / "model.safetensors").tensors
     assert len(ours) == 30 * 9 + 2 and set(ours) <= set(want)  # 9 a layer, the embedding, the final norm
     mismatched = [name for name, t in ours.items()
@@ -94,12 +115,26 @@ def test_every_weight_equals_transformers_gguf_loading(gguf_path, converted):
 CHILD = r"""
 import json, sys
 from llaisys import LLM, SamplingParams, runtime
-model_dir, chats, new_tokens = sys.argv[1], json.loads(sys.stdin.read()), int(sys.argv[2])
+model, chats, new_tokens = sys.argv[1], json.loads(sys.stdin.read()), int(sys.argv[2])
 greedy = SamplingParams(temperature=0.0, max_tokens=new_tokens, ignore_eos=True)
-with LLM(model_dir, kv_dtype="f32", kv_cache_memory=128 << 20) as llm:
+with LLM(model, kv_dtype="f32", kv_cache_memory=128 << 20) as llm:
     outs = llm.chat(chats, greedy)
 print(json.dumps({"isa": runtime.cpu_isa(), "ids": [o.outputs[0].token_ids for o in outs]}))
 """
+
+
+def llaisys_greedy(model, **env_extra) -> list:
+    """The engine's greedy continuations of CHATS with f32 activations (on an AVX512_BF16 CPU, the
+    same CPU's f32 kernels)."""
+    env = dict(os.environ, **env_extra)
+    if runtime.cpu_isa() == "avx512bf16":
+        env["LLAISYS_ISA"] = "avx512"
+    child = subprocess.run([sys.executable, "-c", CHILD, str(model), str(NEW_TOKENS)], input=json.dumps(CHATS),
+                           env=env, capture_output=True, text=True, timeout=600)
+    assert child.returncode == 0, child.stderr[-4000:]
+    res = json.loads(child.stdout.splitlines()[-1])
+    assert res["isa"] != "avx512bf16"
+    return res["ids"]
 
 
 def test_f32_greedy_chat_equals_transformers(converted):
@@ -108,21 +143,26 @@ def test_f32_greedy_chat_equals_transformers(converted):
     from llaisys.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(converted)
-    hf = AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval()
-    want = []
-    for chat in CHATS:
-        ids = tok.encode(tok.apply_chat_template(chat))
-        with torch.no_grad():
-            out = hf.generate(torch.tensor([ids]), max_new_tokens=NEW_TOKENS, do_sample=False, eos_token_id=None,
-                              pad_token_id=0)  # past the end of the answer too, as ignore_eos
-        want.append(out[0, len(ids):].tolist())
-    env = dict(os.environ)
-    if runtime.cpu_isa() == "avx512bf16":
-        env["LLAISYS_ISA"] = "avx512"  # the same CPU's f32 kernels
-    child = subprocess.run([sys.executable, "-c", CHILD, str(converted), str(NEW_TOKENS)], input=json.dumps(CHATS),
-                           env=env, capture_output=True, text=True, timeout=600)
-    assert child.returncode == 0, child.stderr[-4000:]
-    res = json.loads(child.stdout.splitlines()[-1])
-    assert res["isa"] != "avx512bf16"
-    assert res["ids"] == want
+    want = hf_greedy(AutoModelForCausalLM.from_pretrained(converted, dtype=torch.float32).eval(), tok)
+    assert llaisys_greedy(converted) == want
     assert "Paris" in tok.decode(want[0])  # trained weights: a real answer
+
+
+def test_runs_as_it_is_with_the_q4_1_matrices_widened(gguf_path, converted, hf_gguf):
+    from llaisys.models.tokenizer import Tokenizer
+
+    want = hf_greedy(hf_gguf, Tokenizer.from_dir(converted))
+    assert llaisys_greedy(gguf_path, LLAISYS_QUANT_F32_ROWS="0") == want
+
+
+def test_widening_is_logged_and_bounded_by_the_memory(gguf_path, caplog, monkeypatch):
+    from llaisys.models import gguf_model
+
+    with caplog.at_level("WARNING", logger="llaisys.models.gguf_model"):
+        loaded = gguf_model.load_gguf(gguf_path).loaded
+    assert "210 tensors of type Q4_1 have no llaisys kernel: widened to f32" in caplog.text
+    summary = gguf_model.quant_summary(loaded)
+    assert set(summary) == {"f32", "q8_0"} and summary["q8_0"][0] == 1  # the embedding stays Q8_0
+    monkeypatch.setattr(gguf_model, "_available_bytes", lambda: 300 << 20)  # the widened matrices take 405 MiB
+    with pytest.raises(ValueError, match=r"type Q4_1 have no llaisys kernel, and widening .* more than the 300 MiB"):
+        gguf_model.load_gguf(gguf_path)

@@ -10,7 +10,11 @@ tensor is handed to the model in its stored type:
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
     a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
                                     something the core's kernels take
-    anything else (Q4_1, Q2_K, IQ*) refused, naming the tensor (`llaisys convert-gguf` reads more)
+    a type without our kernels      widened at load: dequantized (gguf-py) into the float dtype,
+    (Q4_1, Q5_1, Q2_K, Q3_K, IQ*)   with a warning naming the types and the bytes it costs (more
+                                    than the file: f32 is 4 bytes a weight), refused where that
+                                    would not fit in the memory available
+    anything else                   refused, naming the tensor
 
 The model's float dtype (norms, biases, any float matrix, activations) is by default f32 for a
 quantized file: GGUF stores norms and biases in f32, so they keep their exact values (as in
@@ -23,6 +27,8 @@ shapes against the config) before any tensor is read.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +57,32 @@ _Q = gguf.GGMLQuantizationType
 QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k"}
 FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
 _FLOAT_DTYPES = ("bf16", "f16", "f32")
+WIDEN = "widen"  # the plan's tag of a type without our kernels that gguf-py dequantizes: widened at load
+log = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _widens(type_id: int) -> bool:
+    """Whether gguf-py dequantizes this tensor type (a zero block of it)."""
+    try:
+        qtype = _Q(type_id)
+        _, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        gguf.quants.dequantize(np.zeros(type_size, np.uint8), qtype)
+        return True
+    except Exception:  # noqa: BLE001 - an unknown id, or a type gguf-py does not implement
+        return False
+
+
+def _available_bytes() -> Optional[int]:
+    """MemAvailable (Linux), else None."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 @dataclass
@@ -87,11 +119,13 @@ def _plan(f: GGUFFile, source: str) -> dict:
             raise ModelFileError(source, info.name, f"GGUF tensors {seen[name]!r} and {info.name!r} both map to {name!r}")
         seen[name] = info.name
         tag = QUANT_TAGS.get(info.type_id) or FLOAT_TAGS.get(info.type_id)
+        if tag is None and _widens(info.type_id):
+            tag = WIDEN
         if tag is None:
             raise ModelFileError(source, info.name, f"GGUF tensor {info.name!r} has type {type_name(info.type_id)}, "
-                                                    f"which llaisys cannot run directly (it runs "
-                                                    f"{', '.join(t.name for t in (*QUANT_TAGS, *FLOAT_TAGS))}); "
-                                                    f"`llaisys convert-gguf` converts it to bf16")
+                                                    f"which llaisys can neither run (it runs "
+                                                    f"{', '.join(t.name for t in (*QUANT_TAGS, *FLOAT_TAGS))}) "
+                                                    f"nor dequantize")
         plan[name] = (info, tag)
     return plan
 
@@ -110,7 +144,7 @@ def _config_and_check(f: GGUFFile, plan: dict, source: str):
     specs = {}
     for name, (info, tag) in plan.items():
         # a quantized 1-D tensor is dequantized to float; checked as the float it becomes
-        stored = tag if (tag in FLOAT_TAGS.values() or len(info.shape) >= 2) else "f32"
+        stored = tag if (tag in FLOAT_TAGS.values() or (len(info.shape) >= 2 and tag != WIDEN)) else "f32"
         if is_stack(name):  # experts: checked as the per-expert tensors they are cut into
             specs.update({n: TensorSpec(n, stored, shape) for n, shape in stack_shapes(name, info.shape, source,
                                                                                       info.name)})
@@ -160,7 +194,7 @@ def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, sour
         return _QuantStack(tag, shape, raw)
     if tag in QUANT_BLOCKS and len(shape) == 2:
         return QuantTensor(name, tag, shape, raw.reshape(shape[0], -1))
-    if tag in QUANT_BLOCKS:  # e.g. a Q8_0 norm: dequantize (gguf-py), tiny
+    if tag in QUANT_BLOCKS or tag == WIDEN:  # e.g. a Q8_0 norm, or a Q4_1 matrix: dequantize (gguf-py)
         try:
             values = gguf.quants.dequantize(raw, _Q(info.type_id)).reshape(shape).astype(np.float32)
         except Exception as e:  # noqa: BLE001 - gguf.quants on crafted bytes
@@ -231,6 +265,7 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
         raise ValueError(f"dtype must be one of {_FLOAT_DTYPES} or None, got {dtype!r}")
     f, plan, config, tokenizer = _header(path)
     dtype = _float_dtype(plan, dtype)
+    _check_widened(plan, dtype, source)
     tensors = {}
     permuted = is_permuted(f)
     for name, (info, tag) in plan.items():
@@ -241,6 +276,26 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
                                                                                         info.name)]))
         tensors.update(_split(name, t))
     return GGUFModel(LoadedModel(config=config, tensors=tensors, dtype=dtype, path=path), tokenizer, f)
+
+
+def _check_widened(plan: dict, dtype: str, source: str) -> None:
+    """The tensors of types without our kernels: a warning of what widening them costs, or a
+    ModelFileError where it would take more than the memory available."""
+    widened = [(info, int(np.prod(info.shape))) for info, tag in plan.values() if tag == WIDEN]
+    if not widened:
+        return
+    size = sum(n for _, n in widened) * {"f32": 4, "f16": 2, "bf16": 2}[dtype]
+    stored = sum(info.n_bytes for info, _ in widened)
+    types = ", ".join(sorted({type_name(info.type_id) for info, _ in widened}))
+    available = _available_bytes()
+    if available is not None and size > available:
+        raise ModelFileError(source, widened[0][0].name,
+                             f"GGUF tensors of type {types} have no llaisys kernel, and widening their "
+                             f"{stored / 2**20:.0f} MiB to {dtype} takes {size / 2**20:.0f} MiB, more than the "
+                             f"{available / 2**20:.0f} MiB available; a Q4_K_M or Q8_0 file of the model runs as it is")
+    log.warning("%s: %d tensors of type %s have no llaisys kernel: widened to %s at load (%.0f MiB, from %.0f MiB "
+                "in the file); a Q4_K_M or Q8_0 file of the model runs faster", source, len(widened), types, dtype,
+                size / 2**20, stored / 2**20)
 
 
 def quant_summary(loaded: LoadedModel) -> dict:
