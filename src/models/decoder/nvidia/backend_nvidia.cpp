@@ -10,6 +10,8 @@
 // quant_linear_nvidia.hpp).
 #include "../backend.hpp"
 #include "decode_graphs.hpp"
+#include "device_buffer.hpp"
+#include "int8_fold.hpp"
 
 #include "../../../core/allocator.hpp"
 #include "../../../device/nvidia/cuda_check.hpp"
@@ -39,53 +41,13 @@ namespace llaisys::models {
 namespace {
 
 using device::nvidia::DeviceGuard;
+using nvidia::Buffer;
+using nvidia::Int8Fold;
 constexpr llaisysDataType_t kF32 = LLAISYS_DTYPE_F32;
-
-// LLAISYS_INT8_PRODUCERS=1 (read once; opt-in until a GPU has run it): decode steps over GGUF
-// weights that all take the int8 GEMV fold their norms as 16-bit ones do, and the producers write
-// the GEMV's int8 activations themselves: the norm before q|k|v and gate|up (rms_norm_quant),
-// SwiGLU before down (swiglu_quant); o and down add into the residual inside their GEMV. 10
-// launches a layer where the quantizer before every linear and the separate norms made 13, with
-// the same bits (the producers share the norm's and the quantizer's arithmetic).
-bool int8_producers() {
-    static const bool on = [] {
-        const char *e = std::getenv("LLAISYS_INT8_PRODUCERS");
-        return e && std::strcmp(e, "1") == 0;
-    }();
-    return on;
-}
 
 std::byte *bytes(float *p) { return reinterpret_cast<std::byte *>(p); }
 const std::byte *bytes(const float *p) { return reinterpret_cast<const std::byte *>(p); }
 
-// A buffer from the library allocator (caching on the GPU), grown and never shrunk.
-class Buffer {
-public:
-    Buffer(llaisysMemoryKind_t kind, int device_id) : kind_(kind), device_id_(device_id) {}
-    ~Buffer() { release(); }
-    Buffer(const Buffer &) = delete;
-    Buffer &operator=(const Buffer &) = delete;
-
-    std::byte *data() const { return data_; }
-    size_t size() const { return size_; }
-    void reserve(size_t bytes) {
-        if (bytes <= size_) return;
-        release();
-        data_ = static_cast<std::byte *>(core::allocate(LLAISYS_DEVICE_NVIDIA, device_id_, kind_, bytes));
-        size_ = bytes;
-    }
-
-private:
-    void release() {
-        if (data_) core::release(LLAISYS_DEVICE_NVIDIA, device_id_, kind_, data_);
-        data_ = nullptr;
-        size_ = 0;
-    }
-    llaisysMemoryKind_t kind_;
-    int device_id_;
-    std::byte *data_ = nullptr;
-    size_t size_ = 0;
-};
 
 // Offsets of the step's index arrays inside one staging buffer (8-byte aligned each).
 struct IndexLayout {
@@ -126,13 +88,9 @@ public:
           index_(LLAISYS_MEMORY_DEVICE, device_id), fixed_index_(LLAISYS_MEMORY_DEVICE, device_id),
           inv_freq_(LLAISYS_MEMORY_DEVICE, device_id),
           route_host_(LLAISYS_MEMORY_PINNED_HOST, device_id), route_dev_(LLAISYS_MEMORY_DEVICE, device_id),
-          act_q_(LLAISYS_MEMORY_DEVICE, device_id) {
+          int8_fold_(c, device_id) {
         DeviceGuard guard(id_);
         LLAISYS_CUDA_CHECK(cudaStreamCreateWithFlags(&st_, cudaStreamNonBlocking));
-        if (int8_producers()) {  // once, at its largest: a captured graph keeps its address
-            act_q_k_ = std::max({c_.p.hidden_size, c_.q_dim, c_.any_dense ? c_.p.intermediate_size : size_t(0)});
-            act_q_.reserve(act_d_offset() + ops::nvidia::kQuantGemvRows * act_q_k_ / 32 * sizeof(float));
-        }
         const size_t freq_bytes = c_.inv_freq.size() * sizeof(float);  // [head_dim / 2]
         inv_freq_.reserve(freq_bytes);
         LLAISYS_CUDA_CHECK(cudaMemcpy(inv_freq_.data(), c_.inv_freq.data(), freq_bytes, cudaMemcpyHostToDevice));
@@ -155,14 +113,14 @@ public:
     }
 
     void begin_step(const llaisysBatch_t &b, const KvPlan &plan) override {
-        act_q_of_ = nullptr;
+        int8_fold_.begin_step();
         stage(b, plan, index_, 0);
     }
 
     // The arrays of every padded shape sit at the start of fixed_index_, which only grows with
     // the graphs dropped; attention is sized for the table's width (its split count fixed).
     void begin_padded_step(const llaisysBatch_t &b, const KvPlan &plan, PaddedShape shape) override {
-        act_q_of_ = nullptr;
+        int8_fold_.begin_step();
         const size_t bytes = layout_of(b.n_tokens, b.n_seqs, 0, b.n_sample, b.n_seqs * plan.max_blocks).bytes;
         if (bytes > fixed_index_.size()) {
             drop_graphs();
@@ -322,10 +280,10 @@ public:
     // Decode steps of a dense 16-bit model: every linear is gemv16, which takes the norms and
     // the residual adds into itself (6 launches a layer instead of 8). Each call below still
     // falls back to the separate kernels when gemv16 does not serve it.
-    // With LLAISYS_INT8_PRODUCERS=1 the same for GGUF weights that take the int8 GEMV (int8_fold).
+    // With LLAISYS_INT8_PRODUCERS=1 the same for GGUF weights that take the int8 GEMV (int8_fold.hpp).
     bool folds_norms(size_t n) const override {
         const auto folds = [&](const LinearWeight &w) {
-            return (dense16(w) && n <= ops::nvidia::kGemv16MaxRows) || int8_fold(w, n);
+            return (dense16(w) && n <= ops::nvidia::kGemv16MaxRows) || int8_fold_.serves(w, n);
         };
         for (const LayerWeights &L : w_.layers) {
             if (L.sparse || !folds(L.qkv_w) || !folds(L.o_w) || !folds(L.gate_up_w) || !folds(L.down_w)) return false;
@@ -340,12 +298,8 @@ public:
                                      bias ? bias->data() : nullptr, c_.p.dtype, n, w.n, w.k, st_);
             return;
         }
-        if (int8_fold(w, n)) {
-            act_q_of_ = nullptr;
-            ops::nvidia::rms_norm_quant(act_q(), act_d(), x, norm_w.data(), c_.p.dtype, n, w.k, c_.p.rms_norm_eps, st_);
-            ops::nvidia::linear_quant_int8(out, act_q(), act_d(), w.qrows.data(), w.qrows.size(), w.n, w.k,
-                                           bias ? bias->data() : nullptr, bias ? bias->dtype() : kF32, n, false, id_,
-                                           st_);
+        if (int8_fold_.serves(w, n)) {
+            int8_fold_.norm_linear(out, x, norm_w, w, bias, n, st_);
             return;
         }
         Backend::norm_linear(out, h, x, norm_w, w, bias, n);
@@ -358,18 +312,8 @@ public:
                                        c_.p.rms_norm_eps);
             return;
         }
-        if (int8_fold(w, n)) {  // norm -> int8, gate|up, SwiGLU -> f32 and int8 (down's input: act_q_of_)
-            act_q_of_ = nullptr;
-            ops::nvidia::rms_norm_quant(act_q(), act_d(), x, norm_w.data(), c_.p.dtype, n, w.k, c_.p.rms_norm_eps, st_);
-            ops::nvidia::linear_quant_int8(gate_up, act_q(), act_d(), w.qrows.data(), w.qrows.size(), w.n, w.k,
-                                           nullptr, kF32, n, false, id_, st_);
-            if (width % 32 == 0 && width <= act_q_k_) {
-                ops::nvidia::swiglu_quant(out, act_q(), act_d(), gate_up, gate_up + width, n, width, 2 * width, width,
-                                          st_);
-                act_q_of_ = out;
-            } else {
-                swiglu(out, gate_up, n, width);
-            }
+        if (int8_fold_.serves(w, n)) {
+            int8_fold_.norm_linear_swiglu(out, gate_up, x, norm_w, w, n, width, st_);
             return;
         }
         Backend::norm_linear_swiglu(out, gate_up, h, x, norm_w, w, n, width);
@@ -380,11 +324,8 @@ public:
             ops::nvidia::gemv16_accumulate(x, in, w.dense->data(), nullptr, c_.p.dtype, n, w.n, w.k, st_);
             return;
         }
-        if (int8_fold(w, n)) {  // in quantized (unless SwiGLU just did), then x += in @ w^T in the GEMV
-            if (act_q_of_ != in) ops::nvidia::quantize_act(act_q(), act_d(), in, n, w.k, st_);
-            act_q_of_ = nullptr;
-            ops::nvidia::linear_quant_int8(x, act_q(), act_d(), w.qrows.data(), w.qrows.size(), w.n, w.k, nullptr,
-                                           kF32, n, true, id_, st_);
+        if (int8_fold_.serves(w, n)) {
+            int8_fold_.linear_residual(x, in, w, n, st_);
             return;
         }
         Backend::linear_residual(x, proj, in, w, n);
@@ -505,15 +446,6 @@ private:
     bool dense16(const LinearWeight &w) const {
         return w.qrows.empty() && w.dense && (c_.p.dtype == LLAISYS_DTYPE_BF16 || c_.p.dtype == LLAISYS_DTYPE_F16);
     }
-    // whether a folded decode step runs this linear of n rows on int8 activations its producer
-    // wrote (LLAISYS_INT8_PRODUCERS=1)
-    bool int8_fold(const LinearWeight &w, size_t n) const {
-        return int8_producers() && !w.qrows.empty() && w.k <= act_q_k_ &&
-               ops::nvidia::linear_quant_takes_int8(w.qrows.data(), w.qrows.size(), w.k, n);
-    }
-    size_t act_d_offset() const { return (ops::nvidia::kQuantGemvRows * act_q_k_ + 255) / 256 * 256; }
-    int8_t *act_q() { return reinterpret_cast<int8_t *>(act_q_.data()); }
-    float *act_d() { return reinterpret_cast<float *>(act_q_.data() + act_d_offset()); }
     // whether gemv16 runs this linear of n rows over `in` (and a norm weight)
     bool gemv(const LinearWeight &w, size_t n, const float *in, const std::byte *norm_w = nullptr) const {
         return dense16(w) && ops::nvidia::gemv16_serves(kF32, c_.p.dtype, n, w.k, in, w.dense->data(), norm_w);
@@ -543,11 +475,7 @@ private:
     std::vector<int32_t> offsets_;  // [E + 1] expert e's pairs: positions [offsets[e], offsets[e + 1]) (host)
     const int32_t *row_of_ = nullptr, *pos_ = nullptr;  // device pointers into route_dev_
     const float *weights_ = nullptr;                    // device [n, k]
-    // LLAISYS_INT8_PRODUCERS=1: a decode step's activations in the int8 GEMV's format, q
-    // [kQuantGemvRows, act_q_k_] int8 then d [kQuantGemvRows, act_q_k_ / 32] f32, made once
-    Buffer act_q_;
-    size_t act_q_k_ = 0;               // the widest k it holds (0: int8 producers off)
-    const float *act_q_of_ = nullptr;  // the f32 rows whose q, d it holds now (swiglu_quant's), or null
+    Int8Fold int8_fold_;  // quantized decode steps whose producers write int8 (LLAISYS_INT8_PRODUCERS=1)
 };
 
 }  // namespace
