@@ -25,6 +25,7 @@ from llaisys import Status, ops
 from llaisys.libllaisys import LIB
 
 from cpu_features import run_on_isa
+from op_bridge import Bridge
 
 SHAPES = [(4000, 64), (5003, 130), (8191, 896)]  # (n, k): n off the panels, k off 64
 
