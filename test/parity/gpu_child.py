@@ -11,14 +11,17 @@ import sys
 CHILD = r"""
 import json, sys
 from llaisys import LLM, SamplingParams
-path, n, kw = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
-prompts = [[(7 * i + 13 * j) % 250 + 1 for j in range(3 + 37 * i)] for i in range(n)]
+path, sizes, kw = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
 sp = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True, logprobs=2)
+res = {}
 with LLM(path, device="nvidia", block_size=16, kv_cache_memory=64 << 20, max_num_seqs=16, **kw) as llm:
-    outs = llm.generate(prompts, sp)
-lps = [[sorted(((int(k), float(v)) for k, v in d.items()), key=lambda e: -e[1]) for d in o.outputs[0].logprobs]
-       for o in outs]
-print(json.dumps({"ids": [list(o.outputs[0].token_ids) for o in outs], "lps": lps}))
+    for n in sizes:  # one generate call a batch size: its steps run n rows, then fewer as rows end
+        prompts = [[(7 * i + 13 * j) % 250 + 1 for j in range(3 + 37 * i)] for i in range(n)]
+        outs = llm.generate(prompts, sp)
+        res[str(n)] = {"ids": [list(o.outputs[0].token_ids) for o in outs],
+                       "lps": [[sorted(((int(k), float(v)) for k, v in d.items()), key=lambda e: -e[1])
+                                for d in o.outputs[0].logprobs] for o in outs]}
+print(json.dumps(res))
 """
 N_TOKENS = 64
 
@@ -45,25 +48,33 @@ def write_qwen2(path, hidden: int, heads: int, kv_heads: int, head_dim: int, int
     write_word_tokenizer(path, vocab=256)
 
 
-def run_child(path, n: int, env: dict, **llm_kwargs) -> dict:
-    """n greedy requests (prompts of 3 to 3 + 37 (n - 1) tokens, N_TOKENS generated each) with
-    these environment variables and LLM arguments: {"ids": [...], "lps": [[top-2 per token]]}."""
-    child = subprocess.run([sys.executable, "-c", CHILD, str(path), str(n), json.dumps(llm_kwargs)],
+def run_child(path, env: dict, batches=(1, 9), **llm_kwargs) -> dict:
+    """For each batch size n of `batches`, n greedy requests (prompts of 3 to 3 + 37 (n - 1)
+    tokens, N_TOKENS generated each), in one process with these environment variables and LLM
+    arguments: {"n": {"ids": [...], "lps": [[top-2 per token]]}}."""
+    child = subprocess.run([sys.executable, "-c", CHILD, str(path), json.dumps(list(batches)), json.dumps(llm_kwargs)],
                            env=dict(os.environ, **env), capture_output=True, text=True, timeout=600)
     assert child.returncode == 0, child.stderr[-4000:]
     return json.loads(child.stdout.strip().splitlines()[-1])
 
 
 def assert_same_greedy(new: dict, base: dict, lp_tol: float, tie_gap: float = 1e-2) -> None:
-    """Every row's ids equal base's, but where base's top two logprobs at the first difference
-    are within tie_gap (tie_gap 0: no difference allowed); logprobs within lp_tol up to there."""
+    """For every batch size, every row's ids equal base's, but where base's top two logprobs at
+    the first difference are within tie_gap (tie_gap 0: no difference allowed); logprobs within
+    lp_tol up to there."""
+    assert set(new) == set(base) and new
+    for n in new:
+        _same_greedy(new[n], base[n], lp_tol, tie_gap, f"batch {n}")
+
+
+def _same_greedy(new: dict, base: dict, lp_tol: float, tie_gap: float, where: str) -> None:
     for r, (w, p, wl, pl) in enumerate(zip(new["ids"], base["ids"], new["lps"], base["lps"], strict=True)):
         assert len(w) == len(p) == N_TOKENS
         diff = next((t for t, (a, b) in enumerate(zip(w, p)) if a != b), len(w))
         for t in range(diff):  # the chosen token's logprob, and the runner-up's
             for (_, va), (_, vb) in zip(wl[t], pl[t]):
-                assert abs(va - vb) <= lp_tol, f"row {r} token {t}: logprob {va} against {vb}"
+                assert abs(va - vb) <= lp_tol, f"{where}, row {r} token {t}: logprob {va} against {vb}"
         if diff < len(w):
             top = pl[diff]
             gap = top[0][1] - top[1][1]
-            assert gap <= tie_gap, f"row {r} differs at token {diff} where the base run's top two are {gap:.5f} apart"
+            assert gap <= tie_gap, f"{where}, row {r} differs at token {diff} where the base's top two are {gap:.5f} apart"

@@ -11,11 +11,11 @@
 #   run(command="bash tools/gpu/call.sh", carry=["gpu-carry", ".whl"])
 # Stages, each result tarred into $OUT/out.tgz as soon as it exists (a call cut short by the
 # lease still returns what it had). The timings come after the tests, most valuable first, and a
-# stage starts only while CALL_BUDGET seconds (default 330) have not run out, so that a session's
+# stage starts only while CALL_BUDGET seconds (default 360) have not run out, so that a session's
 # 15 device minutes hold a second call (two starts of 1-2 minutes each): the first call spends
-# ~5.5 minutes, the fix and the second call the rest. CALL_ROUNDS (default 1) alternations of
-# each A/B; a second call can ask for 3 of the ones that matter.
-#   1. the GPU tests of NEW (CALL_TESTS, within CALL_TEST_LIMIT seconds: 150), the opt-in
+# ~6 minutes, the fix and the second call (CALL_BUDGET=240) the rest. CALL_ROUNDS (default 1)
+# alternations of each A/B; a second call can ask for 3 of the ones that matter.
+#   1. the GPU tests of NEW (CALL_TESTS, within CALL_TEST_LIMIT seconds: 180), the opt-in
 #      kernels' tests among them (CUDA graphs, tensor-core prefill, wide decode attention, int8
 #      producers). If a test of the default path fails, every later stage runs HEAD; an opt-in
 #      kernel whose tests fail is not timed.
@@ -48,7 +48,7 @@ pack() { tar czf "$F/out.tgz" -C /tmp call-out; }
 # stage NAME SECONDS: whether NAME (about SECONDS long) still fits in CALL_BUDGET; says so if not
 stage() {
     local spent=$(( $(date +%s) - T0 ))
-    if [ $(( spent + $2 )) -gt "${CALL_BUDGET:-330}" ]; then echo "$1: skipped at ${spent} s (CALL_BUDGET)"; return 1; fi
+    if [ $(( spent + $2 )) -gt "${CALL_BUDGET:-360}" ]; then echo "$1: skipped at ${spent} s (CALL_BUDGET)"; return 1; fi
     echo "== $1 (at ${spent} s)"
 }
 R=$(seq 1 "${CALL_ROUNDS:-1}")
@@ -59,7 +59,7 @@ TESTS="${CALL_TESTS:-test/parity/test_archs.py test/parity/test_tiny_qwen2.py te
  test/parity/test_kv_slot.py test/server/test_server_nvidia.py test/ops/test_nvidia_ops.py
  test/ops/test_nvidia_attention.py test/ops/test_quant_nvidia.py test/parity/test_cuda_graphs.py
  test/parity/test_wide_decode_nvidia.py test/parity/test_int8_producers_nvidia.py}"
-timeout "${CALL_TEST_LIMIT:-150}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
+timeout "${CALL_TEST_LIMIT:-180}" python3 -m pytest -q -p no:cacheprovider -o addopts="" -n 12 -rfE --tb=short \
     $TESTS > $OUT/pytest-new.log 2>&1
 rc=$?; echo "pytest NEW rc=$rc: $(tail -1 $OUT/pytest-new.log)"; grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | head -20
 failed() { grep -E "^(FAILED|ERROR)" $OUT/pytest-new.log | grep -qE "$1"; }  # a test matching $1 failed
