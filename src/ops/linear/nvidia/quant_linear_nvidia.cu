@@ -54,6 +54,12 @@ bool int8_format(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q6_K;
 }
 
+// Whether a segment's blocks sit where the int8 kernels' loads need them: 16-byte aligned for
+// Q4_K, 2-byte for the others.
+bool int8_aligned(const cpu::QuantRows &seg) {
+    return reinterpret_cast<uintptr_t>(seg.data) % (seg.dt == LLAISYS_DTYPE_Q4_K ? 16 : 2) == 0;
+}
+
 // The decode kernel of the int8 formats, LLAISYS_GEMV_INT8 read once: 0 the float path, 2 the
 // pipelined kernel (gemv_int8_pipe_kernel), anything else or unset the first int8 kernel
 // (gemv_int8_kernel), the one checked on a GPU; the pipelined one becomes the default once a GPU
@@ -177,11 +183,9 @@ void gemv(float *out, const float *x, QuantX qx, const cpu::QuantRows *segs, siz
                     g.row0[s - s0] = unsigned(segs[s].row0 - row0);
                 }
                 g.rows = unsigned(rows);
-                QuantX gx = qx;  // the int8 kernels' loads need 16-byte (Q4_K) or 2-byte aligned blocks
+                QuantX gx = qx;
                 for (size_t s = s0; s < s1; s++) {
-                    if (reinterpret_cast<uintptr_t>(segs[s].data) % (std::is_same_v<B, BlockQ4_K> ? 16 : 2) != 0) {
-                        gx = QuantX{};
-                    }
+                    if (!int8_aligned(segs[s])) gx = QuantX{};
                 }
                 for (size_t i0 = 0; i0 < m; i0 += kQuantGemvRows) {
                     const int mc = int(std::min(kQuantGemvRows, m - i0));
@@ -303,10 +307,7 @@ bool linear_quant_takes_int8(const cpu::QuantRows *segs, size_t n_segs, size_t k
     bool any = false;
     for (size_t s = 0; s < n_segs; s++) {
         if (segs[s].rows == 0) continue;
-        const uintptr_t align = segs[s].dt == LLAISYS_DTYPE_Q4_K ? 16 : 2;  // gemv's condition for the int8 kernels
-        if (!int8_format(segs[s].dt) || !segs[s].data || reinterpret_cast<uintptr_t>(segs[s].data) % align != 0) {
-            return false;
-        }
+        if (!int8_format(segs[s].dt) || !segs[s].data || !int8_aligned(segs[s])) return false;
         any = true;
     }
     return any;
