@@ -12,6 +12,15 @@ from pathlib import Path
 
 from benchkit.peer import PIN, fetch_sdist, home, paths
 
+SEPARATOR = "\n__ggml_vocab_test__\n"  # between the texts of a vocabulary test file (.inp), and after the last
+
+
+def vocab_texts(inp: Path) -> list:
+    """The texts of one of llama.cpp's vocabulary test files (models/ggml-vocab-<name>.gguf.inp)."""
+    texts = inp.read_text(encoding="utf-8")
+    assert texts.endswith(SEPARATOR), inp
+    return texts[:-len(SEPARATOR)].split(SEPARATOR)
+
 
 def _has_all(folder: Path, wanted: list) -> bool:
     return all((folder / w).is_dir() and any((folder / w).iterdir()) if w.endswith("/") else (folder / w).is_file()

@@ -12,14 +12,13 @@ import types
 
 import gguf
 import pytest
-from llama_cpp_files import models_dir
+from llama_cpp_files import models_dir, vocab_texts
 
 from llaisys.models.gguf_spm import tokenizer_files
 
 pytestmark = pytest.mark.slow
 
 NAMES = ("llama-spm", "phi-3", "llama-bpe", "qwen2")
-SEPARATOR = "\n__ggml_vocab_test__\n"  # between the .inp texts, and after the last
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +28,7 @@ def vocab_dir():
 
 def cases(folder, name: str) -> list:
     """(text, ids) of a vocabulary's test file."""
-    texts = (folder / f"ggml-vocab-{name}.gguf.inp").read_text(encoding="utf-8")
-    assert texts.endswith(SEPARATOR)
-    texts = texts[:-len(SEPARATOR)].split(SEPARATOR)
+    texts = vocab_texts(folder / f"ggml-vocab-{name}.gguf.inp")
     ids = (folder / f"ggml-vocab-{name}.gguf.out").read_text(encoding="utf-8").split("\n")[:len(texts)]
     assert len(texts) == len(ids) > 40
     return [(t, [int(x) for x in line.split()]) for t, line in zip(texts, ids)]

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from llama_cpp_files import models_dir
+from llama_cpp_files import models_dir, vocab_texts
 from smollm2_files import smollm2_gguf
 
 from llaisys import runtime
@@ -31,7 +31,6 @@ from llaisys import runtime
 pytestmark = pytest.mark.slow
 
 IDS_FILE = Path(__file__).with_name("smollm2_llama_cpp_ids.out")
-SEPARATOR = "\n__ggml_vocab_test__\n"
 CHATS = [[{"role": "user", "content": "What is the capital of France?"}],
          [{"role": "user", "content": "Write a haiku about autumn leaves."}],
          [{"role": "system", "content": "You are a helpful assistant."},
@@ -63,9 +62,7 @@ def test_config_is_smollm2(converted):
 def test_tokenizer_encodes_as_llama_cpp(converted):
     from llaisys.models.tokenizer import Tokenizer
 
-    texts = (models_dir(["ggml-vocab-llama-bpe.gguf.inp"]) / "ggml-vocab-llama-bpe.gguf.inp").read_text("utf-8")
-    assert texts.endswith(SEPARATOR)
-    texts = texts[:-len(SEPARATOR)].split(SEPARATOR)
+    texts = vocab_texts(models_dir(["ggml-vocab-llama-bpe.gguf.inp"]) / "ggml-vocab-llama-bpe.gguf.inp")
     lines = IDS_FILE.read_text().split("\n")[:len(texts)]
     assert len(lines) == len(texts) > 40
     tok = Tokenizer.from_dir(converted)

@@ -66,7 +66,7 @@ class ModelSpec:
     wheels: tuple  # WheelSlice, in order
     size: int  # bytes of the joined GGUF
     sha256: str  # hex SHA-256 of the joined GGUF
-    quant: str = "q4_k_m"  # the format of the joined GGUF, one of QUANTS
+    quant: str = "q4_k_m"  # the format of the joined GGUF (a registry model's: one of QUANTS)
 
 
 def _slices(package: str, module: str, version: str, count: int) -> tuple:
@@ -262,7 +262,13 @@ def _join_slices(spec: ModelSpec, wheels: list, out: Path, progress: bool) -> st
 def fetch_gguf(name: str, progress: bool = True) -> Path:
     """The verified GGUF of a known model, downloading and joining it if needed."""
     spec = get_spec(name)
-    final = gguf_path(spec.name)
+    return fetch_spec(spec, gguf_path(spec.name), progress)
+
+
+def fetch_spec(spec: ModelSpec, final: Path, progress: bool = True) -> Path:
+    """`spec`'s GGUF at `final`: its wheels downloaded (under the cache's wheels/<name>), its
+    slices joined, and the file kept only if its size and SHA-256 match. Also for a spec outside
+    the registry (test/smollm2_files.py)."""
     with _lock(spec.name):
         if final.is_file() and final.stat().st_size == spec.size:
             return final  # only ever renamed into place after its SHA-256 matched
