@@ -32,20 +32,24 @@ def tiny_vocab():
     return tokens, types, merges
 
 
-def write_tiny_gguf(path, tied: bool, seed: int = 0):
-    """Write a tiny random Qwen2 GGUF (Q8_0 matrices, F32 norms/biases) and return the f32 weights used."""
+def write_tiny_gguf(path, tied: bool, seed: int = 0, dims: dict = TINY, arch: str = "qwen2", blocks=None):
+    """Write a tiny random Qwen2 GGUF (Q8_0 matrices, F32 norms/biases) and return the f32 weights used.
+
+    dims: TINY's keys, for rows that other block sizes divide; arch "llama": the same tensors without
+    the q/k/v biases under llama.* keys; blocks(name, f32 weights, rng): (uint8 rows, GGML type) to
+    store a matrix as instead of its Q8_0."""
     rng = np.random.default_rng(seed)
     tokens, types, merges = tiny_vocab()
-    h, i, nl = TINY["hidden"], TINY["inter"], TINY["layers"]
-    hd = h // TINY["heads"]
-    kv = TINY["kv_heads"] * hd
-    w = gguf.GGUFWriter(str(path), "qwen2")
+    h, i, nl = dims["hidden"], dims["inter"], dims["layers"]
+    hd = h // dims["heads"]
+    kv = dims["kv_heads"] * hd
+    w = gguf.GGUFWriter(str(path), arch)
     w.add_block_count(nl)
-    w.add_context_length(TINY["ctx"])
+    w.add_context_length(dims["ctx"])
     w.add_embedding_length(h)
     w.add_feed_forward_length(i)
-    w.add_head_count(TINY["heads"])
-    w.add_head_count_kv(TINY["kv_heads"])
+    w.add_head_count(dims["heads"])
+    w.add_head_count_kv(dims["kv_heads"])
     w.add_rope_freq_base(1000000.0)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_tokenizer_model("gpt2")
@@ -70,11 +74,16 @@ def write_tiny_gguf(path, tied: bool, seed: int = 0):
             f"blk.{n}.attn_output.weight": (h, h),
             f"blk.{n}.ffn_gate.weight": (i, h), f"blk.{n}.ffn_up.weight": (i, h), f"blk.{n}.ffn_down.weight": (h, i),
         })
+    if arch == "llama":
+        shapes = {name: shape for name, shape in shapes.items() if not name.endswith(".bias")}
     weights = {}
     for name, shape in shapes.items():
         data = rng.standard_normal(shape).astype(np.float32) * 0.05
         weights[name] = data
-        if len(shape) == 2:
+        if len(shape) == 2 and blocks is not None:
+            raw, qtype = blocks(name, data, rng)
+            w.add_tensor(name, raw, raw_dtype=qtype)
+        elif len(shape) == 2:
             q = gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q8_0)
             w.add_tensor(name, q, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
         else:

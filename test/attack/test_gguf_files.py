@@ -198,10 +198,11 @@ def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
     expect_refused(outcome, field, "model.gguf")
 
 
-@pytest.mark.parametrize("type_id,block_bytes", [(3, 20), (20, 18)], ids=["q4_1", "iq4_nl"])
+@pytest.mark.parametrize("type_id,block_bytes", [(3, 20), (7, 24)], ids=["q4_1", "q5_1"])
 def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, block_bytes):
-    """A format llaisys has no kernels for (Q4_1, IQ4_NL) is dequantized at load by gguf-py: the
-    values llama.cpp's own dequantizer gives (gguf.quants is its Python port)."""
+    """A format llaisys has no kernels for (Q4_1, Q5_1) is dequantized at load by gguf-py: the
+    values llama.cpp's own dequantizer gives (gguf.quants is its Python port). IQ4_NL and Q3_K are
+    rewritten as Q8_0 / Q6_K instead (test/models/test_gguf_transcode.py)."""
     import gguf
     import numpy as np
 
@@ -211,7 +212,7 @@ def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, bl
     rng = np.random.default_rng(type_id)
     blocks = rng.integers(0, 256, 16 * block_bytes, dtype=np.uint8)
     blocks.reshape(16, block_bytes)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
-    if type_id == 3:
+    if type_id in (3, 7):
         blocks.reshape(16, block_bytes)[:, 2:4] = np.frombuffer(np.float16(-0.05).tobytes(), np.uint8)  # the mins
     path = tmp_path / "model.gguf"
     path.write_bytes(build(tensor(DOWN, type=type_id, data=blocks.tobytes())))

@@ -29,6 +29,7 @@ gguf = pytest.importorskip("gguf")
 from llaisys import DeviceType  # noqa: E402
 from llaisys import runtime as rt  # noqa: E402
 from llaisys.models.arch import parse_config  # noqa: E402
+from llaisys.models.gguf_transcode import TRANSCODES, transcode  # noqa: E402
 from llaisys.models.model import Model  # noqa: E402
 
 from .test_tiny_qwen2 import PROMPTS, Runner, hf_logits, logits_with_rounded_inputs  # noqa: E402
@@ -38,9 +39,11 @@ NOISE_FACTOR = 1.5  # llaisys lands within ~1.0x of it (the kernels round exactl
 MIN_ATOL = 1e-3
 
 # the largest |multiplier of d| a format's block can produce: scales chosen so weights ~0.05
-MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32}
+MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4,
+            "iq4_nl": 127}
 # byte offsets of the f16 super-scales in a block
-SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,)}
+SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,),
+            "iq4_nl": (0,)}
 
 DEVICES = [DeviceType.CPU, pytest.param(DeviceType.NVIDIA, marks=pytest.mark.skipif(
     rt.device_count(DeviceType.NVIDIA) == 0, reason="no NVIDIA GPU in this build/machine"))]
@@ -87,6 +90,9 @@ def build(fmts: dict, tie: bool, embed_fmt, seed: int = 0, device=DeviceType.CPU
         blocks = random_blocks(fmt, rows, k, rng)
         with torch.no_grad():
             module_weight.copy_(torch.from_numpy(dequantized(fmt, blocks, k)))
+        qtype = int(gguf.GGMLQuantizationType[fmt.upper()])
+        if qtype in TRANSCODES:  # a GGUF type without kernels, rewritten as the loader does (gguf_transcode.py)
+            fmt, blocks = TRANSCODES[qtype], transcode(blocks, qtype)
         tensors[name] = SimpleNamespace(name=name, dtype=fmt, shape=(rows, k), data=blocks)
 
     with torch.no_grad():
@@ -158,7 +164,7 @@ ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl"])
 @pytest.mark.parametrize("layout", ["block", "slot"])
 def test_every_linear_in_one_format(fmt, layout, device):
     fmts = {p: fmt for p in ALL}
@@ -171,12 +177,15 @@ def test_every_linear_in_one_format(fmt, layout, device):
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
-def test_mixed_formats_like_a_q4_k_m_file(tie, device):
-    """v and down Q6_K beside Q4_K (one fused qkv with two formats), lm_head Q6_K, embedding
-    Q4_K (untied) or the quantized lm_head read back as the embedding (tied)."""
-    fmts = dict.fromkeys(ALL, "q4_k")
-    fmts.update(v_proj="q6_k", down_proj="q6_k", lm_head="q6_k")
-    hf, model = build(fmts, tie=tie, embed_fmt="q4_k", device=device)
+@pytest.mark.parametrize("recipe", [("q4_k", "q6_k", "q6_k"), ("q3_k", "q5_k", "q4_k")], ids=["q4_k_m", "q3_k_m"])
+def test_mixed_formats_like_a_q4_k_m_file(tie, device, recipe):
+    """Q4_K_M: v and down Q6_K beside Q4_K (one fused qkv with two formats), lm_head Q6_K, embedding
+    Q4_K (untied) or the quantized lm_head read back as the embedding (tied). Q3_K_M: Q3_K (run
+    as Q6_K) with v Q5_K and down Q4_K."""
+    most, v, down = recipe
+    fmts = dict.fromkeys(ALL, most)
+    fmts.update(v_proj=v, down_proj=down, lm_head="q6_k")
+    hf, model = build(fmts, tie=tie, embed_fmt=most, device=device)
     try:
         check_prompts(Reference(hf, fmts), model, "block")
     finally:

@@ -7,11 +7,13 @@ tensor is handed to the model in its stored type:
 
     Q4_0 Q5_0 Q8_0 Q4_K Q5_K Q6_K   linear weights and the embedding: a QuantTensor holding the
                                     raw GGUF blocks (memory-mapped; the core copies them)
+    Q3_K IQ4_NL                     rewritten at load into Q6_K / Q8_0, which hold their values
+                                    exactly, and run as those (gguf_transcode.py)
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
     a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
                                     something the core's kernels take
     a type without our kernels      widened at load: dequantized (gguf-py) into the float dtype,
-    (Q4_1, Q5_1, Q2_K, Q3_K, IQ*)   with a warning naming the types and the bytes it costs (more
+    (Q4_1, Q5_1, Q2_K, IQ2/3, ...)  with a warning naming the types and the bytes it costs (more
                                     than the file: f32 is 4 bytes a weight), refused where that
                                     would not fit in the memory available
     anything else                   refused, naming the tensor
@@ -48,6 +50,7 @@ from .gguf_moe import (SHARED_GATE, expert_name, is_mixtral, is_permuted, is_sta
 from .gguf_rope import ROPE_FREQS, rope_freqs_values
 from .gguf_spm import tokenizer_files
 from .gguf_tokenizer import TokenizerFiles
+from .gguf_transcode import TRANSCODES, Transcoded
 from .loader import LoadedModel, validate_tensors
 from .safetensors_io import RawTensor, TensorSpec
 from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
@@ -118,7 +121,7 @@ def _plan(f: GGUFFile, source: str) -> dict:
         if name in seen:
             raise ModelFileError(source, info.name, f"GGUF tensors {seen[name]!r} and {info.name!r} both map to {name!r}")
         seen[name] = info.name
-        tag = QUANT_TAGS.get(info.type_id) or FLOAT_TAGS.get(info.type_id)
+        tag = QUANT_TAGS.get(info.type_id) or FLOAT_TAGS.get(info.type_id) or TRANSCODES.get(info.type_id)
         if tag is None and _widens(info.type_id):
             tag = WIDEN
         if tag is None:
@@ -168,6 +171,9 @@ def _split(name: str, t):
     if not is_stack(name):
         return {name: t}
     n_exp = t.shape[0]
+    if isinstance(t, Transcoded):
+        return {expert_name(name, e): dataclasses.replace(t, name=expert_name(name, e), shape=t.shape[1:],
+                                                          source=t.source[e]) for e in range(n_exp)}
     if isinstance(t, _QuantStack):
         rows = t.raw.reshape(n_exp, t.shape[1], -1)  # [E, rows, row bytes]
         return {expert_name(name, e): QuantTensor(expert_name(name, e), t.dtype, t.shape[1:], rows[e])
@@ -190,6 +196,8 @@ def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, sour
     """One tensor, in its stored type (quantized matrices) or the float dtype (everything else)."""
     raw = f.tensor_bytes(info)  # uint8 [n_bytes], memory-mapped
     shape = _hf_shape(name, info.shape)
+    if info.type_id in TRANSCODES and len(shape) >= 2:  # rewritten when read, rows (of a stack) as they are
+        return Transcoded(name, tag, shape, raw.reshape(*shape[:-1], -1), info.type_id)
     if tag in QUANT_BLOCKS and len(shape) == 3:  # a stack of experts: [E * rows] GGUF rows, cut by _split
         return _QuantStack(tag, shape, raw)
     if tag in QUANT_BLOCKS and len(shape) == 2:
@@ -272,15 +280,25 @@ def load_gguf(path: Union[str, os.PathLike], dtype: Optional[str] = None) -> GGU
         t = _tensor(f, name, info, tag, dtype, source)
         heads = permuted_heads(name, config.n_heads, config.n_kv_heads) if permuted else None
         if heads is not None:  # llama.cpp's q/k row permutation undone (gguf_moe.py), a copy of the rows
-            t = dataclasses.replace(t, data=np.ascontiguousarray(t.data[unpermute_rows(t.shape[0], heads, source,
-                                                                                        info.name)]))
+            rows, field = unpermute_rows(t.shape[0], heads, source, info.name), _rows_field(t)
+            t = dataclasses.replace(t, **{field: np.ascontiguousarray(getattr(t, field)[rows])})
         tensors.update(_split(name, t))
     return GGUFModel(LoadedModel(config=config, tensors=tensors, dtype=dtype, path=path), tokenizer, f)
+
+
+def _rows_field(t) -> str:
+    """The field holding t's rows: the file's blocks of a Transcoded matrix, else its data."""
+    return "source" if isinstance(t, Transcoded) else "data"
 
 
 def _check_widened(plan: dict, dtype: str, source: str) -> None:
     """The tensors of types without our kernels: a warning of what widening them costs, or a
     ModelFileError where it would take more than the memory available."""
+    rewritten = [info for info, _ in plan.values() if info.type_id in TRANSCODES and len(info.shape) >= 2]
+    if rewritten:
+        log.info("%s: %d tensors of type %s run as %s, which hold their values exactly", source, len(rewritten),
+                 "/".join(sorted({type_name(i.type_id) for i in rewritten})),
+                 "/".join(sorted({TRANSCODES[i.type_id].upper() for i in rewritten})))
     widened = [(info, int(np.prod(info.shape))) for info, tag in plan.values() if tag == WIDEN]
     if not widened:
         return
@@ -303,7 +321,7 @@ def quant_summary(loaded: LoadedModel) -> dict:
     out: dict = {}
     for t in loaded.tensors.values():
         n, b = out.get(t.dtype, (0, 0))
-        out[t.dtype] = (n + 1, b + int(t.data.nbytes))
+        out[t.dtype] = (n + 1, b + int(t.nbytes if isinstance(t, Transcoded) else t.data.nbytes))
     return out
 
 
