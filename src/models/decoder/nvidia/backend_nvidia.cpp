@@ -307,6 +307,7 @@ public:
 
     void norm_linear_swiglu(float *out, float *gate_up, float *h, const float *x, const Tensor &norm_w,
                             const LinearWeight &w, size_t n, size_t width) override {
+        int8_fold_.forget();  // out is rewritten: down must not reuse an older layer's swiglu_quant rows
         if (gemv(w, n, x, norm_w.data())) {
             ops::nvidia::gemv16_swiglu(out, x, w.dense->data(), c_.p.dtype, n, width, w.k, st_, norm_w.data(),
                                        c_.p.rms_norm_eps);

@@ -27,6 +27,7 @@ public:
     // whether a folded decode step of n rows runs this linear on int8 activations its producer wrote
     bool serves(const LinearWeight &w, size_t n) const;
     void begin_step() { of_ = nullptr; }  // nothing held from another step
+    void forget() { of_ = nullptr; }      // the rows it held were rewritten by another kernel
 
     // out [n, w.n] = rms_norm(x) * norm_w @ w^T + bias
     void norm_linear(float *out, const float *x, const Tensor &norm_w, const LinearWeight &w, const Tensor *bias,
