@@ -56,6 +56,16 @@ void dequantize_k4(fp16_t dh, fp16_t dminh, const uint8_t *scales, const uint8_t
 
 }  // namespace
 
+void dequantize_block(const BlockQ2_K &b, float *out) {  // out [256]
+    const float d = to_f32(b.d), dmin = to_f32(b.dmin);
+    for (int e = 0; e < int(kBlockK); e++) {  // element 128 h + 32 s + l: bits 2s of qs[32 h + l]
+        const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+        const float dl = d * float(b.scales[e / 16] & 0x0F), ml = dmin * float(b.scales[e / 16] >> 4);
+        const float prod = dl * float(q);  // rounded on its own: gguf-py does not fuse
+        out[e] = prod - ml;
+    }
+}
+
 void dequantize_block(const BlockQ4_K &b, float *out) { dequantize_k4(b.d, b.dmin, b.scales, b.qs, nullptr, out); }
 
 void dequantize_block(const BlockQ5_K &b, float *out) { dequantize_k4(b.d, b.dmin, b.scales, b.qs, b.qh, out); }
@@ -76,7 +86,7 @@ void dequantize_block(const BlockQ6_K &b, float *out) {  // out [256]
 size_t row_bytes(llaisysDataType_t dt, size_t k) {
     const size_t bs = quant_block_size(dt);
     LLAISYS_CHECK(bs != 0, LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q4_k, q5_k, q6_k are)");
+                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q4_k, q5_k, q6_k are)");
     LLAISYS_CHECK(k % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "row length k = ", k, " of a ", dtype_name(dt),
                   " tensor is not a multiple of its block size ", bs);
     return checked_mul(k / bs, quant_block_bytes(dt), "quantized row bytes");

@@ -2,7 +2,7 @@
 // to gguf-py's gguf.quants.dequantize. Every value is computed in f32 with gguf-py's order of
 // operations (which decides the last bit):
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
-//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
+//   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
 //   Q6_K:       (d * scale) * float(q - 32)
 // NaN or Inf in an f16 scale propagates as in gguf-py. The per-block functions are the
 // building blocks for the quantized kernels (src/ops/linear); the row functions validate.
@@ -18,6 +18,7 @@ namespace llaisys::quant {
 void dequantize_block(const BlockQ4_0 &b, float *out);
 void dequantize_block(const BlockQ5_0 &b, float *out);
 void dequantize_block(const BlockQ8_0 &b, float *out);
+void dequantize_block(const BlockQ2_K &b, float *out);
 void dequantize_block(const BlockQ4_K &b, float *out);
 void dequantize_block(const BlockQ5_K &b, float *out);
 void dequantize_block(const BlockQ6_K &b, float *out);

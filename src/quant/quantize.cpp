@@ -88,13 +88,22 @@ void check_finite(float v, size_t row, size_t i) {
 
 template <class B>
 void row_of(const float *x, B *blocks, size_t nb) {
-    for (size_t b = 0; b < nb; b++) quantize_block(x + b * block_elems<B>(), blocks[b]);
+    if constexpr (!std::is_same_v<B, BlockQ2_K>)  // refused by has_quantizer
+        for (size_t b = 0; b < nb; b++) quantize_block(x + b * block_elems<B>(), blocks[b]);
+}
+
+// Q2_K is run as GGUF files store it (its weights come quantized); there is no quantizer for it.
+void has_quantizer(llaisysDataType_t dt) {
+    LLAISYS_CHECK(dt != LLAISYS_DTYPE_Q2_K, LLAISYS_STATUS_UNSUPPORTED,
+                  "quantize: no quantizer for q2_k (Q2_K weights run as GGUF files store them); "
+                  "q4_0, q5_0, q8_0, q4_k, q5_k and q6_k have one");
 }
 
 }  // namespace
 
 void quantize_row(const float *x, llaisysDataType_t dt, void *blocks, size_t k) {
     row_bytes(dt, k);  // validates dt and k
+    has_quantizer(dt);
     for (size_t i = 0; i < k; i++) check_finite(x[i], 0, i);
     dispatch_quant(dt, [&](auto tag) {
         using B = decltype(tag);
@@ -105,6 +114,7 @@ void quantize_row(const float *x, llaisysDataType_t dt, void *blocks, size_t k) 
 void quantize_rows(const void *in, llaisysDataType_t idt, void *blocks, llaisysDataType_t dt, size_t rows,
                    size_t k) {
     const size_t rb = row_bytes(dt, k);
+    has_quantizer(dt);
     dispatch_float(idt, [&](auto itag) {
         using T = decltype(itag);
         const T *src = static_cast<const T *>(in);

@@ -18,7 +18,7 @@ from llaisys.models.tensors import QuantTensor
 from tiny_gguf import TINY, write_tiny_gguf
 
 Q = gguf.GGMLQuantizationType
-D_AT = {Q.Q3_K: 108, Q.IQ4_NL: 0, Q.Q6_K: 208}  # byte offset of each block's f16 scale
+D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q6_K: (208,), Q.Q2_K: (80, 82)}  # byte offsets of a block's f16 scales
 WIDE = dict(TINY, hidden=256, inter=512)  # rows that 256-weight blocks divide
 
 
@@ -36,8 +36,9 @@ def random_rows(qtype, rows: int, k: int, rng, d: float = 0.004) -> np.ndarray:
     """uint8 [rows, row bytes]: every bit random but the f16 scale, kept finite and near d."""
     block, nbytes = gguf.GGML_QUANT_SIZES[qtype]
     raw = rng.integers(0, 256, (rows, k // block, nbytes), dtype=np.uint8)
-    scale = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
-    raw[:, :, D_AT[qtype]:D_AT[qtype] + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+    for at in D_AT[qtype]:
+        scale = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
+        raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -129,3 +130,21 @@ def test_a_file_runs_as_its_twin_of_rewritten_blocks(tmp_path, caplog, arch, tie
             assert isinstance(r, QuantTensor) and t.dtype == tag and np.array_equal(t.data, r.data), name
     assert sum(isinstance(t, Transcoded) for t in ours.tensors.values()) == n_matrices
     assert _greedy(file) == _greedy(twin)
+
+
+def test_a_q2_k_file_runs_as_its_own_blocks(tmp_path):
+    """Q2_K has kernels of its own: its matrices stay the file's bytes (no rewrite, no widening)."""
+    path = tmp_path / "q2_k.gguf"
+    stored = {}
+
+    def blocks(name, data, rng):
+        stored[name] = random_rows(Q.Q2_K, *data.shape, rng)
+        return stored[name], Q.Q2_K
+
+    write_tiny_gguf(path, tied=False, dims=WIDE, blocks=blocks)
+    loaded = load_gguf(path).loaded
+    q2 = [t for t in loaded.tensors.values() if isinstance(t, QuantTensor)]
+    assert len(q2) == len(stored) == 7 * TINY["layers"] + 2 and {t.dtype for t in q2} == {"q2_k"}
+    assert np.array_equal(loaded.tensors["model.layers.1.mlp.down_proj.weight"].data, stored["blk.1.ffn_down.weight"])
+    tokens = _greedy(path)
+    assert all(len(ids) == 12 for ids, _ in tokens) and tokens == _greedy(path)

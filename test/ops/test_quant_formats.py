@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from llaisys.dtypes import f32_to_bf16_bits
-from quant_cases import (FORMATS, GGUF_QUANTIZES, MODELS, as_rows, dequantize, digest, edge_blocks, gguf,
+from quant_cases import (FORMATS, GGUF_QUANTIZES, MODELS, QUANTIZERS, as_rows, dequantize, digest, edge_blocks, gguf,
                          gguf_file, libggml, libggml_quantize, quantize, random_blocks, real_rows,
                          reference_dequantize, sizes)
 
@@ -150,7 +150,7 @@ def test_quantize_matches_gguf_py(fmt, in_dtype):
     np.testing.assert_array_equal(got, gguf.quants.quantize(x, gguf.GGMLQuantizationType[fmt.upper()]))
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", QUANTIZERS)
 def test_quantize_matches_llama_cpp(fmt):
     got = quantize(random_rows(fmt), fmt)
     assert digest(got) == LLAMA_CPP_RANDOM[fmt]
@@ -204,14 +204,14 @@ def check_round_trip(x: np.ndarray, fmt: str, what: str):
         assert worst <= MAX_BOUND[fmt], f"{what}: max error {worst:.5f} of the block max > {MAX_BOUND[fmt]:.5f}"
 
 
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", QUANTIZERS)
 def test_round_trip_error_random(fmt):
     x = random_rows(fmt)
     check_round_trip(np.delete(x, 3, axis=0), fmt, "random rows")  # (row 3: subnormal d loses all)
 
 
 @pytest.mark.slow  # reads the cached GGUF files (gguf.GGUFReader: ~30 s each, once)
-@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("fmt", QUANTIZERS)
 def test_round_trip_error_real_weights(fmt, request):
     path = model_gguf("0.5b", request)
     if not path.is_file():

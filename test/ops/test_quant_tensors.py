@@ -140,6 +140,10 @@ def test_quantize_and_dequantize_argument_checks():
         ops.quantize(q, bad16)
     strided = llaisys.Tensor((64, 2), "f32").permute(1, 0)
     assert status_of(lambda: ops.quantize(q, strided)) == Status.INVALID_ARGUMENT
+    q2, raw2 = make("q2_k", (2, 256))  # runs as files store it, with no quantizer
+    assert status_of(lambda: ops.quantize(q2, llaisys.Tensor.from_numpy(np.ones((2, 256), np.float32)))) \
+        == Status.UNSUPPORTED
+    assert q2.numpy().tobytes() == raw2.tobytes()
 
 
 @pytest.mark.parametrize("out_dtype", ["f32", "f16", "bf16"])

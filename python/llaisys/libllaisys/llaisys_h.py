@@ -26,6 +26,7 @@ class DataType(IntEnum):
     Q4_0 = 102
     Q5_0 = 106
     Q8_0 = 108
+    Q2_K = 110
     Q4_K = 112
     Q5_K = 113
     Q6_K = 114

@@ -7,7 +7,7 @@
 // which nvcc's default --fmad=true would do and which would change the last bit; NaN results
 // as x86 makes them, so NaN and Inf scales give the CPU's bits too), in the CPU's order:
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
-//   Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q6_K: (d * scale) * float(q - 32)
+//   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q6_K: (d * scale) * float(q - 32)
 // The NaN handling is a compare and a select per element on data already in registers.
 //
 // dequant8(block, e0, out) writes elements e0 .. e0 + 7 of the block (e0 a multiple of 8,
@@ -55,6 +55,17 @@ __device__ __forceinline__ void dequant8(const BlockQ8_0 &b, int e0, float *out)
     const float d = to_float(b.d);
 #pragma unroll
     for (int t = 0; t < 8; t++) out[t] = x86_mul(float(b.qs[e0 + t]), d);
+}
+
+// Q2_K element e: bits 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32]; sub-block j = e / 16
+// (one for all eight) has scale and min the low and high nibbles of scales[j].
+__device__ __forceinline__ void dequant8(const BlockQ2_K &b, int e0, float *out) {  // out [8]
+    const uint8_t *q = b.qs + 32 * (e0 / 128) + e0 % 32;
+    const int shift = 2 * ((e0 % 128) / 32), j = e0 / 16;
+    const float dl = x86_mul(to_float(b.d), float(b.scales[j] & 0x0F)),
+                ml = x86_mul(to_float(b.dmin), float(b.scales[j] >> 4));
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = x86_sub(x86_mul(dl, float((q[t] >> shift) & 3)), ml);
 }
 
 // Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or

@@ -119,9 +119,19 @@ void pack_x(uint16_t *xb, const float *x, size_t m, size_t k, size_t n_p) {
 struct Bf16Sink {
     uint16_t *dst;
     template <int kLevels>
-    inline void put(size_t e, __m256i q, float s0, float s1, float mn) {
+    inline void put(size_t e, __m256i q, float s0, float s1, float mn0, float mn1) {
         uint16_t *o = dst + e / 32 * kChunk;
-        if constexpr (kLevels > 0) {  // Q4_K, Q5_K: the kLevels values s0 v - mn made once, q looked up
+        if constexpr (kLevels == 4) {  // Q2_K: words v and 4 + v are bf16(s0 v - mn0), bf16(s1 v - mn1)
+            const __m512 v = _mm512_setr_ps(0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0);
+            const __m512 s = _mm512_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1, 0, 0, 0, 0, 0, 0, 0, 0);
+            const __m512 m = _mm512_setr_ps(mn0, mn0, mn0, mn0, mn1, mn1, mn1, mn1, 0, 0, 0, 0, 0, 0, 0, 0);
+            const __m512i lut = _mm512_castsi256_si512((__m256i)_mm512_cvtneps_pbh(_mm512_fmsub_ps(v, s, m)));
+            const __m512i idx = _mm512_add_epi16(_mm512_cvtepu8_epi16(q),  // elements 16 .. 31: words 4 ..
+                                                 _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1));
+            _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, lut));
+        } else if constexpr (kLevels > 0) {  // Q4_K, Q5_K: the kLevels values s0 v - mn made once, q looked up
+            const float mn = mn0;
+            (void)s1, (void)mn1;
             const __m512 v0 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
             const __m512 lo = _mm512_fmsub_ps(v0, _mm512_set1_ps(s0), _mm512_set1_ps(mn));
             __m512i lut;  // word v: bf16(s0 v - mn), the bits converting each value gives
@@ -135,6 +145,7 @@ struct Bf16Sink {
             }
             _mm512_storeu_si512(o, _mm512_permutexvar_epi16(_mm512_cvtepu8_epi16(q), lut));
         } else {
+            (void)mn0, (void)mn1;
             __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(q)));
             __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(q, 1)));
             _mm512_storeu_si512(o, (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, _mm512_set1_ps(s1)),
@@ -164,10 +175,11 @@ void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size
     case LLAISYS_DTYPE_Q4_0: return dequant_row_bf16<quant::BlockQ4_0>(dst, row, nb);
     case LLAISYS_DTYPE_Q5_0: return dequant_row_bf16<quant::BlockQ5_0>(dst, row, nb);
     case LLAISYS_DTYPE_Q8_0: return dequant_row_bf16<quant::BlockQ8_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q2_K: return dequant_row_bf16<quant::BlockQ2_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q4_K: return dequant_row_bf16<quant::BlockQ4_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
-    default: return;  // quant_weight.cpp only stores the six formats
+    default: return;  // quant_weight.cpp only stores the seven formats
     }
 }
 

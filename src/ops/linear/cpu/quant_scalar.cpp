@@ -44,6 +44,17 @@ float block_dot(const BlockQ8_0 &b, const BlockQ8_32 &x, uint8_t *) {
     return to_f32(b.d) * x.d * float(s);
 }
 
+// Q2_K: sum_j sc_j (q_j . x_j) over 16 sub-blocks of 16, and their mins against x's bsums.
+float block_dot(const BlockQ2_K &b, const BlockQ8_K &x, uint8_t *q) {
+    for (size_t e = 0; e < kBlockK; e++) q[e] = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    int sum = 0, mins = 0;
+    for (int j = 0; j < 16; j++) {
+        sum += int(b.scales[j] & 0x0F) * dot32(q + 16 * j, x.qs + 16 * j, 16);
+        mins += int(b.scales[j] >> 4) * x.bsums[j];
+    }
+    return to_f32(b.d) * x.d * float(sum) - to_f32(b.dmin) * x.d * float(mins);
+}
+
 // Q4_K / Q5_K once the 256 quants are in q: sum_j sc_j (q_j . x_j) and the mins.
 float k4_dot(const uint8_t *scales, fp16_t d, fp16_t dmin, const BlockQ8_K &x, const uint8_t *q) {
     int sum = 0, mins = 0;

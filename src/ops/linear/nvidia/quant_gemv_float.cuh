@@ -14,6 +14,7 @@ namespace llaisys::ops::nvidia {
 namespace {
 
 using namespace llaisys::device::nvidia;
+using quant::BlockQ2_K;
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
@@ -43,7 +44,7 @@ __device__ __forceinline__ float bias_at(const void *bias, int dt, size_t j) {
 // place, and each byte becomes a float through the exponent of 2^23 (0x4B0000qq is 2^23 + qq,
 // exactly, so one subtraction gives the integer: no int-to-float conversion, which runs at a
 // quarter of the FMA rate). Formats with one scale per unit (Q4_0, Q5_0, Q8_0, Q6_K) sum
-// q x and scale the sum once; Q4_K and Q5_K form each weight as fmaf(d sc, q, -dmin m), one
+// q x and scale the sum once; Q2_K, Q4_K and Q5_K form each weight as fmaf(d sc, q, -dmin m), one
 // rounding. So the product is W x in f32 with a different summation order and rounding from
 // llaisysDequantize's weights, inside the same bound. (The first versions dequantized bit for
 // bit as llaisysDequantize, at about 12 instructions an element, and walked a row with one
@@ -207,6 +208,24 @@ template <int MR>
 __device__ __forceinline__ void unit_dot(const BlockQ5_K &b, int u, const float *x, size_t k, int m, bool vec,
                                          float *acc) {
     unit_dot_k4<MR>(b.d, b.dmin, b.scales, b.qs, b.qh, u, x, k, m, vec, acc);
+}
+
+// Q2_K unit u = sub-block u, elements 16 u + t: bits 2 ((u % 8) / 2) of qs[32 (u / 8) + 16 (u % 2) + t],
+// scale and min the nibbles of scales[u]; weights fmaf(d sc, q, -dmin m) as Q4_K's.
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ2_K &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    const uint8_t *q0 = b.qs + 32 * (u / 8) + kUnit * (u % 2);
+    const int shift = 2 * ((u % 8) / 2);
+    const float dl = to_float(b.d) * float(b.scales[u] & 0x0F), ml = to_float(b.dmin) * float(b.scales[u] >> 4);
+    uint32_t q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) q[w] = (ld4(q0 + 4 * w) >> shift) & 0x03030303u;
+    float v[kUnit];
+    unit_values(q, 0.0f, v);
+#pragma unroll
+    for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
+    unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
 }
 
 // Q6_K unit u = elements 16 u + t, scale scales[u]: half h = u / 8, r0 = 16 (u % 8); low 4 bits
