@@ -64,6 +64,8 @@ typedef enum {
     LLAISYS_DTYPE_Q8_0 = 108,
     /* 256 elements in 84 bytes: f16 scale and min, 16 sub-blocks with 4-bit scales and mins, 2-bit values */
     LLAISYS_DTYPE_Q2_K = 110,
+    /* 256 elements in 110 bytes: an f16 scale, 16 sub-blocks with 6-bit scales, 3-bit values */
+    LLAISYS_DTYPE_Q3_K = 111,
     /* 256 elements in 144 bytes: f16 scale and min, 8 sub-blocks with 6-bit scales and mins */
     LLAISYS_DTYPE_Q4_K = 112,
     /* 256 elements in 176 bytes: as Q4_K with a fifth bit per value */

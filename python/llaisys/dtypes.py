@@ -33,7 +33,7 @@ _BY_NAME = {
     "f64": DataType.F64, "float64": DataType.F64,
     "bool": DataType.BOOL,
     "q4_0": DataType.Q4_0, "q5_0": DataType.Q5_0, "q8_0": DataType.Q8_0,
-    "q2_k": DataType.Q2_K, "q4_k": DataType.Q4_K, "q5_k": DataType.Q5_K, "q6_k": DataType.Q6_K,
+    "q2_k": DataType.Q2_K, "q3_k": DataType.Q3_K, "q4_k": DataType.Q4_K, "q5_k": DataType.Q5_K, "q6_k": DataType.Q6_K,
 }
 
 
@@ -53,7 +53,7 @@ _BLOCKS = {dt: (int(LIB.llaisysDataTypeBlockSize(int(dt))), int(LIB.llaisysDataT
 
 
 def is_quantized(dtype: "DataType | str") -> bool:
-    """True for the block-quantized dtypes (q4_0, q5_0, q8_0, q2_k, q4_k, q5_k, q6_k)."""
+    """True for the block-quantized dtypes (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k)."""
     return as_dtype(dtype) in _BLOCKS
 
 

@@ -6,6 +6,8 @@
 //   Q8_0: q * d                            q int8
 //   Q2_K: d * sc[j] * q - dmin * m[j]      16 sub-blocks j of 16; sc, m the low and high nibbles of scales[j],
 //                                          q 2 bits: element 128 h + 32 s + l is bits 2s of qs[32 h + l]
+//   Q3_K: d * sc[j] * (q - 4)              16 sub-blocks j of 16; sc 6-bit minus 32, packed in scales[12];
+//                                          q 3 bits: Q2_K's 2, plus bit 4h + s of hmask[l]
 //   Q4_K: d * sc[j] * q - dmin * m[j]      8 sub-blocks j of 32; sc, m 6-bit, packed in scales[12]
 //   Q5_K: as Q4_K with a fifth bit from qh
 //   Q6_K: d * scales[j] * (q - 32)         16 sub-blocks j of 16; q 6 bits from ql (4) and qh (2)
@@ -22,8 +24,8 @@
 namespace llaisys::quant {
 
 constexpr size_t kBlock32 = 32;    // elements per block: Q4_0, Q5_0, Q8_0
-constexpr size_t kBlockK = 256;    // elements per super-block: Q2_K, Q4_K, Q5_K, Q6_K, Q8_K
-constexpr size_t kScalesK = 12;    // bytes of packed 6-bit scales and mins in Q4_K, Q5_K
+constexpr size_t kBlockK = 256;    // elements per super-block: Q2_K .. Q6_K, Q8_K
+constexpr size_t kScalesK = 12;    // bytes of packed 6-bit scales (and mins) in Q3_K, Q4_K, Q5_K
 
 struct BlockQ4_0 {
     fp16_t d;
@@ -43,6 +45,12 @@ struct BlockQ2_K {
     uint8_t qs[kBlockK / 4];
     fp16_t d;
     fp16_t dmin;
+};
+struct BlockQ3_K {
+    uint8_t hmask[kBlockK / 8];
+    uint8_t qs[kBlockK / 4];
+    uint8_t scales[kScalesK];
+    fp16_t d;
 };
 struct BlockQ4_K {
     fp16_t d;
@@ -65,7 +73,7 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
-static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 template <class B>
 constexpr llaisysDataType_t dtype_of();
@@ -73,6 +81,7 @@ template <> constexpr llaisysDataType_t dtype_of<BlockQ4_0>() { return LLAISYS_D
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_0>() { return LLAISYS_DTYPE_Q5_0; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ8_0>() { return LLAISYS_DTYPE_Q8_0; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ2_K>() { return LLAISYS_DTYPE_Q2_K; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ3_K>() { return LLAISYS_DTYPE_Q3_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ4_K>() { return LLAISYS_DTYPE_Q4_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_K>() { return LLAISYS_DTYPE_Q5_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ6_K>() { return LLAISYS_DTYPE_Q6_K; }
@@ -92,12 +101,13 @@ void dispatch_quant(llaisysDataType_t dt, F &&f) {
     case LLAISYS_DTYPE_Q5_0: f(BlockQ5_0{}); return;
     case LLAISYS_DTYPE_Q8_0: f(BlockQ8_0{}); return;
     case LLAISYS_DTYPE_Q2_K: f(BlockQ2_K{}); return;
+    case LLAISYS_DTYPE_Q3_K: f(BlockQ3_K{}); return;
     case LLAISYS_DTYPE_Q4_K: f(BlockQ4_K{}); return;
     case LLAISYS_DTYPE_Q5_K: f(BlockQ5_K{}); return;
     case LLAISYS_DTYPE_Q6_K: f(BlockQ6_K{}); return;
     default:
         fail(LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q4_k, q5_k, q6_k are)");
+             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k are)");
     }
 }
 

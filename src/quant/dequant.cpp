@@ -66,6 +66,15 @@ void dequantize_block(const BlockQ2_K &b, float *out) {  // out [256]
     }
 }
 
+void dequantize_block(const BlockQ3_K &b, float *out) {  // out [256]
+    const float d = to_f32(b.d);
+    for (int e = 0; e < int(kBlockK); e++) {  // low 2 bits as Q2_K's, the third bit e / 32 of hmask[e % 32]
+        const int q = ((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
+        const float dl = d * float(q3_k_scale(b.scales, e / 16));
+        out[e] = dl * float(q - 4);
+    }
+}
+
 void dequantize_block(const BlockQ4_K &b, float *out) { dequantize_k4(b.d, b.dmin, b.scales, b.qs, nullptr, out); }
 
 void dequantize_block(const BlockQ5_K &b, float *out) { dequantize_k4(b.d, b.dmin, b.scales, b.qs, b.qh, out); }
@@ -86,7 +95,7 @@ void dequantize_block(const BlockQ6_K &b, float *out) {  // out [256]
 size_t row_bytes(llaisysDataType_t dt, size_t k) {
     const size_t bs = quant_block_size(dt);
     LLAISYS_CHECK(bs != 0, LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q4_k, q5_k, q6_k are)");
+                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k are)");
     LLAISYS_CHECK(k % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "row length k = ", k, " of a ", dtype_name(dt),
                   " tensor is not a multiple of its block size ", bs);
     return checked_mul(k / bs, quant_block_bytes(dt), "quantized row bytes");

@@ -3,7 +3,7 @@
 // operations (which decides the last bit):
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
-//   Q6_K:       (d * scale) * float(q - 32)
+//   Q3_K:       (d * scale) * float(q - 4)    Q6_K: (d * scale) * float(q - 32)
 // NaN or Inf in an f16 scale propagates as in gguf-py. The per-block functions are the
 // building blocks for the quantized kernels (src/ops/linear); the row functions validate.
 #pragma once
@@ -19,6 +19,7 @@ void dequantize_block(const BlockQ4_0 &b, float *out);
 void dequantize_block(const BlockQ5_0 &b, float *out);
 void dequantize_block(const BlockQ8_0 &b, float *out);
 void dequantize_block(const BlockQ2_K &b, float *out);
+void dequantize_block(const BlockQ3_K &b, float *out);
 void dequantize_block(const BlockQ4_K &b, float *out);
 void dequantize_block(const BlockQ5_K &b, float *out);
 void dequantize_block(const BlockQ6_K &b, float *out);
@@ -39,6 +40,27 @@ LLAISYS_HOST_DEVICE inline void scale_min_k4(const uint8_t *scales, int j, uint8
         sc = uint8_t((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
         m = uint8_t((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
     }
+}
+
+// Q3_K: the 16 scales of the sub-blocks of 16 from the packed scales[12], each + 32 (0 .. 63) as byte
+// j of w: scale j is the low (j < 8) or high nibble of scales[j % 8], with bits 2 (j / 4) of
+// scales[8 + j % 4] on top. Four bytes at a time; static, so each SIMD build keeps its own copy.
+LLAISYS_HOST_DEVICE static inline void q3_k_scales(const uint8_t *scales, uint32_t (&w)[4]) {
+    uint32_t a[3];
+    for (int i = 0; i < 3; i++) {
+        const uint8_t *p = scales + 4 * i;
+        a[i] = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    }
+    const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
+    w[0] = (a[0] & m4) | (a[2] & m2) << 4;
+    w[1] = (a[1] & m4) | (a[2] >> 2 & m2) << 4;
+    w[2] = (a[0] >> 4 & m4) | (a[2] >> 4 & m2) << 4;
+    w[3] = (a[1] >> 4 & m4) | (a[2] >> 6 & m2) << 4;
+}
+
+// Scale j (-32 .. 31) of a Q3_K block alone, as q3_k_scales unpacks it.
+LLAISYS_HOST_DEVICE static inline int q3_k_scale(const uint8_t *scales, int j) {
+    return int(((scales[j % 8] >> (4 * (j / 8))) & 0x0F) | ((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
 }
 
 // Bytes of one row of k elements of quantized dtype dt; throws SHAPE_MISMATCH (naming k) when

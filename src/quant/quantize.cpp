@@ -88,15 +88,14 @@ void check_finite(float v, size_t row, size_t i) {
 
 template <class B>
 void row_of(const float *x, B *blocks, size_t nb) {
-    if constexpr (!std::is_same_v<B, BlockQ2_K>)  // refused by has_quantizer
+    if constexpr (!std::is_same_v<B, BlockQ2_K> && !std::is_same_v<B, BlockQ3_K>)  // refused by has_quantizer
         for (size_t b = 0; b < nb; b++) quantize_block(x + b * block_elems<B>(), blocks[b]);
 }
 
-// Q2_K is run as GGUF files store it (its weights come quantized); there is no quantizer for it.
+// Q2_K and Q3_K run as GGUF files store them (their weights come quantized); they have no quantizer.
 void has_quantizer(llaisysDataType_t dt) {
-    LLAISYS_CHECK(dt != LLAISYS_DTYPE_Q2_K, LLAISYS_STATUS_UNSUPPORTED,
-                  "quantize: no quantizer for q2_k (Q2_K weights run as GGUF files store them); "
-                  "q4_0, q5_0, q8_0, q4_k, q5_k and q6_k have one");
+    LLAISYS_CHECK(dt != LLAISYS_DTYPE_Q2_K && dt != LLAISYS_DTYPE_Q3_K, LLAISYS_STATUS_UNSUPPORTED, "quantize: no quantizer for ",
+                  dtype_name(dt), " (its weights run as GGUF files store them); q4_0, q5_0, q8_0, q4_k, q5_k and q6_k have one");
 }
 
 }  // namespace

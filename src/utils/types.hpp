@@ -115,6 +115,7 @@ inline const char *dtype_name(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q5_0: return "q5_0";
     case LLAISYS_DTYPE_Q8_0: return "q8_0";
     case LLAISYS_DTYPE_Q2_K: return "q2_k";
+    case LLAISYS_DTYPE_Q3_K: return "q3_k";
     case LLAISYS_DTYPE_Q4_K: return "q4_k";
     case LLAISYS_DTYPE_Q5_K: return "q5_k";
     case LLAISYS_DTYPE_Q6_K: return "q6_k";
@@ -130,6 +131,7 @@ inline size_t quant_block_size(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q5_0:
     case LLAISYS_DTYPE_Q8_0: return 32;
     case LLAISYS_DTYPE_Q2_K:
+    case LLAISYS_DTYPE_Q3_K:
     case LLAISYS_DTYPE_Q4_K:
     case LLAISYS_DTYPE_Q5_K:
     case LLAISYS_DTYPE_Q6_K: return 256;
@@ -143,6 +145,7 @@ inline size_t quant_block_bytes(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q5_0: return 22;
     case LLAISYS_DTYPE_Q8_0: return 34;
     case LLAISYS_DTYPE_Q2_K: return 84;
+    case LLAISYS_DTYPE_Q3_K: return 110;
     case LLAISYS_DTYPE_Q4_K: return 144;
     case LLAISYS_DTYPE_Q5_K: return 176;
     case LLAISYS_DTYPE_Q6_K: return 210;

@@ -201,8 +201,8 @@ def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
 @pytest.mark.parametrize("type_id,block_bytes", [(3, 20), (7, 24)], ids=["q4_1", "q5_1"])
 def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, block_bytes):
     """A format llaisys has no kernels for (Q4_1, Q5_1) is dequantized at load by gguf-py: the
-    values llama.cpp's own dequantizer gives (gguf.quants is its Python port). IQ4_NL and Q3_K are
-    rewritten as Q8_0 / Q6_K instead (test/models/test_gguf_transcode.py)."""
+    values llama.cpp's own dequantizer gives (gguf.quants is its Python port). IQ4_NL is rewritten
+    as Q8_0 instead (test/models/test_gguf_transcode.py)."""
     import gguf
     import numpy as np
 

@@ -14,7 +14,7 @@ import numpy as np, gguf, llaisys
 from gguf import GGMLQuantizationType as Q
 from llaisys import ops
 FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q5_0": (Q.Q5_0, 32, 22), "q8_0": (Q.Q8_0, 32, 34),
-           "q2_k": (Q.Q2_K, 256, 84), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210)}
+           "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210)}
 
 def rand_blocks(fmt, n, k, rng):
     # random quants and packed scales, f16 scales of either sign around 0.01
@@ -25,6 +25,8 @@ def rand_blocks(fmt, n, k, rng):
         return v.astype(np.float16).view(np.uint8).reshape(*shape[:2], 2)
     if fmt == "q6_k":
         b[:, :, 208:210] = f16((n, k // bs), True)
+    elif fmt == "q3_k":
+        b[:, :, 108:110] = f16((n, k // bs), True)
     elif fmt == "q2_k":
         b[:, :, 80:82] = f16((n, k // bs), True)
         b[:, :, 82:84] = f16((n, k // bs), False)

@@ -99,7 +99,7 @@ def test_malformed_tensors(fmt):
 def test_unknown_dtype_ids():
     out = ctypes.c_void_p()
     shape = (ctypes.c_size_t * 1)(32)
-    for bad in (0, 10, 99, 100, 101, 103, 107, 109, 111, 115, 150, -1):
+    for bad in (0, 10, 99, 100, 101, 103, 107, 109, 115, 116, 150, -1):
         assert LIB.llaisysTensorCreate2(shape, 1, bad, 0, 0, ctypes.byref(out)) == Status.INVALID_ARGUMENT, bad
         assert out.value is None and f"dtype {bad}" in llaisys.libllaisys.last_error()
         assert LIB.llaisysDataTypeBlockSize(bad) == 0 and LIB.llaisysDataTypeBlockBytes(bad) == 0
@@ -140,10 +140,11 @@ def test_quantize_and_dequantize_argument_checks():
         ops.quantize(q, bad16)
     strided = llaisys.Tensor((64, 2), "f32").permute(1, 0)
     assert status_of(lambda: ops.quantize(q, strided)) == Status.INVALID_ARGUMENT
-    q2, raw2 = make("q2_k", (2, 256))  # runs as files store it, with no quantizer
-    assert status_of(lambda: ops.quantize(q2, llaisys.Tensor.from_numpy(np.ones((2, 256), np.float32)))) \
-        == Status.UNSUPPORTED
-    assert q2.numpy().tobytes() == raw2.tobytes()
+    for fmt in ("q2_k", "q3_k"):  # run as files store them, with no quantizer
+        qk, rawk = make(fmt, (2, 256))
+        assert status_of(lambda: ops.quantize(qk, llaisys.Tensor.from_numpy(np.ones((2, 256), np.float32)))) \
+            == Status.UNSUPPORTED
+        assert qk.numpy().tobytes() == rawk.tobytes()
 
 
 @pytest.mark.parametrize("out_dtype", ["f32", "f16", "bf16"])

@@ -1,5 +1,5 @@
-"""Block-quantized weights (GGUF Q8_0, Q4_0, Q5_0, Q2_K, Q4_K, Q5_K, Q6_K; Q3_K and IQ4_NL as the loader
-rewrites them) through the whole forward,
+"""Block-quantized weights (GGUF Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; IQ4_NL as the loader
+rewrites it) through the whole forward,
 against transformers running the same weights dequantized by gguf-py.
 
 Every linear weight of a small random Qwen2 is a random but valid block tensor of the format
@@ -182,8 +182,8 @@ def test_every_linear_in_one_format(fmt, layout, device):
                          ids=["q4_k_m", "q3_k_m", "q2_k"])
 def test_mixed_formats_like_a_q4_k_m_file(tie, device, recipe):
     """Q4_K_M: v and down Q6_K beside Q4_K (one fused qkv with two formats), lm_head Q6_K, embedding
-    Q4_K (untied) or the quantized lm_head read back as the embedding (tied). Q3_K_M: Q3_K (run
-    as Q6_K) with v Q5_K and down Q4_K. Q2_K: Q2_K with v and down Q3_K, as llama.cpp's recipe."""
+    Q4_K (untied) or the quantized lm_head read back as the embedding (tied). Q3_K_M: Q3_K with v
+    Q5_K and down Q4_K. Q2_K: Q2_K with v and down Q3_K, as llama.cpp's recipe."""
     most, v, down = recipe
     fmts = dict.fromkeys(ALL, most)
     fmts.update(v_proj=v, down_proj=down, lm_head="q6_k")

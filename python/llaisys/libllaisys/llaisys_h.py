@@ -27,6 +27,7 @@ class DataType(IntEnum):
     Q5_0 = 106
     Q8_0 = 108
     Q2_K = 110
+    Q3_K = 111
     Q4_K = 112
     Q5_K = 113
     Q6_K = 114

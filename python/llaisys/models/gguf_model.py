@@ -5,10 +5,10 @@ converted or written: the hyperparameters come from the `<arch>.*` metadata (as 
 reads them), the tokenizer and chat template from `tokenizer.*` (gguf_tokenizer), and every
 tensor is handed to the model in its stored type:
 
-    Q4_0 Q5_0 Q8_0 Q2_K Q4_K Q5_K   linear weights and the embedding: a QuantTensor holding the
-    Q6_K                            raw GGUF blocks (memory-mapped; the core copies them)
-    Q3_K IQ4_NL                     rewritten at load into Q6_K / Q8_0, which hold their values
-                                    exactly, and run as those (gguf_transcode.py)
+    Q4_0 Q5_0 Q8_0 Q2_K Q3_K Q4_K   linear weights and the embedding: a QuantTensor holding the
+    Q5_K Q6_K                       raw GGUF blocks (memory-mapped; the core copies them)
+    IQ4_NL                          rewritten at load into Q8_0, which holds its values exactly,
+                                    and run as that (gguf_transcode.py)
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
     a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
                                     something the core's kernels take
@@ -57,8 +57,8 @@ from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
 from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolve_special, _SPECIAL_KEYS, _special_text
 
 _Q = gguf.GGMLQuantizationType
-QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k",
-              _Q.Q6_K: "q6_k"}
+QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k", _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k",
+              _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k"}
 FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
 _FLOAT_DTYPES = ("bf16", "f16", "f32")
 WIDEN = "widen"  # the plan's tag of a type without our kernels that gguf-py dequantizes: widened at load

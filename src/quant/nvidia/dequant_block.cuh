@@ -7,7 +7,7 @@
 // which nvcc's default --fmad=true would do and which would change the last bit; NaN results
 // as x86 makes them, so NaN and Inf scales give the CPU's bits too), in the CPU's order:
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
-//   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q6_K: (d * scale) * float(q - 32)
+//   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q3_K, Q6_K: (d * scale) * float(q - offset)
 // The NaN handling is a compare and a select per element on data already in registers.
 //
 // dequant8(block, e0, out) writes elements e0 .. e0 + 7 of the block (e0 a multiple of 8,
@@ -66,6 +66,16 @@ __device__ __forceinline__ void dequant8(const BlockQ2_K &b, int e0, float *out)
                 ml = x86_mul(to_float(b.dmin), float(b.scales[j] >> 4));
 #pragma unroll
     for (int t = 0; t < 8; t++) out[t] = x86_sub(x86_mul(dl, float((q[t] >> shift) & 3)), ml);
+}
+
+// Q3_K element e: Q2_K's two bits, the third bit e / 32 of hmask[e % 32]; (d * sc[j]) * (q - 4)
+// with j = e / 16 (one for all eight).
+__device__ __forceinline__ void dequant8(const BlockQ3_K &b, int e0, float *out) {  // out [8]
+    const uint8_t *q = b.qs + 32 * (e0 / 128) + e0 % 32, *hm = b.hmask + e0 % 32;
+    const int shift = 2 * ((e0 % 128) / 32), bit = e0 / 32;
+    const float dl = x86_mul(to_float(b.d), float(q3_k_scale(b.scales, e0 / 16)));
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(dl, float((((q[t] >> shift) & 3) | ((hm[t] >> bit) & 1) << 2) - 4));
 }
 
 // Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or

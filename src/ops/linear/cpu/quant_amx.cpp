@@ -176,10 +176,11 @@ void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size
     case LLAISYS_DTYPE_Q5_0: return dequant_row_bf16<quant::BlockQ5_0>(dst, row, nb);
     case LLAISYS_DTYPE_Q8_0: return dequant_row_bf16<quant::BlockQ8_0>(dst, row, nb);
     case LLAISYS_DTYPE_Q2_K: return dequant_row_bf16<quant::BlockQ2_K>(dst, row, nb);
+    case LLAISYS_DTYPE_Q3_K: return dequant_row_bf16<quant::BlockQ3_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q4_K: return dequant_row_bf16<quant::BlockQ4_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
-    default: return;  // quant_weight.cpp only stores the seven formats
+    default: return;  // quant_weight.cpp only stores the eight formats
     }
 }
 

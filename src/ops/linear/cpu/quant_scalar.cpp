@@ -55,6 +55,16 @@ float block_dot(const BlockQ2_K &b, const BlockQ8_K &x, uint8_t *q) {
     return to_f32(b.d) * x.d * float(sum) - to_f32(b.dmin) * x.d * float(mins);
 }
 
+// Q3_K: sum_j sc_j (q_j . x_j - 4 bsums_j) over 16 sub-blocks of 16, q = Q2_K's 2 bits + hmask's third.
+float block_dot(const BlockQ3_K &b, const BlockQ8_K &x, uint8_t *q) {
+    for (size_t e = 0; e < kBlockK; e++)
+        q[e] = uint8_t(((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) |
+                       ((b.hmask[e % 32] >> (e / 32)) & 1) << 2);
+    int sum = 0;
+    for (int j = 0; j < 16; j++) sum += q3_k_scale(b.scales, j) * (dot32(q + 16 * j, x.qs + 16 * j, 16) - 4 * x.bsums[j]);
+    return to_f32(b.d) * x.d * float(sum);
+}
+
 // Q4_K / Q5_K once the 256 quants are in q: sum_j sc_j (q_j . x_j) and the mins.
 float k4_dot(const uint8_t *scales, fp16_t d, fp16_t dmin, const BlockQ8_K &x, const uint8_t *q) {
     int sum = 0, mins = 0;

@@ -5,6 +5,7 @@
 
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
 #include "../../../quant/blocks.hpp"
+#include "../../../quant/dequant.hpp"
 #include "gemm_common.hpp"
 
 #include <cstddef>
@@ -15,6 +16,7 @@ namespace {
 
 using namespace llaisys::device::nvidia;
 using quant::BlockQ2_K;
+using quant::BlockQ3_K;
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
@@ -226,6 +228,20 @@ __device__ __forceinline__ void unit_dot(const BlockQ2_K &b, int u, const float 
 #pragma unroll
     for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
     unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
+}
+
+// Q3_K unit u: Q2_K's two bits of each element, the third bit u / 2 of hmask[16 (u % 2) + t];
+// one scale (q3_k_scale u) for the unit's q - 4.
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ3_K &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    const uint8_t *q0 = b.qs + 32 * (u / 8) + kUnit * (u % 2), *hm = b.hmask + kUnit * (u % 2);
+    const int shift = 2 * ((u % 8) / 2), bit = u / 2;
+    uint32_t q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++)
+        q[w] = ((ld4(q0 + 4 * w) >> shift) & 0x03030303u) | ((ld4(hm + 4 * w) >> bit) & 0x01010101u) << 2;
+    scaled_unit<MR>(q, 4.0f, to_float(b.d) * float(quant::q3_k_scale(b.scales, u)), x, k, m, vec, acc);
 }
 
 // Q6_K unit u = elements 16 u + t, scale scales[u]: half h = u / 8, r0 = 16 (u % 8); low 4 bits
