@@ -72,6 +72,9 @@ typedef enum {
     LLAISYS_DTYPE_Q5_K = 113,
     /* 256 elements in 210 bytes: an f16 scale, 16 sub-blocks with 8-bit scales, 6-bit values */
     LLAISYS_DTYPE_Q6_K = 114,
+    /* 256 elements in 136 bytes: an f16 scale, 8 sub-blocks with 6-bit scales, 4-bit indices
+     * into llama.cpp's 16-value non-linear table */
+    LLAISYS_DTYPE_IQ4_XS = 123,
 } llaisysDataType_t;
 
 /* Result of every function that acts. 0 ok, >0 recoverable, <0 error. */

@@ -11,6 +11,9 @@
 //   Q4_K: d * sc[j] * q - dmin * m[j]      8 sub-blocks j of 32; sc, m 6-bit, packed in scales[12]
 //   Q5_K: as Q4_K with a fifth bit from qh
 //   Q6_K: d * scales[j] * (q - 32)         16 sub-blocks j of 16; q 6 bits from ql (4) and qh (2)
+//   IQ4_XS: d * (ls[j] - 32) * T[q]        8 sub-blocks j of 32; ls 6 bits (scales_l nibble, scales_h
+//                                          2 bits); q the low (i < 16) or high nibble of qs[16 j + i % 16],
+//                                          T llama.cpp's int8 table kIq4Values
 // Q8_K is not a storage format here: the K-quant kernels' activation side is their own layout
 // (BlockQ8_K in ops/linear/cpu/quant_kernels.hpp).
 #pragma once
@@ -65,6 +68,14 @@ struct BlockQ5_K {
     uint8_t qh[kBlockK / 8];
     uint8_t qs[kBlockK / 2];
 };
+struct BlockIQ4_XS {
+    fp16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[kBlockK / 64];
+    uint8_t qs[kBlockK / 2];
+};
+// IQ4_NL / IQ4_XS's 16 values (ggml's kvalues_iq4nl)
+constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 struct BlockQ6_K {
     uint8_t ql[kBlockK / 2];
     uint8_t qh[kBlockK / 4];
@@ -73,6 +84,7 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 template <class B>
@@ -85,6 +97,7 @@ template <> constexpr llaisysDataType_t dtype_of<BlockQ3_K>() { return LLAISYS_D
 template <> constexpr llaisysDataType_t dtype_of<BlockQ4_K>() { return LLAISYS_DTYPE_Q4_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_K>() { return LLAISYS_DTYPE_Q5_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ6_K>() { return LLAISYS_DTYPE_Q6_K; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ4_XS>() { return LLAISYS_DTYPE_IQ4_XS; }
 
 // Elements per block of block type B.
 template <class B>
@@ -105,9 +118,10 @@ void dispatch_quant(llaisysDataType_t dt, F &&f) {
     case LLAISYS_DTYPE_Q4_K: f(BlockQ4_K{}); return;
     case LLAISYS_DTYPE_Q5_K: f(BlockQ5_K{}); return;
     case LLAISYS_DTYPE_Q6_K: f(BlockQ6_K{}); return;
+    case LLAISYS_DTYPE_IQ4_XS: f(BlockIQ4_XS{}); return;
     default:
         fail(LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k are)");
+             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs are)");
     }
 }
 

@@ -92,10 +92,18 @@ void dequantize_block(const BlockQ6_K &b, float *out) {  // out [256]
     }
 }
 
+void dequantize_block(const BlockIQ4_XS &b, float *out) {  // out [256]
+    const float d = to_f32(b.d);
+    for (int j = 0; j < 8; j++) {  // sub-block j: the low nibbles of qs[16 j ..], then the high ones
+        const float dl = d * float(iq4_xs_scale(b, j));
+        for (int i = 0; i < 32; i++) out[32 * j + i] = dl * float(kIq4Values[(b.qs[16 * j + i % 16] >> (4 * (i / 16))) & 0x0F]);
+    }
+}
+
 size_t row_bytes(llaisysDataType_t dt, size_t k) {
     const size_t bs = quant_block_size(dt);
     LLAISYS_CHECK(bs != 0, LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k are)");
+                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs are)");
     LLAISYS_CHECK(k % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "row length k = ", k, " of a ", dtype_name(dt),
                   " tensor is not a multiple of its block size ", bs);
     return checked_mul(k / bs, quant_block_bytes(dt), "quantized row bytes");

@@ -4,6 +4,7 @@
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
 //   Q3_K:       (d * scale) * float(q - 4)    Q6_K: (d * scale) * float(q - 32)
+//   IQ4_XS:     (d * float(ls - 32)) * float(kIq4Values[q])
 // NaN or Inf in an f16 scale propagates as in gguf-py. The per-block functions are the
 // building blocks for the quantized kernels (src/ops/linear); the row functions validate.
 #pragma once
@@ -11,6 +12,7 @@
 #include "blocks.hpp"
 
 #include <cstddef>
+#include <cstring>
 
 namespace llaisys::quant {
 
@@ -23,6 +25,7 @@ void dequantize_block(const BlockQ3_K &b, float *out);
 void dequantize_block(const BlockQ4_K &b, float *out);
 void dequantize_block(const BlockQ5_K &b, float *out);
 void dequantize_block(const BlockQ6_K &b, float *out);
+void dequantize_block(const BlockIQ4_XS &b, float *out);
 
 // Host code, and device code too where nvcc compiles this header (the GPU dequantizer and GEMV).
 #ifdef __CUDACC__
@@ -47,10 +50,7 @@ LLAISYS_HOST_DEVICE inline void scale_min_k4(const uint8_t *scales, int j, uint8
 // scales[8 + j % 4] on top. Four bytes at a time; static, so each SIMD build keeps its own copy.
 LLAISYS_HOST_DEVICE static inline void q3_k_scales(const uint8_t *scales, uint32_t (&w)[4]) {
     uint32_t a[3];
-    for (int i = 0; i < 3; i++) {
-        const uint8_t *p = scales + 4 * i;
-        a[i] = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-    }
+    memcpy(a, scales, 12);  // little-endian words, as the bytes' order gives them on x86 and CUDA
     const uint32_t m4 = 0x0F0F0F0Fu, m2 = 0x03030303u;
     w[0] = (a[0] & m4) | (a[2] & m2) << 4;
     w[1] = (a[1] & m4) | (a[2] >> 2 & m2) << 4;
@@ -61,6 +61,24 @@ LLAISYS_HOST_DEVICE static inline void q3_k_scales(const uint8_t *scales, uint32
 // Scale j (-32 .. 31) of a Q3_K block alone, as q3_k_scales unpacks it.
 LLAISYS_HOST_DEVICE static inline int q3_k_scale(const uint8_t *scales, int j) {
     return int(((scales[j % 8] >> (4 * (j / 8))) & 0x0F) | ((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
+}
+
+// IQ4_XS: the 8 sub-blocks' 6-bit scales ls (0 .. 63; the scale is ls - 32) as the bytes of a
+// uint64: ls j = nibble j % 2 of scales_l[j / 2], with bits 2j of scales_h on top.
+LLAISYS_HOST_DEVICE static inline uint64_t iq4_xs_scales(const BlockIQ4_XS &b) {
+    uint64_t h = b.scales_h;  // the 2-bit fields to bytes: 8 at 32-bit, 4 at 16-bit, 2 at 8-bit distance
+    h = (h | h << 24) & 0x000000FF000000FFull;
+    h = (h | h << 12) & 0x000F000F000F000Full;
+    h = (h | h << 6) & 0x0303030303030303ull;
+    uint64_t l = uint64_t(b.scales_l[0]) | uint64_t(b.scales_l[1]) << 16 | uint64_t(b.scales_l[2]) << 32 |
+                 uint64_t(b.scales_l[3]) << 48;  // byte 2i: scales_l[i]; its high nibble to byte 2i + 1
+    l = (l | l << 4) & 0x0F0F0F0F0F0F0F0Full;
+    return l | h << 4;
+}
+
+// Sub-block j's scale (ls - 32) alone.
+LLAISYS_HOST_DEVICE static inline int iq4_xs_scale(const BlockIQ4_XS &b, int j) {
+    return int(((b.scales_l[j / 2] >> (4 * (j % 2))) & 0x0F) | ((b.scales_h >> (2 * j)) & 3) << 4) - 32;
 }
 
 // Bytes of one row of k elements of quantized dtype dt; throws SHAPE_MISMATCH (naming k) when

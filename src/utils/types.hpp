@@ -119,6 +119,7 @@ inline const char *dtype_name(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q4_K: return "q4_k";
     case LLAISYS_DTYPE_Q5_K: return "q5_k";
     case LLAISYS_DTYPE_Q6_K: return "q6_k";
+    case LLAISYS_DTYPE_IQ4_XS: return "iq4_xs";
     default: return "invalid";
     }
 }
@@ -134,7 +135,8 @@ inline size_t quant_block_size(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q3_K:
     case LLAISYS_DTYPE_Q4_K:
     case LLAISYS_DTYPE_Q5_K:
-    case LLAISYS_DTYPE_Q6_K: return 256;
+    case LLAISYS_DTYPE_Q6_K:
+    case LLAISYS_DTYPE_IQ4_XS: return 256;
     default: return 0;
     }
 }
@@ -149,6 +151,7 @@ inline size_t quant_block_bytes(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q4_K: return 144;
     case LLAISYS_DTYPE_Q5_K: return 176;
     case LLAISYS_DTYPE_Q6_K: return 210;
+    case LLAISYS_DTYPE_IQ4_XS: return 136;
     default: return 0;
     }
 }

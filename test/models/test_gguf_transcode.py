@@ -2,8 +2,8 @@
 file's values bit for bit, as gguf-py (llama.cpp's dequantizer in Python) and the core's own
 dequantizer read them, and whose file must run as its twin that stores the rewritten blocks,
 through every path a matrix takes at load (fused q|k|v, llama's permuted q/k rows, a stack of
-experts cut per expert, the tied embedding); Q2_K and Q3_K, which have kernels, kept as the
-file's bytes."""
+experts cut per expert, the tied embedding); Q2_K, Q3_K and IQ4_XS, which have kernels, kept
+as the file's bytes."""
 
 import logging
 
@@ -19,7 +19,7 @@ from llaisys.models.tensors import QuantTensor
 from tiny_gguf import TINY, write_tiny_gguf
 
 Q = gguf.GGMLQuantizationType
-D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82)}  # byte offsets of a block's f16 scales
+D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,)}  # byte offsets of a block's f16 scales
 WIDE = dict(TINY, hidden=256, inter=512)  # rows that 256-weight blocks divide
 
 
@@ -127,10 +127,10 @@ def test_a_file_runs_as_its_twin_of_rewritten_blocks(tmp_path, caplog, arch, tie
     assert _greedy(file) == _greedy(twin)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K], ids=["q2_k", "q3_k"])
+@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.IQ4_XS], ids=["q2_k", "q3_k", "iq4_xs"])
 def test_a_k_quant_file_runs_as_its_own_blocks(tmp_path, qtype):
-    """Q2_K and Q3_K have kernels of their own: their matrices stay the file's bytes (no rewrite,
-    no widening)."""
+    """Q2_K, Q3_K and IQ4_XS have kernels of their own: their matrices stay the file's bytes (no
+    rewrite, no widening)."""
     path = tmp_path / "k.gguf"
     stored = {}
 

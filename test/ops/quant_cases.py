@@ -2,8 +2,8 @@
 f16 scales and their edge cases, real weight rows read from the cached GGUF files with
 gguf.GGUFReader, and llaisys's dequantize / quantize as numpy in, numpy out.
 
-gguf-py (gguf.quants) is the reference: its dequantize for all eight formats, its quantize for
-Q4_0, Q5_0 and Q8_0 (Q2_K and Q3_K have no quantizer in llaisys: they run as files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are
+gguf-py (gguf.quants) is the reference: its dequantize for all nine formats, its quantize for
+Q4_0, Q5_0 and Q8_0 (Q2_K, Q3_K and IQ4_XS have no quantizer in llaisys: they run as files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are
 the reference for the K-quants where that library is at hand.
 """
 
@@ -22,8 +22,8 @@ from llaisys import ops
 
 gguf = pytest.importorskip("gguf")
 
-FORMATS = ["q4_0", "q5_0", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"]
-QUANTIZERS = [f for f in FORMATS if f not in ("q2_k", "q3_k")]  # the formats llaisys can quantize into
+FORMATS = ["q4_0", "q5_0", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]
+QUANTIZERS = [f for f in FORMATS if f not in ("q2_k", "q3_k", "iq4_xs")]  # the formats llaisys can quantize into
 GGUF_QUANTIZES = ["q4_0", "q5_0", "q8_0"]  # the formats gguf-py can quantize
 MODELS = {"0.5b": "qwen2.5-coder-0.5b-instruct", "1.5b": "qwen2.5-coder-1.5b-instruct"}
 LIBGGML = Path.home() / ".cache/llaisys/peers/build-avx2/bin/libggml-base.so"

@@ -14,7 +14,8 @@ import numpy as np, gguf, llaisys
 from gguf import GGMLQuantizationType as Q
 from llaisys import ops
 FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q5_0": (Q.Q5_0, 32, 22), "q8_0": (Q.Q8_0, 32, 34),
-           "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210)}
+           "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210),
+           "iq4_xs": (Q.IQ4_XS, 256, 136)}
 
 def rand_blocks(fmt, n, k, rng):
     # random quants and packed scales, f16 scales of either sign around 0.01
@@ -53,7 +54,7 @@ def int8_bound(x, W, bs):
     return 0.5 * d @ np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1).T + 1e-4 * np.abs(xd) @ np.abs(W).T
 
 def act_block(fmt):
-    return 256 if fmt.endswith("_k") else 32
+    return 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
 """
 
 

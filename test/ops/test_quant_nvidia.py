@@ -59,7 +59,7 @@ def weight(fmt: str, n: int, k: int, rng: np.random.Generator):
 
 
 def act_block(fmt: str) -> int:
-    return 256 if fmt.endswith("_k") else 32
+    return 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
 
 
 def int8_bound(x: np.ndarray, W: np.ndarray, fmt: str) -> np.ndarray:

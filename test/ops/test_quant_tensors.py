@@ -140,7 +140,7 @@ def test_quantize_and_dequantize_argument_checks():
         ops.quantize(q, bad16)
     strided = llaisys.Tensor((64, 2), "f32").permute(1, 0)
     assert status_of(lambda: ops.quantize(q, strided)) == Status.INVALID_ARGUMENT
-    for fmt in ("q2_k", "q3_k"):  # run as files store them, with no quantizer
+    for fmt in ("q2_k", "q3_k", "iq4_xs"):  # run as files store them, with no quantizer
         qk, rawk = make(fmt, (2, 256))
         assert status_of(lambda: ops.quantize(qk, llaisys.Tensor.from_numpy(np.ones((2, 256), np.float32)))) \
             == Status.UNSUPPORTED

@@ -1,5 +1,5 @@
-"""Block-quantized weights (GGUF Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; IQ4_NL as the loader
-rewrites it) through the whole forward,
+"""Block-quantized weights (GGUF Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; IQ4_NL as the
+loader rewrites it) through the whole forward,
 against transformers running the same weights dequantized by gguf-py.
 
 Every linear weight of a small random Qwen2 is a random but valid block tensor of the format
@@ -40,10 +40,10 @@ NOISE_FACTOR = 1.5  # llaisys lands within ~1.0x of it (the kernels round exactl
 MIN_ATOL = 1e-3
 
 # the largest |multiplier of d| a format's block can produce: scales chosen so weights ~0.05
-MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q2_k": 15 * 3, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4,
+MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q2_k": 15 * 3, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4, "iq4_xs": 32 * 127,
             "iq4_nl": 127}
 # byte offsets of the f16 super-scales in a block
-SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q2_k": (80, 82), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,),
+SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q2_k": (80, 82), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "iq4_xs": (0,),
             "iq4_nl": (0,)}
 
 DEVICES = [DeviceType.CPU, pytest.param(DeviceType.NVIDIA, marks=pytest.mark.skipif(
@@ -132,7 +132,7 @@ class Reference:
 
     def __init__(self, hf, fmts):
         self.hf = hf
-        self.block = 256 if any(f and f.endswith("_k") for f in fmts.values()) else 32
+        self.block = 256 if any(f and (f.endswith("_k") or f == "iq4_xs") for f in fmts.values()) else 32
 
     def __call__(self, ids):
         return hf_logits(self.hf, ids)
@@ -165,7 +165,7 @@ ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q2_k", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q2_k", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl", "iq4_xs"])
 @pytest.mark.parametrize("layout", ["block", "slot"])
 def test_every_linear_in_one_format(fmt, layout, device):
     fmts = {p: fmt for p in ALL}

@@ -239,8 +239,10 @@ def main() -> None:
     if figures:
         from llaisys.models import hub
 
-        rows = [judge(r, weight_traffic(hub.resolve_model(r["model"], quant=r.get("quant"))), lim, isa)
-                for r in figures]
+        def source(r):  # a GGUF file run as it is (bench_compare --gguf) names no quant of a known model
+            return hub.resolve_model(r["model"], quant=None if Path(r["model"]).is_file() else r.get("quant"))
+
+        rows = [judge(r, weight_traffic(source(r)), lim, isa) for r in figures]
         print_tables(rows)
     with open(args.out, "w") as f:
         json.dump({"machine": {**lim, "isa": isa}, "models": rows}, f, indent=2)

@@ -31,6 +31,7 @@ class DataType(IntEnum):
     Q4_K = 112
     Q5_K = 113
     Q6_K = 114
+    IQ4_XS = 123
 
 
 class Status(IntEnum):

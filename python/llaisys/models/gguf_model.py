@@ -6,7 +6,7 @@ reads them), the tokenizer and chat template from `tokenizer.*` (gguf_tokenizer)
 tensor is handed to the model in its stored type:
 
     Q4_0 Q5_0 Q8_0 Q2_K Q3_K Q4_K   linear weights and the embedding: a QuantTensor holding the
-    Q5_K Q6_K                       raw GGUF blocks (memory-mapped; the core copies them)
+    Q5_K Q6_K IQ4_XS                raw GGUF blocks (memory-mapped; the core copies them)
     IQ4_NL                          rewritten at load into Q8_0, which holds its values exactly,
                                     and run as that (gguf_transcode.py)
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
@@ -58,7 +58,7 @@ from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolv
 
 _Q = gguf.GGMLQuantizationType
 QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k", _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k",
-              _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k"}
+              _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k", _Q.IQ4_XS: "iq4_xs"}
 FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
 _FLOAT_DTYPES = ("bf16", "f16", "f32")
 WIDEN = "widen"  # the plan's tag of a type without our kernels that gguf-py dequantizes: widened at load

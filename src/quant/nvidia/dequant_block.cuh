@@ -78,6 +78,23 @@ __device__ __forceinline__ void dequant8(const BlockQ3_K &b, int e0, float *out)
     for (int t = 0; t < 8; t++) out[t] = x86_mul(dl, float((((q[t] >> shift) & 3) | ((hm[t] >> bit) & 1) << 2) - 4));
 }
 
+// kIq4Values[q] (q < 16) in device code: the table's 16 bytes as four words, two byte permutes.
+__device__ __forceinline__ int iq4_value(unsigned q) {
+    constexpr uint32_t t0 = 0xBFAD9881u, t1 = 0xF6EADDCFu, t2 = 0x26190D01u, t3 = 0x71594535u;  // bytes 0..15
+    const uint32_t lo = __byte_perm(t0, t1, q & 7), hi = __byte_perm(t2, t3, q & 7);
+    return int(int8_t((q & 8 ? hi : lo) & 0xFF));
+}
+
+// IQ4_XS element e: sub-block j = e / 32, the low (e % 32 < 16) or high nibble of
+// qs[16 j + e % 16]; (d * float(ls_j - 32)) * float(T[q]).
+__device__ __forceinline__ void dequant8(const BlockIQ4_XS &b, int e0, float *out) {  // out [8]
+    const int j = e0 / 32, shift = 4 * ((e0 % 32) / 16);
+    const uint8_t *q = b.qs + 16 * j + e0 % 16;
+    const float dl = x86_mul(to_float(b.d), float(iq4_xs_scale(b, j)));
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(dl, float(iq4_value((q[t] >> shift) & 0x0F)));
+}
+
 // Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or
 // high (j odd) nibbles of qs[32 (j / 2) + i], plus bit j of qh[i] for Q5_K (qh may be null).
 __device__ __forceinline__ void dequant8_k4(fp16_t dh, fp16_t dminh, const uint8_t *scales, const uint8_t *qs,

@@ -180,7 +180,8 @@ void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size
     case LLAISYS_DTYPE_Q4_K: return dequant_row_bf16<quant::BlockQ4_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
-    default: return;  // quant_weight.cpp only stores the eight formats
+    case LLAISYS_DTYPE_IQ4_XS: return dequant_row_bf16<quant::BlockIQ4_XS>(dst, row, nb);
+    default: return;  // quant_weight.cpp only stores the nine formats
     }
 }
 

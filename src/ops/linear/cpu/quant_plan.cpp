@@ -14,7 +14,8 @@ namespace llaisys::ops::cpu {
 namespace {
 
 constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q5_0, LLAISYS_DTYPE_Q8_0, LLAISYS_DTYPE_Q2_K,
-                                          LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K, LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K};
+                                          LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K, LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K,
+                                          LLAISYS_DTYPE_IQ4_XS};
 
 // The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
 // vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit
@@ -53,7 +54,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   o:       Q8_0 0.95 / 1.01          Q5_0 1.30 / 1.51 / 1.65    Q4_K 0.94 / 1.03 / 0.91 / 0.97
     //            Q6_K 0.69 / 0.78 / 0.89 / 1.06
     //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
-    // (Q4_0 taken as Q8_0, Q5_K and Q2_K as Q4_K, Q3_K as Q6_K).
+    // (Q4_0 taken as Q8_0, Q5_K, Q2_K and IQ4_XS as Q4_K, Q3_K as Q6_K).
     // AVX-512 (Xeon with VNNI and BF16, 2 threads, 2026-11-26; the int8 path on vpdpbusd, the
     // float path on f32 FMAs even where the CPU has vdpbf16ps), float path speedup at m = 8 /
     // 16 / 32 / 64:
@@ -96,7 +97,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
         case LLAISYS_DTYPE_Q8_0: return 32;
         case LLAISYS_DTYPE_Q3_K:
         case LLAISYS_DTYPE_Q6_K: return 128;
-        default: return 64;  // Q4_K, Q5_K, Q2_K
+        default: return 64;  // Q4_K, Q5_K, Q2_K, IQ4_XS
         }
     }
     return k_quant ? 32 : 16;

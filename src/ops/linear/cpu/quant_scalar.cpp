@@ -65,6 +65,18 @@ float block_dot(const BlockQ3_K &b, const BlockQ8_K &x, uint8_t *q) {
     return to_f32(b.d) * x.d * float(sum);
 }
 
+// IQ4_XS: sum_j (ls_j - 32) (T_j . x_j) over 8 sub-blocks of 32.
+float block_dot(const BlockIQ4_XS &b, const BlockQ8_K &x, uint8_t *) {
+    int sum = 0;
+    for (int j = 0; j < 8; j++) {
+        int s = 0;
+        for (int i = 0; i < 32; i++)
+            s += int(kIq4Values[(b.qs[16 * j + i % 16] >> (4 * (i / 16))) & 0x0F]) * int(x.qs[32 * j + i]);
+        sum += iq4_xs_scale(b, j) * s;
+    }
+    return to_f32(b.d) * x.d * float(sum);
+}
+
 // Q4_K / Q5_K once the 256 quants are in q: sum_j sc_j (q_j . x_j) and the mins.
 float k4_dot(const uint8_t *scales, fp16_t d, fp16_t dmin, const BlockQ8_K &x, const uint8_t *q) {
     int sum = 0, mins = 0;

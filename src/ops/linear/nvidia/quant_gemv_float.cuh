@@ -6,6 +6,7 @@
 #include "../../../device/nvidia/cuda_kernel_utils.cuh"
 #include "../../../quant/blocks.hpp"
 #include "../../../quant/dequant.hpp"
+#include "../../../quant/nvidia/dequant_block.cuh"
 #include "gemm_common.hpp"
 
 #include <cstddef>
@@ -17,6 +18,7 @@ namespace {
 using namespace llaisys::device::nvidia;
 using quant::BlockQ2_K;
 using quant::BlockQ3_K;
+using quant::BlockIQ4_XS;
 using quant::BlockQ4_0;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
@@ -242,6 +244,22 @@ __device__ __forceinline__ void unit_dot(const BlockQ3_K &b, int u, const float 
     for (int w = 0; w < 4; w++)
         q[w] = ((ld4(q0 + 4 * w) >> shift) & 0x03030303u) | ((ld4(hm + 4 * w) >> bit) & 0x01010101u) << 2;
     scaled_unit<MR>(q, 4.0f, to_float(b.d) * float(quant::q3_k_scale(b.scales, u)), x, k, m, vec, acc);
+}
+
+// IQ4_XS unit u: sub-block j = u / 2, the low (u even) or high nibbles of qs[16 j + t] as table
+// values (quant::nvidia::iq4_value), one scale d (ls_j - 32) for the unit.
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockIQ4_XS &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    const uint8_t *q0 = b.qs + kUnit * (u / 2);
+    float v[kUnit];
+#pragma unroll
+    for (int w = 0; w < 4; w++) {
+        const uint32_t q4 = ld4(q0 + 4 * w) >> (4 * (u % 2));
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[4 * w + i] = float(quant::nvidia::iq4_value((q4 >> (8 * i)) & 0x0F));
+    }
+    unit_fma<MR, true>(v, to_float(b.d) * float(quant::iq4_xs_scale(b, u / 2)), x, k, m, vec, acc);
 }
 
 // Q6_K unit u = elements 16 u + t, scale scales[u]: half h = u / 8, r0 = 16 (u % 8); low 4 bits
