@@ -205,8 +205,8 @@ LLAISYS_API llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor
  * f32) quantized row by row; same shape, both contiguous, CPU. Q4_0, Q5_0 and Q8_0 are
  * bit-identical to gguf-py's gguf.quants.quantize; Q4_K, Q5_K and Q6_K follow llama.cpp's
  * reference quantizers (quantize_row_q*_K_ref) operation for operation. in must be finite:
- * a NaN or Inf is INVALID_ARGUMENT naming the element, and out is left unwritten. Q2_K and
- * Q3_K have no quantizer: UNSUPPORTED. Other errors as llaisysDequantize, UNSUPPORTED on any device
+ * a NaN or Inf is INVALID_ARGUMENT naming the element, and out is left unwritten. Q2_K, Q3_K
+ * and IQ4_XS have no quantizer: UNSUPPORTED. Other errors as llaisysDequantize, UNSUPPORTED on any device
  * but the CPU. */
 LLAISYS_API llaisysStatus_t llaisysQuantize(llaisysTensor_t out, llaisysTensor_t in);
 
