@@ -177,6 +177,18 @@ __device__ __forceinline__ void unit_dot(const BlockQ5_0 &b, int u, const float 
     scaled_unit<MR>(q, 16.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
+// acc[i] += w . x_i for a unit of the formats with a min (Q2_K, Q4_K, Q5_K): each weight
+// fmaf(d sc, q, -dmin m), one rounding.
+template <int MR>
+__device__ __forceinline__ void minned_unit(const uint32_t (&q)[4], float dl, float ml, const float *x, size_t k,
+                                            int m, bool vec, float *acc) {
+    float v[kUnit];
+    unit_values(q, 0.0f, v);
+#pragma unroll
+    for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
+    unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
+}
+
 // Q4_K / Q5_K unit u: sub-block j = u / 2, its elements 16 (u % 2) + t; q from the nibbles
 // (j even: low, odd: high) of qs[32 (j / 2) + 16 (u % 2) + t], plus bit j of qh[16 (u % 2) + t]
 // for Q5_K (qh null for Q4_K).
@@ -195,11 +207,7 @@ __device__ __forceinline__ void unit_dot_k4(fp16_t dh, fp16_t dminh, const uint8
         q[w] = (ld4(q0 + 4 * w) >> (4 * (j & 1))) & 0x0F0F0F0Fu;
         if (qh) q[w] |= ((ld4(qh + kUnit * half + 4 * w) >> j) & 0x01010101u) << 4;
     }
-    float v[kUnit];
-    unit_values(q, 0.0f, v);
-#pragma unroll
-    for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
-    unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
+    minned_unit<MR>(q, dl, ml, x, k, m, vec, acc);
 }
 
 template <int MR>
@@ -225,11 +233,7 @@ __device__ __forceinline__ void unit_dot(const BlockQ2_K &b, int u, const float 
     uint32_t q[4];
 #pragma unroll
     for (int w = 0; w < 4; w++) q[w] = (ld4(q0 + 4 * w) >> shift) & 0x03030303u;
-    float v[kUnit];
-    unit_values(q, 0.0f, v);
-#pragma unroll
-    for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
-    unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
+    minned_unit<MR>(q, dl, ml, x, k, m, vec, acc);
 }
 
 // Q3_K unit u: Q2_K's two bits of each element, the third bit u / 2 of hmask[16 (u % 2) + t];
