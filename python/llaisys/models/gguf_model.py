@@ -293,8 +293,9 @@ def _rows_field(t) -> str:
 
 
 def _check_widened(plan: dict, dtype: str, source: str) -> None:
-    """The tensors of types without our kernels: a warning of what widening them costs, or a
-    ModelFileError where it would take more than the memory available."""
+    """The tensors of types without our kernels: a log line for those rewritten exactly
+    (gguf_transcode.py), a warning of what widening the others costs, or a ModelFileError where
+    that would take more than the memory available."""
     rewritten = [info for info, _ in plan.values() if info.type_id in TRANSCODES and len(info.shape) >= 2]
     if rewritten:
         log.info("%s: %d tensors of type %s run as %s, which hold their values exactly", source, len(rewritten),
