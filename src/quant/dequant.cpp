@@ -58,8 +58,8 @@ void dequantize_k4(fp16_t dh, fp16_t dminh, const uint8_t *scales, const uint8_t
 
 void dequantize_block(const BlockQ2_K &b, float *out) {  // out [256]
     const float d = to_f32(b.d), dmin = to_f32(b.dmin);
-    for (int e = 0; e < int(kBlockK); e++) {  // element 128 h + 32 s + l: bits 2s of qs[32 h + l]
-        const int q = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    for (int e = 0; e < int(kBlockK); e++) {
+        const int q = q2_k_quant(b.qs, e);
         const float dl = d * float(b.scales[e / 16] & 0x0F), ml = dmin * float(b.scales[e / 16] >> 4);
         const float prod = dl * float(q);  // rounded on its own: gguf-py does not fuse
         out[e] = prod - ml;
@@ -68,10 +68,9 @@ void dequantize_block(const BlockQ2_K &b, float *out) {  // out [256]
 
 void dequantize_block(const BlockQ3_K &b, float *out) {  // out [256]
     const float d = to_f32(b.d);
-    for (int e = 0; e < int(kBlockK); e++) {  // low 2 bits as Q2_K's, the third bit e / 32 of hmask[e % 32]
-        const int q = ((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
+    for (int e = 0; e < int(kBlockK); e++) {
         const float dl = d * float(q3_k_scale(b.scales, e / 16));
-        out[e] = dl * float(q - 4);
+        out[e] = dl * float(q3_k_quant(b, e) - 4);
     }
 }
 
@@ -94,9 +93,9 @@ void dequantize_block(const BlockQ6_K &b, float *out) {  // out [256]
 
 void dequantize_block(const BlockIQ4_XS &b, float *out) {  // out [256]
     const float d = to_f32(b.d);
-    for (int j = 0; j < 8; j++) {  // sub-block j: the low nibbles of qs[16 j ..], then the high ones
+    for (int j = 0; j < 8; j++) {
         const float dl = d * float(iq4_xs_scale(b, j));
-        for (int i = 0; i < 32; i++) out[32 * j + i] = dl * float(kIq4Values[(b.qs[16 * j + i % 16] >> (4 * (i / 16))) & 0x0F]);
+        for (int e = 32 * j; e < 32 * j + 32; e++) out[e] = dl * float(iq4_xs_value(b, e));
     }
 }
 

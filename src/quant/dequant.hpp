@@ -63,6 +63,20 @@ LLAISYS_HOST_DEVICE static inline int q3_k_scale(const uint8_t *scales, int j) {
     return int(((scales[j % 8] >> (4 * (j / 8))) & 0x0F) | ((scales[8 + j % 4] >> (2 * (j / 4))) & 3) << 4) - 32;
 }
 
+// Element e's stored value, for the scalar code (the dequantizer, the scalar dot products):
+// Q2_K's 2 bits (bits 2 ((e % 128) / 32) of qs[32 (e / 128) + e % 32]), Q3_K's 3 (the third bit
+// e / 32 of hmask[e % 32]), IQ4_XS's table value (the low (e % 32 < 16) or high nibble of
+// qs[16 (e / 32) + e % 16]).
+static inline int q2_k_quant(const uint8_t *qs, int e) {
+    return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+static inline int q3_k_quant(const BlockQ3_K &b, int e) {
+    return q2_k_quant(b.qs, e) | ((b.hmask[e % 32] >> (e / 32)) & 1) << 2;
+}
+static inline int iq4_xs_value(const BlockIQ4_XS &b, int e) {
+    return kIq4Values[(b.qs[16 * (e / 32) + e % 16] >> (4 * ((e % 32) / 16))) & 0x0F];
+}
+
 // IQ4_XS: the 8 sub-blocks' 6-bit scales ls (0 .. 63; the scale is ls - 32) as the bytes of a
 // uint64: ls j = nibble j % 2 of scales_l[j / 2], with bits 2j of scales_h on top.
 LLAISYS_HOST_DEVICE static inline uint64_t iq4_xs_scales(const BlockIQ4_XS &b) {

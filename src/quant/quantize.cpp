@@ -86,18 +86,20 @@ void check_finite(float v, size_t row, size_t i) {
                       " is not finite (quantized formats hold finite values only)");
 }
 
+// Q2_K, Q3_K and IQ4_XS run as GGUF files store them (their weights come quantized): no quantizer.
+constexpr bool quantizes(llaisysDataType_t dt) {
+    return dt != LLAISYS_DTYPE_Q2_K && dt != LLAISYS_DTYPE_Q3_K && dt != LLAISYS_DTYPE_IQ4_XS;
+}
+
 template <class B>
 void row_of(const float *x, B *blocks, size_t nb) {
-    if constexpr (!std::is_same_v<B, BlockQ2_K> && !std::is_same_v<B, BlockQ3_K> &&
-                  !std::is_same_v<B, BlockIQ4_XS>)  // refused by has_quantizer
+    if constexpr (quantizes(dtype_of<B>()))  // the others are refused by has_quantizer
         for (size_t b = 0; b < nb; b++) quantize_block(x + b * block_elems<B>(), blocks[b]);
 }
 
-// Q2_K, Q3_K and IQ4_XS run as GGUF files store them (their weights come quantized); they have no quantizer.
 void has_quantizer(llaisysDataType_t dt) {
-    LLAISYS_CHECK(dt != LLAISYS_DTYPE_Q2_K && dt != LLAISYS_DTYPE_Q3_K && dt != LLAISYS_DTYPE_IQ4_XS,
-                  LLAISYS_STATUS_UNSUPPORTED, "quantize: no quantizer for ",
-                  dtype_name(dt), " (its weights run as GGUF files store them); q4_0, q5_0, q8_0, q4_k, q5_k and q6_k have one");
+    LLAISYS_CHECK(quantizes(dt), LLAISYS_STATUS_UNSUPPORTED, "quantize: no quantizer for ", dtype_name(dt),
+                  " (its weights run as GGUF files store them); q4_0, q5_0, q8_0, q4_k, q5_k and q6_k have one");
 }
 
 }  // namespace

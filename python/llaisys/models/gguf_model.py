@@ -323,7 +323,7 @@ def quant_summary(loaded: LoadedModel) -> dict:
     out: dict = {}
     for t in loaded.tensors.values():
         n, b = out.get(t.dtype, (0, 0))
-        out[t.dtype] = (n + 1, b + int(t.nbytes if isinstance(t, Transcoded) else t.data.nbytes))
+        out[t.dtype] = (n + 1, b + t.nbytes)
     return out
 
 

@@ -46,7 +46,7 @@ float block_dot(const BlockQ8_0 &b, const BlockQ8_32 &x, uint8_t *) {
 
 // Q2_K: sum_j sc_j (q_j . x_j) over 16 sub-blocks of 16, and their mins against x's bsums.
 float block_dot(const BlockQ2_K &b, const BlockQ8_K &x, uint8_t *q) {
-    for (size_t e = 0; e < kBlockK; e++) q[e] = (b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+    for (int e = 0; e < int(kBlockK); e++) q[e] = uint8_t(q2_k_quant(b.qs, e));
     int sum = 0, mins = 0;
     for (int j = 0; j < 16; j++) {
         sum += int(b.scales[j] & 0x0F) * dot32(q + 16 * j, x.qs + 16 * j, 16);
@@ -57,9 +57,7 @@ float block_dot(const BlockQ2_K &b, const BlockQ8_K &x, uint8_t *q) {
 
 // Q3_K: sum_j sc_j (q_j . x_j - 4 bsums_j) over 16 sub-blocks of 16, q = Q2_K's 2 bits + hmask's third.
 float block_dot(const BlockQ3_K &b, const BlockQ8_K &x, uint8_t *q) {
-    for (size_t e = 0; e < kBlockK; e++)
-        q[e] = uint8_t(((b.qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3) |
-                       ((b.hmask[e % 32] >> (e / 32)) & 1) << 2);
+    for (int e = 0; e < int(kBlockK); e++) q[e] = uint8_t(q3_k_quant(b, e));
     int sum = 0;
     for (int j = 0; j < 16; j++) sum += q3_k_scale(b.scales, j) * (dot32(q + 16 * j, x.qs + 16 * j, 16) - 4 * x.bsums[j]);
     return to_f32(b.d) * x.d * float(sum);
@@ -70,8 +68,7 @@ float block_dot(const BlockIQ4_XS &b, const BlockQ8_K &x, uint8_t *) {
     int sum = 0;
     for (int j = 0; j < 8; j++) {
         int s = 0;
-        for (int i = 0; i < 32; i++)
-            s += int(kIq4Values[(b.qs[16 * j + i % 16] >> (4 * (i / 16))) & 0x0F]) * int(x.qs[32 * j + i]);
+        for (int e = 32 * j; e < 32 * j + 32; e++) s += iq4_xs_value(b, e) * int(x.qs[e]);
         sum += iq4_xs_scale(b, j) * s;
     }
     return to_f32(b.d) * x.d * float(sum);
