@@ -59,15 +59,17 @@ def act_block(fmt):
 
 
 # Formats a packed handle repacks 16 rows at a time from AVX2 on (src/ops/linear/cpu/quant_x16.hpp).
-X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0"}
+X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0", "q2_k", "q3_k", "iq4_xs"}
+# ... of which these only for the AVX-512 VNNI kernels
+X16_VNNI512_ONLY = {"q6_k", "q2_k", "q3_k", "iq4_xs"}
 
 
 def repacked(fmt, isa):
-    """Whether a packed handle of fmt is in the x16 layout under isa (x16::enabled in
-    src/ops/linear/cpu/quant_x16.cpp: Q6_K only for the AVX-512 VNNI kernels)."""
+    """Whether a packed handle of fmt is in the x16 layout under isa (repacks() in
+    src/ops/linear/cpu/quant_plan.cpp)."""
     if isa == "scalar" or fmt not in X16_FORMATS:
         return False
-    return fmt != "q6_k" or isa.startswith("avx512") and "avx512_vnni" in cpu_flags()
+    return fmt not in X16_VNNI512_ONLY or isa.startswith("avx512") and "avx512_vnni" in cpu_flags()
 
 
 def run_child(isa, code, split="0", avx_vnni="0", gfni="1", prefetch=None):

@@ -18,8 +18,8 @@ constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q5_0
                                           LLAISYS_DTYPE_IQ4_XS};
 
 // The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
-// vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit
-// vpdpbusd kernels. On 256-bit vectors its x16 kernel spent about twice the file's one-row walk
+// vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K, Q2_K, Q3_K and
+// IQ4_XS only for the 512-bit vpdpbusd kernels (the last three have no 256-bit x16 kernel). On 256-bit vectors its x16 kernel spent about twice the file's one-row walk
 // per weight (6-bit values rebuilt 8 rows at a time, one broadcast activation word per 4 k): on
 // Zen 3 (AVX2, 2 threads) it lost at every m, 2x at m = 1 to 4 (lm_head 22.7 ms against 12.3 at
 // m = 1), 1.3x at 64, and tied at 256 where both take the float path; as half the 1.5B Q4_K_M's
@@ -30,7 +30,8 @@ bool repacks(llaisysDataType_t dt) {
         const char *env = std::getenv("LLAISYS_QUANT_X16");
         return !(env && std::strcmp(env, "0") == 0) && active_isa() >= Isa::Avx2;
     }();
-    if (dt == LLAISYS_DTYPE_Q6_K) return on && cpu_has_avx512_vnni();
+    if (dt == LLAISYS_DTYPE_Q6_K || dt == LLAISYS_DTYPE_Q2_K || dt == LLAISYS_DTYPE_Q3_K || dt == LLAISYS_DTYPE_IQ4_XS)
+        return on && cpu_has_avx512_vnni();
     return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0);
 }
 
@@ -83,7 +84,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
-        return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (Q6_K is x16 only on AVX-512 VNNI)
+        return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (the K-quants but Q4_K are x16 only on AVX-512 VNNI)
     }
     const bool k_quant = reads_q8k(dt);
     if (cpu_uses_amx()) return k_quant ? 12 : 8;

@@ -35,6 +35,22 @@
 //     u8   qh[64]                        bit c of qh[4 r + i] = fifth bit of element 4 c + i of row r
 //     fp16 d[16]
 //
+//   Q2_K (1344 bytes, as in the file)
+//     u8   qs[16][64]                    qs[w][4 r + i] = the file's qs[4 w + i] of row r
+//     u8   scales[16][16]                the file's scales[j] of row r (scale low nibble, min high)
+//     fp16 d[16], dmin[16]
+//   Q3_K (1856 bytes; 16 x 110 = 1760 in the file: the scales kept unpacked, padded to whole lines)
+//     u8   qs[16][64]                    as Q2_K's
+//     u8   hmask[8][64]                  hmask[w][4 r + i] = the file's hmask[4 w + i] of row r
+//     i8   sc[16][16]                    sub-block j's scale (-32 .. 31) of row r
+//     fp16 d[16]
+//   IQ4_XS (2240 bytes; 16 x 136 = 2176 in the file: the scales kept unpacked, padded)
+//     u8   qs[8][4][64]                  qs[j][c][4 r + i] = the file's qs[16 j + 4 c + i] of row r:
+//                                        low nibble element 32 j + 4 c + i, high nibble + 16
+//     i8   sc[8][16]                     sub-block j's scale (ls - 32) of row r
+//     fp16 d[16]
+// (Q2_K, Q3_K and IQ4_XS are repacked only for the 512-bit vpdpbusd kernels, as Q6_K.)
+//
 // (The 32-blocks' x16 blocks are not whole cache lines: their vector loads may cross one.)
 //
 // pack and unpack_row are exact inverses on any bytes (the file's block is rebuilt bit for bit),
@@ -80,6 +96,30 @@ struct BlockQ5_0 {
     fp16_t d[kRows];
 };
 static_assert(sizeof(BlockQ5_0) == 352);
+
+struct BlockQ2_K {
+    uint8_t qs[16][4 * kRows];
+    uint8_t scales[16][kRows];
+    fp16_t d[kRows], dmin[kRows];
+};
+static_assert(sizeof(BlockQ2_K) == 1344 && sizeof(BlockQ2_K) % 64 == 0);
+
+struct BlockQ3_K {
+    uint8_t qs[16][4 * kRows];
+    uint8_t hmask[8][4 * kRows];
+    int8_t sc[16][kRows];
+    fp16_t d[kRows];
+    uint8_t pad[32];
+};
+static_assert(sizeof(BlockQ3_K) == 1856 && sizeof(BlockQ3_K) % 64 == 0);
+
+struct BlockIQ4_XS {
+    uint8_t qs[8][4][4 * kRows];
+    int8_t sc[8][kRows];
+    fp16_t d[kRows];
+    uint8_t pad[32];
+};
+static_assert(sizeof(BlockIQ4_XS) == 2240 && sizeof(BlockIQ4_XS) % 64 == 0);
 
 // Bytes of one x16 block of dtype dt (dt supported).
 size_t block_bytes(llaisysDataType_t dt);
