@@ -48,7 +48,8 @@ MODELS = {  # name -> (k, n)
 }
 # format -> (block size, block bytes, byte offsets of its f16 scales)
 FORMATS = {"q4_0": (32, 18, (0,)), "q5_0": (32, 22, (0,)), "q8_0": (32, 34, (0,)),
-           "q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,))}
+           "q2_k": (256, 84, (80, 82)), "q3_k": (256, 110, (108,)), "q4_k": (256, 144, (0, 2)),
+           "q5_k": (256, 176, (0, 2)), "q6_k": (256, 210, (208,)), "iq4_xs": (256, 136, (0,))}
 
 
 def random_blocks(fmt: str, n: int, k: int, rng) -> np.ndarray:
