@@ -58,8 +58,12 @@ typedef enum {
      * tensor's type maps by addition. */
     /* 32 elements in 18 bytes: an f16 scale and 4-bit values */
     LLAISYS_DTYPE_Q4_0 = 102,
+    /* 32 elements in 20 bytes: an f16 scale and min, 4-bit values (d * q + m) */
+    LLAISYS_DTYPE_Q4_1 = 103,
     /* 32 elements in 22 bytes: an f16 scale and 5-bit values */
     LLAISYS_DTYPE_Q5_0 = 106,
+    /* 32 elements in 24 bytes: an f16 scale and min, 5-bit values (d * q + m) */
+    LLAISYS_DTYPE_Q5_1 = 107,
     /* 32 elements in 34 bytes: an f16 scale and 8-bit values */
     LLAISYS_DTYPE_Q8_0 = 108,
     /* 256 elements in 84 bytes: f16 scale and min, 16 sub-blocks with 4-bit scales and mins, 2-bit values */

@@ -32,7 +32,8 @@ _BY_NAME = {
     "i8": DataType.I8, "int8": DataType.I8,
     "f64": DataType.F64, "float64": DataType.F64,
     "bool": DataType.BOOL,
-    "q4_0": DataType.Q4_0, "q5_0": DataType.Q5_0, "q8_0": DataType.Q8_0,
+    "q4_0": DataType.Q4_0, "q4_1": DataType.Q4_1, "q5_0": DataType.Q5_0, "q5_1": DataType.Q5_1,
+    "q8_0": DataType.Q8_0,
     "q2_k": DataType.Q2_K, "q3_k": DataType.Q3_K, "q4_k": DataType.Q4_K, "q5_k": DataType.Q5_K, "q6_k": DataType.Q6_K,
     "iq4_xs": DataType.IQ4_XS,
 }
@@ -54,7 +55,8 @@ _BLOCKS = {dt: (int(LIB.llaisysDataTypeBlockSize(int(dt))), int(LIB.llaisysDataT
 
 
 def is_quantized(dtype: "DataType | str") -> bool:
-    """True for the block-quantized dtypes (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs)."""
+    """True for the block-quantized dtypes (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,
+    iq4_xs)."""
     return as_dtype(dtype) in _BLOCKS
 
 

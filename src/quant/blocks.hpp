@@ -2,7 +2,9 @@
 // gguf-py's gguf.quants reads them). A row of k elements is k / kBlock consecutive blocks.
 // Dequantized value of element i of a block (q: its stored integer, d/dmin: f16 scales):
 //   Q4_0: (q - 8) * d                      q 4 bits: i < 16 low nibble of qs[i], else high nibble of qs[i - 16]
+//   Q4_1: d * q + m                        q as Q4_0's; m an f16 min (the block's smallest value)
 //   Q5_0: (q - 16) * d                     as Q4_0, plus bit 4 from qh (bit i of the little-endian u32)
+//   Q5_1: d * q + m                        q as Q5_0's, m as Q4_1's
 //   Q8_0: q * d                            q int8
 //   Q2_K: d * sc[j] * q - dmin * m[j]      16 sub-blocks j of 16; sc, m the low and high nibbles of scales[j],
 //                                          q 2 bits: element 128 h + 32 s + l is bits 2s of qs[32 h + l]
@@ -26,7 +28,7 @@
 
 namespace llaisys::quant {
 
-constexpr size_t kBlock32 = 32;    // elements per block: Q4_0, Q5_0, Q8_0
+constexpr size_t kBlock32 = 32;    // elements per block: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0
 constexpr size_t kBlockK = 256;    // elements per super-block: Q2_K .. Q6_K, Q8_K
 constexpr size_t kScalesK = 12;    // bytes of packed 6-bit scales (and mins) in Q3_K, Q4_K, Q5_K
 
@@ -34,8 +36,19 @@ struct BlockQ4_0 {
     fp16_t d;
     uint8_t qs[kBlock32 / 2];
 };
+struct BlockQ4_1 {
+    fp16_t d;
+    fp16_t m;
+    uint8_t qs[kBlock32 / 2];
+};
 struct BlockQ5_0 {
     fp16_t d;
+    uint8_t qh[4];
+    uint8_t qs[kBlock32 / 2];
+};
+struct BlockQ5_1 {
+    fp16_t d;
+    fp16_t m;
     uint8_t qh[4];
     uint8_t qs[kBlock32 / 2];
 };
@@ -84,13 +97,16 @@ struct BlockQ6_K {
 };
 
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 template <class B>
 constexpr llaisysDataType_t dtype_of();
 template <> constexpr llaisysDataType_t dtype_of<BlockQ4_0>() { return LLAISYS_DTYPE_Q4_0; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ4_1>() { return LLAISYS_DTYPE_Q4_1; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_0>() { return LLAISYS_DTYPE_Q5_0; }
+template <> constexpr llaisysDataType_t dtype_of<BlockQ5_1>() { return LLAISYS_DTYPE_Q5_1; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ8_0>() { return LLAISYS_DTYPE_Q8_0; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ2_K>() { return LLAISYS_DTYPE_Q2_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ3_K>() { return LLAISYS_DTYPE_Q3_K; }
@@ -102,8 +118,10 @@ template <> constexpr llaisysDataType_t dtype_of<BlockIQ4_XS>() { return LLAISYS
 // Elements per block of block type B.
 template <class B>
 constexpr size_t block_elems() {
-    return std::is_same_v<B, BlockQ4_0> || std::is_same_v<B, BlockQ5_0> || std::is_same_v<B, BlockQ8_0> ? kBlock32
-                                                                                                          : kBlockK;
+    return std::is_same_v<B, BlockQ4_0> || std::is_same_v<B, BlockQ4_1> || std::is_same_v<B, BlockQ5_0> ||
+                   std::is_same_v<B, BlockQ5_1> || std::is_same_v<B, BlockQ8_0>
+               ? kBlock32
+               : kBlockK;
 }
 
 // Call f(B{}) with B the block type of a block-quantized dtype.
@@ -111,7 +129,9 @@ template <class F>
 void dispatch_quant(llaisysDataType_t dt, F &&f) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_0: f(BlockQ4_0{}); return;
+    case LLAISYS_DTYPE_Q4_1: f(BlockQ4_1{}); return;
     case LLAISYS_DTYPE_Q5_0: f(BlockQ5_0{}); return;
+    case LLAISYS_DTYPE_Q5_1: f(BlockQ5_1{}); return;
     case LLAISYS_DTYPE_Q8_0: f(BlockQ8_0{}); return;
     case LLAISYS_DTYPE_Q2_K: f(BlockQ2_K{}); return;
     case LLAISYS_DTYPE_Q3_K: f(BlockQ3_K{}); return;
@@ -121,7 +141,8 @@ void dispatch_quant(llaisysDataType_t dt, F &&f) {
     case LLAISYS_DTYPE_IQ4_XS: f(BlockIQ4_XS{}); return;
     default:
         fail(LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-             " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs are)");
+             " is not a block-quantized dtype (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
+             "iq4_xs are)");
     }
 }
 

@@ -27,6 +27,28 @@ void dequantize_block(const BlockQ5_0 &b, float *out) {  // out [32]
     }
 }
 
+void dequantize_block(const BlockQ4_1 &b, float *out) {  // out [32]
+    const float d = to_f32(b.d), m = to_f32(b.m);
+    for (size_t i = 0; i < kBlock32 / 2; i++) {
+        const float lo = d * float(b.qs[i] & 0x0F), hi = d * float(b.qs[i] >> 4);  // rounded on their own, as gguf-py
+        out[i] = lo + m;
+        out[i + kBlock32 / 2] = hi + m;
+    }
+}
+
+void dequantize_block(const BlockQ5_1 &b, float *out) {  // out [32]
+    const float d = to_f32(b.d), m = to_f32(b.m);
+    uint32_t qh;
+    std::memcpy(&qh, b.qh, 4);  // as Q5_0's
+    for (size_t i = 0; i < kBlock32 / 2; i++) {
+        const int lo = (b.qs[i] & 0x0F) | int((qh >> i) & 1u) << 4;
+        const int hi = (b.qs[i] >> 4) | int((qh >> (i + 16)) & 1u) << 4;
+        const float plo = d * float(lo), phi = d * float(hi);  // rounded on their own, as gguf-py
+        out[i] = plo + m;
+        out[i + kBlock32 / 2] = phi + m;
+    }
+}
+
 void dequantize_block(const BlockQ8_0 &b, float *out) {  // out [32]
     const float d = to_f32(b.d);
     for (size_t i = 0; i < kBlock32; i++) out[i] = float(b.qs[i]) * d;
@@ -102,7 +124,8 @@ void dequantize_block(const BlockIQ4_XS &b, float *out) {  // out [256]
 size_t row_bytes(llaisysDataType_t dt, size_t k) {
     const size_t bs = quant_block_size(dt);
     LLAISYS_CHECK(bs != 0, LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-                  " is not a block-quantized dtype (q4_0, q5_0, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs are)");
+                  " is not a block-quantized dtype (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
+                  "iq4_xs are)");
     LLAISYS_CHECK(k % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "row length k = ", k, " of a ", dtype_name(dt),
                   " tensor is not a multiple of its block size ", bs);
     return checked_mul(k / bs, quant_block_bytes(dt), "quantized row bytes");

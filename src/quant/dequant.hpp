@@ -2,6 +2,7 @@
 // to gguf-py's gguf.quants.dequantize. Every value is computed in f32 with gguf-py's order of
 // operations (which decides the last bit):
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
+//   Q4_1, Q5_1: d * float(q) + m           (two roundings: never fused into an FMA)
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
 //   Q3_K:       (d * scale) * float(q - 4)    Q6_K: (d * scale) * float(q - 32)
 //   IQ4_XS:     (d * float(ls - 32)) * float(kIq4Values[q])
@@ -18,7 +19,9 @@ namespace llaisys::quant {
 
 // One block into its kBlock32 or kBlockK values: out [block size] f32.
 void dequantize_block(const BlockQ4_0 &b, float *out);
+void dequantize_block(const BlockQ4_1 &b, float *out);
 void dequantize_block(const BlockQ5_0 &b, float *out);
+void dequantize_block(const BlockQ5_1 &b, float *out);
 void dequantize_block(const BlockQ8_0 &b, float *out);
 void dequantize_block(const BlockQ2_K &b, float *out);
 void dequantize_block(const BlockQ3_K &b, float *out);

@@ -112,7 +112,9 @@ inline const char *dtype_name(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_F64: return "f64";
     case LLAISYS_DTYPE_BOOL: return "bool";
     case LLAISYS_DTYPE_Q4_0: return "q4_0";
+    case LLAISYS_DTYPE_Q4_1: return "q4_1";
     case LLAISYS_DTYPE_Q5_0: return "q5_0";
+    case LLAISYS_DTYPE_Q5_1: return "q5_1";
     case LLAISYS_DTYPE_Q8_0: return "q8_0";
     case LLAISYS_DTYPE_Q2_K: return "q2_k";
     case LLAISYS_DTYPE_Q3_K: return "q3_k";
@@ -129,7 +131,9 @@ inline const char *dtype_name(llaisysDataType_t dt) {
 inline size_t quant_block_size(llaisysDataType_t dt) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_0:
+    case LLAISYS_DTYPE_Q4_1:
     case LLAISYS_DTYPE_Q5_0:
+    case LLAISYS_DTYPE_Q5_1:
     case LLAISYS_DTYPE_Q8_0: return 32;
     case LLAISYS_DTYPE_Q2_K:
     case LLAISYS_DTYPE_Q3_K:
@@ -144,7 +148,9 @@ inline size_t quant_block_size(llaisysDataType_t dt) {
 inline size_t quant_block_bytes(llaisysDataType_t dt) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_0: return 18;
+    case LLAISYS_DTYPE_Q4_1: return 20;
     case LLAISYS_DTYPE_Q5_0: return 22;
+    case LLAISYS_DTYPE_Q5_1: return 24;
     case LLAISYS_DTYPE_Q8_0: return 34;
     case LLAISYS_DTYPE_Q2_K: return 84;
     case LLAISYS_DTYPE_Q3_K: return 110;

@@ -198,22 +198,20 @@ def test_crafted_gguf_is_refused_when_run_directly(tmp_path, change, field):
     expect_refused(outcome, field, "model.gguf")
 
 
-@pytest.mark.parametrize("type_id,block_bytes", [(3, 20), (7, 24)], ids=["q4_1", "q5_1"])
-def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, block_bytes):
-    """A format llaisys has no kernels for (Q4_1, Q5_1) is dequantized at load by gguf-py: the
-    values llama.cpp's own dequantizer gives (gguf.quants is its Python port). IQ4_NL is rewritten
-    as Q8_0 instead (test/models/test_gguf_transcode.py)."""
+def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path):
+    """A format llaisys has no kernels for (MXFP4: 32 values in 17 bytes) is dequantized at load by
+    gguf-py: the values llama.cpp's own dequantizer gives (gguf.quants is its Python port). IQ4_NL
+    is rewritten as Q8_0 instead (test/models/test_gguf_transcode.py)."""
     import gguf
     import numpy as np
 
     from llaisys.models.gguf_model import load_gguf
     from llaisys.models.safetensors_io import RawTensor
 
+    type_id, block_bytes = 39, 17
     rng = np.random.default_rng(type_id)
     blocks = rng.integers(0, 256, 16 * block_bytes, dtype=np.uint8)
-    blocks.reshape(16, block_bytes)[:, :2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # finite scales
-    if type_id in (3, 7):
-        blocks.reshape(16, block_bytes)[:, 2:4] = np.frombuffer(np.float16(-0.05).tobytes(), np.uint8)  # the mins
+    blocks.reshape(16, block_bytes)[:, 0] = 120  # finite E8M0 scales, 2^-8
     path = tmp_path / "model.gguf"
     path.write_bytes(build(tensor(DOWN, type=type_id, data=blocks.tobytes())))
     t = load_gguf(path).loaded.tensors["model.layers.0.mlp.down_proj.weight"]
@@ -222,13 +220,15 @@ def test_a_matrix_without_kernels_is_widened_to_its_values(tmp_path, type_id, bl
     assert np.array_equal(np.asarray(t.data), want) and np.abs(want).max() > 0
 
 
-def test_a_quantized_matrix_runs_as_its_bytes(tmp_path):
+@pytest.mark.parametrize("type_id,block_bytes,tag", [(8, 34, "q8_0"), (3, 20, "q4_1"), (7, 24, "q5_1")],
+                         ids=["q8_0", "q4_1", "q5_1"])
+def test_a_quantized_matrix_runs_as_its_bytes(tmp_path, type_id, block_bytes, tag):
     from llaisys.models.gguf_model import load_gguf
     from llaisys.models.tensors import QuantTensor
 
-    blocks = bytes(range(34)) * 16
+    blocks = bytes(range(block_bytes)) * 16
     path = tmp_path / "model.gguf"
-    path.write_bytes(build(tensor(DOWN, type=8, data=blocks)))
+    path.write_bytes(build(tensor(DOWN, type=type_id, data=blocks)))
     t = load_gguf(path).loaded.tensors["model.layers.0.mlp.down_proj.weight"]
-    assert isinstance(t, QuantTensor) and t.dtype == "q8_0" and t.shape == (16, 32)
+    assert isinstance(t, QuantTensor) and t.dtype == tag and t.shape == (16, 32)
     assert t.data.tobytes() == blocks

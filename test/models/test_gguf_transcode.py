@@ -2,8 +2,9 @@
 file's values bit for bit, as gguf-py (llama.cpp's dequantizer in Python) and the core's own
 dequantizer read them, and whose file must run as its twin that stores the rewritten blocks,
 through every path a matrix takes at load (fused q|k|v, llama's permuted q/k rows, a stack of
-experts cut per expert, the tied embedding); Q2_K, Q3_K and IQ4_XS, which have kernels, kept
-as the file's bytes."""
+experts cut per expert, the tied embedding); Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS, which have
+kernels, kept as the file's bytes; a type without kernels (MXFP4) widened to f32 at load, with
+a warning, and refused where that would not fit in memory."""
 
 import logging
 
@@ -19,7 +20,8 @@ from llaisys.models.tensors import QuantTensor
 from tiny_gguf import TINY, write_tiny_gguf
 
 Q = gguf.GGMLQuantizationType
-D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,)}  # byte offsets of a block's f16 scales
+# byte offsets of a block's f16 scales (and mins)
+D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,), Q.Q4_1: (0, 2), Q.Q5_1: (0, 2)}
 WIDE = dict(TINY, hidden=256, inter=512)  # rows that 256-weight blocks divide
 
 
@@ -127,10 +129,11 @@ def test_a_file_runs_as_its_twin_of_rewritten_blocks(tmp_path, caplog, arch, tie
     assert _greedy(file) == _greedy(twin)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q2_K, Q.Q3_K, Q.IQ4_XS], ids=["q2_k", "q3_k", "iq4_xs"])
-def test_a_k_quant_file_runs_as_its_own_blocks(tmp_path, qtype):
-    """Q2_K, Q3_K and IQ4_XS have kernels of their own: their matrices stay the file's bytes (no
-    rewrite, no widening)."""
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.IQ4_XS],
+                         ids=["q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs"])
+def test_a_file_of_a_type_with_kernels_runs_as_its_own_blocks(tmp_path, caplog, qtype):
+    """Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS have kernels of their own: their matrices stay the file's
+    bytes (no rewrite, no widening: nothing logged)."""
     path = tmp_path / "k.gguf"
     stored = {}
 
@@ -139,9 +142,33 @@ def test_a_k_quant_file_runs_as_its_own_blocks(tmp_path, qtype):
         return stored[name], qtype
 
     write_tiny_gguf(path, tied=False, dims=WIDE, blocks=blocks)
-    loaded = load_gguf(path).loaded
+    with caplog.at_level(logging.INFO, logger="llaisys.models.gguf_model"):
+        loaded = load_gguf(path).loaded
+    assert "widened" not in caplog.text and " run as " not in caplog.text
     kq = [t for t in loaded.tensors.values() if isinstance(t, QuantTensor)]
     assert len(kq) == len(stored) == 7 * TINY["layers"] + 2 and {t.dtype for t in kq} == {qtype.name.lower()}
     assert np.array_equal(loaded.tensors["model.layers.1.mlp.down_proj.weight"].data, stored["blk.1.ffn_down.weight"])
     tokens = _greedy(path)
     assert all(len(ids) == 12 for ids, _ in tokens) and tokens == _greedy(path)
+
+
+def test_a_type_without_kernels_is_widened_and_bounded_by_the_memory(tmp_path, caplog, monkeypatch):
+    """MXFP4 has no llaisys kernel and gguf-py dequantizes it: its matrices are widened to f32 at
+    load with a warning naming the type, and the file is refused where that would take more than
+    the memory available."""
+    path = tmp_path / "mxfp4.gguf"
+
+    def blocks(name, data, rng):
+        raw = rng.integers(0, 256, (data.shape[0], data.shape[1] // 32, 17), dtype=np.uint8)
+        raw[:, :, 0] = 120  # the E8M0 scale 2^-8: values up to 12 / 256
+        return raw.reshape(data.shape[0], -1), Q.MXFP4
+
+    write_tiny_gguf(path, tied=False, blocks=blocks)
+    with caplog.at_level(logging.WARNING, logger="llaisys.models.gguf_model"):
+        loaded = load_gguf(path).loaded
+    n_matrices = 7 * TINY["layers"] + 2
+    assert f"{n_matrices} tensors of type MXFP4 have no llaisys kernel: widened to f32" in caplog.text
+    assert set(quant_summary(loaded)) == {"f32"}
+    monkeypatch.setattr(gguf_model, "_available_bytes", lambda: 64 << 10)
+    with pytest.raises(ValueError, match=r"type MXFP4 have no llaisys kernel, and widening .* more than the 0 MiB"):
+        load_gguf(path)

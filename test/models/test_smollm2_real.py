@@ -1,11 +1,13 @@
 """A real, trained Llama GGUF end to end: SmolLM2-135M-Instruct in Q4_1 (test/smollm2_files.py:
 9 query / 3 kv heads, tied embedding, a GPT-2-style vocabulary with llama.cpp's "smollm"
-pre-tokenizer). llaisys has no Q4_1 kernels: `LLM(file)` widens those matrices to f32 at load
-(gguf_model.py), and `llaisys convert-gguf` writes a bf16 directory.
-- run as it is, on the float path (LLAISYS_QUANT_F32_ROWS=0: the Q8_0 embedding's rows
-  dequantized, as the widened matrices are) with f32 activations, greedy chat answers are token
-  for token transformers' own GGUF loading (f32, the same values); the widening is logged, and
-  refused where it would not fit in the memory available;
+pre-tokenizer). llaisys runs Q4_1 natively: `LLM(file)` keeps those matrices as the file's
+blocks (gguf_model.py; nothing widened, nothing logged), and `llaisys convert-gguf` writes a
+bf16 directory.
+- run as it is, on the float path (LLAISYS_QUANT_F32_ROWS=0: every block dequantized in f32 to
+  gguf-py's values, but for the last bit where the compiler fuses d q + m) with f32 activations,
+  greedy chat answers are token for token transformers' own GGUF loading (f32, the same values);
+  on the int8 kernels (the default for decode: activations rounded to int8 per 32) they begin as
+  llama.cpp's and the f32 model's;
 - its vocabulary encodes llama.cpp's own test texts (ggml-vocab-llama-bpe.gguf.inp, from the
   pinned llama.cpp source) to the ids llama.cpp's tokenizer gives with this file
   (smollm2_llama_cpp_ids.out, written by tools/llama_cpp_tokenize.py), and decodes them back;
@@ -145,21 +147,37 @@ def test_f32_greedy_chat_equals_transformers(converted):
     assert "Paris" in tok.decode(want[0])  # trained weights: a real answer
 
 
-def test_runs_as_it_is_with_the_q4_1_matrices_widened(gguf_path, converted, hf_gguf):
+def test_runs_as_it_is_on_the_float_path(gguf_path, converted, hf_gguf):
     from llaisys.models.tokenizer import Tokenizer
 
     want = hf_greedy(hf_gguf, Tokenizer.from_dir(converted))
     assert llaisys_greedy(gguf_path, LLAISYS_QUANT_F32_ROWS="0") == want
 
 
-def test_widening_is_logged_and_bounded_by_the_memory(gguf_path, caplog, monkeypatch):
-    from llaisys.models import gguf_model
+def test_runs_as_it_is_on_the_int8_kernels(gguf_path, converted, hf_gguf):
+    """The default path: the Q4_1 matrices and the Q8_0 embedding / lm_head take activations
+    rounded to int8 per 32, as in llama.cpp, where "What is the capital of France?" flips from
+    "The capital of France is Paris." to "L'Étoile, la ..." in both engines (llama.cpp's server,
+    this file: "L'Étoile, la Marseillaise, ..."; llaisys on AVX-512: "L'Étoile, la Cité, ...").
+    The other two answers begin as the f32 model's."""
+    from llaisys.models.tokenizer import Tokenizer
 
-    with caplog.at_level("WARNING", logger="llaisys.models.gguf_model"):
-        loaded = gguf_model.load_gguf(gguf_path).loaded
-    assert "210 tensors of type Q4_1 have no llaisys kernel: widened to f32" in caplog.text
-    summary = gguf_model.quant_summary(loaded)
-    assert set(summary) == {"f32", "q8_0"} and summary["q8_0"][0] == 1  # the embedding stays Q8_0
-    monkeypatch.setattr(gguf_model, "_available_bytes", lambda: 300 << 20)  # the widened matrices take 405 MiB
-    with pytest.raises(ValueError, match=r"type Q4_1 have no llaisys kernel, and widening .* more than the 300 MiB"):
-        gguf_model.load_gguf(gguf_path)
+    tok = Tokenizer.from_dir(converted)
+    want, got = hf_greedy(hf_gguf, tok), llaisys_greedy(gguf_path)
+    assert tok.decode(got[0]).startswith("L'Étoile, la "), tok.decode(got[0])
+    assert got[1][:6] == want[1][:6] and got[2][:12] == want[2][:12], [tok.decode(ids) for ids in got]
+
+
+def test_the_q4_1_matrices_load_as_their_blocks(gguf_path, caplog):
+    from llaisys.models import gguf_model
+    from llaisys.models.tensors import QuantTensor
+
+    with caplog.at_level("INFO", logger="llaisys.models.gguf_model"):
+        g = gguf_model.load_gguf(gguf_path)
+    assert "widened" not in caplog.text
+    summary = gguf_model.quant_summary(g.loaded)
+    assert set(summary) == {"f32", "q4_1", "q8_0"} and summary["q8_0"][0] == 1  # the embedding: Q8_0
+    assert summary["q4_1"][0] == 30 * 7  # every linear of the 30 layers
+    down = g.loaded.tensors["model.layers.0.mlp.down_proj.weight"]
+    info = next(t for t in g.file.tensors if t.name == "blk.0.ffn_down.weight")
+    assert isinstance(down, QuantTensor) and down.data.tobytes() == g.file.tensor_bytes(info).tobytes()

@@ -2,9 +2,10 @@
 f16 scales and their edge cases, real weight rows read from the cached GGUF files with
 gguf.GGUFReader, and llaisys's dequantize / quantize as numpy in, numpy out.
 
-gguf-py (gguf.quants) is the reference: its dequantize for all nine formats, its quantize for
-Q4_0, Q5_0 and Q8_0 (Q2_K, Q3_K and IQ4_XS have no quantizer in llaisys: they run as files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are
-the reference for the K-quants where that library is at hand.
+gguf-py (gguf.quants) is the reference: its dequantize for all eleven formats, its quantize for
+Q4_0, Q5_0 and Q8_0 (Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS have no quantizer in llaisys: they run as
+files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are the
+reference for the K-quants where that library is at hand.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from llaisys import ops
 
 gguf = pytest.importorskip("gguf")
 
-FORMATS = ["q4_0", "q5_0", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]
-QUANTIZERS = [f for f in FORMATS if f not in ("q2_k", "q3_k", "iq4_xs")]  # the formats llaisys can quantize into
+FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]
+NO_QUANTIZER = ("q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs")  # run as files store them
+QUANTIZERS = [f for f in FORMATS if f not in NO_QUANTIZER]  # the formats llaisys can quantize into
 GGUF_QUANTIZES = ["q4_0", "q5_0", "q8_0"]  # the formats gguf-py can quantize
 MODELS = {"0.5b": "qwen2.5-coder-0.5b-instruct", "1.5b": "qwen2.5-coder-1.5b-instruct"}
 LIBGGML = Path.home() / ".cache/llaisys/peers/build-avx2/bin/libggml-base.so"
@@ -39,8 +41,9 @@ def sizes(fmt: str) -> tuple[int, int]:
 
 
 def scale_offsets(fmt: str) -> list[int]:
-    """Byte offsets of a block's f16 scales (d, and dmin for Q2_K / Q4_K / Q5_K)."""
-    return {"q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2], "q6_k": [208]}.get(fmt, [0])
+    """Byte offsets of a block's f16 scales (d, and dmin for Q2_K / Q4_K / Q5_K, the min m for Q4_1 / Q5_1)."""
+    return {"q4_1": [0, 2], "q5_1": [0, 2], "q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2],
+            "q6_k": [208]}.get(fmt, [0])
 
 
 def random_blocks(fmt: str, n_blocks: int, rng: np.random.Generator, scale: float = 0.05) -> np.ndarray:

@@ -13,7 +13,8 @@ COMMON = r"""
 import numpy as np, gguf, llaisys
 from gguf import GGMLQuantizationType as Q
 from llaisys import ops
-FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q5_0": (Q.Q5_0, 32, 22), "q8_0": (Q.Q8_0, 32, 34),
+FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q4_1": (Q.Q4_1, 32, 20), "q5_0": (Q.Q5_0, 32, 22), "q5_1": (Q.Q5_1, 32, 24),
+           "q8_0": (Q.Q8_0, 32, 34),
            "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210),
            "iq4_xs": (Q.IQ4_XS, 256, 136)}
 
@@ -21,8 +22,8 @@ def rand_blocks(fmt, n, k, rng):
     # random quants and packed scales, f16 scales of either sign around 0.01
     qt, bs, bb = FORMATS[fmt]
     b = rng.integers(0, 256, (n, k // bs, bb), dtype=np.uint8)
-    def f16(shape, sign):
-        v = rng.uniform(0.5, 1.5, shape) * 0.01 * (rng.choice([-1, 1], shape) if sign else 1)
+    def f16(shape, sign, size=0.01):
+        v = rng.uniform(0.5, 1.5, shape) * size * (rng.choice([-1, 1], shape) if sign else 1)
         return v.astype(np.float16).view(np.uint8).reshape(*shape[:2], 2)
     if fmt == "q6_k":
         b[:, :, 208:210] = f16((n, k // bs), True)
@@ -35,6 +36,8 @@ def rand_blocks(fmt, n, k, rng):
         b[:, :, 0:2] = f16((n, k // bs), True)
     if fmt in ("q4_k", "q5_k"):
         b[:, :, 2:4] = f16((n, k // bs), False)
+    if fmt in ("q4_1", "q5_1"):  # the min m, either sign, about half the span d q covers (16 or 32 levels)
+        b[:, :, 2:4] = f16((n, k // bs), True, 0.01 * (8 if fmt == "q4_1" else 16))
     return b.reshape(n, -1)
 
 def bound_ratio(got, x, W, bs):

@@ -83,6 +83,16 @@ def test_dequantize_real_tensors(model, fmt, request):
     np.testing.assert_array_equal(bits(got), bits(reference_dequantize(raw, fmt).reshape(shape)), err_msg=name)
 
 
+@pytest.mark.slow  # reads SmolLM2's Q4_1 file where test/smollm2_files.py has fetched it
+def test_dequantize_real_q4_1_tensors():
+    path = Path.home() / ".cache" / "llaisys" / "test-models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    if not path.is_file():
+        pytest.skip(f"{path} is not cached (test/models/test_smollm2_real.py fetches it)")
+    name, raw, shape = real_rows(path, "q4_1")
+    got = dequantize(raw, "q4_1", shape)
+    np.testing.assert_array_equal(bits(got), bits(reference_dequantize(raw, "q4_1").reshape(shape)), err_msg=name)
+
+
 CHILD = """
 import json, sys
 import numpy as np

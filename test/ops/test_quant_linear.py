@@ -2,9 +2,10 @@
 path this CPU can run (the path is chosen once per process, so each runs in a child under
 LLAISYS_ISA), against x @ dequantize(W)^T in float64 with gguf-py's dequantizer.
 
-The bound. The kernels quantize each activation block (32 values for Q4_0/Q5_0/Q8_0, 256 for
-the K-quants) to int8 with d = max|x| / 127, so each value moves by at most d / 2, and the rest
-is exact integer arithmetic scaled in f32. Hence per output
+The bound. The kernels quantize each activation block (32 values for Q4_0/Q4_1/Q5_0/Q5_1/Q8_0,
+256 for the K-quants) to int8 with d = max|x| / 127, so each value moves by at most d / 2, and
+the rest is exact integer arithmetic scaled in f32 (Q4_1 / Q5_1: d (q . x_q) + m sum(x_q), which
+is (d q + m) . x_q, the weights against the same rounded x). Hence per output
     |got - ref| <= sum_blocks d_b / 2 * sum_{i in b} |W_i|  +  1e-4 |x| . |W|
 (the second term covers the f32 scaling and summation). The test reports the worst ratio of
 the error to this bound, which must stay below 1; typically it is 0.05 to 0.2.
@@ -31,7 +32,8 @@ from llaisys import runtime
 print(runtime.cpu_isa())
 rng = np.random.default_rng(20)
 res = {}
-real_k = {"q4_0": 4864, "q5_0": 896, "q8_0": 4864, "q2_k": 1536, "q3_k": 8960, "q4_k": 8960, "q5_k": 1536, "q6_k": 8960, "iq4_xs": 1536}
+real_k = {"q4_0": 4864, "q4_1": 576, "q5_0": 896, "q5_1": 4864, "q8_0": 4864, "q2_k": 1536, "q3_k": 8960, "q4_k": 8960,
+          "q5_k": 1536, "q6_k": 8960, "iq4_xs": 1536}
 for fmt, (qt, bs, bb) in FORMATS.items():
     worst = 0.0
     for k in (256, real_k[fmt]):
@@ -67,7 +69,7 @@ def test_every_format_within_the_activation_quantization_bound(isa, split, avx_v
     if gfni == "1" and "gfni" not in cpu_flags():
         pytest.skip("no gfni in /proc/cpuinfo: the GFNI build of the AVX-512 x16 kernels cannot run here")
     res = run_child(isa, CHILD, split, avx_vnni, gfni, prefetch)
-    assert set(res) == {"q4_0", "q5_0", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"}
+    assert set(res) == {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)
 
@@ -169,7 +171,7 @@ def test_float_path_on_amx_tiles(forced):
     assert child.returncode == 0, child.stderr[-4000:]
     assert child.stdout.splitlines()[:2] == ["avx512bf16", "amx"], "the kernel did not grant AMX"
     res = json.loads(child.stdout.splitlines()[-1])
-    assert len(res) == 12 * len(ms)
+    assert len(res) == 2 * len(FORMATS) * len(ms)  # two k a format
     for case, errs in res.items():
         for err in errs:
             if case.endswith("m2"):
@@ -241,15 +243,17 @@ def test_packed_handle_apply_and_argmax(fmt):
 
 
 GGUF_DIR = Path.home() / ".cache" / "llaisys" / "gguf"
+SMOLLM2_Q4_1 = Path.home() / ".cache" / "llaisys" / "test-models" / "SmolLM2-135M-Instruct.Q4_1.gguf"  # smollm2_files
 
 
-@pytest.mark.parametrize("file", ["qwen2.5-coder-0.5b-instruct.gguf", "qwen2.5-coder-1.5b-instruct.gguf"])
-def test_real_weights_from_the_cached_gguf(file):
-    path = GGUF_DIR / file
+@pytest.mark.parametrize("path", [GGUF_DIR / "qwen2.5-coder-0.5b-instruct.gguf",
+                                  GGUF_DIR / "qwen2.5-coder-1.5b-instruct.gguf", SMOLLM2_Q4_1],
+                         ids=["qwen0.5b", "qwen1.5b", "smollm2-q4_1"])
+def test_real_weights_from_the_cached_gguf(path):
     if not path.exists():
         pytest.skip(f"{path} is not cached")
     file = read_gguf(path)  # the library's reader: gguf.GGUFReader takes ~25 s on the vocabulary
-    names = {"q4_0": Q.Q4_0, "q5_0": Q.Q5_0, "q8_0": Q.Q8_0, "q4_k": Q.Q4_K, "q5_k": Q.Q5_K, "q6_k": Q.Q6_K}
+    names = {f: qt for f, (qt, _, _) in FORMATS.items()}
     seen = set()
     rng = np.random.default_rng(5)
     for t in file.tensors:

@@ -1,5 +1,5 @@
-"""Block-quantized weights (GGUF Q8_0, Q4_0, Q5_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; IQ4_NL as the
-loader rewrites it) through the whole forward,
+"""Block-quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS;
+IQ4_NL as the loader rewrites it) through the whole forward,
 against transformers running the same weights dequantized by gguf-py.
 
 Every linear weight of a small random Qwen2 is a random but valid block tensor of the format
@@ -40,10 +40,10 @@ NOISE_FACTOR = 1.5  # llaisys lands within ~1.0x of it (the kernels round exactl
 MIN_ATOL = 1e-3
 
 # the largest |multiplier of d| a format's block can produce: scales chosen so weights ~0.05
-MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q2_k": 15 * 3, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4, "iq4_xs": 32 * 127,
+MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q4_1": 15, "q5_1": 31, "q2_k": 15 * 3, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4, "iq4_xs": 32 * 127,
             "iq4_nl": 127}
 # byte offsets of the f16 super-scales in a block
-SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q2_k": (80, 82), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "iq4_xs": (0,),
+SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q2_k": (80, 82), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "iq4_xs": (0,),
             "iq4_nl": (0,)}
 
 DEVICES = [DeviceType.CPU, pytest.param(DeviceType.NVIDIA, marks=pytest.mark.skipif(
@@ -58,6 +58,8 @@ def random_blocks(fmt: str, rows: int, k: int, rng) -> np.ndarray:
     for at in SCALE_AT[fmt]:
         # Q2_K/Q4_K/Q5_K: d and dmin both positive (their dequantization is d*sc*q - dmin*m)
         scale = rng.uniform(0.5, 1.5, size=(rows, k // block)) * (0.05 / MAX_MULT[fmt])
+        if fmt in ("q4_1", "q5_1") and at == 2:  # the min m: either sign, half the span d q covers
+            scale *= MAX_MULT[fmt] / 2
         if fmt not in ("q2_k", "q4_k", "q5_k"):
             scale *= rng.choice([-1.0, 1.0], size=scale.shape)
         raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
@@ -165,7 +167,8 @@ ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
 
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
-@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q5_0", "q2_k", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl", "iq4_xs"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q4_k", "q5_k", "q6_k", "q3_k", "iq4_nl",
+                                 "iq4_xs"])
 @pytest.mark.parametrize("layout", ["block", "slot"])
 def test_every_linear_in_one_format(fmt, layout, device):
     fmts = {p: fmt for p in ALL}
@@ -178,12 +181,15 @@ def test_every_linear_in_one_format(fmt, layout, device):
 
 @pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
 @pytest.mark.parametrize("tie", [False, True], ids=["untied", "tied"])
-@pytest.mark.parametrize("recipe", [("q4_k", "q6_k", "q6_k"), ("q3_k", "q5_k", "q4_k"), ("q2_k", "q3_k", "q3_k")],
-                         ids=["q4_k_m", "q3_k_m", "q2_k"])
+@pytest.mark.parametrize("recipe", [("q4_k", "q6_k", "q6_k"), ("q3_k", "q5_k", "q4_k"), ("q2_k", "q3_k", "q3_k"),
+                                    ("q5_1", "q8_0", "q6_k")],
+                         ids=["q4_k_m", "q3_k_m", "q2_k", "q5_k_m-fallback"])
 def test_mixed_formats_like_a_q4_k_m_file(tie, device, recipe):
     """Q4_K_M: v and down Q6_K beside Q4_K (one fused qkv with two formats), lm_head Q6_K, embedding
     Q4_K (untied) or the quantized lm_head read back as the embedding (tied). Q3_K_M: Q3_K with v
-    Q5_K and down Q4_K. Q2_K: Q2_K with v and down Q3_K, as llama.cpp's recipe."""
+    Q5_K and down Q4_K. Q2_K: Q2_K with v and down Q3_K, as llama.cpp's recipe. Q5_K_M on rows
+    that 256 does not divide (Qwen2.5-0.5B's 896): Q5_1 with v Q8_0 (Q6_K's fallback), down
+    (4864-wide rows there) Q6_K."""
     most, v, down = recipe
     fmts = dict.fromkeys(ALL, most)
     fmts.update(v_proj=v, down_proj=down, lm_head="q6_k")

@@ -24,7 +24,9 @@ class DataType(IntEnum):
     BOOL = 9
     # block-quantized (GGUF layouts): 100 + the GGML type id
     Q4_0 = 102
+    Q4_1 = 103
     Q5_0 = 106
+    Q5_1 = 107
     Q8_0 = 108
     Q2_K = 110
     Q3_K = 111

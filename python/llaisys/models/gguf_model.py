@@ -5,15 +5,15 @@ converted or written: the hyperparameters come from the `<arch>.*` metadata (as 
 reads them), the tokenizer and chat template from `tokenizer.*` (gguf_tokenizer), and every
 tensor is handed to the model in its stored type:
 
-    Q4_0 Q5_0 Q8_0 Q2_K Q3_K Q4_K   linear weights and the embedding: a QuantTensor holding the
-    Q5_K Q6_K IQ4_XS                raw GGUF blocks (memory-mapped; the core copies them)
+    Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K   linear weights and the embedding: a QuantTensor holding the
+    Q3_K Q4_K Q5_K Q6_K IQ4_XS      raw GGUF blocks (memory-mapped; the core copies them)
     IQ4_NL                          rewritten at load into Q8_0, which holds its values exactly,
                                     and run as that (gguf_transcode.py)
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
     a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
                                     something the core's kernels take
     a type without our kernels      widened at load: dequantized (gguf-py) into the float dtype,
-    (Q4_1, Q5_1, IQ2/3, TQ, ...)    with a warning naming the types and the bytes it costs (more
+    (IQ1/2/3, TQ, MXFP4, ...)       with a warning naming the types and the bytes it costs (more
                                     than the file: f32 is 4 bytes a weight), refused where that
                                     would not fit in the memory available
     anything else                   refused, naming the tensor
@@ -57,8 +57,8 @@ from .tensors import QUANT_BLOCKS, QUANTIZABLE_KINDS, QuantTensor
 from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolve_special, _SPECIAL_KEYS, _special_text
 
 _Q = gguf.GGMLQuantizationType
-QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q5_0: "q5_0", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k", _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k",
-              _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k", _Q.IQ4_XS: "iq4_xs"}
+QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q4_1: "q4_1", _Q.Q5_0: "q5_0", _Q.Q5_1: "q5_1", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k",
+              _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k", _Q.IQ4_XS: "iq4_xs"}
 FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
 _FLOAT_DTYPES = ("bf16", "f16", "f32")
 WIDEN = "widen"  # the plan's tag of a type without our kernels that gguf-py dequantizes: widened at load
@@ -203,7 +203,7 @@ def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, sour
         return _QuantStack(tag, shape, raw)
     if tag in QUANT_BLOCKS and len(shape) == 2:
         return QuantTensor(name, tag, shape, raw.reshape(shape[0], -1))
-    if tag in QUANT_BLOCKS or tag == WIDEN:  # e.g. a Q8_0 norm, or a Q4_1 matrix: dequantize (gguf-py)
+    if tag in QUANT_BLOCKS or tag == WIDEN:  # e.g. a Q8_0 norm, or an IQ2_XS matrix: dequantize (gguf-py)
         try:
             values = gguf.quants.dequantize(raw, _Q(info.type_id)).reshape(shape).astype(np.float32)
         except Exception as e:  # noqa: BLE001 - gguf.quants on crafted bytes

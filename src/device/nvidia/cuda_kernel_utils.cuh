@@ -53,8 +53,8 @@ __device__ __forceinline__ fp16_t from_float<fp16_t>(float x) {
     return fp16_t{__half_as_ushort(__float2half_rn(x))};  // round to nearest even, subnormals kept
 }
 
-// x86's NaN rules for one f32 multiply or subtract, for kernels that must give the CPU's bits
-// (dequantize): a NaN operand comes out quieted (the first, if both are), and an invalid
+// x86's NaN rules for one f32 multiply, add or subtract, for kernels that must give the CPU's
+// bits (dequantize): a NaN operand comes out quieted (the first, if both are), and an invalid
 // operation (0 x inf, inf - inf) gives the default NaN 0xffc00000. The GPU itself returns
 // 0x7fffffff for every NaN result, which a 16-bit output would round to other bits than the
 // CPU's. Round to nearest, never contracted into an FMA.
@@ -66,6 +66,7 @@ __device__ __forceinline__ float x86_nan(float a, float b, float r) {
 }
 __device__ __forceinline__ float x86_mul(float a, float b) { return x86_nan(a, b, __fmul_rn(a, b)); }
 __device__ __forceinline__ float x86_sub(float a, float b) { return x86_nan(a, b, __fsub_rn(a, b)); }
+__device__ __forceinline__ float x86_add(float a, float b) { return x86_nan(a, b, __fadd_rn(a, b)); }
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(kFullMask, v, off);

@@ -2,11 +2,12 @@
 // time: the building block of the CUDA dequantize kernel and of the quantized GEMV (nvcc only).
 //
 // Bit-identical to the CPU reference (../dequant.cpp) by construction: the f16 scales are
-// widened exactly (to_float, as to_f32, NaN payloads kept), and every product and difference
-// is rounded on its own (x86_mul, x86_sub: round to nearest, never contracted into an FMA,
-// which nvcc's default --fmad=true would do and which would change the last bit; NaN results
-// as x86 makes them, so NaN and Inf scales give the CPU's bits too), in the CPU's order:
-//   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d
+// widened exactly (to_float, as to_f32, NaN payloads kept), and every product, sum and
+// difference is rounded on its own (x86_mul, x86_add, x86_sub: round to nearest, never
+// contracted into an FMA, which nvcc's default --fmad=true would do and which would change the
+// last bit; NaN results as x86 makes them, so NaN and Inf scales give the CPU's bits too), in
+// the CPU's order:
+//   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d      Q4_1, Q5_1: d * float(q) + m
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q3_K, Q6_K: (d * scale) * float(q - offset)
 // The NaN handling is a compare and a select per element on data already in registers.
 //
@@ -23,6 +24,7 @@
 namespace llaisys::quant::nvidia {
 
 using device::nvidia::to_float;
+using device::nvidia::x86_add;
 using device::nvidia::x86_mul;
 using device::nvidia::x86_sub;
 
@@ -48,6 +50,27 @@ __device__ __forceinline__ void dequant8(const BlockQ5_0 &b, int e0, float *out)
     for (int t = 0; t < 8; t++) {
         const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
         out[t] = x86_mul(d, float(q - 16));
+    }
+}
+
+// Q4_1 / Q5_1: Q4_0's and Q5_0's quants without the offset, (d * q) + m.
+__device__ __forceinline__ void dequant8(const BlockQ4_1 &b, int e0, float *out) {  // out [8]
+    const float d = to_float(b.d), m = to_float(b.m);
+    const int shift = e0 >= 16 ? 4 : 0;
+    const uint8_t *qs = b.qs + (e0 & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = x86_add(x86_mul(d, float((qs[t] >> shift) & 0x0F)), m);
+}
+
+__device__ __forceinline__ void dequant8(const BlockQ5_1 &b, int e0, float *out) {  // out [8]
+    const float d = to_float(b.d), m = to_float(b.m);
+    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
+    const int shift = e0 >= 16 ? 4 : 0;
+    const uint8_t *qs = b.qs + (e0 & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) {
+        const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
+        out[t] = x86_add(x86_mul(d, float(q)), m);
     }
 }
 

@@ -129,7 +129,7 @@ struct Bf16Sink {
             const __m512i idx = _mm512_add_epi16(_mm512_cvtepu8_epi16(q),  // elements 16 .. 31: words 4 ..
                                                  _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1));
             _mm512_storeu_si512(o, _mm512_permutexvar_epi16(idx, lut));
-        } else if constexpr (kLevels > 0) {  // Q4_K, Q5_K: the kLevels values s0 v - mn made once, q looked up
+        } else if constexpr (kLevels > 0) {  // Q4_K, Q5_K, Q4_1, Q5_1: the values s0 v - mn made once, q looked up
             const float mn = mn0;
             (void)s1, (void)mn1;
             const __m512 v0 = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -173,7 +173,9 @@ void dequant_row_bf16(uint16_t *dst, const std::byte *row, size_t nb) {
 void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size_t nb) {
     switch (dt) {
     case LLAISYS_DTYPE_Q4_0: return dequant_row_bf16<quant::BlockQ4_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q4_1: return dequant_row_bf16<quant::BlockQ4_1>(dst, row, nb);
     case LLAISYS_DTYPE_Q5_0: return dequant_row_bf16<quant::BlockQ5_0>(dst, row, nb);
+    case LLAISYS_DTYPE_Q5_1: return dequant_row_bf16<quant::BlockQ5_1>(dst, row, nb);
     case LLAISYS_DTYPE_Q8_0: return dequant_row_bf16<quant::BlockQ8_0>(dst, row, nb);
     case LLAISYS_DTYPE_Q2_K: return dequant_row_bf16<quant::BlockQ2_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q3_K: return dequant_row_bf16<quant::BlockQ3_K>(dst, row, nb);
@@ -181,7 +183,7 @@ void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size
     case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
     case LLAISYS_DTYPE_IQ4_XS: return dequant_row_bf16<quant::BlockIQ4_XS>(dst, row, nb);
-    default: return;  // quant_weight.cpp only stores the nine formats
+    default: return;  // quant_weight.cpp only stores the eleven formats
     }
 }
 

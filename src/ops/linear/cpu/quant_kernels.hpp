@@ -5,7 +5,8 @@
 // Activations are quantized once per call, per row of x, symmetrically to int8 with an f32
 // scale per block: d = max|x| / 127, q = round(x / d), so |x - q d| <= d / 2.
 //   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use sum(q) for their offsets
-//   (q - 8, q - 16), subtracted from the integer dot product before it is scaled;
+//   (q - 8, q - 16), subtracted from the integer dot product before it is scaled; Q4_1 and
+//   Q5_1 read it too, their min m a term of its own: d d_x (q . x_q) + m d_x sum(x_q);
 //   Q2_K .. Q6_K and IQ4_XS weights read BlockQ8_K (256 values) and its bsums (sums of each 16) or
 //   dsums (d times the sums of each 32) for their offsets and mins.
 // The weight's stored integers are multiplied with the activations' in exact integer

@@ -13,9 +13,9 @@
 namespace llaisys::ops::cpu {
 namespace {
 
-constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q5_0, LLAISYS_DTYPE_Q8_0, LLAISYS_DTYPE_Q2_K,
-                                          LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K, LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K,
-                                          LLAISYS_DTYPE_IQ4_XS};
+constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q4_1, LLAISYS_DTYPE_Q5_0, LLAISYS_DTYPE_Q5_1,
+                                          LLAISYS_DTYPE_Q8_0, LLAISYS_DTYPE_Q2_K, LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K,
+                                          LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K, LLAISYS_DTYPE_IQ4_XS};
 
 // The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
 // vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K, Q2_K, Q3_K and
@@ -23,7 +23,7 @@ constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q5_0
 // per weight (6-bit values rebuilt 8 rows at a time, one broadcast activation word per 4 k): on
 // Zen 3 (AVX2, 2 threads) it lost at every m, 2x at m = 1 to 4 (lm_head 22.7 ms against 12.3 at
 // m = 1), 1.3x at 64, and tied at 256 where both take the float path; as half the 1.5B Q4_K_M's
-// bytes (ffn_down, lm_head) it cost decode 15-30%. Q4_0 and Q5_K have no x16 kernels. Without
+// bytes (ffn_down, lm_head) it cost decode 15-30%. Q4_0, Q4_1, Q5_1 and Q5_K have no x16 kernels. Without
 // AVX2 a plain-loop x16 kernel ran 4-25x slower than the float path: the file's layout.
 bool repacks(llaisysDataType_t dt) {
     static const bool on = [] {
@@ -55,7 +55,8 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   o:       Q8_0 0.95 / 1.01          Q5_0 1.30 / 1.51 / 1.65    Q4_K 0.94 / 1.03 / 0.91 / 0.97
     //            Q6_K 0.69 / 0.78 / 0.89 / 1.06
     //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
-    // (Q4_0 taken as Q8_0, Q5_K, Q2_K and IQ4_XS as Q4_K, Q3_K as Q6_K).
+    // (Q4_0 taken as Q8_0, Q5_K, Q2_K and IQ4_XS as Q4_K, Q3_K as Q6_K; Q4_1 and Q5_1, not measured,
+    // as Q4_0 and Q5_0: the same 32-blocks and int8 walk, plus one f32 term a block for the min).
     // AVX-512 (Xeon with VNNI and BF16, 2 threads, 2026-11-26; the int8 path on vpdpbusd, the
     // float path on f32 FMAs even where the CPU has vdpbf16ps), float path speedup at m = 8 /
     // 16 / 32 / 64:
@@ -93,8 +94,10 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (isa >= Isa::Avx512) return 32;
     if (isa == Isa::Avx2 && !cpu_splits_256()) {
         switch (dt) {
-        case LLAISYS_DTYPE_Q5_0: return 16;
+        case LLAISYS_DTYPE_Q5_0:
+        case LLAISYS_DTYPE_Q5_1: return 16;
         case LLAISYS_DTYPE_Q4_0:
+        case LLAISYS_DTYPE_Q4_1:
         case LLAISYS_DTYPE_Q8_0: return 32;
         case LLAISYS_DTYPE_Q3_K:
         case LLAISYS_DTYPE_Q6_K: return 128;

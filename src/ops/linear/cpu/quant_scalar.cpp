@@ -19,23 +19,45 @@ int dot32(const uint8_t *q, const int8_t *x, size_t len) {
     return s;
 }
 
+// The 32 stored integers of a Q4_0 / Q4_1 block (nibbles, 0..15) and of a Q5_0 / Q5_1 block
+// (plus bit i of qh as bit 4, 0..31) into q [32].
+void quants4(const uint8_t *qs, uint8_t *q) {
+    for (size_t i = 0; i < 16; i++) {
+        q[i] = qs[i] & 0x0F;
+        q[i + 16] = qs[i] >> 4;
+    }
+}
+
+void quants5(const uint8_t *qs, const uint8_t *qh_bytes, uint8_t *q) {
+    uint32_t qh;
+    std::memcpy(&qh, qh_bytes, 4);
+    for (size_t i = 0; i < 16; i++) {
+        q[i] = uint8_t((qs[i] & 0x0F) | (((qh >> i) & 1) << 4));
+        q[i + 16] = uint8_t((qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
+    }
+}
+
 // One weight block against one activation block; q is scratch for the block's integers.
 float block_dot(const BlockQ4_0 &b, const BlockQ8_32 &x, uint8_t *q) {
-    for (size_t i = 0; i < 16; i++) {
-        q[i] = b.qs[i] & 0x0F;
-        q[i + 16] = b.qs[i] >> 4;
-    }
+    quants4(b.qs, q);
     return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32) - 8 * x.sum);
 }
 
 float block_dot(const BlockQ5_0 &b, const BlockQ8_32 &x, uint8_t *q) {
-    uint32_t qh;
-    std::memcpy(&qh, b.qh, 4);
-    for (size_t i = 0; i < 16; i++) {
-        q[i] = uint8_t((b.qs[i] & 0x0F) | (((qh >> i) & 1) << 4));
-        q[i + 16] = uint8_t((b.qs[i] >> 4) | (((qh >> (i + 16)) & 1) << 4));
-    }
+    quants5(b.qs, b.qh, q);
     return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32) - 16 * x.sum);
+}
+
+// Q4_1 / Q5_1: sum (d q + m) x = d x.d (q . x_q) + m x.d sum(x_q), the min a term of its own
+// (it has its own f16 scale: no integer offset as Q4_0's).
+float block_dot(const BlockQ4_1 &b, const BlockQ8_32 &x, uint8_t *q) {
+    quants4(b.qs, q);
+    return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32)) + to_f32(b.m) * x.d * float(x.sum);
+}
+
+float block_dot(const BlockQ5_1 &b, const BlockQ8_32 &x, uint8_t *q) {
+    quants5(b.qs, b.qh, q);
+    return to_f32(b.d) * x.d * float(dot32(q, x.qs, 32)) + to_f32(b.m) * x.d * float(x.sum);
 }
 
 float block_dot(const BlockQ8_0 &b, const BlockQ8_32 &x, uint8_t *) {

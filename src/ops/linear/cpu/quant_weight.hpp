@@ -1,5 +1,5 @@
-// A linear layer's weight kept in its GGUF block-quantized form (Q4_0, Q5_0, Q8_0, Q4_K, Q5_K,
-// Q6_K), and the linear over it (linear_quant).
+// A linear layer's weight kept in its GGUF block-quantized form (any format of
+// src/quant/blocks.hpp), and the linear over it (linear_quant).
 //
 // Layout. W [n, k] (row j is output j) is held as row ranges ("segments") set one by one,
 // each in one quant dtype: a fused q|k|v weight may hold Q4_K rows beside Q6_K rows. A

@@ -20,8 +20,10 @@ using quant::BlockQ2_K;
 using quant::BlockQ3_K;
 using quant::BlockIQ4_XS;
 using quant::BlockQ4_0;
+using quant::BlockQ4_1;
 using quant::BlockQ4_K;
 using quant::BlockQ5_0;
+using quant::BlockQ5_1;
 using quant::BlockQ5_K;
 using quant::BlockQ6_K;
 using quant::BlockQ8_0;
@@ -49,8 +51,8 @@ __device__ __forceinline__ float bias_at(const void *bias, int dt, size_t j) {
 // exactly, so one subtraction gives the integer: no int-to-float conversion, which runs at a
 // quarter of the FMA rate). Formats with one scale per unit (Q4_0, Q5_0, Q8_0, Q6_K) sum
 // q x and scale the sum once; Q2_K, Q4_K and Q5_K form each weight as fmaf(d sc, q, -dmin m), one
-// rounding. So the product is W x in f32 with a different summation order and rounding from
-// llaisysDequantize's weights, inside the same bound. (The first versions dequantized bit for
+// rounding (Q4_1 and Q5_1 as fmaf(d, q, m)). So the product is W x in f32 with a different
+// summation order and rounding from llaisysDequantize's weights, inside the same bound. (The first versions dequantized bit for
 // bit as llaisysDequantize, at about 12 instructions an element, and walked a row with one
 // memory round trip per 256 elements, one after the other: the 1.5B's Q4_K decode ran at 95
 // tok/s, against 125 from bf16 weights.)
@@ -163,22 +165,28 @@ __device__ __forceinline__ void unit_dot(const BlockQ4_0 &b, int u, const float 
     scaled_unit<MR>(q, 8.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
-template <int MR>
-__device__ __forceinline__ void unit_dot(const BlockQ5_0 &b, int u, const float *x, size_t k, int m, bool vec,
-                                         float *acc) {
-    const uint32_t qh = ld4(b.qh) >> (16 * u);  // bit t: the fifth bit of element 16 u + t
-    uint32_t q[4];
+// Q5_0 / Q5_1 unit u: elements 16 u + t, the low (u = 0) or high (u = 1) nibbles of qs[t] with
+// bit 16 u + t of the little-endian qh as bit 4.
+__device__ __forceinline__ void q5_unit(const uint8_t *qs, const uint8_t *qh_bytes, int u, uint32_t (&q)[4]) {
+    const uint32_t qh = ld4(qh_bytes) >> (16 * u);  // bit t: the fifth bit of element 16 u + t
 #pragma unroll
     for (int w = 0; w < 4; w++) {
         const uint32_t h = (qh >> (4 * w)) & 0xFu;  // fifth bits of bytes 4w .. 4w + 3
         const uint32_t hb = (h & 1u) | (h & 2u) << 7 | (h & 4u) << 14 | (h & 8u) << 21;
-        q[w] = ((ld4(b.qs + 4 * w) >> (4 * u)) & 0x0F0F0F0Fu) | hb << 4;
+        q[w] = ((ld4(qs + 4 * w) >> (4 * u)) & 0x0F0F0F0Fu) | hb << 4;
     }
+}
+
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ5_0 &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    uint32_t q[4];
+    q5_unit(b.qs, b.qh, u, q);
     scaled_unit<MR>(q, 16.0f, to_float(b.d), x, k, m, vec, acc);
 }
 
-// acc[i] += w . x_i for a unit of the formats with a min (Q2_K, Q4_K, Q5_K): each weight
-// fmaf(d sc, q, -dmin m), one rounding.
+// acc[i] += w . x_i for a unit of the formats with a min (Q2_K, Q4_K, Q5_K; Q4_1 and Q5_1 with
+// ml = -m): each weight fmaf(d sc, q, -dmin m), one rounding.
 template <int MR>
 __device__ __forceinline__ void minned_unit(const uint32_t (&q)[4], float dl, float ml, const float *x, size_t k,
                                             int m, bool vec, float *acc) {
@@ -187,6 +195,25 @@ __device__ __forceinline__ void minned_unit(const uint32_t (&q)[4], float dl, fl
 #pragma unroll
     for (int t = 0; t < kUnit; t++) v[t] = fmaf(dl, v[t], -ml);
     unit_fma<MR, false>(v, 1.0f, x, k, m, vec, acc);
+}
+
+// Q4_1 / Q5_1 unit u: Q4_0's and Q5_0's quants, each weight fmaf(d, q, m) (minned_unit with
+// the min negated).
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ4_1 &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    uint32_t q[4];
+#pragma unroll
+    for (int w = 0; w < 4; w++) q[w] = (ld4(b.qs + 4 * w) >> (4 * u)) & 0x0F0F0F0Fu;
+    minned_unit<MR>(q, to_float(b.d), -to_float(b.m), x, k, m, vec, acc);
+}
+
+template <int MR>
+__device__ __forceinline__ void unit_dot(const BlockQ5_1 &b, int u, const float *x, size_t k, int m, bool vec,
+                                         float *acc) {
+    uint32_t q[4];
+    q5_unit(b.qs, b.qh, u, q);
+    minned_unit<MR>(q, to_float(b.d), -to_float(b.m), x, k, m, vec, acc);
 }
 
 // Q4_K / Q5_K unit u: sub-block j = u / 2, its elements 16 (u % 2) + t; q from the nibbles

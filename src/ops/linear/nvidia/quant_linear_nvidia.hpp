@@ -1,5 +1,5 @@
-// CUDA launcher of linear over a block-quantized weight (GGUF Q4_0, Q5_0, Q8_0, Q4_K, Q5_K,
-// Q6_K blocks in device memory, see /src/quant/blocks.hpp): the GPU twin of
+// CUDA launcher of linear over a block-quantized weight (GGUF blocks of any format of
+// /src/quant/blocks.hpp, in device memory): the GPU twin of
 // /src/ops/linear/cpu/quant_weight.hpp's linear_quant_rows.
 #pragma once
 
