@@ -63,16 +63,21 @@ def act_block(fmt):
 
 # Formats a packed handle repacks 16 rows at a time from AVX2 on (src/ops/linear/cpu/quant_x16.hpp).
 X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0", "q2_k", "q3_k", "iq4_xs"}
-# ... of which these only for the AVX-512 VNNI kernels
-X16_VNNI512_ONLY = {"q6_k", "q2_k", "q3_k", "iq4_xs"}
+# ... of which these only for the VNNI kernels: Q6_K AVX-512 VNNI's, the low-bit ones AVX-512
+# VNNI's or AVX-VNNI's (the VEX vpdpbusd, on where the CPU has it unless LLAISYS_AVX_VNNI=0)
+X16_VNNI_ONLY = {"q6_k": ("avx512_vnni",), "q2_k": ("avx512_vnni", "avx_vnni"), "q3_k": ("avx512_vnni", "avx_vnni"),
+                 "iq4_xs": ("avx512_vnni", "avx_vnni")}
 
 
-def repacked(fmt, isa):
+def repacked(fmt, isa, avx_vnni=True):
     """Whether a packed handle of fmt is in the x16 layout under isa (repacks() in
-    src/ops/linear/cpu/quant_plan.cpp)."""
+    src/ops/linear/cpu/quant_plan.cpp); avx_vnni: LLAISYS_AVX_VNNI not 0."""
     if isa == "scalar" or fmt not in X16_FORMATS:
         return False
-    return fmt not in X16_VNNI512_ONLY or isa.startswith("avx512") and "avx512_vnni" in cpu_flags()
+    if fmt not in X16_VNNI_ONLY:
+        return True
+    have = {f for f in X16_VNNI_ONLY[fmt] if f in cpu_flags()}
+    return (isa.startswith("avx512") and "avx512_vnni" in have) or (avx_vnni and "avx_vnni" in have)
 
 
 def run_child(isa, code, split="0", avx_vnni="0", gfni="1", prefetch=None):

@@ -30,8 +30,9 @@ bool repacks(llaisysDataType_t dt) {
         const char *env = std::getenv("LLAISYS_QUANT_X16");
         return !(env && std::strcmp(env, "0") == 0) && active_isa() >= Isa::Avx2;
     }();
-    if (dt == LLAISYS_DTYPE_Q6_K || dt == LLAISYS_DTYPE_Q2_K || dt == LLAISYS_DTYPE_Q3_K || dt == LLAISYS_DTYPE_IQ4_XS)
-        return on && cpu_has_avx512_vnni();
+    if (dt == LLAISYS_DTYPE_Q6_K) return on && cpu_has_avx512_vnni();
+    if (dt == LLAISYS_DTYPE_Q2_K || dt == LLAISYS_DTYPE_Q3_K || dt == LLAISYS_DTYPE_IQ4_XS)
+        return on && (cpu_has_avx512_vnni() || cpu_has_avx_vnni());
     return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0);
 }
 
