@@ -18,8 +18,12 @@ constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q4_1
                                           LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K, LLAISYS_DTYPE_IQ4_XS};
 
 // The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
-// vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K, Q2_K, Q3_K and
-// IQ4_XS only for the 512-bit vpdpbusd kernels (the last three have no 256-bit x16 kernel). On 256-bit vectors its x16 kernel spent about twice the file's one-row walk
+// vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit
+// vpdpbusd kernels, Q2_K, Q3_K and IQ4_XS for those and the 256-bit VEX vpdpbusd of AVX-VNNI (on
+// the same Zen 5 cores limited to AVX2 + AVX-VNNI, gate_up at m = 1: Q2_K 34 -> 53-56 GB/s, Q3_K
+// 13 -> 36-44, IQ4_XS 32 -> 78 against the file's rows; 1.4-2x at m = 16 and 64), not for plain
+// AVX2, whose vpmaddubsw form was not measured where it matters (Zen 3). Q6_K: on 256-bit
+// vectors its x16 kernel spent about twice the file's one-row walk
 // per weight (6-bit values rebuilt 8 rows at a time, one broadcast activation word per 4 k): on
 // Zen 3 (AVX2, 2 threads) it lost at every m, 2x at m = 1 to 4 (lm_head 22.7 ms against 12.3 at
 // m = 1), 1.3x at 64, and tied at 256 where both take the float path; as half the 1.5B Q4_K_M's
