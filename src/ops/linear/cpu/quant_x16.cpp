@@ -50,7 +50,12 @@ void get(quant::BlockQ6_K &f, const BlockQ6_K &x, size_t r) {
 }
 
 void put(BlockQ8_0 &x, size_t r, const quant::BlockQ8_0 &f) {
-    for (size_t e = 0; e < 32; e++) x.qs[e / 4][4 * r + e % 4] = uint8_t(f.qs[e]) ^ 0x80;
+    for (size_t c = 0; c < 8; c++) {  // a word at a time, as get: byte by byte packed at 2.4 GB/s, not 12
+        uint32_t v;
+        std::memcpy(&v, f.qs + 4 * c, 4);
+        v ^= 0x80808080u;
+        std::memcpy(&x.qs[c][4 * r], &v, 4);
+    }
     x.d[r] = f.d;
 }
 
