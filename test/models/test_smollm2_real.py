@@ -159,12 +159,14 @@ def test_runs_as_it_is_on_the_int8_kernels(gguf_path, converted, hf_gguf):
     rounded to int8 per 32, as in llama.cpp, where "What is the capital of France?" flips from
     "The capital of France is Paris." to "L'Étoile, la ..." in both engines (llama.cpp's server,
     this file: "L'Étoile, la Marseillaise, ..."; llaisys on AVX-512: "L'Étoile, la Cité, ...").
-    The other two answers begin as the f32 model's."""
+    That first token is a knife-edge (a CPU with AMX prefills on bf16 tiles, other roundings), so
+    either answer passes; the other two answers begin as the f32 model's."""
     from llaisys.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(converted)
     want, got = hf_greedy(hf_gguf, tok), llaisys_greedy(gguf_path)
-    assert tok.decode(got[0]).startswith("L'Étoile, la "), tok.decode(got[0])
+    first = tok.decode(got[0])
+    assert got[0][:8] == want[0][:8] or first.startswith("L'Étoile, la "), first
     assert got[1][:6] == want[1][:6] and got[2][:12] == want[2][:12], [tok.decode(ids) for ids in got]
 
 
