@@ -40,17 +40,22 @@ __device__ __forceinline__ void dequant8(const BlockQ4_0 &b, int e0, float *out)
     for (int t = 0; t < 8; t++) out[t] = x86_mul(d, float(int((qs[t] >> shift) & 0x0F) - 8));
 }
 
+// The 8 stored 5-bit values of a Q5_0 / Q5_1 block from element e0: the nibble, and bit e of qh
+// (the little-endian u32 of the CPU) as the fifth bit of element e.
+__device__ __forceinline__ void q5_quants8(const uint8_t *qs_all, const uint8_t *qh4, int e0, int (&q)[8]) {
+    const uint32_t qh = uint32_t(qh4[0]) | uint32_t(qh4[1]) << 8 | uint32_t(qh4[2]) << 16 | uint32_t(qh4[3]) << 24;
+    const int shift = e0 >= 16 ? 4 : 0;
+    const uint8_t *qs = qs_all + (e0 & 15);
+#pragma unroll
+    for (int t = 0; t < 8; t++) q[t] = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
+}
+
 __device__ __forceinline__ void dequant8(const BlockQ5_0 &b, int e0, float *out) {  // out [8]
     const float d = to_float(b.d);
-    // qh as the little-endian u32 of the CPU: bit e is the fifth bit of element e
-    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
-    const int shift = e0 >= 16 ? 4 : 0;
-    const uint8_t *qs = b.qs + (e0 & 15);
+    int q[8];
+    q5_quants8(b.qs, b.qh, e0, q);
 #pragma unroll
-    for (int t = 0; t < 8; t++) {
-        const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
-        out[t] = x86_mul(d, float(q - 16));
-    }
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(d, float(q[t] - 16));
 }
 
 // Q4_1 / Q5_1: Q4_0's and Q5_0's quants without the offset, (d * q) + m.
@@ -64,14 +69,10 @@ __device__ __forceinline__ void dequant8(const BlockQ4_1 &b, int e0, float *out)
 
 __device__ __forceinline__ void dequant8(const BlockQ5_1 &b, int e0, float *out) {  // out [8]
     const float d = to_float(b.d), m = to_float(b.m);
-    const uint32_t qh = uint32_t(b.qh[0]) | uint32_t(b.qh[1]) << 8 | uint32_t(b.qh[2]) << 16 | uint32_t(b.qh[3]) << 24;
-    const int shift = e0 >= 16 ? 4 : 0;
-    const uint8_t *qs = b.qs + (e0 & 15);
+    int q[8];
+    q5_quants8(b.qs, b.qh, e0, q);
 #pragma unroll
-    for (int t = 0; t < 8; t++) {
-        const int q = int((qs[t] >> shift) & 0x0F) | int((qh >> (e0 + t)) & 1u) << 4;
-        out[t] = x86_add(x86_mul(d, float(q)), m);
-    }
+    for (int t = 0; t < 8; t++) out[t] = x86_add(x86_mul(d, float(q[t])), m);
 }
 
 __device__ __forceinline__ void dequant8(const BlockQ8_0 &b, int e0, float *out) {  // out [8]
