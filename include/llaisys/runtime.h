@@ -63,7 +63,7 @@ LLAISYS_API int llaisysCpuSplits256(void);
 LLAISYS_API int llaisysCpuQuantVnni(void);
 
 /* 1 when block-quantized weights of `dtype` (a llaisysDataType_t) are repacked 16 rows at a time
- * at load in this process (the "x16" layout of the int8 kernels: Q4_K, Q8_0 and Q5_0 from AVX2 on,
+ * at load in this process (the "x16" layout of the int8 kernels: Q4_K, Q8_0, Q5_0, Q4_1 and Q5_1 from AVX2 on,
  * Q6_K only where those kernels are AVX-512 VNNI's, Q2_K, Q3_K and IQ4_XS where they are AVX-512
  * VNNI's or AVX-VNNI's; none with LLAISYS_QUANT_X16=0 or
  * llaisysCpuIsa() "scalar"), 0 otherwise (any other dtype included). Chosen once per process. */

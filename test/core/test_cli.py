@@ -108,11 +108,11 @@ def test_info(capsys, tmp_path, monkeypatch):
     quick = runtime.cpu_amx() or runtime.cpu_vnni() or runtime.cpu_isa() != "scalar" and not runtime.cpu_splits_256()
     assert fields["vnni"].endswith(f"a bare model name runs {'q4_k_m' if quick else 'bf16'}")
     assert fields["models"].split()[1] == str(tmp_path)
-    repacked = runtime.quant_repacked()  # the x16 layout: q4_k, q8_0, q5_0 from avx2 on, the rest with vnni
+    repacked = runtime.quant_repacked()  # the x16 layout: q4_k, q8_0, q5_0, q4_1, q5_1 from avx2 on, the rest with vnni
     vnni512 = runtime.cpu_isa().startswith("avx512") and "avx512_vnni" in cpu_flags()
     vnni = vnni512 or runtime.cpu_isa() != "scalar" and "avx_vnni" in cpu_flags() and os.environ.get("LLAISYS_AVX_VNNI") != "0"
     assert repacked == ([] if runtime.cpu_isa() == "scalar" else
-                        [f for f in runtime.QUANT_FORMATS if f in ("q5_0", "q8_0", "q4_k") or vnni512 and f == "q6_k"
+                        [f for f in runtime.QUANT_FORMATS if f in ("q5_0", "q8_0", "q4_k", "q4_1", "q5_1") or vnni512 and f == "q6_k"
                          or vnni and f in ("q2_k", "q3_k", "iq4_xs")])
     plan = out.split("\nlinear    ", 1)[1].splitlines()[:len(runtime.QUANT_FORMATS)]  # a line per format
     for fmt, line in zip(runtime.QUANT_FORMATS, plan):

@@ -62,7 +62,7 @@ def act_block(fmt):
 
 
 # Formats a packed handle repacks 16 rows at a time from AVX2 on (src/ops/linear/cpu/quant_x16.hpp).
-X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0", "q2_k", "q3_k", "iq4_xs"}
+X16_FORMATS = {"q4_k", "q6_k", "q8_0", "q5_0", "q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs"}
 # ... of which these only for the VNNI kernels: Q6_K AVX-512 VNNI's, the low-bit ones AVX-512
 # VNNI's or AVX-VNNI's (the VEX vpdpbusd, on where the CPU has it unless LLAISYS_AVX_VNNI=0)
 X16_VNNI_ONLY = {"q6_k": ("avx512_vnni",), "q2_k": ("avx512_vnni", "avx_vnni"), "q3_k": ("avx512_vnni", "avx_vnni"),

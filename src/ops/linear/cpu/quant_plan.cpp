@@ -17,7 +17,7 @@ constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q4_1
                                           LLAISYS_DTYPE_Q8_0, LLAISYS_DTYPE_Q2_K, LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K,
                                           LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K, LLAISYS_DTYPE_IQ4_XS};
 
-// The layout: from AVX2 on, Q4_K, Q8_0 and Q5_0 are repacked 16 rows at a time (x16: one
+// The layout: from AVX2 on, Q4_K, Q8_0, Q5_0, Q4_1 and Q5_1 are repacked 16 rows at a time (x16: one
 // vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit
 // vpdpbusd kernels, Q2_K, Q3_K and IQ4_XS for those and the 256-bit VEX vpdpbusd of AVX-VNNI (on
 // the same Zen 5 cores limited to AVX2 + AVX-VNNI, gate_up at m = 1: Q2_K 34 -> 53-56 GB/s, Q3_K
@@ -27,7 +27,7 @@ constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q4_1
 // per weight (6-bit values rebuilt 8 rows at a time, one broadcast activation word per 4 k): on
 // Zen 3 (AVX2, 2 threads) it lost at every m, 2x at m = 1 to 4 (lm_head 22.7 ms against 12.3 at
 // m = 1), 1.3x at 64, and tied at 256 where both take the float path; as half the 1.5B Q4_K_M's
-// bytes (ffn_down, lm_head) it cost decode 15-30%. Q4_0, Q4_1, Q5_1 and Q5_K have no x16 kernels. Without
+// bytes (ffn_down, lm_head) it cost decode 15-30%. Q4_0 and Q5_K have no x16 kernels. Without
 // AVX2 a plain-loop x16 kernel ran 4-25x slower than the float path: the file's layout.
 bool repacks(llaisysDataType_t dt) {
     static const bool on = [] {
@@ -37,7 +37,8 @@ bool repacks(llaisysDataType_t dt) {
     if (dt == LLAISYS_DTYPE_Q6_K) return on && cpu_has_avx512_vnni();
     if (dt == LLAISYS_DTYPE_Q2_K || dt == LLAISYS_DTYPE_Q3_K || dt == LLAISYS_DTYPE_IQ4_XS)
         return on && (cpu_has_avx512_vnni() || cpu_has_avx_vnni());
-    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0);
+    return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0 ||
+                  dt == LLAISYS_DTYPE_Q4_1 || dt == LLAISYS_DTYPE_Q5_1);
 }
 
 // The crossover: the smallest m at which the float path beats the int8 one.

@@ -69,26 +69,70 @@ void get(quant::BlockQ8_0 &f, const BlockQ8_0 &x, size_t r) {
     f.d = x.d[r];
 }
 
-void put(BlockQ5_0 &x, size_t r, const quant::BlockQ5_0 &f) {
-    for (size_t w = 0; w < 4; w++) std::memcpy(&x.qs[w][4 * r], f.qs + 4 * w, 4);
+// Q5_0 / Q5_1's fifth bits: bit c of qh[4 r + i] = bit 4 c + i of the file's little-endian qh
+void put_qh(uint8_t *xqh, const uint8_t *fqh) {
     uint32_t qh;
-    std::memcpy(&qh, f.qh, 4);
-    for (size_t e = 0; e < 32; e++) x.qh[4 * r + e % 4] |= uint8_t(((qh >> e) & 1) << (e / 4));
-    x.d[r] = f.d;
+    std::memcpy(&qh, fqh, 4);
+    for (size_t e = 0; e < 32; e++) xqh[e % 4] |= uint8_t(((qh >> e) & 1) << (e / 4));
 }
 
-void get(quant::BlockQ5_0 &f, const BlockQ5_0 &x, size_t r) {
-    for (size_t w = 0; w < 4; w++) std::memcpy(f.qs + 4 * w, &x.qs[w][4 * r], 4);
+void get_qh(uint8_t *fqh, const uint8_t *xqh) {
     uint32_t qh = 0;  // bit c of byte i -> bit 4 c + i: each byte's 8 bits spread to every 4th
     for (size_t i = 0; i < 4; i++) {
-        uint32_t t = x.qh[4 * r + i];
+        uint32_t t = xqh[i];
         t = (t | t << 12) & 0x000F000Fu;
         t = (t | t << 6) & 0x03030303u;
         t = (t | t << 3) & 0x11111111u;
         qh |= t << i;
     }
-    std::memcpy(f.qh, &qh, 4);
+    std::memcpy(fqh, &qh, 4);
+}
+
+// The 32-blocks' nibble words: qs[w][4 r + i] = the file's qs[4 w + i] of row r.
+void put_qs(uint8_t (*xqs)[4 * kRows], size_t r, const uint8_t *fqs) {
+    for (size_t w = 0; w < 4; w++) std::memcpy(&xqs[w][4 * r], fqs + 4 * w, 4);
+}
+
+void get_qs(uint8_t *fqs, const uint8_t (*xqs)[4 * kRows], size_t r) {
+    for (size_t w = 0; w < 4; w++) std::memcpy(fqs + 4 * w, &xqs[w][4 * r], 4);
+}
+
+void put(BlockQ5_0 &x, size_t r, const quant::BlockQ5_0 &f) {
+    put_qs(x.qs, r, f.qs);
+    put_qh(x.qh + 4 * r, f.qh);
+    x.d[r] = f.d;
+}
+
+void get(quant::BlockQ5_0 &f, const BlockQ5_0 &x, size_t r) {
+    get_qs(f.qs, x.qs, r);
+    get_qh(f.qh, x.qh + 4 * r);
     f.d = x.d[r];
+}
+
+void put(BlockQ4_1 &x, size_t r, const quant::BlockQ4_1 &f) {
+    put_qs(x.qs, r, f.qs);
+    x.d[r] = f.d;
+    x.m[r] = f.m;
+}
+
+void get(quant::BlockQ4_1 &f, const BlockQ4_1 &x, size_t r) {
+    get_qs(f.qs, x.qs, r);
+    f.d = x.d[r];
+    f.m = x.m[r];
+}
+
+void put(BlockQ5_1 &x, size_t r, const quant::BlockQ5_1 &f) {
+    put_qs(x.qs, r, f.qs);
+    put_qh(x.qh + 4 * r, f.qh);
+    x.d[r] = f.d;
+    x.m[r] = f.m;
+}
+
+void get(quant::BlockQ5_1 &f, const BlockQ5_1 &x, size_t r) {
+    get_qs(f.qs, x.qs, r);
+    get_qh(f.qh, x.qh + 4 * r);
+    f.d = x.d[r];
+    f.m = x.m[r];
 }
 
 void put(BlockQ2_K &x, size_t r, const quant::BlockQ2_K &f) {
@@ -152,6 +196,8 @@ auto visit(llaisysDataType_t dt, Fn fn) {
     case LLAISYS_DTYPE_Q6_K: return fn(static_cast<BlockQ6_K *>(nullptr), static_cast<const quant::BlockQ6_K *>(nullptr));
     case LLAISYS_DTYPE_Q8_0: return fn(static_cast<BlockQ8_0 *>(nullptr), static_cast<const quant::BlockQ8_0 *>(nullptr));
     case LLAISYS_DTYPE_Q5_0: return fn(static_cast<BlockQ5_0 *>(nullptr), static_cast<const quant::BlockQ5_0 *>(nullptr));
+    case LLAISYS_DTYPE_Q4_1: return fn(static_cast<BlockQ4_1 *>(nullptr), static_cast<const quant::BlockQ4_1 *>(nullptr));
+    case LLAISYS_DTYPE_Q5_1: return fn(static_cast<BlockQ5_1 *>(nullptr), static_cast<const quant::BlockQ5_1 *>(nullptr));
     case LLAISYS_DTYPE_Q2_K: return fn(static_cast<BlockQ2_K *>(nullptr), static_cast<const quant::BlockQ2_K *>(nullptr));
     case LLAISYS_DTYPE_Q3_K: return fn(static_cast<BlockQ3_K *>(nullptr), static_cast<const quant::BlockQ3_K *>(nullptr));
     case LLAISYS_DTYPE_IQ4_XS:

@@ -35,6 +35,10 @@
 //     u8   qh[64]                        bit c of qh[4 r + i] = fifth bit of element 4 c + i of row r
 //     fp16 d[16]
 //
+//   Q4_1 (320 bytes, as in the file): Q5_0's qs and d without qh, then
+//     fp16 m[16]                         row r's min
+//   Q5_1 (384 bytes, as in the file): Q5_0's block, then m[16] as Q4_1's
+//
 //   Q2_K (1344 bytes, as in the file)
 //     u8   qs[16][64]                    qs[w][4 r + i] = the file's qs[4 w + i] of row r
 //     u8   scales[16][16]                the file's scales[j] of row r (scale low nibble, min high)
@@ -96,6 +100,19 @@ struct BlockQ5_0 {
     fp16_t d[kRows];
 };
 static_assert(sizeof(BlockQ5_0) == 352);
+
+struct BlockQ4_1 {
+    uint8_t qs[4][4 * kRows];
+    fp16_t d[kRows], m[kRows];
+};
+static_assert(sizeof(BlockQ4_1) == 320);
+
+struct BlockQ5_1 {
+    uint8_t qs[4][4 * kRows];
+    uint8_t qh[4 * kRows];
+    fp16_t d[kRows], m[kRows];
+};
+static_assert(sizeof(BlockQ5_1) == 384);
 
 struct BlockQ2_K {
     uint8_t qs[16][4 * kRows];
