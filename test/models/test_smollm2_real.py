@@ -154,20 +154,42 @@ def test_runs_as_it_is_on_the_float_path(gguf_path, converted, hf_gguf):
     assert llaisys_greedy(gguf_path, LLAISYS_QUANT_F32_ROWS="0") == want
 
 
+# Largest f32 logit gap allowed for a token the int8 path picks. Measured on Zen 5, 32 tokens of
+# each answer: 0.08-0.28 on the AVX-512 x16, AVX2 and scalar paths and the file's rows; a wrong
+# kernel's picks sit several logits down.
+GAP = 1.0
+
+
+def f32_gaps(hf, tok, got) -> list:
+    """Per continuation of CHATS in got: at each generated position, how far below the f32
+    model's best logit the chosen token's is (0: its own greedy pick), teacher-forced along got."""
+    gaps = []
+    for chat, out in zip(CHATS, got):
+        ids = tok.encode(tok.apply_chat_template(chat))
+        with torch.no_grad():
+            logits = hf(torch.tensor([ids + out])).logits[0, len(ids) - 1:-1].double()
+        chosen = logits[torch.arange(len(out)), torch.tensor(out)]
+        gaps.append((logits.max(-1).values - chosen).tolist())
+    return gaps
+
+
 def test_runs_as_it_is_on_the_int8_kernels(gguf_path, converted, hf_gguf):
     """The default path: the Q4_1 matrices and the Q8_0 embedding / lm_head take activations
-    rounded to int8 per 32, as in llama.cpp, where "What is the capital of France?" flips from
-    "The capital of France is Paris." to "L'Étoile, la ..." in both engines (llama.cpp's server,
-    this file: "L'Étoile, la Marseillaise, ..."; llaisys on AVX-512: "L'Étoile, la Cité, ...").
-    That first token is a knife-edge (a CPU with AMX prefills on bf16 tiles, other roundings), so
-    either answer passes; the other two answers begin as the f32 model's."""
+    rounded to int8 per 32, as in llama.cpp. Greedy answers then part from the f32 model's where
+    its top two logits are close: "What is the capital of France?" flips from "The capital of
+    France is Paris." to "L'Étoile, la ..." in both engines (llama.cpp's server, this file:
+    "L'Étoile, la Marseillaise, ..."), and where the answers part depends on each kernel's
+    roundings (x16 or file rows, AVX2 or AVX-512, AMX's bf16 prefill). So each token llaisys
+    picks is held to the f32 model's choice teacher-forced along llaisys's own answer: within
+    GAP of the f32 model's best logit at that position (the weights are the same, only the
+    activations' rounding differs)."""
     from llaisys.models.tokenizer import Tokenizer
 
     tok = Tokenizer.from_dir(converted)
-    want, got = hf_greedy(hf_gguf, tok), llaisys_greedy(gguf_path)
-    first = tok.decode(got[0])
-    assert got[0][:8] == want[0][:8] or first.startswith("L'Étoile, la "), first
-    assert got[1][:6] == want[1][:6] and got[2][:12] == want[2][:12], [tok.decode(ids) for ids in got]
+    got = llaisys_greedy(gguf_path)
+    gaps = f32_gaps(hf_gguf, tok, got)
+    assert max(max(g) for g in gaps) < GAP, ([round(max(g), 3) for g in gaps], [tok.decode(ids) for ids in got])
+    assert "Paris" in tok.decode(hf_greedy(hf_gguf, tok)[0])  # the f32 reference is the trained model's
 
 
 def test_the_q4_1_matrices_load_as_their_blocks(gguf_path, caplog):
