@@ -79,6 +79,16 @@ typedef enum {
     /* 256 elements in 136 bytes: an f16 scale, 8 sub-blocks with 6-bit scales, 4-bit indices
      * into llama.cpp's 16-value non-linear table */
     LLAISYS_DTYPE_IQ4_XS = 123,
+    /* The i-quants of 1.56-3.44 bits a weight: 256 elements whose runs of 8 (IQ1, IQ2) or 4 (IQ3)
+     * values are entries of llama.cpp's fixed grids, with sign bits and small odd scales;
+     * bytes per block: IQ2_XXS 66, IQ2_XS 74, IQ2_S 82, IQ3_XXS 98, IQ3_S 110, IQ1_S 50, IQ1_M 56 */
+    LLAISYS_DTYPE_IQ2_XXS = 116,
+    LLAISYS_DTYPE_IQ2_XS = 117,
+    LLAISYS_DTYPE_IQ3_XXS = 118,
+    LLAISYS_DTYPE_IQ1_S = 119,
+    LLAISYS_DTYPE_IQ3_S = 121,
+    LLAISYS_DTYPE_IQ2_S = 122,
+    LLAISYS_DTYPE_IQ1_M = 129,
 } llaisysDataType_t;
 
 /* Result of every function that acts. 0 ok, >0 recoverable, <0 error. */

@@ -36,6 +36,8 @@ _BY_NAME = {
     "q8_0": DataType.Q8_0,
     "q2_k": DataType.Q2_K, "q3_k": DataType.Q3_K, "q4_k": DataType.Q4_K, "q5_k": DataType.Q5_K, "q6_k": DataType.Q6_K,
     "iq4_xs": DataType.IQ4_XS,
+    "iq2_xxs": DataType.IQ2_XXS, "iq2_xs": DataType.IQ2_XS, "iq2_s": DataType.IQ2_S, "iq3_xxs": DataType.IQ3_XXS,
+    "iq3_s": DataType.IQ3_S, "iq1_s": DataType.IQ1_S, "iq1_m": DataType.IQ1_M,
 }
 
 
@@ -56,7 +58,7 @@ _BLOCKS = {dt: (int(LIB.llaisysDataTypeBlockSize(int(dt))), int(LIB.llaisysDataT
 
 def is_quantized(dtype: "DataType | str") -> bool:
     """True for the block-quantized dtypes (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,
-    iq4_xs)."""
+    iq4_xs and the i-quants iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq1_s, iq1_m)."""
     return as_dtype(dtype) in _BLOCKS
 
 

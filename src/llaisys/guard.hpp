@@ -104,7 +104,7 @@ E enum_in_range(const E &e, E lo, E hi, const char *what) {
 // a sparse range); a function that cannot take a quantized dtype refuses it by its own check.
 inline llaisysDataType_t enum_arg(const llaisysDataType_t &x) {
     const int v = enum_bits(x);
-    if (v > int(LLAISYS_DTYPE_BOOL) && v <= int(LLAISYS_DTYPE_IQ4_XS) && is_quant_dtype(llaisysDataType_t(v))) {
+    if (v > int(LLAISYS_DTYPE_BOOL) && v <= int(LLAISYS_DTYPE_IQ1_M) && is_quant_dtype(llaisysDataType_t(v))) {
         return llaisysDataType_t(v);
     }
     return enum_in_range(x, LLAISYS_DTYPE_INVALID, LLAISYS_DTYPE_BOOL, "dtype");

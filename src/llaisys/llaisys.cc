@@ -31,7 +31,7 @@ namespace {
 // A dtype from any int that may arrive from C (no enum-typed load): INVALID outside the enum.
 llaisysDataType_t dtype_from_c(llaisysDataType_t dtype) {
     const int v = llaisys::capi::enum_bits(dtype);
-    if (v < 0 || v > LLAISYS_DTYPE_IQ4_XS) return LLAISYS_DTYPE_INVALID;
+    if (v < 0 || v > LLAISYS_DTYPE_IQ1_M) return LLAISYS_DTYPE_INVALID;
     return llaisysDataType_t(v);
 }
 }  // namespace

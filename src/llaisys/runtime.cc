@@ -91,8 +91,7 @@ int llaisysCpuQuantRepacked(int dtype) {
 llaisysStatus_t llaisysCpuQuantPlan(int dtype, const char **text) {
     return guard([&] {
         const auto dt = static_cast<llaisysDataType_t>(dtype);
-        LLAISYS_CHECK_ARG(is_quant_dtype(dt), "dtype ", dtype, " is not block-quantized (q4_0, q4_1, q5_0, q5_1, "
-                          "q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs are)");
+        LLAISYS_CHECK_ARG(is_quant_dtype(dt), "dtype ", dtype, " is not block-quantized (", kQuantDtypeNames, " are)");
         const ops::cpu::QuantPlan &plan = ops::cpu::quant_plan(dt);  // a function-local static: lives to the end
         if (text) *text = plan.text.c_str();
     });

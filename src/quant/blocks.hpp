@@ -16,6 +16,10 @@
 //   IQ4_XS: d * (ls[j] - 32) * T[q]        8 sub-blocks j of 32; ls 6 bits (scales_l nibble, scales_h
 //                                          2 bits); q the low (i < 16) or high nibble of qs[16 j + i % 16],
 //                                          T llama.cpp's int8 table kIq4Values
+//   IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (the i-quants of 1.56-3.44 bits a weight):
+//                                          runs of 8 (IQ1, IQ2) or 4 (IQ3) values are one entry of a
+//                                          fixed grid (iq_grids.hpp), with sign bits and odd scales per
+//                                          16 or 32; as integers D * S[e / 16] * q[e] (iq.hpp)
 // Q8_K is not a storage format here: the K-quant kernels' activation side is their own layout
 // (BlockQ8_K in ops/linear/cpu/quant_kernels.hpp).
 #pragma once
@@ -89,6 +93,43 @@ struct BlockIQ4_XS {
 };
 // IQ4_NL / IQ4_XS's 16 values (ggml's kvalues_iq4nl)
 constexpr int8_t kIq4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+// The i-quants (llama.cpp's ggml-common.h layouts; iq.hpp reads them).
+struct BlockIQ2_XXS {
+    fp16_t d;
+    uint16_t qs[kBlockK / 8];  // per 32: 4 grid indices (bytes), then 4 x 7 sign bits and a 4-bit scale
+};
+struct BlockIQ2_XS {
+    fp16_t d;
+    uint16_t qs[kBlockK / 8];        // per 8: a 9-bit grid index and 7 sign bits
+    uint8_t scales[kBlockK / 32];    // a 4-bit scale per 16
+};
+struct BlockIQ2_S {
+    fp16_t d;
+    uint8_t qs[kBlockK / 4];         // [32] grid indices' low 8 bits, then [32] sign bits
+    uint8_t qh[kBlockK / 32];        // the indices' bits 8-9, 2 per 8
+    uint8_t scales[kBlockK / 32];    // a 4-bit scale per 16
+};
+struct BlockIQ3_XXS {
+    fp16_t d;
+    uint8_t qs[3 * kBlockK / 8];  // [64] grid indices (4 values each), then per 32 a uint32: 4 x 7 sign bits, 4-bit scale
+};
+struct BlockIQ3_S {
+    fp16_t d;
+    uint8_t qs[kBlockK / 4];       // grid indices' low 8 bits (4 values each)
+    uint8_t qh[kBlockK / 32];      // their bit 8
+    uint8_t signs[kBlockK / 8];    // a sign bit per value
+    uint8_t scales[kBlockK / 64];  // a 4-bit scale per 32
+};
+struct BlockIQ1_S {
+    fp16_t d;
+    uint8_t qs[kBlockK / 8];     // grid indices' low 8 bits (8 values each)
+    uint16_t qh[kBlockK / 32];   // per 32: 4 x 3 high index bits, a 3-bit scale, the delta's sign
+};
+struct BlockIQ1_M {
+    uint8_t qs[kBlockK / 8];      // grid indices' low 8 bits
+    uint8_t qh[kBlockK / 16];     // per 8, a nibble: 3 high index bits and the delta's sign
+    uint8_t scales[kBlockK / 32]; // 4 uint16: 3-bit scales per 16, the f16 d in their top nibbles
+};
 struct BlockQ6_K {
     uint8_t ql[kBlockK / 2];
     uint8_t qh[kBlockK / 4];
@@ -99,6 +140,8 @@ struct BlockQ6_K {
 static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ5_0) == 22 && sizeof(BlockQ8_0) == 34);
 static_assert(sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_1) == 24);
 static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockIQ2_XXS) == 66 && sizeof(BlockIQ2_XS) == 74 && sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98 && sizeof(BlockIQ3_S) == 110 && sizeof(BlockIQ1_S) == 50 && sizeof(BlockIQ1_M) == 56);
 static_assert(sizeof(BlockQ2_K) == 84 && sizeof(BlockQ3_K) == 110 && sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 template <class B>
@@ -114,6 +157,13 @@ template <> constexpr llaisysDataType_t dtype_of<BlockQ4_K>() { return LLAISYS_D
 template <> constexpr llaisysDataType_t dtype_of<BlockQ5_K>() { return LLAISYS_DTYPE_Q5_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockQ6_K>() { return LLAISYS_DTYPE_Q6_K; }
 template <> constexpr llaisysDataType_t dtype_of<BlockIQ4_XS>() { return LLAISYS_DTYPE_IQ4_XS; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ2_XXS>() { return LLAISYS_DTYPE_IQ2_XXS; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ2_XS>() { return LLAISYS_DTYPE_IQ2_XS; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ2_S>() { return LLAISYS_DTYPE_IQ2_S; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ3_XXS>() { return LLAISYS_DTYPE_IQ3_XXS; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ3_S>() { return LLAISYS_DTYPE_IQ3_S; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ1_S>() { return LLAISYS_DTYPE_IQ1_S; }
+template <> constexpr llaisysDataType_t dtype_of<BlockIQ1_M>() { return LLAISYS_DTYPE_IQ1_M; }
 
 // Elements per block of block type B.
 template <class B>
@@ -139,10 +189,16 @@ void dispatch_quant(llaisysDataType_t dt, F &&f) {
     case LLAISYS_DTYPE_Q5_K: f(BlockQ5_K{}); return;
     case LLAISYS_DTYPE_Q6_K: f(BlockQ6_K{}); return;
     case LLAISYS_DTYPE_IQ4_XS: f(BlockIQ4_XS{}); return;
+    case LLAISYS_DTYPE_IQ2_XXS: f(BlockIQ2_XXS{}); return;
+    case LLAISYS_DTYPE_IQ2_XS: f(BlockIQ2_XS{}); return;
+    case LLAISYS_DTYPE_IQ2_S: f(BlockIQ2_S{}); return;
+    case LLAISYS_DTYPE_IQ3_XXS: f(BlockIQ3_XXS{}); return;
+    case LLAISYS_DTYPE_IQ3_S: f(BlockIQ3_S{}); return;
+    case LLAISYS_DTYPE_IQ1_S: f(BlockIQ1_S{}); return;
+    case LLAISYS_DTYPE_IQ1_M: f(BlockIQ1_M{}); return;
     default:
         fail(LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-             " is not a block-quantized dtype (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
-             "iq4_xs are)");
+             " is not a block-quantized dtype (", kQuantDtypeNames, " are)");
     }
 }
 

@@ -1,5 +1,7 @@
 #include "dequant.hpp"
 
+#include "iq.hpp"
+
 #include "../utils/checked.hpp"
 
 #include <cstring>
@@ -121,11 +123,33 @@ void dequantize_block(const BlockIQ4_XS &b, float *out) {  // out [256]
     }
 }
 
+namespace {
+
+template <class B>
+void dequantize_iq(const B &b, float *out) {  // out [256]
+    int8_t q[kBlockK];
+    int S[kBlockK / 16];
+    const float D = iq_ints(b, q, S);
+    for (int j = 0; j < int(kBlockK / 16); j++) {
+        const float dl = D * float(S[j]);
+        for (int e = 16 * j; e < 16 * j + 16; e++) out[e] = dl * float(q[e]);
+    }
+}
+
+}  // namespace
+
+void dequantize_block(const BlockIQ2_XXS &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ2_XS &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ2_S &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ3_XXS &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ3_S &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ1_S &b, float *out) { dequantize_iq(b, out); }
+void dequantize_block(const BlockIQ1_M &b, float *out) { dequantize_iq(b, out); }
+
 size_t row_bytes(llaisysDataType_t dt, size_t k) {
     const size_t bs = quant_block_size(dt);
     LLAISYS_CHECK(bs != 0, LLAISYS_STATUS_UNSUPPORTED, "dtype ", dtype_name(dt),
-                  " is not a block-quantized dtype (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
-                  "iq4_xs are)");
+                  " is not a block-quantized dtype (", kQuantDtypeNames, " are)");
     LLAISYS_CHECK(k % bs == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "row length k = ", k, " of a ", dtype_name(dt),
                   " tensor is not a multiple of its block size ", bs);
     return checked_mul(k / bs, quant_block_bytes(dt), "quantized row bytes");

@@ -6,6 +6,7 @@
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  (two roundings: never fused into an FMA)
 //   Q3_K:       (d * scale) * float(q - 4)    Q6_K: (d * scale) * float(q - 32)
 //   IQ4_XS:     (d * float(ls - 32)) * float(kIq4Values[q])
+//   IQ1_*, IQ2_*, IQ3_*: (D * float(S)) * float(q) (iq.hpp: gguf-py's scale, a power of two apart)
 // NaN or Inf in an f16 scale propagates as in gguf-py. The per-block functions are the
 // building blocks for the quantized kernels (src/ops/linear); the row functions validate.
 #pragma once
@@ -29,6 +30,13 @@ void dequantize_block(const BlockQ4_K &b, float *out);
 void dequantize_block(const BlockQ5_K &b, float *out);
 void dequantize_block(const BlockQ6_K &b, float *out);
 void dequantize_block(const BlockIQ4_XS &b, float *out);
+void dequantize_block(const BlockIQ2_XXS &b, float *out);
+void dequantize_block(const BlockIQ2_XS &b, float *out);
+void dequantize_block(const BlockIQ2_S &b, float *out);
+void dequantize_block(const BlockIQ3_XXS &b, float *out);
+void dequantize_block(const BlockIQ3_S &b, float *out);
+void dequantize_block(const BlockIQ1_S &b, float *out);
+void dequantize_block(const BlockIQ1_M &b, float *out);
 
 // Host code, and device code too where nvcc compiles this header (the GPU dequantizer and GEMV).
 #ifdef __CUDACC__

@@ -86,11 +86,11 @@ void check_finite(float v, size_t row, size_t i) {
                       " is not finite (quantized formats hold finite values only)");
 }
 
-// Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS run as GGUF files store them (their weights come quantized):
-// no quantizer.
+// Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS and the i-quants run as GGUF files store them (their weights
+// come quantized): no quantizer.
 constexpr bool quantizes(llaisysDataType_t dt) {
-    return dt != LLAISYS_DTYPE_Q4_1 && dt != LLAISYS_DTYPE_Q5_1 && dt != LLAISYS_DTYPE_Q2_K &&
-           dt != LLAISYS_DTYPE_Q3_K && dt != LLAISYS_DTYPE_IQ4_XS;
+    return dt == LLAISYS_DTYPE_Q4_0 || dt == LLAISYS_DTYPE_Q5_0 || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q4_K ||
+           dt == LLAISYS_DTYPE_Q5_K || dt == LLAISYS_DTYPE_Q6_K;
 }
 
 template <class B>

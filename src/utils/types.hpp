@@ -122,6 +122,13 @@ inline const char *dtype_name(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q5_K: return "q5_k";
     case LLAISYS_DTYPE_Q6_K: return "q6_k";
     case LLAISYS_DTYPE_IQ4_XS: return "iq4_xs";
+    case LLAISYS_DTYPE_IQ2_XXS: return "iq2_xxs";
+    case LLAISYS_DTYPE_IQ2_XS: return "iq2_xs";
+    case LLAISYS_DTYPE_IQ2_S: return "iq2_s";
+    case LLAISYS_DTYPE_IQ3_XXS: return "iq3_xxs";
+    case LLAISYS_DTYPE_IQ3_S: return "iq3_s";
+    case LLAISYS_DTYPE_IQ1_S: return "iq1_s";
+    case LLAISYS_DTYPE_IQ1_M: return "iq1_m";
     default: return "invalid";
     }
 }
@@ -140,7 +147,14 @@ inline size_t quant_block_size(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q4_K:
     case LLAISYS_DTYPE_Q5_K:
     case LLAISYS_DTYPE_Q6_K:
-    case LLAISYS_DTYPE_IQ4_XS: return 256;
+    case LLAISYS_DTYPE_IQ4_XS:
+    case LLAISYS_DTYPE_IQ2_XXS:
+    case LLAISYS_DTYPE_IQ2_XS:
+    case LLAISYS_DTYPE_IQ2_S:
+    case LLAISYS_DTYPE_IQ3_XXS:
+    case LLAISYS_DTYPE_IQ3_S:
+    case LLAISYS_DTYPE_IQ1_S:
+    case LLAISYS_DTYPE_IQ1_M: return 256;
     default: return 0;
     }
 }
@@ -158,11 +172,23 @@ inline size_t quant_block_bytes(llaisysDataType_t dt) {
     case LLAISYS_DTYPE_Q5_K: return 176;
     case LLAISYS_DTYPE_Q6_K: return 210;
     case LLAISYS_DTYPE_IQ4_XS: return 136;
+    case LLAISYS_DTYPE_IQ2_XXS: return 66;
+    case LLAISYS_DTYPE_IQ2_XS: return 74;
+    case LLAISYS_DTYPE_IQ2_S: return 82;
+    case LLAISYS_DTYPE_IQ3_XXS: return 98;
+    case LLAISYS_DTYPE_IQ3_S: return 110;
+    case LLAISYS_DTYPE_IQ1_S: return 50;
+    case LLAISYS_DTYPE_IQ1_M: return 56;
     default: return 0;
     }
 }
 
 inline bool is_quant_dtype(llaisysDataType_t dt) { return quant_block_size(dt) != 0; }
+
+// The block-quantized dtypes, for error messages.
+constexpr const char *kQuantDtypeNames =
+    "q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, "
+    "iq1_s, iq1_m";
 
 inline bool is_float_dtype(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_F32 || dt == LLAISYS_DTYPE_F16 || dt == LLAISYS_DTYPE_BF16;

@@ -88,7 +88,8 @@ def test_dtype_table_matches_the_library(dtype):
 # name -> (elements, bytes) per block, as ggml defines them
 QUANT_BLOCKS = {"q4_0": (32, 18), "q4_1": (32, 20), "q5_0": (32, 22), "q5_1": (32, 24), "q8_0": (32, 34),
                 "q2_k": (256, 84), "q3_k": (256, 110), "q4_k": (256, 144), "q5_k": (256, 176),
-                "q6_k": (256, 210), "iq4_xs": (256, 136)}
+                "q6_k": (256, 210), "iq4_xs": (256, 136), "iq2_xxs": (256, 66), "iq2_xs": (256, 74),
+                "iq2_s": (256, 82), "iq3_xxs": (256, 98), "iq3_s": (256, 110), "iq1_s": (256, 50), "iq1_m": (256, 56)}
 
 
 def test_quant_dtype_values_are_ggml_type_ids_plus_100():

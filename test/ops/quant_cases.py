@@ -2,9 +2,9 @@
 f16 scales and their edge cases, real weight rows read from the cached GGUF files with
 gguf.GGUFReader, and llaisys's dequantize / quantize as numpy in, numpy out.
 
-gguf-py (gguf.quants) is the reference: its dequantize for all eleven formats, its quantize for
-Q4_0, Q5_0 and Q8_0 (Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS have no quantizer in llaisys: they run as
-files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are the
+gguf-py (gguf.quants) is the reference: its dequantize for every format, its quantize for
+Q4_0, Q5_0 and Q8_0 (Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS and the i-quants IQ1-3 have no quantizer in
+llaisys: they run as files store them). llama.cpp's reference quantizers (libggml-base's quantize_row_*_ref) are the
 reference for the K-quants where that library is at hand.
 """
 
@@ -23,8 +23,9 @@ from llaisys import ops
 
 gguf = pytest.importorskip("gguf")
 
-FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"]
-NO_QUANTIZER = ("q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs")  # run as files store them
+IQ_FORMATS = ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"]  # the i-quants
+FORMATS = ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"] + IQ_FORMATS
+NO_QUANTIZER = ("q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs", *IQ_FORMATS)  # run as files store them
 QUANTIZERS = [f for f in FORMATS if f not in NO_QUANTIZER]  # the formats llaisys can quantize into
 GGUF_QUANTIZES = ["q4_0", "q5_0", "q8_0"]  # the formats gguf-py can quantize
 MODELS = {"0.5b": "qwen2.5-coder-0.5b-instruct", "1.5b": "qwen2.5-coder-1.5b-instruct"}
@@ -41,9 +42,31 @@ def sizes(fmt: str) -> tuple[int, int]:
 
 
 def scale_offsets(fmt: str) -> list[int]:
-    """Byte offsets of a block's f16 scales (d, and dmin for Q2_K / Q4_K / Q5_K, the min m for Q4_1 / Q5_1)."""
+    """Byte offsets of a block's f16 scales (d, and dmin for Q2_K / Q4_K / Q5_K, the min m for Q4_1 / Q5_1;
+    IQ1_M: 48, its 4 uint16 scales at 48..56, which hold d in their top nibbles: put_f16)."""
     return {"q4_1": [0, 2], "q5_1": [0, 2], "q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2],
-            "q6_k": [208]}.get(fmt, [0])
+            "q6_k": [208], "iq1_m": [48]}.get(fmt, [0])
+
+
+def put_f16(raw: np.ndarray, fmt: str, off: int, bits: np.ndarray) -> None:
+    """Writes the f16 bit patterns bits [n] as the scale at byte offset off of blocks raw [n, bytes]
+    (IQ1_M: nibble i of d in the top nibble of its uint16 scale i, the 3-bit scales kept)."""
+    bits = np.asarray(bits, dtype=np.uint16).reshape(-1)
+    if fmt == "iq1_m":
+        sc = raw[:, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            sc[:, i] = (sc[:, i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
+        raw[:, 48:56] = sc.view(np.uint8)
+    else:
+        raw[:, off:off + 2] = bits.view(np.uint8).reshape(-1, 2)
+
+
+def get_f16(raw: np.ndarray, fmt: str, off: int) -> np.ndarray:
+    """The f16 bit patterns [n] of the scale put_f16 writes."""
+    if fmt == "iq1_m":
+        sc = raw[:, 48:56].copy().view(np.uint16)
+        return sum(((sc[:, i] >> 12) & 0xF) << (4 * i) for i in range(4)).astype(np.uint16)
+    return raw[:, off:off + 2].copy().view(np.uint16).reshape(-1)
 
 
 def random_blocks(fmt: str, n_blocks: int, rng: np.random.Generator, scale: float = 0.05) -> np.ndarray:
@@ -51,7 +74,7 @@ def random_blocks(fmt: str, n_blocks: int, rng: np.random.Generator, scale: floa
     raw = rng.integers(0, 256, size=(n_blocks, sizes(fmt)[1]), dtype=np.uint8)
     for off in scale_offsets(fmt):
         d = np.clip(rng.standard_normal(n_blocks) * scale, -65504, 65504).astype(np.float16)  # finite
-        raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+        put_f16(raw, fmt, off, d.view(np.uint16))
     return raw
 
 
@@ -62,14 +85,15 @@ def edge_blocks(fmt: str, rng: np.random.Generator) -> np.ndarray:
     base = random_blocks(fmt, 10, rng)
     specials = [0x0000, 0xBC00, None, None, 0x7BFF, 0x0001, 0x7E00, 0x7C00, 0xFC00, 0x8000]
     for i, bits in enumerate(specials):
-        for off in scale_offsets(fmt):
-            if bits is not None:
-                base[i, off:off + 2] = np.array([bits], dtype=np.uint16).view(np.uint8)
+        row = base[i:i + 1]
+        scales = {off: get_f16(row, fmt, off) if bits is None else np.array([bits], np.uint16) for off in scale_offsets(fmt)}
         quant = [j for j in range(base.shape[1]) if not any(o <= j < o + 2 for o in scale_offsets(fmt))]
         if i == 2:
             base[i, quant] = 0xFF  # max nibbles (and Q6_K scales of -1)
         if i == 3:
             base[i, quant] = 0x00
+        for off, d in scales.items():
+            put_f16(row, fmt, off, d)
     return base
 
 

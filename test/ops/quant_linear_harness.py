@@ -16,7 +16,17 @@ from llaisys import ops
 FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q4_1": (Q.Q4_1, 32, 20), "q5_0": (Q.Q5_0, 32, 22), "q5_1": (Q.Q5_1, 32, 24),
            "q8_0": (Q.Q8_0, 32, 34),
            "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210),
-           "iq4_xs": (Q.IQ4_XS, 256, 136)}
+           "iq4_xs": (Q.IQ4_XS, 256, 136),
+           "iq2_xxs": (Q.IQ2_XXS, 256, 66), "iq2_xs": (Q.IQ2_XS, 256, 74), "iq2_s": (Q.IQ2_S, 256, 82),
+           "iq3_xxs": (Q.IQ3_XXS, 256, 98), "iq3_s": (Q.IQ3_S, 256, 110), "iq1_s": (Q.IQ1_S, 256, 50),
+           "iq1_m": (Q.IQ1_M, 256, 56)}
+
+def set_iq1_m_d(b, d):
+    # IQ1_M keeps its f16 d in the top nibbles of the 4 uint16 scales (bytes 48..56), nibble i in word i
+    bits, sc = d.view(np.uint16), b[..., 48:56].copy().view(np.uint16)
+    for i in range(4):
+        sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
+    b[..., 48:56] = sc.view(np.uint8)
 
 def rand_blocks(fmt, n, k, rng):
     # random quants and packed scales, f16 scales of either sign around 0.01
@@ -32,6 +42,8 @@ def rand_blocks(fmt, n, k, rng):
     elif fmt == "q2_k":
         b[:, :, 80:82] = f16((n, k // bs), True)
         b[:, :, 82:84] = f16((n, k // bs), False)
+    elif fmt == "iq1_m":
+        set_iq1_m_d(b, f16((n, k // bs), True).view(np.float16)[..., 0])
     else:
         b[:, :, 0:2] = f16((n, k // bs), True)
     if fmt in ("q4_k", "q5_k"):
@@ -57,7 +69,7 @@ def int8_bound(x, W, bs):
     return 0.5 * d @ np.abs(W).reshape(W.shape[0], k // bs, bs).sum(-1).T + 1e-4 * np.abs(xd) @ np.abs(W).T
 
 def act_block(fmt):
-    return 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
+    return 256 if fmt.endswith("_k") or fmt.startswith("iq") else 32
 """
 
 

@@ -33,7 +33,8 @@ print(runtime.cpu_isa())
 rng = np.random.default_rng(20)
 res = {}
 real_k = {"q4_0": 4864, "q4_1": 576, "q5_0": 896, "q5_1": 4864, "q8_0": 4864, "q2_k": 1536, "q3_k": 8960, "q4_k": 8960,
-          "q5_k": 1536, "q6_k": 8960, "iq4_xs": 1536}
+          "q5_k": 1536, "q6_k": 8960, "iq4_xs": 1536, "iq2_xxs": 1536, "iq2_xs": 8960, "iq2_s": 1536, "iq3_xxs": 8960,
+          "iq3_s": 1536, "iq1_s": 8960, "iq1_m": 1536}
 for fmt, (qt, bs, bb) in FORMATS.items():
     worst = 0.0
     for k in (256, real_k[fmt]):
@@ -69,7 +70,8 @@ def test_every_format_within_the_activation_quantization_bound(isa, split, avx_v
     if gfni == "1" and "gfni" not in cpu_flags():
         pytest.skip("no gfni in /proc/cpuinfo: the GFNI build of the AVX-512 x16 kernels cannot run here")
     res = run_child(isa, CHILD, split, avx_vnni, gfni, prefetch)
-    assert set(res) == {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs"}
+    assert set(res) == {"q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k", "iq4_xs",
+                        "iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"}
     for fmt, ratio in res.items():
         assert ratio < 1.0, (fmt, ratio)
 

@@ -99,7 +99,7 @@ def test_malformed_tensors(fmt):
 def test_unknown_dtype_ids():
     out = ctypes.c_void_p()
     shape = (ctypes.c_size_t * 1)(32)
-    for bad in (0, 10, 99, 100, 101, 104, 105, 109, 115, 116, 150, -1):
+    for bad in (0, 10, 99, 100, 101, 104, 105, 109, 115, 120, 124, 128, 130, 150, -1):
         assert LIB.llaisysTensorCreate2(shape, 1, bad, 0, 0, ctypes.byref(out)) == Status.INVALID_ARGUMENT, bad
         assert out.value is None and f"dtype {bad}" in llaisys.libllaisys.last_error()
         assert LIB.llaisysDataTypeBlockSize(bad) == 0 and LIB.llaisysDataTypeBlockBytes(bad) == 0

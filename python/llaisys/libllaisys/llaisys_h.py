@@ -34,6 +34,13 @@ class DataType(IntEnum):
     Q5_K = 113
     Q6_K = 114
     IQ4_XS = 123
+    IQ2_XXS = 116
+    IQ2_XS = 117
+    IQ3_XXS = 118
+    IQ1_S = 119
+    IQ3_S = 121
+    IQ2_S = 122
+    IQ1_M = 129
 
 
 class Status(IntEnum):

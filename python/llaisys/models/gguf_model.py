@@ -7,13 +7,15 @@ tensor is handed to the model in its stored type:
 
     Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K   linear weights and the embedding: a QuantTensor holding the
     Q3_K Q4_K Q5_K Q6_K IQ4_XS      raw GGUF blocks (memory-mapped; the core copies them)
+    IQ2_XXS IQ2_XS IQ2_S IQ3_XXS
+    IQ3_S IQ1_S IQ1_M
     IQ4_NL                          rewritten at load into Q8_0, which holds its values exactly,
                                     and run as that (gguf_transcode.py)
     F32 F16 BF16                    any tensor: a float tensor in the model's float dtype
     a quant type on a 1-D tensor    dequantized (gguf-py) into the float dtype: tiny, and not
                                     something the core's kernels take
     a type without our kernels      widened at load: dequantized (gguf-py) into the float dtype,
-    (IQ1/2/3, TQ, MXFP4, ...)       with a warning naming the types and the bytes it costs (more
+    (TQ1_0, TQ2_0, MXFP4, ...)      with a warning naming the types and the bytes it costs (more
                                     than the file: f32 is 4 bytes a weight), refused where that
                                     would not fit in the memory available
     anything else                   refused, naming the tensor
@@ -58,7 +60,9 @@ from .tokenizer import Tokenizer, _checked_vocab, _config_ids, _ID_KEYS, _resolv
 
 _Q = gguf.GGMLQuantizationType
 QUANT_TAGS = {_Q.Q4_0: "q4_0", _Q.Q4_1: "q4_1", _Q.Q5_0: "q5_0", _Q.Q5_1: "q5_1", _Q.Q8_0: "q8_0", _Q.Q2_K: "q2_k",
-              _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k", _Q.IQ4_XS: "iq4_xs"}
+              _Q.Q3_K: "q3_k", _Q.Q4_K: "q4_k", _Q.Q5_K: "q5_k", _Q.Q6_K: "q6_k", _Q.IQ4_XS: "iq4_xs",
+              _Q.IQ2_XXS: "iq2_xxs", _Q.IQ2_XS: "iq2_xs", _Q.IQ2_S: "iq2_s", _Q.IQ3_XXS: "iq3_xxs", _Q.IQ3_S: "iq3_s",
+              _Q.IQ1_S: "iq1_s", _Q.IQ1_M: "iq1_m"}
 FLOAT_TAGS = {_Q.F32: "f32", _Q.F16: "f16", _Q.BF16: "bf16"}
 _FLOAT_DTYPES = ("bf16", "f16", "f32")
 WIDEN = "widen"  # the plan's tag of a type without our kernels that gguf-py dequantizes: widened at load
@@ -203,7 +207,7 @@ def _tensor(f: GGUFFile, name: str, info: TensorInfo, tag: str, dtype: str, sour
         return _QuantStack(tag, shape, raw)
     if tag in QUANT_BLOCKS and len(shape) == 2:
         return QuantTensor(name, tag, shape, raw.reshape(shape[0], -1))
-    if tag in QUANT_BLOCKS or tag == WIDEN:  # e.g. a Q8_0 norm, or an IQ2_XS matrix: dequantize (gguf-py)
+    if tag in QUANT_BLOCKS or tag == WIDEN:  # e.g. a Q8_0 norm, or a TQ2_0 matrix: dequantize (gguf-py)
         try:
             values = gguf.quants.dequantize(raw, _Q(info.type_id)).reshape(shape).astype(np.float32)
         except Exception as e:  # noqa: BLE001 - gguf.quants on crafted bytes

@@ -219,8 +219,7 @@ void WeightStore::set(const char *name, llaisysWeightKind_t kind, int32_t layer,
                   "' has the wrong shape for this model");
     const bool quant = is_quant_dtype(dtype);
     LLAISYS_CHECK(is_float_dtype(dtype) || quant, LLAISYS_STATUS_DTYPE_MISMATCH, "weight '", s.name,
-                  "' must be f32, f16, bf16 or block-quantized (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, "
-                  "q5_k, q6_k, iq4_xs), got ",
+                  "' must be f32, f16, bf16 or block-quantized (", kQuantDtypeNames, "), got ",
                   dtype_name(dtype));
     LLAISYS_CHECK_ARG(data != nullptr, "weight '", s.name, "' data is NULL");
     if (quant) {

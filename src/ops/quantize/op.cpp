@@ -14,8 +14,7 @@ namespace {
 
 inline void check_quant(const char *op, const char *name, const Tensor &t) {
     LLAISYS_CHECK(t.is_quantized(), LLAISYS_STATUS_DTYPE_MISMATCH, op, ": ", name,
-                  " must be a block-quantized dtype (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
-                  "iq4_xs), got ", t.describe());
+                  " must be a block-quantized dtype (", kQuantDtypeNames, "), got ", t.describe());
 }
 
 // The checks both directions share; returns (rows, k). Only the CPU, and for dequantize an

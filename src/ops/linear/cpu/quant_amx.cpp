@@ -183,7 +183,14 @@ void dequant_row(llaisysDataType_t dt, uint16_t *dst, const std::byte *row, size
     case LLAISYS_DTYPE_Q5_K: return dequant_row_bf16<quant::BlockQ5_K>(dst, row, nb);
     case LLAISYS_DTYPE_Q6_K: return dequant_row_bf16<quant::BlockQ6_K>(dst, row, nb);
     case LLAISYS_DTYPE_IQ4_XS: return dequant_row_bf16<quant::BlockIQ4_XS>(dst, row, nb);
-    default: return;  // quant_weight.cpp only stores the eleven formats
+    case LLAISYS_DTYPE_IQ2_XXS: return dequant_row_bf16<quant::BlockIQ2_XXS>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ2_XS: return dequant_row_bf16<quant::BlockIQ2_XS>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ2_S: return dequant_row_bf16<quant::BlockIQ2_S>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ3_XXS: return dequant_row_bf16<quant::BlockIQ3_XXS>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ3_S: return dequant_row_bf16<quant::BlockIQ3_S>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ1_S: return dequant_row_bf16<quant::BlockIQ1_S>(dst, row, nb);
+    case LLAISYS_DTYPE_IQ1_M: return dequant_row_bf16<quant::BlockIQ1_M>(dst, row, nb);
+    default: return;  // quant_weight.cpp only stores the block formats of quant_plan's table
     }
 }
 

@@ -7,7 +7,7 @@
 //   Q4_0, Q5_0, Q8_0 weights read BlockQ8_32 (32 values) and use sum(q) for their offsets
 //   (q - 8, q - 16), subtracted from the integer dot product before it is scaled; Q4_1 and
 //   Q5_1 read it too, their min m a term of its own: d d_x (q . x_q) + m d_x sum(x_q);
-//   Q2_K .. Q6_K and IQ4_XS weights read BlockQ8_K (256 values) and its bsums (sums of each 16) or
+//   Q2_K .. Q6_K, IQ4_XS and the i-quants (IQ1_*, IQ2_*, IQ3_*) weights read BlockQ8_K (256 values) and its bsums (sums of each 16) or
 //   dsums (d times the sums of each 32) for their offsets and mins.
 // The weight's stored integers are multiplied with the activations' in exact integer
 // arithmetic (per sub-block), then scaled in f32.
@@ -41,7 +41,9 @@ static_assert(sizeof(BlockQ8_K) == 352);
 // Whether weights of dtype dt read BlockQ8_K (K-quants) or BlockQ8_32 activations.
 constexpr bool reads_q8k(llaisysDataType_t dt) {
     return dt == LLAISYS_DTYPE_Q2_K || dt == LLAISYS_DTYPE_Q3_K || dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q5_K || dt == LLAISYS_DTYPE_Q6_K ||
-           dt == LLAISYS_DTYPE_IQ4_XS;
+           dt == LLAISYS_DTYPE_IQ4_XS || dt == LLAISYS_DTYPE_IQ2_XXS || dt == LLAISYS_DTYPE_IQ2_XS ||
+           dt == LLAISYS_DTYPE_IQ2_S || dt == LLAISYS_DTYPE_IQ3_XXS || dt == LLAISYS_DTYPE_IQ3_S ||
+           dt == LLAISYS_DTYPE_IQ1_S || dt == LLAISYS_DTYPE_IQ1_M;
 }
 
 // out[i * ldo + r] = W row r . x row i for r < rows, i < m: w [rows][row_bytes] GGUF blocks of

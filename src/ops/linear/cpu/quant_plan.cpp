@@ -15,7 +15,10 @@ namespace {
 
 constexpr llaisysDataType_t kFormats[] = {LLAISYS_DTYPE_Q4_0, LLAISYS_DTYPE_Q4_1, LLAISYS_DTYPE_Q5_0, LLAISYS_DTYPE_Q5_1,
                                           LLAISYS_DTYPE_Q8_0, LLAISYS_DTYPE_Q2_K, LLAISYS_DTYPE_Q3_K, LLAISYS_DTYPE_Q4_K,
-                                          LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K, LLAISYS_DTYPE_IQ4_XS};
+                                          LLAISYS_DTYPE_Q5_K, LLAISYS_DTYPE_Q6_K, LLAISYS_DTYPE_IQ4_XS,
+                                          LLAISYS_DTYPE_IQ2_XXS, LLAISYS_DTYPE_IQ2_XS, LLAISYS_DTYPE_IQ2_S,
+                                          LLAISYS_DTYPE_IQ3_XXS, LLAISYS_DTYPE_IQ3_S, LLAISYS_DTYPE_IQ1_S,
+                                          LLAISYS_DTYPE_IQ1_M};
 
 // The layout: from AVX2 on, Q4_K, Q8_0, Q5_0, Q4_1 and Q5_1 are repacked 16 rows at a time (x16: one
 // vpdpbusd / vpmaddubsw covers 4 k of 8-16 rows, no horizontal sums); Q6_K only for the 512-bit

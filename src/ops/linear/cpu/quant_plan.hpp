@@ -36,8 +36,7 @@ struct QuantPlan {
     size_t f32_from(bool x16_rows) const { return x16_rows ? f32_min_rows_x16 : f32_min_rows; }
 };
 
-// The plan of block-quantized dtype dt (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k,
-// iq4_xs) in this process; INVALID_ARGUMENT for any other dtype.
+// The plan of block-quantized dtype dt (kQuantDtypeNames) in this process; INVALID_ARGUMENT for any other dtype.
 const QuantPlan &quant_plan(llaisysDataType_t dt);
 
 }  // namespace llaisys::ops::cpu

@@ -4,6 +4,7 @@
 #include "quant_kernels.hpp"
 
 #include "../../../quant/dequant.hpp"
+#include "../../../quant/iq.hpp"
 
 #include <cstring>
 #include <type_traits>
@@ -94,6 +95,21 @@ float block_dot(const BlockIQ4_XS &b, const BlockQ8_K &x, uint8_t *) {
         sum += iq4_xs_scale(b, j) * s;
     }
     return to_f32(b.d) * x.d * float(sum);
+}
+
+// The i-quants as integers (iq.hpp): D x.d sum_j S_j (q_j . x_j) over 16 sub-blocks of 16.
+template <class B, std::enable_if_t<is_iq<B>(), int> = 0>
+float block_dot(const B &b, const BlockQ8_K &x, uint8_t *scratch) {
+    int8_t *q = reinterpret_cast<int8_t *>(scratch);
+    int S[16];
+    const float D = iq_ints(b, q, S);
+    int sum = 0;
+    for (int j = 0; j < 16; j++) {
+        int s = 0;
+        for (int e = 16 * j; e < 16 * j + 16; e++) s += int(q[e]) * int(x.qs[e]);
+        sum += S[j] * s;
+    }
+    return D * x.d * float(sum);
 }
 
 // Q4_K / Q5_K once the 256 quants are in q: sum_j sc_j (q_j . x_j) and the mins.

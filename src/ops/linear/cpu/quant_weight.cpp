@@ -83,8 +83,7 @@ QuantWeight::QuantWeight(size_t n, size_t k) : n_(n), k_(k) {
 
 void QuantWeight::set_rows(size_t row0, size_t rows, const void *blocks, llaisysDataType_t dt) {
     LLAISYS_CHECK(is_quant_dtype(dt), LLAISYS_STATUS_DTYPE_MISMATCH, "quant weight: dtype ", dtype_name(dt),
-                  " is not block-quantized (q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, "
-                  "iq4_xs are)");
+                  " is not block-quantized (", kQuantDtypeNames, " are)");
     LLAISYS_CHECK(k_ % quant_block_size(dt) == 0, LLAISYS_STATUS_SHAPE_MISMATCH, "quant weight: k = ", k_,
                   " is not a multiple of the ", dtype_name(dt), " block size ", quant_block_size(dt));
     LLAISYS_CHECK_ARG(row0 <= n_ && rows <= n_ - row0, "quant weight: rows [", row0, ", ", row0 + rows,
