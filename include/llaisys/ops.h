@@ -192,7 +192,7 @@ LLAISYS_API llaisysStatus_t llaisysMoeTopk(llaisysTensor_t ids, llaisysTensor_t 
 LLAISYS_API llaisysStatus_t llaisysMoeExperts(llaisysTensor_t out, llaisysTensor_t x, llaisysTensor_t ids,
                                               llaisysTensor_t weights, llaisysTensor_t gate_up, llaisysTensor_t down);
 
-/* Block-quantized tensors (GGUF layouts; include/llaisys.h, LLAISYS_DTYPE_Q4_0 .. IQ4_XS).
+/* Block-quantized tensors (GGUF layouts; include/llaisys.h, LLAISYS_DTYPE_Q4_0 .. IQ1_M).
  * out [.., k] of f32, f16 or bf16 = the values of in [.., k] (a block-quantized dtype), same
  * shape, both contiguous, on the CPU or one NVIDIA GPU (identical bits on both). The f32
  * values are bit-identical to gguf-py's gguf.quants.dequantize; f16 / bf16 are those values
@@ -206,7 +206,8 @@ LLAISYS_API llaisysStatus_t llaisysDequantize(llaisysTensor_t out, llaisysTensor
  * bit-identical to gguf-py's gguf.quants.quantize; Q4_K, Q5_K and Q6_K follow llama.cpp's
  * reference quantizers (quantize_row_q*_K_ref) operation for operation. in must be finite:
  * a NaN or Inf is INVALID_ARGUMENT naming the element, and out is left unwritten. Q4_1, Q5_1,
- * Q2_K, Q3_K and IQ4_XS have no quantizer (they run as GGUF files store them): UNSUPPORTED.
+ * Q2_K, Q3_K, IQ4_XS and the i-quants (IQ1_*, IQ2_*, IQ3_*) have no quantizer (they run as GGUF
+ * files store them): UNSUPPORTED.
  * Other errors as llaisysDequantize, UNSUPPORTED on any device but the CPU. */
 LLAISYS_API llaisysStatus_t llaisysQuantize(llaisysTensor_t out, llaisysTensor_t in);
 

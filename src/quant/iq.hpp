@@ -14,7 +14,6 @@
 #include "blocks.hpp"
 #include "iq_grids.inc"
 
-#include <array>
 #include <cstring>
 
 namespace llaisys::quant {
@@ -27,33 +26,48 @@ inline constexpr uint16_t kPacked3xxs[] = {LLAISYS_IQ3_XXS_GRID};
 inline constexpr uint16_t kPacked3s[] = {LLAISYS_IQ3_S_GRID};
 inline constexpr uint16_t kPacked1s[] = {LLAISYS_IQ1_S_GRID};
 
+// Tables as plain arrays (read as .v[i]: no accessor function, so a SIMD build emits none; see
+// quant_dot.inc on what its translation units may call).
+template <class T, size_t N>
+struct Table {
+    T v[N];
+};
+
 // Entries of 8 values (2-bit map indices) as 8 bytes, value i in byte i.
 template <size_t N>
-constexpr std::array<uint64_t, N> bytes8(const uint16_t (&p)[N], uint8_t m0, uint8_t m1, uint8_t m2) {
-    std::array<uint64_t, N> out{};
+constexpr Table<uint64_t, N> bytes8(const uint16_t (&p)[N], uint8_t m0, uint8_t m1, uint8_t m2) {
+    Table<uint64_t, N> out{};
     const uint8_t map[4] = {m0, m1, m2, 0};
     for (size_t e = 0; e < N; e++)
-        for (int i = 0; i < 8; i++) out[e] |= uint64_t(map[(p[e] >> (2 * i)) & 3]) << (8 * i);
+        for (int i = 0; i < 8; i++) out.v[e] |= uint64_t(map[(p[e] >> (2 * i)) & 3]) << (8 * i);
     return out;
 }
 // Entries of 4 values (4-bit map indices) as 4 bytes: 4 + 8 i (IQ3_XXS, 62 for the last) or 1 + 2 i (IQ3_S).
 template <size_t N>
-constexpr std::array<uint32_t, N> bytes4(const uint16_t (&p)[N], bool xxs) {
-    std::array<uint32_t, N> out{};
+constexpr Table<uint32_t, N> bytes4(const uint16_t (&p)[N], bool xxs) {
+    Table<uint32_t, N> out{};
     for (size_t e = 0; e < N; e++)
         for (int i = 0; i < 4; i++) {
             const int k = (p[e] >> (4 * i)) & 15;
-            out[e] |= uint32_t(xxs ? (k == 7 ? 62 : 4 + 8 * k) : 1 + 2 * k) << (8 * i);
+            out.v[e] |= uint32_t(xxs ? (k == 7 ? 62 : 4 + 8 * k) : 1 + 2 * k) << (8 * i);
         }
     return out;
 }
-constexpr std::array<uint8_t, 128> signs7() {
-    std::array<uint8_t, 128> out{};
+constexpr Table<uint8_t, 128> signs7() {
+    Table<uint8_t, 128> out{};
     for (int k = 0; k < 128; k++) {
         int ones = 0;
         for (int b = 0; b < 7; b++) ones += (k >> b) & 1;
-        out[k] = uint8_t(k | (ones & 1) << 7);
+        out.v[k] = uint8_t(k | (ones & 1) << 7);
     }
+    return out;
+}
+// 7 sign bits (with parity) as 8 bytes for vpsignb: 0xFF (-1) where a sign bit is set, else 1.
+constexpr Table<uint64_t, 128> sign_bytes7() {
+    const auto bits = signs7();
+    Table<uint64_t, 128> out{};
+    for (int k = 0; k < 128; k++)
+        for (int i = 0; i < 8; i++) out.v[k] |= uint64_t((bits.v[k] >> i) & 1 ? 0xFF : 0x01) << (8 * i);
     return out;
 }
 }  // namespace iq_detail
@@ -67,17 +81,19 @@ inline constexpr auto kIq3sGrid = iq_detail::bytes4(iq_detail::kPacked3s, false)
 inline constexpr auto kIq1Grid = iq_detail::bytes8(iq_detail::kPacked1s, 0, 1, 2);         // [2048]
 // 7 sign bits to 8: bit 7 makes the count of set bits even (IQ2_XXS, IQ2_XS, IQ3_XXS).
 inline constexpr auto kIqSigns = iq_detail::signs7();
-static_assert(kIq2xxsGrid.size() == 256 && kIq2xsGrid.size() == 512 && kIq2sGrid.size() == 1024 &&
-              kIq3xxsGrid.size() == 256 && kIq3sGrid.size() == 512 && kIq1Grid.size() == 2048);
+inline constexpr auto kIqSignBytes = iq_detail::sign_bytes7();  // the same as vpsignb's +-1 bytes
+static_assert(sizeof kIq2xxsGrid == 256 * 8 && sizeof kIq2xsGrid == 512 * 8 && sizeof kIq2sGrid == 1024 * 8 &&
+              sizeof kIq3xxsGrid == 256 * 4 && sizeof kIq3sGrid == 512 * 4 && sizeof kIq1Grid == 2048 * 8);
 
-inline uint32_t load_u32(const void *p) {
+// (static: each SIMD build keeps its own copy)
+static inline uint32_t load_u32(const void *p) {
     uint32_t v;
     std::memcpy(&v, p, 4);
     return v;
 }
 
 // IQ1_M's f16 d, from the top nibbles of its four uint16 scales.
-inline fp16_t iq1_m_d(const BlockIQ1_M &b) {
+static inline fp16_t iq1_m_d(const BlockIQ1_M &b) {
     uint16_t s[4];
     std::memcpy(s, b.scales, 8);
     fp16_t d;

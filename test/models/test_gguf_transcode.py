@@ -21,7 +21,10 @@ from tiny_gguf import TINY, write_tiny_gguf
 
 Q = gguf.GGMLQuantizationType
 # byte offsets of a block's f16 scales (and mins)
-D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,), Q.Q4_1: (0, 2), Q.Q5_1: (0, 2)}
+D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,), Q.Q4_1: (0, 2), Q.Q5_1: (0, 2),
+        Q.IQ2_XXS: (0,), Q.IQ2_XS: (0,), Q.IQ2_S: (0,), Q.IQ3_XXS: (0,), Q.IQ3_S: (0,), Q.IQ1_S: (0,),
+        Q.IQ1_M: ()}  # IQ1_M's d: the top nibbles of its 4 uint16 scales (random_rows)
+IQ_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M]
 WIDE = dict(TINY, hidden=256, inter=512)  # rows that 256-weight blocks divide
 
 
@@ -42,6 +45,12 @@ def random_rows(qtype, rows: int, k: int, rng, d: float = 0.004) -> np.ndarray:
     for at in D_AT[qtype]:
         scale = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
         raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+    if qtype == Q.IQ1_M:  # d's nibble i in the top nibble of scale word i (bytes 48..56)
+        bits = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block))).astype(np.float16)
+        bits, sc = bits.view(np.uint16), raw[:, :, 48:56].copy().view(np.uint16)
+        for i in range(4):
+            sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
+        raw[:, :, 48:56] = sc.view(np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -129,11 +138,11 @@ def test_a_file_runs_as_its_twin_of_rewritten_blocks(tmp_path, caplog, arch, tie
     assert _greedy(file) == _greedy(twin)
 
 
-@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.IQ4_XS],
-                         ids=["q4_1", "q5_1", "q2_k", "q3_k", "iq4_xs"])
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.IQ4_XS] + IQ_TYPES,
+                         ids=lambda q: q.name.lower())
 def test_a_file_of_a_type_with_kernels_runs_as_its_own_blocks(tmp_path, caplog, qtype):
-    """Q4_1, Q5_1, Q2_K, Q3_K and IQ4_XS have kernels of their own: their matrices stay the file's
-    bytes (no rewrite, no widening: nothing logged)."""
+    """Q4_1, Q5_1, Q2_K, Q3_K, IQ4_XS and the i-quants have kernels of their own: their matrices
+    stay the file's bytes (no rewrite, no widening: nothing logged)."""
     path = tmp_path / "k.gguf"
     stored = {}
 

@@ -1,4 +1,5 @@
-"""Block-quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS;
+"""Block-quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, the
+i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S and IQ1_M;
 IQ4_NL as the loader rewrites it) through the whole forward,
 against transformers running the same weights dequantized by gguf-py.
 
@@ -41,10 +42,12 @@ MIN_ATOL = 1e-3
 
 # the largest |multiplier of d| a format's block can produce: scales chosen so weights ~0.05
 MAX_MULT = {"q8_0": 127, "q4_0": 8, "q5_0": 16, "q4_1": 15, "q5_1": 31, "q2_k": 15 * 3, "q4_k": 63 * 15, "q5_k": 63 * 31, "q6_k": 127 * 32, "q3_k": 32 * 4, "iq4_xs": 32 * 127,
-            "iq4_nl": 127}
+            "iq4_nl": 127, "iq2_xxs": 167, "iq2_xs": 167, "iq2_s": 167, "iq3_xxs": 480, "iq3_s": 465, "iq1_s": 17,
+            "iq1_m": 17}
 # byte offsets of the f16 super-scales in a block
 SCALE_AT = {"q8_0": (0,), "q4_0": (0,), "q5_0": (0,), "q4_1": (0, 2), "q5_1": (0, 2), "q2_k": (80, 82), "q4_k": (0, 2), "q5_k": (0, 2), "q6_k": (208,), "q3_k": (108,), "iq4_xs": (0,),
-            "iq4_nl": (0,)}
+            "iq4_nl": (0,), "iq2_xxs": (0,), "iq2_xs": (0,), "iq2_s": (0,), "iq3_xxs": (0,), "iq3_s": (0,),
+            "iq1_s": (0,), "iq1_m": (48,)}  # IQ1_M: d in the top nibbles of the 4 uint16 scales at 48..56
 
 DEVICES = [DeviceType.CPU, pytest.param(DeviceType.NVIDIA, marks=pytest.mark.skipif(
     rt.device_count(DeviceType.NVIDIA) == 0, reason="no NVIDIA GPU in this build/machine"))]
@@ -62,7 +65,13 @@ def random_blocks(fmt: str, rows: int, k: int, rng) -> np.ndarray:
             scale *= MAX_MULT[fmt] / 2
         if fmt not in ("q2_k", "q4_k", "q5_k"):
             scale *= rng.choice([-1.0, 1.0], size=scale.shape)
-        raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+        if fmt == "iq1_m":
+            bits, sc = scale.astype(np.float16).view(np.uint16), raw[:, :, 48:56].copy().view(np.uint16)
+            for i in range(4):
+                sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
+            raw[:, :, 48:56] = sc.view(np.uint8)
+        else:
+            raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
     return raw.reshape(rows, -1)
 
 
@@ -134,7 +143,7 @@ class Reference:
 
     def __init__(self, hf, fmts):
         self.hf = hf
-        self.block = 256 if any(f and (f.endswith("_k") or f == "iq4_xs") for f in fmts.values()) else 32
+        self.block = 256 if any(f and (f.endswith("_k") or f.startswith("iq") and f != "iq4_nl") for f in fmts.values()) else 32
 
     def __call__(self, ids):
         return hf_logits(self.hf, ids)
@@ -171,6 +180,17 @@ ALL = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_pro
                                  "iq4_xs"])
 @pytest.mark.parametrize("layout", ["block", "slot"])
 def test_every_linear_in_one_format(fmt, layout, device):
+    check_one_format(fmt, layout, device)
+
+
+# The i-quants: the same check, on the BLOCK layout (the layouts do not reach the weights' kernels).
+@pytest.mark.parametrize("device", DEVICES, ids=["cpu", "nvidia"])
+@pytest.mark.parametrize("fmt", ["iq2_xxs", "iq2_xs", "iq2_s", "iq3_xxs", "iq3_s", "iq1_s", "iq1_m"])
+def test_every_linear_in_one_i_quant(fmt, device):
+    check_one_format(fmt, "block", device)
+
+
+def check_one_format(fmt, layout, device):
     fmts = {p: fmt for p in ALL}
     hf, model = build(fmts, tie=False, embed_fmt=None, device=device)
     try:
