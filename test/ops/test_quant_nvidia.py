@@ -1,6 +1,7 @@
 """Block-quantized weights on the NVIDIA device (src/quant/nvidia, src/ops/linear/nvidia/quant_*):
 llaisysDequantize on the GPU against the CPU's, and linear over GGUF blocks on the GPU against
-x @ dequantize(W)^T in float64 (gguf-py's dequantizer), for all six formats.
+x @ dequantize(W)^T in float64 (gguf-py's dequantizer), for every format of quant_cases.FORMATS
+(the i-quants IQ1-3 included).
 
 - dequantize: bit-identical to the CPU (itself bit-identical to gguf-py), for f32, f16 and bf16
   outputs, random blocks, the edge blocks of quant_cases (NaN / Inf / subnormal scales) and
@@ -8,7 +9,7 @@ x @ dequantize(W)^T in float64 (gguf-py's dequantizer), for all six formats.
 - linear, decode (m <= 8): Q8_0, Q4_K and Q6_K run the int8 GEMV (activations quantized to
   int8 blocks of 32, dp4a), within the CPU int8 path's per-format bound; the other formats run
   the dequantize-in-register GEMV (exact products summed in f32, so within 1e-5 |x| . |W| of
-  the float64 product, as the CPU's float path), as do all six under LLAISYS_GEMV_INT8=0.
+  the float64 product, as the CPU's float path), as do all formats under LLAISYS_GEMV_INT8=0.
 - linear, prefill (m > 8, 16-bit panels through cuBLAS): each operand rounded once to bf16
   (f16 for f16 activations), so each product moves by at most (2^-8 + 2^-16) of |x_i w_i|:
   within 4e-3 |x| . |W|. Both paths stay inside the CPU int8 path's per-format bound
@@ -59,7 +60,9 @@ def weight(fmt: str, n: int, k: int, rng: np.random.Generator):
 
 
 def act_block(fmt: str) -> int:
-    return 256 if fmt.endswith("_k") or fmt == "iq4_xs" else 32
+    """Elements of the activation blocks the CPU int8 path quantizes x in for fmt (256 for the
+    K-quants and the i-quants, as quant_linear_harness.act_block)."""
+    return 256 if fmt.endswith("_k") or fmt.startswith("iq") else 32
 
 
 def int8_bound(x: np.ndarray, W: np.ndarray, fmt: str) -> np.ndarray:

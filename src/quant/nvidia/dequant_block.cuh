@@ -9,17 +9,20 @@
 // the CPU's order:
 //   Q4_0, Q5_0: d * float(q - offset)      Q8_0: float(q) * d      Q4_1, Q5_1: d * float(q) + m
 //   Q2_K, Q4_K, Q5_K: (d * sc) * q - (dmin * m)  Q3_K, Q6_K: (d * scale) * float(q - offset)
+//   IQ4_XS: (d * float(ls - 32)) * float(T[q])     IQ1_*, IQ2_*, IQ3_*: (D * float(S)) * float(q)
 // The NaN handling is a compare and a select per element on data already in registers.
 //
 // dequant8(block, e0, out) writes elements e0 .. e0 + 7 of the block (e0 a multiple of 8,
 // below the block size) to out [8]. Eight consecutive elements always share one scale and
-// read eight consecutive quant bytes in every format, so a warp's 32 lanes cover 256
-// consecutive elements with coalesced reads.
+// read eight consecutive quant bytes in every format but the i-quants (one or two grid
+// entries, iq_block.cuh), so a warp's 32 lanes cover 256 consecutive elements with coalesced
+// reads.
 #pragma once
 
 #include "../../device/nvidia/cuda_kernel_utils.cuh"
 #include "../blocks.hpp"
 #include "../dequant.hpp"
+#include "iq_block.cuh"
 
 namespace llaisys::quant::nvidia {
 
@@ -118,6 +121,24 @@ __device__ __forceinline__ void dequant8(const BlockIQ4_XS &b, int e0, float *ou
 #pragma unroll
     for (int t = 0; t < 8; t++) out[t] = x86_mul(dl, float(iq4_value((q[t] >> shift) & 0x0F)));
 }
+
+// The i-quants: q of the eight elements from their group (iq_block.cuh), the one scale
+// D * float(S[e0 / 16]) rounded first, as the CPU's dequantize_iq.
+template <class B>
+__device__ __forceinline__ void dequant8_iq(const B &b, int e0, float *out) {  // out [8]
+    const IqGroup g = iq_group(b, e0 / 8);
+    const float dl = x86_mul(iq_d(b), float(iq_scale(b, e0 / 16)));
+#pragma unroll
+    for (int t = 0; t < 8; t++) out[t] = x86_mul(dl, float(iq_q(g, t)));
+}
+
+__device__ __forceinline__ void dequant8(const BlockIQ2_XXS &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ2_XS &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ2_S &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ3_XXS &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ3_S &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ1_S &b, int e0, float *out) { dequant8_iq(b, e0, out); }
+__device__ __forceinline__ void dequant8(const BlockIQ1_M &b, int e0, float *out) { dequant8_iq(b, e0, out); }
 
 // Q4_K / Q5_K sub-block j = e0 / 32: (d * sc[j]) * q - (dmin * m[j]); q the low (j even) or
 // high (j odd) nibbles of qs[32 (j / 2) + i], plus bit j of qh[i] for Q5_K (qh may be null).

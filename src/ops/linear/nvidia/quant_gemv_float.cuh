@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace llaisys::ops::nvidia {
 namespace {
@@ -43,16 +44,18 @@ __device__ __forceinline__ float bias_at(const void *bias, int dt, size_t j) {
 // row, kGemvWarps rows a block, no block barrier. A warp stages its row's bytes chunk by chunk
 // (whole blocks, at most kWarpChunk bytes) into its own shared memory with 16-byte loads, all
 // in flight at once; then each lane takes units of 16 elements (lane, lane + 32, ...), which
-// read 16 consecutive quant bytes in every format and share one scale, and FMAs them into the
-// f32 sums of all m activation rows; a shuffle sum ends the row.
+// read 16 consecutive quant bytes in every format (the i-quants: two or four grid entries) and
+// share one scale, and FMAs them into the f32 sums of all m activation rows; a shuffle sum
+// ends the row.
 //
 // The weights are formed with few instructions: four quant bytes at a time are masked into
 // place, and each byte becomes a float through the exponent of 2^23 (0x4B0000qq is 2^23 + qq,
 // exactly, so one subtraction gives the integer: no int-to-float conversion, which runs at a
-// quarter of the FMA rate). Formats with one scale per unit (Q4_0, Q5_0, Q8_0, Q6_K) sum
-// q x and scale the sum once; Q2_K, Q4_K and Q5_K form each weight as fmaf(d sc, q, -dmin m), one
-// rounding (Q4_1 and Q5_1 as fmaf(d, q, m)). So the product is W x in f32 with a different
-// summation order and rounding from llaisysDequantize's weights, inside the same bound. (The first versions dequantized bit for
+// quarter of the FMA rate). Formats with one scale per unit (Q4_0, Q5_0, Q8_0, Q6_K, the
+// i-quants) sum q x and scale the sum once; Q2_K, Q4_K and Q5_K form each weight as
+// fmaf(d sc, q, -dmin m), one rounding (Q4_1 and Q5_1 as fmaf(d, q, m)). So the product is W x
+// in f32 with a different summation order and rounding from llaisysDequantize's weights,
+// inside the same bound. (The first versions dequantized bit for
 // bit as llaisysDequantize, at about 12 instructions an element, and walked a row with one
 // memory round trip per 256 elements, one after the other: the 1.5B's Q4_K decode ran at 95
 // tok/s, against 125 from bf16 weights.)
@@ -291,6 +294,24 @@ __device__ __forceinline__ void unit_dot(const BlockIQ4_XS &b, int u, const floa
         for (int i = 0; i < 4; i++) v[4 * w + i] = float(quant::nvidia::iq4_value((q4 >> (8 * i)) & 0x0F));
     }
     unit_fma<MR, true>(v, to_float(b.d) * float(quant::iq4_xs_scale(b, u / 2)), x, k, m, vec, acc);
+}
+
+// i-quant unit u: groups 2 u and 2 u + 1 of quant::nvidia::iq_group, one scale D S[u]; each q
+// a float through kMagic, its sign flipped in the float's sign bit.
+template <int MR, class B, std::enable_if_t<quant::nvidia::kIsIq<B>, int> = 0>
+__device__ __forceinline__ void unit_dot(const B &b, int u, const float *x, size_t k, int m, bool vec, float *acc) {
+    float v[kUnit];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const quant::nvidia::IqGroup g = quant::nvidia::iq_group(b, 2 * u + h);
+        const float off = kMagic + float(g.off);
+#pragma unroll
+        for (int t = 0; t < 8; t++) {
+            const uint32_t sign = (g.signs << (31 - t)) & 0x80000000u;
+            v[8 * h + t] = __uint_as_float(__float_as_uint(byte_f(g.mags[t / 4], t % 4) - off) ^ sign);
+        }
+    }
+    unit_fma<MR, true>(v, quant::nvidia::iq_d(b) * float(quant::nvidia::iq_scale(b, u)), x, k, m, vec, acc);
 }
 
 // Q6_K unit u = elements 16 u + t, scale scales[u]: half h = u / 8, r0 = 16 (u % 8); low 4 bits
