@@ -62,6 +62,16 @@ constexpr Table<uint8_t, 128> signs7() {
     }
     return out;
 }
+// Whether every 4-bit map index of an IQ3 grid is below 8 (the maps have 8 values; the GPU's
+// __byte_perm read relies on it, nvidia/iq_block.cuh).
+template <size_t N>
+constexpr bool indices_below_8(const uint16_t (&p)[N]) {
+    for (size_t e = 0; e < N; e++)
+        if (p[e] & 0x8888) return false;
+    return true;
+}
+static_assert(indices_below_8(kPacked3xxs) && indices_below_8(kPacked3s), "IQ3 grid map indices are 0..7");
+
 // 7 sign bits (with parity) as 8 bytes for vpsignb: 0xFF (-1) where a sign bit is set, else 1.
 constexpr Table<uint64_t, 128> sign_bytes7() {
     const auto bits = signs7();

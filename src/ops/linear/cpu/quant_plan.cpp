@@ -91,6 +91,11 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //       Q4_K 0.36 / 0.48 / 0.49 / 0.50   Q6_K 0.59 / 0.85 / 0.85 / 0.84
     //       Q8_0 0.36 / 0.47 / 0.48 / 0.45   Q5_0 0.43 / 0.62 / 0.62 / 0.61: never
     // (A full-width AMD core may differ: not measured.)
+    // The i-quants (file rows only; Zen 5, one core, gate_up, 2026-11-30), float path speedup:
+    //   AVX-512 VNNI, m = 8 / 16 / 32: IQ2_XXS 0.31 / 0.55 / 1.07   IQ3_XXS 0.36 / 0.83 / 1.53
+    //                                  IQ2_S 0.31 / 0.67 / 1.46     IQ1_S 0.33 / 0.66 / 1.37: 32, as the rest
+    //   AVX2 (LLAISYS_ISA=avx2), m = 16 / 32 / 64: IQ2_XXS 0.78 / 0.92 / 1.00   IQ3_S 1.01 / 1.05 / 1.56:
+    //   the K-quants' 64 holds
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
