@@ -132,11 +132,20 @@ def test_float_path_is_f32_exact(isa):
     res = json.loads(dflt.stdout.splitlines()[-1])
     for case, (plain, packed) in res.items():
         fmt, m = case.split()[0], int(case.split()[-1][1:])
-        for err, f32_from in ((plain, 128), (packed, x16_f32_from(fmt, isa))):
+        for err, f32_from in ((plain, plain_f32_from(fmt, isa)), (packed, x16_f32_from(fmt, isa))):
             if m >= f32_from:
                 assert err < 1e-5, (case, err)  # the float path
             else:
                 assert err > 1e-5, (case, err)  # the int8 path: activations rounded to 8 bits
+
+
+def plain_f32_from(fmt, isa):
+    """From how many rows a tensor's own bytes take the float path under isa without AMX (128
+    stands for the crossovers within 2 < m <= 128): never for the i-quants where the int8 kernels
+    are AVX-512 VNNI's (their 16-row expanded groups, quant_f32_min_rows in quant_plan.cpp)."""
+    if fmt.startswith("iq") and fmt != "iq4_xs" and isa.startswith("avx512") and "avx512_vnni" in cpu_flags():
+        return float("inf")
+    return 128
 
 
 def x16_f32_from(fmt, isa):
@@ -144,7 +153,7 @@ def x16_f32_from(fmt, isa):
     (quant_f32_min_rows in src/ops/linear/cpu/quant_gemm.cpp; 128 stands for the file layout's
     crossovers, all within 2 < m <= 128)."""
     if not repacked(fmt, isa):
-        return 128  # not repacked: as the tensor's own bytes
+        return plain_f32_from(fmt, isa)  # not repacked: as the tensor's own bytes
     if isa.startswith("avx512") and "avx512_vnni" in cpu_flags() or isa == "avx2" and "avx_vnni" in cpu_flags():
         return float("inf")  # the VNNI kernels (LLAISYS_AVX_VNNI unset: on where the CPU has it)
     return {"q8_0": 128}.get(fmt, float("inf"))

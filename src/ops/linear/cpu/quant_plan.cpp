@@ -44,6 +44,11 @@ bool repacks(llaisysDataType_t dt) {
                   dt == LLAISYS_DTYPE_Q4_1 || dt == LLAISYS_DTYPE_Q5_1);
 }
 
+bool is_i_quant(llaisysDataType_t dt) {
+    return dt == LLAISYS_DTYPE_IQ2_XXS || dt == LLAISYS_DTYPE_IQ2_XS || dt == LLAISYS_DTYPE_IQ2_S ||
+           dt == LLAISYS_DTYPE_IQ3_XXS || dt == LLAISYS_DTYPE_IQ3_S || dt == LLAISYS_DTYPE_IQ1_S || dt == LLAISYS_DTYPE_IQ1_M;
+}
+
 // The crossover: the smallest m at which the float path beats the int8 one.
 size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     // Measured with tools/bench_quant_linear.py --crossover (1.5B o shape, k = n = 1536, two
@@ -91,9 +96,11 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //       Q4_K 0.36 / 0.48 / 0.49 / 0.50   Q6_K 0.59 / 0.85 / 0.85 / 0.84
     //       Q8_0 0.36 / 0.47 / 0.48 / 0.45   Q5_0 0.43 / 0.62 / 0.62 / 0.61: never
     // (A full-width AMD core may differ: not measured.)
-    // The i-quants (file rows only; Zen 5, one core, gate_up, 2026-11-30), float path speedup:
-    //   AVX-512 VNNI, m = 8 / 16 / 32: IQ2_XXS 0.31 / 0.55 / 1.07   IQ3_XXS 0.36 / 0.83 / 1.53
-    //                                  IQ2_S 0.31 / 0.67 / 1.46     IQ1_S 0.33 / 0.66 / 1.37: 32, as the rest
+    // The i-quants (file rows; Zen 5, one core, gate_up, 2026-11-30), float path speedup:
+    //   AVX-512 VNNI, over the row walks, m = 8 / 16 / 32: IQ2_XXS 0.31 / 0.55 / 1.07, IQ3_XXS 0.36 /
+    //   0.83 / 1.53, IQ2_S 0.31 / 0.67 / 1.46, IQ1_S 0.33 / 0.66 / 1.37; over the 16-row groups
+    //   expanded from 8 rows on (quant_iq_dot.inc), m = 16 / 32 / 64 / 128: 0.40-0.42 / 0.57-0.59 /
+    //   0.51-0.53 / 0.48 for all four: never
     //   AVX2 (LLAISYS_ISA=avx2), m = 16 / 32 / 64: IQ2_XXS 0.78 / 0.92 / 1.00   IQ3_S 1.01 / 1.05 / 1.56:
     //   the K-quants' 64 holds
     if (x16) {
@@ -102,6 +109,8 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
         return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (the K-quants but Q4_K are x16 only on AVX-512 VNNI)
     }
     const bool k_quant = reads_q8k(dt);
+    if (is_i_quant(dt) && cpu_has_avx512_vnni())  // the expanded 16-row groups (quant_iq_dot.inc): as x16's
+        return cpu_uses_amx() ? 64 : SIZE_MAX;
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
