@@ -165,6 +165,16 @@ template <> constexpr llaisysDataType_t dtype_of<BlockIQ3_S>() { return LLAISYS_
 template <> constexpr llaisysDataType_t dtype_of<BlockIQ1_S>() { return LLAISYS_DTYPE_IQ1_S; }
 template <> constexpr llaisysDataType_t dtype_of<BlockIQ1_M>() { return LLAISYS_DTYPE_IQ1_M; }
 
+// Whether dt is one of the seven i-quants (iq.hpp: one integer form over lattice grids). The one
+// predicate for the set, in host and device code alike.
+constexpr bool is_i_quant(llaisysDataType_t dt) {
+    return dt == LLAISYS_DTYPE_IQ2_XXS || dt == LLAISYS_DTYPE_IQ2_XS || dt == LLAISYS_DTYPE_IQ2_S ||
+           dt == LLAISYS_DTYPE_IQ3_XXS || dt == LLAISYS_DTYPE_IQ3_S || dt == LLAISYS_DTYPE_IQ1_S ||
+           dt == LLAISYS_DTYPE_IQ1_M;
+}
+template <class B>
+constexpr bool kIsIQuant = is_i_quant(dtype_of<B>());
+
 // Elements per block of block type B.
 template <class B>
 constexpr size_t block_elems() {

@@ -120,11 +120,5 @@ float iq_ints(const BlockIQ3_S &b, int8_t *q, int *S);
 float iq_ints(const BlockIQ1_S &b, int8_t *q, int *S);
 float iq_ints(const BlockIQ1_M &b, int8_t *q, int *S);
 
-template <class B>
-constexpr bool is_iq() {
-    return std::is_same_v<B, BlockIQ2_XXS> || std::is_same_v<B, BlockIQ2_XS> || std::is_same_v<B, BlockIQ2_S> ||
-           std::is_same_v<B, BlockIQ3_XXS> || std::is_same_v<B, BlockIQ3_S> || std::is_same_v<B, BlockIQ1_S> ||
-           std::is_same_v<B, BlockIQ1_M>;
-}
 
 }  // namespace llaisys::quant

@@ -17,6 +17,7 @@ from llaisys.models.gguf_model import load_gguf, quant_summary
 from llaisys.models.gguf_transcode import TRANSCODES, Transcoded, transcode
 from llaisys.models.tensors import QuantTensor
 
+from block_scales import put_scale
 from tiny_gguf import TINY, write_tiny_gguf
 
 Q = gguf.GGMLQuantizationType
@@ -45,12 +46,8 @@ def random_rows(qtype, rows: int, k: int, rng, d: float = 0.004) -> np.ndarray:
     for at in D_AT[qtype]:
         scale = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
         raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
-    if qtype == Q.IQ1_M:  # d's nibble i in the top nibble of scale word i (bytes 48..56)
-        bits = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block))).astype(np.float16)
-        bits, sc = bits.view(np.uint16), raw[:, :, 48:56].copy().view(np.uint16)
-        for i in range(4):
-            sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
-        raw[:, :, 48:56] = sc.view(np.uint8)
+    if qtype == Q.IQ1_M:  # d in the top nibbles of its scale words (block_scales)
+        put_scale(raw, "iq1_m", 48, rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
     return raw.reshape(rows, -1)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import llaisys
+from block_scales import get_f16, put_f16  # noqa: F401  (the tests take them from here too)
 from llaisys import ops
 
 gguf = pytest.importorskip("gguf")
@@ -46,27 +47,6 @@ def scale_offsets(fmt: str) -> list[int]:
     IQ1_M: 48, its 4 uint16 scales at 48..56, which hold d in their top nibbles: put_f16)."""
     return {"q4_1": [0, 2], "q5_1": [0, 2], "q2_k": [80, 82], "q3_k": [108], "q4_k": [0, 2], "q5_k": [0, 2],
             "q6_k": [208], "iq1_m": [48]}.get(fmt, [0])
-
-
-def put_f16(raw: np.ndarray, fmt: str, off: int, bits: np.ndarray) -> None:
-    """Writes the f16 bit patterns bits [n] as the scale at byte offset off of blocks raw [n, bytes]
-    (IQ1_M: nibble i of d in the top nibble of its uint16 scale i, the 3-bit scales kept)."""
-    bits = np.asarray(bits, dtype=np.uint16).reshape(-1)
-    if fmt == "iq1_m":
-        sc = raw[:, 48:56].copy().view(np.uint16)
-        for i in range(4):
-            sc[:, i] = (sc[:, i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
-        raw[:, 48:56] = sc.view(np.uint8)
-    else:
-        raw[:, off:off + 2] = bits.view(np.uint8).reshape(-1, 2)
-
-
-def get_f16(raw: np.ndarray, fmt: str, off: int) -> np.ndarray:
-    """The f16 bit patterns [n] of the scale put_f16 writes."""
-    if fmt == "iq1_m":
-        sc = raw[:, 48:56].copy().view(np.uint16)
-        return sum(((sc[:, i] >> 12) & 0xF) << (4 * i) for i in range(4)).astype(np.uint16)
-    return raw[:, off:off + 2].copy().view(np.uint16).reshape(-1)
 
 
 def random_blocks(fmt: str, n_blocks: int, rng: np.random.Generator, scale: float = 0.05) -> np.ndarray:

@@ -9,10 +9,12 @@ import sys
 
 from cpu_features import cpu_flags, skip_unless_cpu_runs
 
-COMMON = r"""
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # test/, where block_scales is
+COMMON = f"import sys\nsys.path.insert(0, {TESTS!r})\n" + r"""
 import numpy as np, gguf, llaisys
 from gguf import GGMLQuantizationType as Q
 from llaisys import ops
+from block_scales import put_f16
 FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q4_1": (Q.Q4_1, 32, 20), "q5_0": (Q.Q5_0, 32, 22), "q5_1": (Q.Q5_1, 32, 24),
            "q8_0": (Q.Q8_0, 32, 34),
            "q2_k": (Q.Q2_K, 256, 84), "q3_k": (Q.Q3_K, 256, 110), "q4_k": (Q.Q4_K, 256, 144), "q5_k": (Q.Q5_K, 256, 176), "q6_k": (Q.Q6_K, 256, 210),
@@ -20,13 +22,6 @@ FORMATS = {"q4_0": (Q.Q4_0, 32, 18), "q4_1": (Q.Q4_1, 32, 20), "q5_0": (Q.Q5_0, 
            "iq2_xxs": (Q.IQ2_XXS, 256, 66), "iq2_xs": (Q.IQ2_XS, 256, 74), "iq2_s": (Q.IQ2_S, 256, 82),
            "iq3_xxs": (Q.IQ3_XXS, 256, 98), "iq3_s": (Q.IQ3_S, 256, 110), "iq1_s": (Q.IQ1_S, 256, 50),
            "iq1_m": (Q.IQ1_M, 256, 56)}
-
-def set_iq1_m_d(b, d):
-    # IQ1_M keeps its f16 d in the top nibbles of the 4 uint16 scales (bytes 48..56), nibble i in word i
-    bits, sc = d.view(np.uint16), b[..., 48:56].copy().view(np.uint16)
-    for i in range(4):
-        sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
-    b[..., 48:56] = sc.view(np.uint8)
 
 def rand_blocks(fmt, n, k, rng):
     # random quants and packed scales, f16 scales of either sign around 0.01
@@ -43,7 +38,7 @@ def rand_blocks(fmt, n, k, rng):
         b[:, :, 80:82] = f16((n, k // bs), True)
         b[:, :, 82:84] = f16((n, k // bs), False)
     elif fmt == "iq1_m":
-        set_iq1_m_d(b, f16((n, k // bs), True).view(np.float16)[..., 0])
+        put_f16(b, fmt, 48, f16((n, k // bs), True).view(np.uint16)[..., 0])
     else:
         b[:, :, 0:2] = f16((n, k // bs), True)
     if fmt in ("q4_k", "q5_k"):

@@ -28,6 +28,7 @@ from types import SimpleNamespace
 
 gguf = pytest.importorskip("gguf")
 
+from block_scales import put_scale  # noqa: E402
 from llaisys import DeviceType  # noqa: E402
 from llaisys import runtime as rt  # noqa: E402
 from llaisys.models.arch import parse_config  # noqa: E402
@@ -65,13 +66,7 @@ def random_blocks(fmt: str, rows: int, k: int, rng) -> np.ndarray:
             scale *= MAX_MULT[fmt] / 2
         if fmt not in ("q2_k", "q4_k", "q5_k"):
             scale *= rng.choice([-1.0, 1.0], size=scale.shape)
-        if fmt == "iq1_m":
-            bits, sc = scale.astype(np.float16).view(np.uint16), raw[:, :, 48:56].copy().view(np.uint16)
-            for i in range(4):
-                sc[..., i] = (sc[..., i] & 0x0FFF) | (((bits >> (4 * i)) & 0xF) << 12)
-            raw[:, :, 48:56] = sc.view(np.uint8)
-        else:
-            raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
+        put_scale(raw, fmt, at, scale)  # IQ1_M: d in the top nibbles of its scale words
     return raw.reshape(rows, -1)
 
 

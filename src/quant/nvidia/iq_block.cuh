@@ -32,13 +32,6 @@ static __device__ const uint16_t kIq3xxsGridPacked[] = {LLAISYS_IQ3_XXS_GRID};  
 static __device__ const uint16_t kIq3sGridPacked[] = {LLAISYS_IQ3_S_GRID};      // [512]
 static __device__ const uint16_t kIq1GridPacked[] = {LLAISYS_IQ1_S_GRID};       // [2048]
 
-// Whether B is an i-quant (has iq_group, iq_scale and iq_d below).
-template <class B>
-constexpr bool kIsIq = std::is_same_v<B, BlockIQ2_XXS> || std::is_same_v<B, BlockIQ2_XS> ||
-                       std::is_same_v<B, BlockIQ2_S> || std::is_same_v<B, BlockIQ3_XXS> ||
-                       std::is_same_v<B, BlockIQ3_S> || std::is_same_v<B, BlockIQ1_S> ||
-                       std::is_same_v<B, BlockIQ1_M>;
-
 // Eight elements of an i-quant block: q_t = (byte t of mags - off), negated where bit t of
 // signs is set.
 struct IqGroup {

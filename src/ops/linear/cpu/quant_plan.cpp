@@ -1,6 +1,7 @@
 // The quantized linear's plan (quant_plan.hpp): one table, format x ISA x rows -> kernel.
 #include "quant_plan.hpp"
 
+#include "../../../quant/blocks.hpp"
 #include "../../../utils/cpu_isa.hpp"
 #include "../../../utils/error.hpp"
 #include "../../../utils/types.hpp"
@@ -42,11 +43,6 @@ bool repacks(llaisysDataType_t dt) {
         return on && (cpu_has_avx512_vnni() || cpu_has_avx_vnni());
     return on && (dt == LLAISYS_DTYPE_Q4_K || dt == LLAISYS_DTYPE_Q8_0 || dt == LLAISYS_DTYPE_Q5_0 ||
                   dt == LLAISYS_DTYPE_Q4_1 || dt == LLAISYS_DTYPE_Q5_1);
-}
-
-bool is_i_quant(llaisysDataType_t dt) {
-    return dt == LLAISYS_DTYPE_IQ2_XXS || dt == LLAISYS_DTYPE_IQ2_XS || dt == LLAISYS_DTYPE_IQ2_S ||
-           dt == LLAISYS_DTYPE_IQ3_XXS || dt == LLAISYS_DTYPE_IQ3_S || dt == LLAISYS_DTYPE_IQ1_S || dt == LLAISYS_DTYPE_IQ1_M;
 }
 
 // The crossover: the smallest m at which the float path beats the int8 one.
@@ -109,7 +105,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
         return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (the K-quants but Q4_K are x16 only on AVX-512 VNNI)
     }
     const bool k_quant = reads_q8k(dt);
-    if (is_i_quant(dt) && cpu_has_avx512_vnni())  // the expanded 16-row groups (quant_iq_dot.inc): as x16's
+    if (quant::is_i_quant(dt) && cpu_has_avx512_vnni())  // the expanded 16-row groups (quant_iq_dot.inc): as x16's
         return cpu_uses_amx() ? 64 : SIZE_MAX;
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
@@ -150,7 +146,7 @@ QuantPlan make_plan(llaisysDataType_t dt) {
     std::string int8;
     if (cpu_has_avx512_vnni()) {
         p.dot_rows = quant_avx512::dot_rows;
-        int8 = is_i_quant(dt) ? "AVX-512 VNNI row kernels (from 8 rows 16-row int8 groups, expanded per call)"
+        int8 = quant::is_i_quant(dt) ? "AVX-512 VNNI row kernels (from 8 rows 16-row int8 groups, expanded per call)"
                               : "AVX-512 VNNI row kernels";
     } else if (active_isa() >= Isa::Avx2) {
         p.dot_rows = quant_avx2::dot_rows;

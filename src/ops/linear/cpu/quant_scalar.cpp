@@ -98,7 +98,7 @@ float block_dot(const BlockIQ4_XS &b, const BlockQ8_K &x, uint8_t *) {
 }
 
 // The i-quants as integers (iq.hpp): D x.d sum_j S_j (q_j . x_j) over 16 sub-blocks of 16.
-template <class B, std::enable_if_t<is_iq<B>(), int> = 0>
+template <class B, std::enable_if_t<kIsIQuant<B>, int> = 0>
 float block_dot(const B &b, const BlockQ8_K &x, uint8_t *scratch) {
     int8_t *q = reinterpret_cast<int8_t *>(scratch);
     int S[16];

@@ -298,7 +298,7 @@ __device__ __forceinline__ void unit_dot(const BlockIQ4_XS &b, int u, const floa
 
 // i-quant unit u: groups 2 u and 2 u + 1 of quant::nvidia::iq_group, one scale D S[u]; each q
 // a float through kMagic, its sign flipped in the float's sign bit.
-template <int MR, class B, std::enable_if_t<quant::nvidia::kIsIq<B>, int> = 0>
+template <int MR, class B, std::enable_if_t<quant::kIsIQuant<B>, int> = 0>
 __device__ __forceinline__ void unit_dot(const B &b, int u, const float *x, size_t k, int m, bool vec, float *acc) {
     float v[kUnit];
 #pragma unroll
