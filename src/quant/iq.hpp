@@ -120,5 +120,4 @@ float iq_ints(const BlockIQ3_S &b, int8_t *q, int *S);
 float iq_ints(const BlockIQ1_S &b, int8_t *q, int *S);
 float iq_ints(const BlockIQ1_M &b, int8_t *q, int *S);
 
-
 }  // namespace llaisys::quant

@@ -4,8 +4,9 @@ How OpenMP's idle threads wait (`OMP_WAIT_POLICY`, `GOMP_SPINCOUNT`) is read onc
 OpenMP runtime loads with the library, and the quantized kernels' prefetch distance
 (`LLAISYS_QUANT_PREFETCH`) once, at the first kernel. Both depend on the CPU kind, not on its
 vendor: on a 2-vCPU AMD Zen 3 a bounded spin decodes faster than sleeping both idle and beside
-busy processes, on 2-vCPU Zen 4s the hosts disagreed under load (sleeping won 2.7x on one, a
-spin 1.5x on the other), so Zen 4 takes the shortest spin that kept the idle speed. So they are chosen here, from this order:
+busy processes; on 2-vCPU Zen 4s the hosts disagreed under load (sleeping won 2.7x on one, a
+spin 1.4x on the other), and Zen 4 takes the shortest spin that kept the idle speed. So they are
+chosen here, from this order:
 
 1. the environment: any of WAIT_VARS set (or LLAISYS_QUANT_PREFETCH) is kept as it is;
 2. WAIT_TABLE, rows measured on each CPU kind seen (the prefetch's own table is in the library,
