@@ -24,7 +24,7 @@ Q = gguf.GGMLQuantizationType
 # byte offsets of a block's f16 scales (and mins)
 D_AT = {Q.Q3_K: (108,), Q.IQ4_NL: (0,), Q.Q8_0: (0,), Q.Q2_K: (80, 82), Q.IQ4_XS: (0,), Q.Q4_1: (0, 2), Q.Q5_1: (0, 2),
         Q.IQ2_XXS: (0,), Q.IQ2_XS: (0,), Q.IQ2_S: (0,), Q.IQ3_XXS: (0,), Q.IQ3_S: (0,), Q.IQ1_S: (0,),
-        Q.IQ1_M: ()}  # IQ1_M's d: the top nibbles of its 4 uint16 scales (random_rows)
+        Q.IQ1_M: (48,)}  # IQ1_M: d in the top nibbles of its 4 uint16 scales at 48..56 (block_scales)
 IQ_TYPES = [Q.IQ2_XXS, Q.IQ2_XS, Q.IQ2_S, Q.IQ3_XXS, Q.IQ3_S, Q.IQ1_S, Q.IQ1_M]
 WIDE = dict(TINY, hidden=256, inter=512)  # rows that 256-weight blocks divide
 
@@ -45,9 +45,7 @@ def random_rows(qtype, rows: int, k: int, rng, d: float = 0.004) -> np.ndarray:
     raw = rng.integers(0, 256, (rows, k // block, nbytes), dtype=np.uint8)
     for at in D_AT[qtype]:
         scale = (rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
-        raw[:, :, at:at + 2] = scale.astype(np.float16)[..., None].view(np.uint8)
-    if qtype == Q.IQ1_M:  # d in the top nibbles of its scale words (block_scales)
-        put_scale(raw, "iq1_m", 48, rng.uniform(0.5, 1.5, (rows, k // block)) * d * rng.choice([-1, 1], (rows, k // block)))
+        put_scale(raw, qtype.name.lower(), at, scale)
     return raw.reshape(rows, -1)
 
 

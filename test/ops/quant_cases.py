@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import llaisys
-from block_scales import get_f16, put_f16  # noqa: F401  (the tests take them from here too)
+from block_scales import get_f16, put_f16
 from llaisys import ops
 
 gguf = pytest.importorskip("gguf")

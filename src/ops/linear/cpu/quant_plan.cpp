@@ -147,7 +147,7 @@ QuantPlan make_plan(llaisysDataType_t dt) {
     if (cpu_has_avx512_vnni()) {
         p.dot_rows = quant_avx512::dot_rows;
         int8 = quant::is_i_quant(dt) ? "AVX-512 VNNI row kernels (from 8 rows 16-row int8 groups, expanded per call)"
-                              : "AVX-512 VNNI row kernels";
+                                     : "AVX-512 VNNI row kernels";
     } else if (active_isa() >= Isa::Avx2) {
         p.dot_rows = quant_avx2::dot_rows;
         const bool tiles = cpu_splits_256() && !reads_q8k(dt);
