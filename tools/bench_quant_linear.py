@@ -4,6 +4,7 @@ bf16 packed GEMM, on the linear shapes of Qwen2.5 1.5B (or 0.5B) at decode and p
     python tools/bench_quant_linear.py [--model 1.5b|0.5b] [--m 1 16 128] [--formats q4_k q8_0 ...]
                                        [--shapes qkv o gate_up down lm_head] [--out FILE]
     python tools/bench_quant_linear.py --crossover --shapes o --m 2 4 8 16 32 [--formats ...]
+    python tools/bench_quant_linear.py --stream --shapes gate_up --formats q4_k [--repeats 5]
     OMP_NUM_THREADS=1 python tools/bench_quant_linear.py --clock cpu ...   # G MAC/s per core
 
 Each (shape, m) times the bf16 PackedLinear and one PackedLinear per format (random GGUF blocks
@@ -20,7 +21,14 @@ less than wall time (it still shares caches); the GMAC/s column is then per core
 --crossover times, per format, the int8 dot-product path against the float (dequantize + f32
 GEMM) path at each m, in child processes alternating between the two (LLAISYS_QUANT_F32_ROWS),
 and reports the smallest m from which the float path stays faster: the figures behind
-the crossovers in src/ops/linear/cpu/quant_plan.cpp (printed by `llaisys info`)."""
+the crossovers in src/ops/linear/cpu/quant_plan.cpp (printed by `llaisys info`).
+
+--stream times decode's weight stream without the rest of a step: per format, as many distinct
+copies of one shape as a model has layers (28 for the 1.5B: 434 MB of Q4_K gate_up, far beyond
+any L3 here), m = 1, every copy in turn (one pass ~10 ms). Each round times passes for about a
+second, then measures the read bandwidth (tools/bench_limits) at once, and prints the weights'
+GB/s beside it and their share of it. A shared host's bandwidth may change within a minute
+(a Zen 4 VM moved between ~35 and ~65 GB/s): read the share round by round, not of a mean."""
 
 from __future__ import annotations
 
@@ -146,6 +154,44 @@ def crossover(shape: str, k: int, n: int, formats: list[str], ms: list[int], rep
     return out
 
 
+def stream(name: str, k: int, n: int, layers: int, formats: list[str], repeats: int, threads: int) -> list:
+    """Per format and round: the m = 1 weight stream over `layers` distinct copies (GB/s), then the
+    read bandwidth at once."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "bench_limits"))
+    from bench_limits import measure
+    rng = np.random.default_rng(0)
+    x = llaisys.Tensor.from_numpy(rng.standard_normal((1, k), dtype=np.float32))
+    out = llaisys.Tensor((1, n), "f32")
+    rows = []
+    for fmt in formats:
+        if k % FORMATS[fmt][0]:
+            continue
+        copies, nbytes = [], 0
+        for _ in range(layers):
+            blocks = random_blocks(fmt, n, k, rng)
+            w = llaisys.Tensor.from_numpy(blocks, fmt, shape=(n, k))
+            copies.append(ops.PackedLinear(w))
+            w.close()
+            nbytes += blocks.nbytes
+        for r in range(repeats):
+            passes, t_end = [], time.perf_counter() + 1.0
+            while time.perf_counter() < t_end or len(passes) < 3:
+                t = time.perf_counter()
+                for c in copies:
+                    c(out, x)
+                passes.append(time.perf_counter() - t)
+            gbps = nbytes / float(np.median(passes)) / 1e9
+            read = measure(threads)["read_bandwidth_gb_s"]
+            rows.append({"shape": name, "k": k, "n": n, "copies": layers, "weight": fmt, "weight_bytes": nbytes,
+                         "round": r, "passes": len(passes), "gbps": round(gbps, 2), "read_gb_s": read,
+                         "share": round(gbps / read, 3)})
+            print(f"{name:8} {fmt:6} round {r}: {gbps:6.1f} GB/s of weights, read bandwidth {read:6.1f} GB/s, "
+                  f"share {gbps / read:5.2f}", flush=True)
+        for c in copies:
+            c.close()
+    return rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", choices=sorted(MODELS), default="1.5b")
@@ -159,6 +205,8 @@ def main(argv=None) -> int:
                     help="cpu: time by process CPU time (with OMP_NUM_THREADS=1: the cost per core)")
     ap.add_argument("--crossover", action="store_true",
                     help="time the int8 and the float path of each format at each --m (children) instead")
+    ap.add_argument("--stream", action="store_true",
+                    help="decode's weight stream: m = 1 over one copy of the shape per layer, beside the read bandwidth")
     args = ap.parse_args(argv)
     shapes = MODELS[args.model]
     names = args.shapes or list(shapes)
@@ -171,6 +219,13 @@ def main(argv=None) -> int:
         rows = [r for name in names for r in crossover(name, *shapes[name], args.formats, args.m, args.repeats,
                                                         args.min_time)]
         Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "crossover": rows}, indent=1))
+        print(f"wrote {args.out}")
+        return 0
+    if args.stream:
+        layers = {"0.5b": 24, "1.5b": 28}[args.model]
+        threads = llaisys.runtime.num_threads()
+        rows = [r for name in names for r in stream(name, *shapes[name], layers, args.formats, args.repeats, threads)]
+        Path(args.out).write_text(json.dumps({"machine": env, "model": args.model, "stream": rows}, indent=1))
         print(f"wrote {args.out}")
         return 0
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
