@@ -141,9 +141,9 @@ def test_float_path_is_f32_exact(isa):
 
 def plain_f32_from(fmt, isa):
     """From how many rows a tensor's own bytes take the float path under isa without AMX (128
-    stands for the crossovers within 2 < m <= 128): never for the i-quants where the int8 kernels
-    are AVX-512 VNNI's (their 16-row expanded groups, quant_f32_min_rows in quant_plan.cpp)."""
-    if fmt.startswith("iq") and fmt != "iq4_xs" and isa.startswith("avx512") and "avx512_vnni" in cpu_flags():
+    stands for the crossovers within 2 < m <= 128): never for the i-quants from AVX2 on (their
+    expanded int8 groups, 16 rows on AVX-512 VNNI, 8 on AVX2: quant_f32_min_rows in quant_plan.cpp)."""
+    if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar":
         return float("inf")
     return 128
 

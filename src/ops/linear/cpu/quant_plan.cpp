@@ -97,15 +97,17 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   0.83 / 1.53, IQ2_S 0.31 / 0.67 / 1.46, IQ1_S 0.33 / 0.66 / 1.37; over the 16-row groups
     //   expanded from 8 rows on (quant_iq_dot.inc), m = 16 / 32 / 64 / 128: 0.40-0.42 / 0.57-0.59 /
     //   0.51-0.53 / 0.48 for all four: never
-    //   AVX2 (LLAISYS_ISA=avx2), m = 16 / 32 / 64: IQ2_XXS 0.78 / 0.92 / 1.00   IQ3_S 1.01 / 1.05 / 1.56:
-    //   the K-quants' 64 holds
+    //   AVX2 (LLAISYS_ISA=avx2), m = 16 / 32 / 64: IQ2_XXS 0.78 / 0.92 / 1.00   IQ3_S 1.01 / 1.05 / 1.56
+    //   over the row walks; over AVX2's 8-row expanded groups (from 16 rows on; a Zen 4 core, o,
+    //   2026-11-30), m = 16 / 64 / 128 / 256 / 512: IQ2_XXS 0.74 / 0.66 / 0.66 / 0.67 / 0.70, IQ3_S
+    //   0.78 / 0.64 / 0.65 / 0.59 / 0.66, IQ1_S 0.71 / 0.61 / 0.60 / 0.72 / 0.83: never
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
         return dt == LLAISYS_DTYPE_Q8_0 ? 128 : SIZE_MAX;  // (the K-quants but Q4_K are x16 only on AVX-512 VNNI)
     }
     const bool k_quant = reads_q8k(dt);
-    if (quant::is_i_quant(dt) && cpu_has_avx512_vnni())  // the expanded 16-row groups (quant_iq_dot.inc): as x16's
+    if (quant::is_i_quant(dt) && active_isa() >= Isa::Avx2)  // the expanded groups (quant_iq_dot.inc): as x16's
         return cpu_uses_amx() ? 64 : SIZE_MAX;
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
@@ -151,7 +153,9 @@ QuantPlan make_plan(llaisysDataType_t dt) {
     } else if (active_isa() >= Isa::Avx2) {
         p.dot_rows = quant_avx2::dot_rows;
         const bool tiles = cpu_splits_256() && !reads_q8k(dt);
-        int8 = tiles ? "AVX2 128-bit 4 x 4 tiles (this CPU splits 256-bit ops)" : "AVX2 row kernels";
+        int8 = quant::is_i_quant(dt) ? "AVX2 row kernels (from 16 rows 8-row int8 groups, expanded per call)"
+               : tiles              ? "AVX2 128-bit 4 x 4 tiles (this CPU splits 256-bit ops)"
+                                    : "AVX2 row kernels";
     } else {
         p.dot_rows = quant_scalar::dot_rows;
         int8 = "scalar loops";
