@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow  # a real model, a storm that lasts REQUEST_TIMEOU
 # The server's --request-timeout: long enough for the greedy answer (16 tokens: about a second on
 # an idle CI machine), short for a 2048-token stream. A heavily shared machine (several test runs
 # on 2 cores: seconds per token) needs more: LLAISYS_STORM_TIMEOUT_S.
-REQUEST_TIMEOUT_S = float(os.environ.get("LLAISYS_STORM_TIMEOUT_S", "30"))
+REQUEST_TIMEOUT_S = float(os.environ.get("LLAISYS_STORM_TIMEOUT_S", "15"))
 N_DROP, N_CANCEL, N_TIMEOUT_STREAM, N_HANGUP, N_TIMEOUT_JSON = 8, 8, 3, 4, 2
 LONG = {"model": MODEL_NAME, "max_tokens": 2048, "ignore_eos": True}  # cannot finish within the timeout
 GREEDY = chat_body([{"role": "user", "content": "Write a Python function that returns the sum of a list."}],
