@@ -121,7 +121,8 @@ $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 # a module's server or reference is built once: alone the suite keeps ~1 of 2 cores busy (its
 # servers, browsers and clients wait on each other), two workers keep both.
 PYTEST_WORKERS ?= $(shell n=$(NPROC); echo $$(( n < 4 ? n : 4 )))
-XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+# Files in collection order, the longest first (test/conftest.py, LONGEST_FIRST), not xdist's most-tests-first.
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 pytest: install-test
 	$(PY) -m pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
 
