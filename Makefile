@@ -166,7 +166,7 @@ asan-build: install
 		-DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
 asan-pytest: install-test
-	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so \
+	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so LLAISYS_TEST_SANITIZED=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(PY) -m pytest -q -p no:cacheprovider --capture=sys -m "not slow" $(XDIST) $(ASAN_TESTS)
