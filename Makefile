@@ -112,11 +112,12 @@ $(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
 
 # test references (torch, transformers, llama.cpp is not among them), the openai client, and
 # Debian's chromium for the web page tests (playwright drives it; it never downloads a browser).
-# --no-compile: Python compiles the modules the tests import when they first do, not all of
-# ray's and the rest at install (47 CPU-seconds against 34 in a fresh venv, 2026-11-30).
+# pip byte-compiles at install (13 of its 47 CPU-seconds here): where PYTHONDONTWRITEBYTECODE is
+# set, as on these machines, --no-compile made every test process compile ray, openai, ... from
+# source again, and pytest took 45 s longer (2026-11-30).
 $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 	@echo "llaisys: installing the test requirements (torch==2.13.0, transformers, ...: 1.3 GB, a few minutes the first time)"
-	$(PIP) install -q --no-compile -r requirements-test.txt
+	$(PIP) install -q -r requirements-test.txt
 	@touch $@
 
 # PYTEST_ARGS narrows the run, e.g. make pytest PYTEST_ARGS="test/core -x". The suite runs in
