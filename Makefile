@@ -42,18 +42,19 @@ PKG_BUILD = $(BUILD)/pkg
 serve: install
 	$(PY) -m llaisys.cli serve $(ARGS)
 
-# The compile-only stages (nvcc's check of the NVIDIA backend, the ASan library) run beside the
-# test requirements' install, ctest and pytest at the lowest priority: pip waits on the disk and
-# the suite leaves part of the cores idle (its servers, browsers and clients wait on each other),
-# and the builds fill that time instead of adding theirs (~2.5 of CI's ~21 minutes on a 2-core
-# Zen 5). Their log is printed after pytest (whole if they failed); the ASan tests run last, on
-# the library built there.
-test: install
+# The compile-only stages (nvcc's check of the NVIDIA backend, the ASan library) run beside ctest
+# and pytest at the lowest priority: the suite leaves part of the cores idle (its servers,
+# browsers and clients wait on each other), and the builds fill that time instead of adding
+# theirs (~2.5 of CI's ~21 minutes on a 2-core Zen 5). Their log is printed after pytest (whole
+# if they failed); the ASan tests run last, on the library built there. (Started before the test
+# requirements' install instead, on a 2-core Zen 4 on 2026-11-30, pytest took 13:17-13:27 in three
+# runs against 12:29-12:42 in three before, and CI was no faster.)
+test: install-test
 	@mkdir -p $(BUILD); \
 	 nice -n 19 $(MAKE) --no-print-directory nvidia-check asan-build NVIDIA_BUILD=$(BUILD)/nvidia-check \
 		"NVIDIA_CMAKE_ARGS=$(NVIDIA_CHECK_FLAGS)" > $(BUILD)/beside.log 2>&1 & beside=$$!; \
 	 trap 'kill $$beside 2> /dev/null' INT TERM; \
-	 $(MAKE) --no-print-directory install-test ctest pytest; rc=$$?; \
+	 $(MAKE) --no-print-directory ctest pytest; rc=$$?; \
 	 wait $$beside; brc=$$?; \
 	 if [ $$brc = 0 ]; then grep -v '^\[' $(BUILD)/beside.log; \
 	 else cat $(BUILD)/beside.log; echo "llaisys: the NVIDIA compile check or the ASan build failed (above)" >&2; fi; \
@@ -112,9 +113,8 @@ $(STAMPS)/install: $(PKG_SOURCES) | $(NEED_PY)
 
 # test references (torch, transformers, llama.cpp is not among them), the openai client, and
 # Debian's chromium for the web page tests (playwright drives it; it never downloads a browser).
-# pip byte-compiles at install (13 of its 47 CPU-seconds here): where PYTHONDONTWRITEBYTECODE is
-# set, as on these machines, --no-compile made every test process compile ray, openai, ... from
-# source again, and pytest took 45 s longer (2026-11-30).
+# pip byte-compiles what it installs: where PYTHONDONTWRITEBYTECODE is set, as on these machines,
+# a module left uncompiled (--no-compile) is compiled from source by every process importing it.
 $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 	@echo "llaisys: installing the test requirements (torch==2.13.0, transformers, ...: 1.3 GB, a few minutes the first time)"
 	$(PIP) install -q -r requirements-test.txt
