@@ -46,9 +46,7 @@ serve: install
 # and pytest at the lowest priority: the suite leaves part of the cores idle (its servers,
 # browsers and clients wait on each other), and the builds fill that time instead of adding
 # theirs (~2.5 of CI's ~21 minutes on a 2-core Zen 5). Their log is printed after pytest (whole
-# if they failed); the ASan tests run last, on the library built there. (Started before the test
-# requirements' install instead, on a 2-core Zen 4 on 2026-11-30, pytest took 13:17-13:27 in three
-# runs against 12:29-12:42 in three before, and CI was no faster.)
+# if they failed); the ASan tests run last, on the library built there.
 test: install-test
 	@mkdir -p $(BUILD); \
 	 nice -n 19 $(MAKE) --no-print-directory nvidia-check asan-build NVIDIA_BUILD=$(BUILD)/nvidia-check \
