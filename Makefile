@@ -42,21 +42,28 @@ PKG_BUILD = $(BUILD)/pkg
 serve: install
 	$(PY) -m llaisys.cli serve $(ARGS)
 
-# The compile-only stages (nvcc's check of the NVIDIA backend, the ASan library) run beside ctest
-# and pytest at the lowest priority: the suite leaves part of the cores idle (its servers,
+# The compile-only stages (the ASan library, then nvcc's check of the NVIDIA backend) run beside
+# ctest and pytest at the lowest priority: the suite leaves part of the cores idle (its servers,
 # browsers and clients wait on each other), and the builds fill that time instead of adding
-# theirs (~2.5 of CI's ~21 minutes on a 2-core Zen 5). Their log is printed after pytest (whole
-# if they failed); the ASan tests run last, on the library built there.
+# theirs. The ASan library comes first, as the ASan tests need it once pytest is done; the NVIDIA
+# check goes on beside them if it has not finished, and is waited for last (in a fresh-clone run
+# on a 2-core Zen 4 it finished with pytest, and the ASan build, started only then, held the ASan
+# tests back 1.5 minutes). Each log is printed once its stage is waited for (whole if it failed).
+BESIDE_NVIDIA = $(MAKE) --no-print-directory nvidia-check NVIDIA_BUILD=$(BUILD)/nvidia-check \
+	"NVIDIA_CMAKE_ARGS=$(NVIDIA_CHECK_FLAGS)"
 test: install-test
-	@mkdir -p $(BUILD); \
-	 nice -n 19 $(MAKE) --no-print-directory nvidia-check asan-build NVIDIA_BUILD=$(BUILD)/nvidia-check \
-		"NVIDIA_CMAKE_ARGS=$(NVIDIA_CHECK_FLAGS)" > $(BUILD)/beside.log 2>&1 & beside=$$!; \
-	 trap 'kill $$beside 2> /dev/null' INT TERM; \
+	@mkdir -p $(BUILD); rm -f $(BUILD)/asan-build.rc; \
+	 ( nice -n 19 $(MAKE) --no-print-directory asan-build > $(BUILD)/asan-build.log 2>&1; \
+	   echo $$? > $(BUILD)/asan-build.rc; nice -n 19 $(BESIDE_NVIDIA) > $(BUILD)/nvidia-check.log 2>&1 ) & beside=$$!; \
+	 trap 'pkill -TERM -P $$beside; kill $$beside 2> /dev/null' INT TERM; \
+	 show() { if [ $$2 = 0 ]; then grep -v '^\[' $(BUILD)/$$1.log; \
+	          else cat $(BUILD)/$$1.log; echo "llaisys: $$1 failed (above)" >&2; fi; }; \
 	 $(MAKE) --no-print-directory ctest pytest; rc=$$?; \
-	 wait $$beside; brc=$$?; \
-	 if [ $$brc = 0 ]; then grep -v '^\[' $(BUILD)/beside.log; \
-	 else cat $(BUILD)/beside.log; echo "llaisys: the NVIDIA compile check or the ASan build failed (above)" >&2; fi; \
-	 [ $$rc = 0 ] && [ $$brc = 0 ] && $(MAKE) --no-print-directory asan-pytest
+	 while [ ! -s $(BUILD)/asan-build.rc ] && kill -0 $$beside 2> /dev/null; do sleep 1; done; \
+	 arc=$$(cat $(BUILD)/asan-build.rc 2> /dev/null || echo 1); show asan-build $$arc; \
+	 if [ $$rc = 0 ] && [ $$arc = 0 ]; then $(MAKE) --no-print-directory asan-pytest; rc=$$?; else rc=1; fi; \
+	 wait $$beside; nrc=$$?; show nvidia-check $$nrc; \
+	 [ $$rc = 0 ] && [ $$nrc = 0 ]
 
 install: $(STAMPS)/install
 
@@ -125,8 +132,18 @@ $(STAMPS)/install-test: requirements-test.txt | $(STAMPS)/install
 PYTEST_WORKERS ?= $(shell n=$(NPROC); echo $$(( n < 4 ? n : 4 )))
 # Files in collection order, the longest first (test/conftest.py, LONGEST_FIRST), not xdist's most-tests-first.
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+# The suite's processes, unless the caller chose otherwise:
+# - idle OpenMP threads sleep at once (OMP_WAIT_POLICY=passive). The workers' libraries and torch
+#   run their teams side by side on the same cores, where a spinning thread only takes a core from
+#   the other worker: the ops, core, parity, sampling and engine tests ran 3-5% faster so (alternated
+#   twice on a 2-core Zen 4, 2026-12-01). test_cli and test_threads check the default policy with
+#   these variables removed.
+# - bytecode is written (where PYTHONDONTWRITEBYTECODE is set, as on these machines): pytest keeps
+#   its assertion-rewritten test modules only as .pyc files, and without them every worker and child
+#   pytest rewrote all of them again (~5 CPU-seconds a worker).
+TEST_ENV = env -u PYTHONDONTWRITEBYTECODE OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-passive}
 pytest: install-test
-	$(PY) -m pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
+	$(TEST_ENV) $(PY) -m pytest -q --durations=15 $(XDIST) $(PYTEST_ARGS)
 
 # The C programs that use libllaisys through the public headers alone, built in the package's
 # own build directory against the library pip built there (compiled once, not twice): the
@@ -172,7 +189,7 @@ asan-build: install
 		-DLLAISYS_SANITIZE=ON -DLLAISYS_BUILD_TESTS=OFF > /dev/null
 	cmake --build $(BUILD)/asan
 asan-pytest: install-test
-	LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so LLAISYS_TEST_SANITIZED=1 \
+	$(TEST_ENV) LLAISYS_LIBRARY=$(CURDIR)/$(BUILD)/asan/libllaisys.so LLAISYS_TEST_SANITIZED=1 \
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 		$(PY) -m pytest -q -p no:cacheprovider --capture=sys -m "not slow" $(XDIST) $(ASAN_TESTS)

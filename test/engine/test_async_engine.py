@@ -311,7 +311,9 @@ def test_freeze_startup_objects_moves_what_exists_out_of_the_collectors_reach():
     gc.unfreeze()
     try:
         frozen = freeze_startup_objects()
-        assert frozen == gc.get_freeze_count() >= len(made_before)
+        # the count can only fall after the call: another thread of this process (an engine loop
+        # an earlier test left winding down) may free frozen objects in between, and did (by 2)
+        assert frozen >= gc.get_freeze_count() >= len(made_before)
         assert not any(made_before[0] is o for o in gc.get_objects())  # out of the collected generations
     finally:
         gc.unfreeze()
