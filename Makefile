@@ -135,9 +135,10 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # The suite's processes, unless the caller chose otherwise:
 # - idle OpenMP threads sleep at once (OMP_WAIT_POLICY=passive). The workers' libraries and torch
 #   run their teams side by side on the same cores, where a spinning thread only takes a core from
-#   the other worker: the ops, core, parity, sampling and engine tests ran 3-5% faster so (alternated
-#   twice on a 2-core Zen 4, 2026-12-01). test_cli and test_threads check the default policy with
-#   these variables removed.
+#   the other worker. Alternated twice each on a 2-core Zen 4 (2026-12-01), the ops, core, parity,
+#   sampling and engine tests ran 3-5% faster so (183 / 203 s against 188 / 215), and the ASan
+#   stage 4-8% (246 / 266 s against 267 / 276). test_cli and test_threads check the policy llaisys
+#   chooses itself with these variables removed.
 # - bytecode is written (where PYTHONDONTWRITEBYTECODE is set, as on these machines): pytest keeps
 #   its assertion-rewritten test modules only as .pyc files, and without them every worker and child
 #   pytest rewrote all of them again (~5 CPU-seconds a worker).
