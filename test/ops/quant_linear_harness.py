@@ -87,18 +87,22 @@ def repacked(fmt, isa, avx_vnni=True):
     return (isa.startswith("avx512") and "avx512_vnni" in have) or (avx_vnni and "avx_vnni" in have)
 
 
-def run_child(isa, code, split="0", avx_vnni="0", gfni="1", prefetch=None):
+def run_child(isa, code, split="0", avx_vnni="0", gfni="1", prefetch=None, iq_walk_avx2=None):
     """The child's results on SIMD path isa; split: LLAISYS_SPLIT_256, the 32-blocks' kernel form
     (1: the 128-bit 4 x 4 tiles of CPUs that split 256-bit ops, 0: 256-bit rows); avx_vnni:
     LLAISYS_AVX_VNNI, whether the x16 kernels under avx2 take the VEX vpdpbusd (1, where the CPU
     has it) or vpmaddubsw (0); gfni: LLAISYS_GFNI, whether the AVX-512 x16 kernels take their
     GFNI build (1, where the CPU has it) or the one without (0); prefetch: LLAISYS_QUANT_PREFETCH
     (None: this CPU's table value), so that the kernels' walks with and without software
-    prefetches both run whatever the table says here."""
+    prefetches both run whatever the table says here; iq_walk_avx2: LLAISYS_IQ_WALK_AVX2, whether
+    the i-quants' one-row walks on AVX-512 VNNI take the AVX2 build's (1) or not (0; None: this
+    CPU's choice, src/ops/linear/cpu/quant_plan.cpp)."""
     skip_unless_cpu_runs(isa)
     env = dict(os.environ, LLAISYS_ISA=isa, LLAISYS_SPLIT_256=split, LLAISYS_AVX_VNNI=avx_vnni, LLAISYS_GFNI=gfni)
     if prefetch is not None:
         env["LLAISYS_QUANT_PREFETCH"] = prefetch
+    if iq_walk_avx2 is not None:
+        env["LLAISYS_IQ_WALK_AVX2"] = iq_walk_avx2
     child = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert child.returncode == 0, child.stderr[-4000:]
     lines = child.stdout.splitlines()

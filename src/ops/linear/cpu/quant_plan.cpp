@@ -139,6 +139,32 @@ long forced_f32_rows() {
     return forced;
 }
 
+// Whether i-quant dt's one-row walk (m = 1: decode, and a MoE expert given one token) takes the
+// AVX2 build's instead of the AVX-512 VNNI one's. In the AVX-512 build GCC holds some of the
+// IQ2_XXS and IQ3_XXS walks' general registers in vector ones (objdump: 48 / 94 and 143 / 193
+// moves in / out), and on AMD Zen 4 that costs more than VNNI saves: gate_up of the 1.5B, one
+// core, m = 1, AVX-512 against AVX2 (2026-12-01, CPU time, 2 alternated runs): IQ2_XXS 2.13 / 1.83 ms,
+// IQ3_XXS 2.75 / 2.44, IQ1_S 1.84 / 1.79, IQ1_M 2.83 / 2.97, IQ2_XS 1.83 / 2.07; at m = 4 the AVX-512
+// walk leads or ties (IQ2_XXS 2.58 / 2.70-2.80, IQ3_XXS 3.37 / 3.20-3.33), so it keeps m > 1.
+// Other kinds are not measured and keep the AVX-512 walk. LLAISYS_IQ_WALK_AVX2=1 takes the AVX2
+// walk for every i-quant at m = 1, 0 for none.
+bool iq_walks_avx2(llaisysDataType_t dt) {
+    static const int forced = [] {
+        const char *env = std::getenv("LLAISYS_IQ_WALK_AVX2");
+        return env && (std::strcmp(env, "0") == 0 || std::strcmp(env, "1") == 0) ? env[0] - '0' : -1;
+    }();
+    if (!quant::is_i_quant(dt) || !cpu_has_avx512_vnni() || active_isa() < Isa::Avx2) return false;
+    if (forced >= 0) return forced == 1;
+    const CpuKind &cpu = cpu_kind();
+    const bool zen4 = cpu.vendor == "AuthenticAMD" && cpu.family == 0x19 && cpu.avx512f;
+    return zen4 && (dt == LLAISYS_DTYPE_IQ2_XXS || dt == LLAISYS_DTYPE_IQ3_XXS);
+}
+
+void dot_rows_avx2_walk(llaisysDataType_t dt, float *out, size_t ldo, const std::byte *w, size_t row_bytes,
+                        size_t rows, const std::byte *xq, size_t xq_stride, size_t m, size_t nb) {
+    (m == 1 ? quant_avx2::dot_rows : quant_avx512::dot_rows)(dt, out, ldo, w, row_bytes, rows, xq, xq_stride, m, nb);
+}
+
 QuantPlan make_plan(llaisysDataType_t dt) {
     QuantPlan p;
     p.x16 = repacks(dt);
@@ -146,7 +172,11 @@ QuantPlan make_plan(llaisysDataType_t dt) {
     p.f32_min_rows = forced >= 0 ? size_t(forced) : f32_min_rows(dt, false);
     p.f32_min_rows_x16 = forced >= 0 ? size_t(forced) : f32_min_rows(dt, true);
     std::string int8;
-    if (cpu_has_avx512_vnni()) {
+    if (iq_walks_avx2(dt)) {
+        p.dot_rows = dot_rows_avx2_walk;
+        int8 = "the AVX2 row walk at 1 row, AVX-512 VNNI row kernels above (from 8 rows 16-row int8 groups, "
+               "expanded per call)";
+    } else if (cpu_has_avx512_vnni()) {
         p.dot_rows = quant_avx512::dot_rows;
         int8 = quant::is_i_quant(dt) ? "AVX-512 VNNI row kernels (from 8 rows 16-row int8 groups, expanded per call)"
                                      : "AVX-512 VNNI row kernels";
