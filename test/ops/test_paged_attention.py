@@ -91,23 +91,27 @@ def slot_lists(gen: torch.Generator, rows: list[Row], layout: str) -> tuple[list
 
 def reference(q, k, v, rows: list[Row], slots, scale: float, window: int = 0) -> torch.Tensor:
     """float64 attention of each query over its row's entries with position <= its own (and,
-    with a window, > its own - window: transformers' sliding_window_causal_mask)."""
+    with a window, > its own - window: transformers' sliding_window_causal_mask), a row's queries
+    at once under that mask; a query that sees no entry gets zeros."""
     heads, kv_heads = q.shape[1], k.shape[1]
     group = heads // kv_heads
     out = torch.zeros(q.shape[0], heads, v.shape[2], dtype=torch.float64)
     t = 0
     for r, sl in zip(rows, slots):
-        kr = k[sl].double().repeat_interleave(group, 1)  # [m, heads, d]
-        vr = v[sl].double().repeat_interleave(group, 1)
-        kv_pos = torch.tensor(r.kv_pos, dtype=torch.int64)
-        for p in r.q_pos:
-            vis = kv_pos <= p
+        n = len(r.q_pos)
+        if n and r.kv_pos:
+            kr = k[sl].double().repeat_interleave(group, 1)  # [m, heads, d]
+            vr = v[sl].double().repeat_interleave(group, 1)
+            q_pos = torch.tensor(r.q_pos, dtype=torch.int64)[:, None]
+            kv_pos = torch.tensor(r.kv_pos, dtype=torch.int64)[None, :]
+            vis = kv_pos <= q_pos  # [n, m]
             if window:
-                vis &= kv_pos > p - window
-            if vis.any():
-                s = torch.einsum("hd,khd->hk", q[t].double(), kr[vis]) * scale  # [heads, visible]
-                out[t] = torch.einsum("hk,khd->hd", s.softmax(-1), vr[vis])
-            t += 1
+                vis &= kv_pos > q_pos - window
+            s = torch.einsum("qhd,khd->qhk", q[t:t + n].double(), kr) * scale  # [n, heads, m]
+            p = s.masked_fill(~vis[:, None, :], float("-inf")).softmax(-1)  # NaN where nothing is seen
+            seen = vis.any(1)
+            out[t:t + n][seen] = torch.einsum("qhk,khd->qhd", p, vr)[seen]
+        t += n
     return out
 
 
