@@ -62,7 +62,9 @@ struct Tunable {
 // measurement (2 threads; Intel and Zen 3 with tools/bench_compare.py --quant), from a table
 // in cpu_isa.cpp:
 //   Intel: 2048. Xeon VM (AVX-512, AMX): doubled decode (1.5B Q4_K_M 9.7 -> 21.8 tok/s, Q8_0
-//     7.9 -> 14.6), Q8_0 batch-16 +40%.
+//     7.9 -> 14.6), Q8_0 batch-16 +40%. Skylake-SP (family 6 model 55h, AVX-512 without VNNI;
+//     2026-12-01, alternating processes, 14 runs each): 8.8 -> 11.0 tok/s (+25%; 1024 and 4096 B
+//     alike within the host's noise, 512 B +17%): its own row, with its own reason.
 //   AMD with AVX-512F (Zen 4, Zen 5): 2048. Zen 4 EPYC, by an outside tester: 1.5B Q4_K_M decode
 //     23.4 -> 30.5 tok/s (+30%; llama.cpp's tg128 33.0). Zen 5 EPYC (family 1Ah, 2026-11-29,
 //     alternating processes, 3 each): 32.5 -> 39.4 (+21%; 512 B +11%, 1024 +13%, 3072-4096 +15%).

@@ -1,5 +1,5 @@
 // choose_quant_prefetch (src/utils/cpu_isa.*), tested for CPUs this machine is not: each row of
-// the per-CPU table (Intel, AMD Zen 4/5 with AVX-512F, Zen 3), CPUs not in it (Zen 1/Zen+/Zen 2 among them),
+// the per-CPU table (Intel Skylake-SP, other Intel, AMD Zen 4/5 with AVX-512F, Zen 3), CPUs not in it (Zen 1/Zen+/Zen 2 among them),
 // and LLAISYS_QUANT_PREFETCH overriding the table (or ignored, said in the reason, when it is not a
 // byte count in 0..65536). The reason must name the CPU kind, so `llaisys info` can show it.
 #include "../../src/utils/cpu_isa.hpp"
@@ -25,6 +25,7 @@ static bool starts(const std::string &s, const char *part) { return s.rfind(part
 
 int main() {
     const CpuKind sapphire = cpu("GenuineIntel", 6, 0x8F, true), skylake_client = cpu("GenuineIntel", 6, 0x5E, false);
+    const CpuKind skylake_sp = cpu("GenuineIntel", 6, 0x55, true);
     const CpuKind genoa = cpu("AuthenticAMD", 0x19, 0x11, true), raphael = cpu("AuthenticAMD", 0x19, 0x61, true);
     const CpuKind turin = cpu("AuthenticAMD", 0x1A, 0x02, true), milan = cpu("AuthenticAMD", 0x19, 0x01, false);
     const CpuKind rome = cpu("AuthenticAMD", 0x17, 0x31, false), naples = cpu("AuthenticAMD", 0x17, 0x01, false);
@@ -35,6 +36,11 @@ int main() {
         const Tunable t = llaisys::choose_quant_prefetch(k, nullptr);
         EXPECT(t.value == 2048, "Intel: 2048");
         EXPECT(starts(t.reason, "Intel: measured") && has(t.reason, "9.7 -> 21.8"), "Intel's reason cites the Xeon VM");
+    }
+    {
+        const Tunable t = llaisys::choose_quant_prefetch(skylake_sp, nullptr);
+        EXPECT(t.value == 2048, "Intel Skylake-SP: 2048");
+        EXPECT(starts(t.reason, "Intel Skylake-SP") && has(t.reason, "8.8 -> 11.0"), "Skylake-SP's reason cites its run");
     }
     for (const CpuKind &k : {genoa, raphael, turin}) {
         const Tunable t = llaisys::choose_quant_prefetch(k, nullptr);

@@ -63,14 +63,15 @@ print(json.dumps(res))
 # The AVX2 cases run the kernels' walks without (0) and with (1024) software prefetches, whatever
 # this CPU's table says; the others take the table's value. On AVX-512 VNNI the i-quants' one-row
 # walks run from the AVX-512 build (iq_walk_avx2 0), from the AVX2 one under the AVX-512 plan (1),
-# and as this CPU chooses (None).
+# and as this CPU chooses (None). Without AVX-512 VNNI (Skylake-SP) the first avx512 case runs that
+# CPU's own path: AVX2's int8 kernels below the crossovers, AVX-512's f32 GEMM from them.
 @pytest.mark.parametrize("isa,split,avx_vnni,gfni,prefetch,iq_walk_avx2", [
     ("scalar", "0", "0", "0", None, None),
     ("avx2", "0", "0", "0", "0", None), ("avx2", "1", "0", "0", "1024", None), ("avx2", "0", "1", "0", "1024", None),
     ("avx512", "0", "0", "0", None, "0"), ("avx512", "0", "0", "1", None, "1"), ("avx512", "1", "0", "0", None, None)])
 def test_every_format_within_the_activation_quantization_bound(isa, split, avx_vnni, gfni, prefetch, iq_walk_avx2):
-    if isa == "avx512" and "avx512_vnni" not in cpu_flags():
-        pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels cannot run here")
+    if isa == "avx512" and "avx512_vnni" not in cpu_flags() and (split, gfni, iq_walk_avx2) != ("0", "0", "0"):
+        pytest.skip("no avx512_vnni in /proc/cpuinfo: the VNNI kernels this case varies cannot run here")
     if avx_vnni == "1" and "avx_vnni" not in cpu_flags():
         pytest.skip("no avx_vnni in /proc/cpuinfo: the AVX-VNNI x16 kernels cannot run here")
     if gfni == "1" and "gfni" not in cpu_flags():
@@ -149,9 +150,15 @@ def plain_f32_from(fmt, isa):
     """From how many rows a tensor's own bytes take the float path under isa without AMX (128
     stands for the crossovers within 2 < m <= 128): never for the i-quants from AVX2 on (their
     expanded int8 groups, 16 rows on AVX-512 VNNI, 8 on AVX2: quant_f32_min_rows in quant_plan.cpp)."""
-    if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar":
+    if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar" and not avx512_without_vnni(isa):
         return float("inf")
     return 128
+
+
+def avx512_without_vnni(isa):
+    """AVX-512 kernels on a CPU without VNNI (Skylake-SP): AVX2's int8 kernels against AVX-512's
+    f32 GEMM, where every format's crossover lies within 2 < m <= 128 (quant_plan.cpp)."""
+    return isa.startswith("avx512") and not {"avx512_vnni", "avx_vnni"} & cpu_flags()
 
 
 def x16_f32_from(fmt, isa):
@@ -162,7 +169,7 @@ def x16_f32_from(fmt, isa):
         return plain_f32_from(fmt, isa)  # not repacked: as the tensor's own bytes
     if isa.startswith("avx512") and "avx512_vnni" in cpu_flags() or isa == "avx2" and "avx_vnni" in cpu_flags():
         return float("inf")  # the VNNI kernels (LLAISYS_AVX_VNNI unset: on where the CPU has it)
-    return {"q8_0": 128}.get(fmt, float("inf"))
+    return 128 if avx512_without_vnni(isa) else {"q8_0": 128}.get(fmt, float("inf"))
 
 
 # On a CPU with AMX (quant_amx.cpp) the float path rounds the dequantized weights and the

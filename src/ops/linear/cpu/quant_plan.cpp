@@ -101,6 +101,32 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   over the row walks; over AVX2's 8-row expanded groups (from 16 rows on; a Zen 4 core, o,
     //   2026-11-30), m = 16 / 64 / 128 / 256 / 512: IQ2_XXS 0.74 / 0.66 / 0.66 / 0.67 / 0.70, IQ3_S
     //   0.78 / 0.64 / 0.65 / 0.59 / 0.66, IQ1_S 0.71 / 0.61 / 0.60 / 0.72 / 0.83: never
+    //   AVX-512 without VNNI (Intel Skylake-SP, 2026-12-01, 2 threads, one run of --crossover; the
+    //   int8 path on AVX2's vpmaddubsw kernels, the float path on AVX-512 f32 FMAs, twice AVX2's
+    //   width), float path speedup at m = 16 / 32 / 64 / 128 / 256:
+    //     o, x16:  Q4_K - / 0.65 / 0.81 / 1.05 / -   Q8_0 0.38 / 0.83 / 0.96 / 1.10 / -
+    //              Q5_0 0.43 / 0.77 / 1.04 / 1.25 / -   Q4_1 0.41 / 0.71 / 1.02 / 1.12 / 1.13
+    //              Q5_1 0.40 / 0.86 / 1.12 / 1.36 / 1.12
+    //     gate_up, x16: Q4_K - / 0.77 / 0.90 / 1.01 / 1.27 (1.34 at 512)   Q8_0 - / 0.74 / 0.82 / 0.92 / 1.17
+    //              Q5_0 - / 0.76 / 1.06 / 1.01 / 1.45
+    //     o, rows: Q4_0 0.84 / 1.47 / 2.01   Q3_K 0.55 / 1.13 / 1.41   IQ4_XS 0.64 / 1.32 / 1.47
+    //              Q6_K 0.43 / 0.81 / 1.02 / 1.13 (gate_up 0.98 / 1.22 at 32 / 64)   Q5_K 0.44 / 0.97 / 1.20
+    //              Q2_K 0.52 / 0.84 / 1.08
+    //     o, i-quants (expanded groups), m = 16 / 64: IQ2_XXS 0.68 / 1.15, IQ3_XXS 0.77 / 1.21, IQ3_S
+    //              0.75 / 1.26, IQ1_S 0.76 / 1.30, IQ2_S 0.82 / 1.46
+    //   (down at m = 512, k = 8960, is the exception: Q4_K 0.95, Q6_K 0.82; the crossover is per format.)
+    const bool avx512_no_vnni =
+        active_isa() >= Isa::Avx512 && !cpu_has_avx512_vnni() && !cpu_has_avx_vnni() && !cpu_uses_amx();
+    if (avx512_no_vnni) {
+        switch (dt) {
+        case LLAISYS_DTYPE_Q4_0:
+        case LLAISYS_DTYPE_Q3_K:
+        case LLAISYS_DTYPE_IQ4_XS: return 32;
+        case LLAISYS_DTYPE_Q4_K:
+        case LLAISYS_DTYPE_Q8_0: return 128;
+        default: return 64;  // Q4_1, Q5_0, Q5_1, Q2_K, Q5_K, Q6_K, the i-quants
+        }
+    }
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
@@ -112,7 +138,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
-    if (isa >= Isa::Avx512) return 32;
+    if (isa >= Isa::Avx512) return 32;  // with VNNI (without it: above)
     if (isa == Isa::Avx2 && !cpu_splits_256()) {
         switch (dt) {
         case LLAISYS_DTYPE_Q5_0:
