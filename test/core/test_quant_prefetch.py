@@ -50,7 +50,9 @@ def _table_for_this_cpu():
     vendor, family, flags = fields.get("vendor_id"), fields.get("cpu family"), fields.get("flags", "").split()
     if vendor is None or family is None:
         return None
-    family = int(family)
+    family, model = int(family), int(fields.get("model", "0"))
+    if vendor == "GenuineIntel" and family == 6 and model == 0x55 and "avx512f" in flags:
+        return 2048, "Intel Skylake-SP"
     if vendor == "GenuineIntel":
         return 2048, "Intel:"
     if vendor == "AuthenticAMD" and family >= 0x19 and "avx512f" in flags:

@@ -150,15 +150,9 @@ def plain_f32_from(fmt, isa):
     """From how many rows a tensor's own bytes take the float path under isa without AMX (128
     stands for the crossovers within 2 < m <= 128): never for the i-quants from AVX2 on (their
     expanded int8 groups, 16 rows on AVX-512 VNNI, 8 on AVX2: quant_f32_min_rows in quant_plan.cpp)."""
-    if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar" and not avx512_without_vnni(isa):
+    if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar":
         return float("inf")
     return 128
-
-
-def avx512_without_vnni(isa):
-    """AVX-512 kernels on a CPU without VNNI (Skylake-SP): AVX2's int8 kernels against AVX-512's
-    f32 GEMM, where every format's crossover lies within 2 < m <= 128 (quant_plan.cpp)."""
-    return isa.startswith("avx512") and not {"avx512_vnni", "avx_vnni"} & cpu_flags()
 
 
 def x16_f32_from(fmt, isa):
@@ -169,7 +163,7 @@ def x16_f32_from(fmt, isa):
         return plain_f32_from(fmt, isa)  # not repacked: as the tensor's own bytes
     if isa.startswith("avx512") and "avx512_vnni" in cpu_flags() or isa == "avx2" and "avx_vnni" in cpu_flags():
         return float("inf")  # the VNNI kernels (LLAISYS_AVX_VNNI unset: on where the CPU has it)
-    return 128 if avx512_without_vnni(isa) else {"q8_0": 128}.get(fmt, float("inf"))
+    return {"q8_0": 128}.get(fmt, float("inf"))
 
 
 # On a CPU with AMX (quant_amx.cpp) the float path rounds the dequantized weights and the

@@ -115,18 +115,14 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //     o, i-quants (expanded groups), m = 16 / 64: IQ2_XXS 0.68 / 1.15, IQ3_XXS 0.77 / 1.21, IQ3_S
     //              0.75 / 1.26, IQ1_S 0.76 / 1.30, IQ2_S 0.82 / 1.46
     //   (down at m = 512, k = 8960, is the exception: Q4_K 0.95, Q6_K 0.82; the crossover is per format.)
-    const bool avx512_no_vnni =
-        active_isa() >= Isa::Avx512 && !cpu_has_avx512_vnni() && !cpu_has_avx_vnni() && !cpu_uses_amx();
-    if (avx512_no_vnni) {
-        switch (dt) {
-        case LLAISYS_DTYPE_Q4_0:
-        case LLAISYS_DTYPE_Q3_K:
-        case LLAISYS_DTYPE_IQ4_XS: return 32;
-        case LLAISYS_DTYPE_Q4_K:
-        case LLAISYS_DTYPE_Q8_0: return 128;
-        default: return 64;  // Q4_1, Q5_0, Q5_1, Q2_K, Q5_K, Q6_K, the i-quants
-        }
-    }
+    //   Not applied: the crossover is chosen per call, by the rows of the whole step, so moving it
+    //   moves some sequences' rows from one path to the other when they share a step (their
+    //   numerics differ: int8 activations against f32). With Q5_0 / Q4_K / Q6_K at 64-128, and
+    //   with only Q6_K / Q5_K / Q2_K raised to 64, the 0.5B's greedy answer changed inside a wave
+    //   of 24 requests (test_async_scheduling_server; the chat prompt alone is under 64 rows, in
+    //   the wave its rows share a larger step), and a 512-token prefill did not show the kernels'
+    //   gain end to end. A choice per sequence's own rows would free this; until then such a CPU
+    //   keeps AVX-512's crossovers below.
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
@@ -138,7 +134,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
-    if (isa >= Isa::Avx512) return 32;  // with VNNI (without it: above)
+    if (isa >= Isa::Avx512) return 32;
     if (isa == Isa::Avx2 && !cpu_splits_256()) {
         switch (dt) {
         case LLAISYS_DTYPE_Q5_0:
