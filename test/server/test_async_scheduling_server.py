@@ -9,12 +9,11 @@ block is held, nothing runs or waits, and the greedy answer is unchanged. The fi
 server with SIGTERM.
 """
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from server_helpers import MODEL_NAME, openai_client, wait_idle
+from server_helpers import MODEL_NAME, int8_path_at_every_size, openai_client, wait_idle
 
 pytestmark = pytest.mark.slow  # a real model
 
@@ -24,21 +23,8 @@ CHAT = [{"role": "user", "content": "Write a Python function that returns the su
 
 @pytest.fixture(scope="module")
 def server(start_server):
-    # The quantized linear picks its path per call, by the rows of the whole step (quant_plan.cpp):
-    # where a format of the file has a finite crossover (no VNNI: Q6_K from 32 rows on AVX-512
-    # Skylake-SP), a chat whose rows share a larger step in the wave runs the float path where it
-    # ran int8 alone, and the greedy answer may differ, as it did in 2 of 4 runs there. The int8
-    # path at every size (the path of every step on CPUs with VNNI) keeps this test on what it
-    # checks: the scheduling, batching and cleanup of the wave.
-    saved = os.environ.get("LLAISYS_QUANT_F32_ROWS")
-    os.environ["LLAISYS_QUANT_F32_ROWS"] = "1000000"  # read by the server process as it starts
-    try:
+    with int8_path_at_every_size():  # the same answer alone and in the wave on every CPU kind
         return start_server("--async-scheduling", "--max-num-seqs", "16")
-    finally:
-        if saved is None:
-            del os.environ["LLAISYS_QUANT_F32_ROWS"]
-        else:
-            os.environ["LLAISYS_QUANT_F32_ROWS"] = saved
 
 
 def greedy(client, messages=CHAT, max_tokens=24) -> str:
