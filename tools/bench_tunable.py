@@ -105,7 +105,9 @@ def main(argv=None) -> int:
         from llaisys.models import hub
 
         gguf = str(hub.resolve_model(args.model, quant=args.quant))
-    spec = dict(bench_compare.workload_spec(args.quick), workloads=args.workloads, batches=args.batches, quant=True)
+    # the worker runs every batch in "batches" whatever "workloads" says: none unless asked for
+    batches = args.batches if "batch" in args.workloads else []
+    spec = dict(bench_compare.workload_spec(args.quick), workloads=args.workloads, batches=batches, quant=True)
     res = {"machine": host.machine(), "var": args.var, "values": args.values, "gguf": gguf, "threads": args.threads,
            "spec": spec, "weight_bytes_per_token": bench_limits.weight_traffic(gguf)["decode_bytes_per_token"],
            "bandwidth": [], "runs": []}
