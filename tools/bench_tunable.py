@@ -38,18 +38,8 @@ UNSET = "unset"
 
 def run_value(var: str, value: str, gguf: str, spec: dict, threads: int) -> dict:
     """bench_compare's llaisys worker with var=value (or without var) in its environment."""
-    saved = os.environ.get(var)
-    try:
-        if value == UNSET:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = value
+    with host.env_var(var, None if value == UNSET else value):
         return bench_compare.run_worker("llaisys", gguf, spec, threads)
-    finally:
-        if saved is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = saved
 
 
 def summarise(res: dict) -> list:

@@ -3,12 +3,11 @@ the 0.5B model follows."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import time
 
 import requests
+from benchkit.host import env_var
 from benchkit.server import MODEL_NAME, REPO, Server, launch, metrics_of, sse_events  # noqa: F401 (the tests import them here)
 
 
@@ -72,7 +71,6 @@ def openai_client(srv, timeout: float = 300.0):
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=timeout)
 
 
-@contextlib.contextmanager
 def int8_path_at_every_size():
     """A server started inside takes the quantized int8 path at every batch size
     (LLAISYS_QUANT_F32_ROWS, read as it starts). The linear picks its path per call, by the rows of
@@ -81,12 +79,4 @@ def int8_path_at_every_size():
     step runs the float path where it ran int8 alone, and greedy or seeded output may differ from
     its answer alone (2 of 4 runs of the wave test there). On CPUs with VNNI every step of the
     0.5B file runs int8 anyway. For tests about scheduling, not about that choice."""
-    saved = os.environ.get("LLAISYS_QUANT_F32_ROWS")
-    os.environ["LLAISYS_QUANT_F32_ROWS"] = "1000000"
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["LLAISYS_QUANT_F32_ROWS"]
-        else:
-            os.environ["LLAISYS_QUANT_F32_ROWS"] = saved
+    return env_var("LLAISYS_QUANT_F32_ROWS", "1000000")

@@ -7,6 +7,7 @@ peer's, the core count and the load when it started.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import subprocess
@@ -136,3 +137,21 @@ def describe(m: dict) -> str:
     return (f"{m['date_utc']} UTC, {m['cpu']} ({m['cores']} CPUs; {' '.join(m['cpu_flags'])}), "
             f"llaisys ISA path {m['llaisys_isa']}{' + AMX' if m.get('llaisys_amx') else ''}, "
             f"THP {(m.get('thp') or {}).get('enabled')}, load {m['load_avg_1m']:.2f}")
+
+
+@contextlib.contextmanager
+def env_var(name: str, value):
+    """os.environ[name] = value (None: without it) inside, as it was after: what a child process
+    started inside inherits."""
+    saved = os.environ.get(name)
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
