@@ -72,10 +72,25 @@ LLAISYS_API int llaisysCpuQuantRepacked(int dtype);
 /* How this process runs a linear over block-quantized weights of `dtype`, into *text: one
  * NUL-terminated line naming the layout (the file's rows or x16 groups), the int8 kernel, the
  * activation row count from which the float path (dequantize + GEMM) takes over and what that
- * runs on, e.g. "q6_k: file rows, int8 on AVX2 row kernels below 128 rows, float path (f32
+ * runs on, e.g. "q3_k: file rows, int8 on AVX2 row kernels below 128 rows, float path (f32
  * GEMM, AVX2) from there". Owned by the library, valid and unchanged until the process ends.
  * INVALID_ARGUMENT for a dtype that is not block-quantized. Chosen once per process. */
 LLAISYS_API llaisysStatus_t llaisysCpuQuantPlan(int dtype, const char **text);
+
+/* Batch invariance, for the whole process (off by default). Off, a CPU linear over
+ * block-quantized weights runs the int8 kernels below a crossover of rows per call and the
+ * float path (dequantize + GEMM) from it (llaisysCpuQuantPlan), and the two round differently,
+ * so a sequence's logits, and at times its greedy tokens, depend on the rows it shares a step
+ * with, on how its prompt was cut into chunks and on how much of it came from the prefix cache.
+ * On, every such call keeps one path at every row count (the int8 kernels; the float path where
+ * LLAISYS_QUANT_F32_ROWS=0 forces it everywhere): prefill runs slower where a crossover was
+ * finite, and what remains between a row alone and in a batch is f32 summation order. Float
+ * weights and attention have one path at every size already. It does not govern the NVIDIA
+ * backend. llaisysSetBatchInvariant: on is 0 or 1 (else INVALID_ARGUMENT); takes effect from the
+ * next call, so set it between steps. llaisysGetBatchInvariant: 0 or 1 into *out
+ * (INVALID_ARGUMENT if NULL). */
+LLAISYS_API llaisysStatus_t llaisysSetBatchInvariant(int on);
+LLAISYS_API llaisysStatus_t llaisysGetBatchInvariant(int *out);
 
 /* How far ahead, in bytes, the block-quantized weights' kernels prefetch each weight row in this
  * process, into *bytes (0: not at all, the hardware prefetchers alone), and why, into *reason: a

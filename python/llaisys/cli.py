@@ -96,7 +96,7 @@ def run_generate(args) -> int:
             prompt = ([{"role": "system", "content": args.system}] if args.system else []) + [
                 {"role": "user", "content": text}]
         with LLM(args.model, dtype=args.dtype, kv_layout=args.kv_layout, kv_dtype=args.kv_dtype, threads=args.threads, quant=args.quant,
-                 quantize=args.quantize) as llm:
+                 quantize=args.quantize, batch_invariant=args.batch_invariant) as llm:
             last, first = None, None
             start = time.perf_counter()
             for out in llm.stream(prompt, sp):

@@ -11,10 +11,16 @@ QUANT_HELP = "which download of a known model to run: q4_k_m (its GGUF, as it is
 QUANTIZE_HELP = "quantize an HF directory's linear weights and embedding at load: q8_0, or q4_k (the Q4_K_M recipe)"
 
 
+BATCH_INVARIANT_HELP = "keep every quantized linear on one path at every batch size (CPU), so that a request's " \
+                       "greedy answer does not depend on what shares its steps or on the prefix cache; prefill " \
+                       "is slower where `llaisys info` shows a float path (doc/engine.md)"
+
+
 def add_quant_arguments(p) -> None:
-    """--quant and --quantize, shared by generate and serve."""
+    """--quant, --quantize and --batch-invariant, shared by generate and serve."""
     p.add_argument("--quant", default=None, choices=["q4_k_m", "q8_0", "bf16"], help=QUANT_HELP)
     p.add_argument("--quantize", default=None, choices=["q8_0", "q4_k"], help=QUANTIZE_HELP)
+    p.add_argument("--batch-invariant", action="store_true", default=None, help=BATCH_INVARIANT_HELP)
 
 
 def add_ray_arguments(p) -> None:

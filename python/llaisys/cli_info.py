@@ -61,7 +61,11 @@ def _linear() -> str:
     path), continuation lines indented under the first."""
     from llaisys import runtime
 
-    return "\n          ".join(runtime.quant_plan(f) for f in runtime.QUANT_FORMATS)
+    lines = [runtime.quant_plan(f) for f in runtime.QUANT_FORMATS]
+    if any("float path" in line and "int8" in line for line in lines):  # a finite crossover
+        lines.append("(serve/generate --batch-invariant: int8 at every batch size, so answers do not depend on the "
+                     "load or the prefix cache)")
+    return "\n          ".join(lines)
 
 
 def _prefetch() -> str:

@@ -98,6 +98,26 @@ def num_threads() -> int:
     return n.value
 
 
+def set_batch_invariant(on: bool) -> None:
+    """Keep every CPU linear over GGUF blocks on one path at every batch size, for the whole
+    process, from the next call on (off by default; set it between steps). Off, a call with at
+    least a crossover of rows (quant_plan) takes the float path, which rounds otherwise than the
+    int8 kernels, so a request's greedy answer can depend on what shares its steps and on the
+    prefix cache; on, it does not, and prefill is slower where a crossover was finite. Float
+    weights and attention have one path at every size already; the NVIDIA backend is not governed.
+    TypeError unless `on` is a bool."""
+    if not isinstance(on, bool):
+        raise TypeError(f"batch_invariant must be True or False, got {on!r}")
+    check(LIB.llaisysSetBatchInvariant(int(on)))
+
+
+def batch_invariant() -> bool:
+    """Whether set_batch_invariant(True) holds in this process."""
+    out = ctypes.c_int(0)
+    check(LIB.llaisysGetBatchInvariant(ctypes.byref(out)))
+    return bool(out.value)
+
+
 def device_count(device: DeviceType) -> int:
     n = ctypes.c_int(0)
     check(LIB.llaisysGetDeviceCount(int(device), ctypes.byref(n)))

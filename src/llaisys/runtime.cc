@@ -97,6 +97,20 @@ llaisysStatus_t llaisysCpuQuantPlan(int dtype, const char **text) {
     });
 }
 
+llaisysStatus_t llaisysSetBatchInvariant(int on) {
+    return guard([&] {
+        LLAISYS_CHECK_ARG(on == 0 || on == 1, "on must be 0 or 1, got ", on);
+        ops::cpu::set_batch_invariant(on == 1);
+    });
+}
+
+llaisysStatus_t llaisysGetBatchInvariant(int *out) {
+    return guard([&] {
+        LLAISYS_CHECK_ARG(out != nullptr, "out must not be NULL");
+        *out = ops::cpu::batch_invariant() ? 1 : 0;
+    });
+}
+
 llaisysStatus_t llaisysCpuQuantPrefetch(size_t *bytes, const char **reason) {
     return guard([&] {
         const Tunable &t = quant_prefetch();  // a function-local static: the string lives to the end

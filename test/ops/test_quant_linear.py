@@ -149,8 +149,12 @@ def test_float_path_is_f32_exact(isa):
 def plain_f32_from(fmt, isa):
     """From how many rows a tensor's own bytes take the float path under isa without AMX (128
     stands for the crossovers within 2 < m <= 128): never for the i-quants from AVX2 on (their
-    expanded int8 groups, 16 rows on AVX-512 VNNI, 8 on AVX2: quant_f32_min_rows in quant_plan.cpp)."""
+    expanded int8 groups, 16 rows on AVX-512 VNNI, 8 on AVX2: quant_f32_min_rows in quant_plan.cpp),
+    nor for Q6_K on AVX2 where 256-bit ops are whole and on AVX-512 without VNNI."""
     if fmt.startswith("iq") and fmt != "iq4_xs" and isa != "scalar":
+        return float("inf")
+    if fmt == "q6_k" and (isa == "avx2" and not llaisys.runtime.cpu_splits_256()
+                          or isa.startswith("avx512") and "avx512_vnni" not in cpu_flags()):
         return float("inf")
     return 128
 

@@ -7,7 +7,6 @@ import re
 import time
 
 import requests
-from benchkit.host import env_var
 from benchkit.server import MODEL_NAME, REPO, Server, launch, metrics_of, sse_events  # noqa: F401 (the tests import them here)
 
 
@@ -69,14 +68,3 @@ def openai_client(srv, timeout: float = 300.0):
     import openai
 
     return openai.OpenAI(base_url=srv.url + "/v1", api_key="unused", max_retries=0, timeout=timeout)
-
-
-def int8_path_at_every_size():
-    """A server started inside takes the quantized int8 path at every batch size
-    (LLAISYS_QUANT_F32_ROWS, read as it starts). The linear picks its path per call, by the rows of
-    the whole step (src/ops/linear/cpu/quant_plan.cpp), so where a format of the file has a finite
-    crossover (no VNNI: Q6_K from 32 rows on an AVX-512 Skylake-SP) a request that shares a larger
-    step runs the float path where it ran int8 alone, and greedy or seeded output may differ from
-    its answer alone (2 of 4 runs of the wave test there). On CPUs with VNNI every step of the
-    0.5B file runs int8 anyway. For tests about scheduling, not about that choice."""
-    return env_var("LLAISYS_QUANT_F32_ROWS", "1000000")

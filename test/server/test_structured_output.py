@@ -15,7 +15,7 @@ import pytest
 import requests
 from pydantic import BaseModel, Field
 
-from server_helpers import MODEL_NAME, int8_path_at_every_size
+from server_helpers import MODEL_NAME
 
 pytestmark = pytest.mark.slow
 
@@ -105,8 +105,8 @@ CASES = [  # (pydantic model, what to ask)
 
 @pytest.fixture(scope="module")
 def server(start_server):
-    with int8_path_at_every_size():  # the seeded rows' output not moved by what shares their step
-        return start_server("--max-num-seqs", "16", "--max-model-len", "1024")
+    # --batch-invariant: the seeded rows' output not moved by what shares their step
+    return start_server("--max-num-seqs", "16", "--max-model-len", "1024", "--batch-invariant")
 
 
 @pytest.fixture(scope="module")

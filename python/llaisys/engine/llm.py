@@ -41,11 +41,15 @@ class LLM:
                  speculative=None, num_speculative_tokens: Optional[int] = None,
                  decode_gap_ms: float = DEFAULT_DECODE_GAP_MS, prompt_cache_dir: Optional[str] = None,
                  prompt_cache_max_bytes: Union[int, str] = DEFAULT_MAX_BYTES, cache_reuse: int = 0,
-                 async_output: bool = False, async_scheduling: bool = False):
+                 async_output: bool = False, async_scheduling: bool = False,
+                 batch_invariant: Optional[bool] = None):
         # device_id: which GPU with device="nvidia" (0 .. device count - 1; the CPU is 0 only): the
         # model, its KV cache, the sampler and the memory queries all use it (WorkerConfig)
         # threads: CPU kernel threads, for the whole process (llaisys.runtime.set_num_threads);
         # None keeps the current count, by default the physical cores.
+        # batch_invariant: True keeps every quantized linear on one path at every batch size, for
+        # the whole process (llaisys.runtime.set_batch_invariant; CPU only): a request's greedy
+        # answer then does not depend on the load or the prefix cache; None keeps the setting.
         # quant: a known model's format ("q4_k_m", "q8_0", "bf16"; hub.QUANTS); quantize: "q8_0" or
         # "q4_k" quantizes an HF directory's matrices at load (WorkerConfig)
         # speculative: "ngram", "draft:MODEL" or a spec.SpeculativeConfig (doc/engine.md, "Speculative
@@ -72,7 +76,8 @@ class LLM:
         self.worker = Worker(WorkerConfig(model=str(model or hub.DEFAULT_MODEL), dtype=dtype, device=device,
                                           device_id=device_id, quant=quant, quantize=quantize,
                                           kv_layout=kv_layout, kv_dtype=kv_dtype, kv_cache_memory=kv_cache_memory,
-                                          gpu_memory_utilization=gpu_memory_utilization, threads=threads))
+                                          gpu_memory_utilization=gpu_memory_utilization, threads=threads,
+                                          batch_invariant=batch_invariant))
         try:
             num_blocks = self.worker.num_blocks(block_size, max_num_batched_tokens, max_num_seqs)
             limit = min(self.worker.model.config.max_position_embeddings, num_blocks * block_size)

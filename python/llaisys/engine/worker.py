@@ -103,6 +103,9 @@ class WorkerConfig:
     # CPU kernel threads for the whole process (llaisys.runtime.set_num_threads), set before the
     # weights load; None keeps the current count (default: the physical cores)
     threads: Optional[int] = None
+    # one quantized-linear path at every batch size for the whole process (llaisys.runtime.
+    # set_batch_invariant), CPU only; None keeps the process's setting (default: off)
+    batch_invariant: Optional[bool] = None
 
 
 class Worker:
@@ -125,6 +128,11 @@ class Worker:
         device_id = check_device_id(device, cfg.device_id)
         if cfg.threads is not None:  # checked (ValueError naming threads) before the load
             runtime.set_num_threads(cfg.threads)
+        if cfg.batch_invariant is not None:
+            if cfg.batch_invariant is True and device != DeviceType.CPU:
+                raise ValueError("batch_invariant governs the CPU's quantized linear; the GPU's int8 kernels "
+                                 "and its dequantized GEMM still split by batch size")
+            runtime.set_batch_invariant(cfg.batch_invariant)
         t0 = time.monotonic()
         self.path = hub.resolve_model(cfg.model, quant=cfg.quant)
         loaded, self.tokenizer = load_checkpoint(self.path, dtype=cfg.dtype, quantize=cfg.quantize)

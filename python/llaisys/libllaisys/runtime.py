@@ -17,6 +17,8 @@ def declare(lib: ctypes.CDLL) -> None:
         "llaisysGetDeviceCount": [c_int, ctypes.POINTER(c_int)],
         "llaisysSetNumThreads": [c_int],
         "llaisysGetNumThreads": [ctypes.POINTER(c_int)],
+        "llaisysSetBatchInvariant": [c_int],
+        "llaisysGetBatchInvariant": [ctypes.POINTER(c_int)],
         "llaisysCpuQuantPrefetch": [ctypes.POINTER(c_size_t), ctypes.POINTER(ctypes.c_char_p)],
         "llaisysSetDevice": [c_int, c_int],
         "llaisysDeviceSynchronize": [c_int, c_int],

@@ -154,7 +154,8 @@ def build_state(args):
                          kv_cache_memory=args.kv_cache_memory, max_num_seqs=args.max_num_seqs,
                          max_num_batched_tokens=args.max_num_batched_tokens, max_model_len=args.max_model_len,
                          decode_gap_ms=args.decode_gap_ms, seed=args.seed,
-                         async_output=args.async_output, async_scheduling=args.async_scheduling)
+                         async_output=args.async_output, async_scheduling=args.async_scheduling,
+                         batch_invariant=args.batch_invariant)
     if args.speculative is not None or args.num_speculative_tokens is not None:
         from ..engine.spec import parse_speculative
 

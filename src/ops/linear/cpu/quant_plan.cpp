@@ -7,6 +7,7 @@
 #include "../../../utils/types.hpp"
 #include "quant_kernels.hpp"
 
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -65,7 +66,7 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //   o:       Q8_0 0.95 / 1.01          Q5_0 1.30 / 1.51 / 1.65    Q4_K 0.94 / 1.03 / 0.91 / 0.97
     //            Q6_K 0.69 / 0.78 / 0.89 / 1.06
     //   gate_up: Q8_0 - / 1.10 / 1.24      Q4_K 0.80 / 0.94 / 0.99    Q6_K 0.59 / 0.68 / 0.75
-    // (Q4_0 taken as Q8_0, Q5_K, Q2_K and IQ4_XS as Q4_K, Q3_K as Q6_K; Q4_1 and Q5_1, not measured,
+    // (Q4_0 taken as Q8_0, Q5_K, Q2_K and IQ4_XS as Q4_K, Q3_K as Q6_K's o, from 128; Q4_1 and Q5_1, not measured,
     // as Q4_0 and Q5_0: the same 32-blocks and int8 walk, plus one f32 term a block for the min).
     // AVX-512 (Xeon with VNNI and BF16, 2 threads, 2026-11-26; the int8 path on vpdpbusd, the
     // float path on f32 FMAs even where the CPU has vdpbf16ps), float path speedup at m = 8 /
@@ -115,14 +116,15 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     //     o, i-quants (expanded groups), m = 16 / 64: IQ2_XXS 0.68 / 1.15, IQ3_XXS 0.77 / 1.21, IQ3_S
     //              0.75 / 1.26, IQ1_S 0.76 / 1.30, IQ2_S 0.82 / 1.46
     //   (down at m = 512, k = 8960, is the exception: Q4_K 0.95, Q6_K 0.82; the crossover is per format.)
-    //   Not applied: the crossover is chosen per call, by the rows of the whole step, so moving it
-    //   moves some sequences' rows from one path to the other when they share a step (their
-    //   numerics differ: int8 activations against f32). With Q5_0 / Q4_K / Q6_K at 64-128, and
-    //   with only Q6_K / Q5_K / Q2_K raised to 64, the 0.5B's greedy answer changed inside a wave
-    //   of 24 requests (test_async_scheduling_server; the chat prompt alone is under 64 rows, in
-    //   the wave its rows share a larger step), and a 512-token prefill did not show the kernels'
-    //   gain end to end. A choice per sequence's own rows would free this; until then such a CPU
-    //   keeps AVX-512's crossovers below.
+    //   Applied to the file rows only, where the float path lost at 32 rows: Q5_K and Q2_K from
+    //   64, and Q6_K never (it won 2-22% at 64-128 on o and gate_up but lost 18% on down at 512,
+    //   and a 512-token prefill did not move beyond the host's noise). The x16 formats keep the
+    //   int8 path: each call chooses its path by the rows of the whole step, so a finite
+    //   crossover lets a request's greedy answer depend on what it shares a step with and on the
+    //   prefix cache (with Q5_0 / Q4_K / Q6_K at 64-128 the 0.5B's answer changed inside a wave
+    //   of 24 requests, test_async_scheduling_server). With Q6_K never, the default Q4_K_M file
+    //   runs int8 at every size here, as on every CPU with VNNI; elsewhere llaisysSetBatchInvariant
+    //   (serve --batch-invariant) gives that at the float path's cost.
     if (x16) {
         if (cpu_uses_amx()) return 64;
         if (cpu_has_avx512_vnni() || cpu_has_avx_vnni()) return SIZE_MAX;
@@ -134,6 +136,10 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
     if (cpu_uses_amx()) return k_quant ? 12 : 8;
     const Isa isa = active_isa();
     if (isa == Isa::Scalar) return k_quant ? 16 : 8;
+    if (isa >= Isa::Avx512 && !cpu_has_avx512_vnni()) {  // Skylake-SP (above)
+        if (dt == LLAISYS_DTYPE_Q6_K) return SIZE_MAX;
+        return dt == LLAISYS_DTYPE_Q5_K || dt == LLAISYS_DTYPE_Q2_K ? 64 : 32;
+    }
     if (isa >= Isa::Avx512) return 32;
     if (isa == Isa::Avx2 && !cpu_splits_256()) {
         switch (dt) {
@@ -142,8 +148,8 @@ size_t f32_min_rows(llaisysDataType_t dt, bool x16) {
         case LLAISYS_DTYPE_Q4_0:
         case LLAISYS_DTYPE_Q4_1:
         case LLAISYS_DTYPE_Q8_0: return 32;
-        case LLAISYS_DTYPE_Q3_K:
-        case LLAISYS_DTYPE_Q6_K: return 128;
+        case LLAISYS_DTYPE_Q3_K: return 128;
+        case LLAISYS_DTYPE_Q6_K: return SIZE_MAX;  // gate_up lost at every m measured, o won 6% at 128
         default: return 64;  // Q4_K, Q5_K, Q2_K, IQ4_XS
         }
     }
@@ -221,7 +227,7 @@ QuantPlan make_plan(llaisysDataType_t dt) {
             int8 = cpu_has_avx_vnni() ? "AVX-VNNI (256-bit vpdpbusd)" : "AVX2 (vpmaddubsw)";
         }
     }
-    const size_t from = p.f32_from(p.x16);
+    const size_t from = p.x16 ? p.f32_min_rows_x16 : p.f32_min_rows;  // (batch invariance aside)
     const Isa isa = active_isa();
     const char *flt = cpu_uses_amx() ? "AMX bf16 tiles"
                       : isa >= Isa::Avx512 ? "f32 GEMM, AVX-512"
@@ -239,6 +245,14 @@ QuantPlan make_plan(llaisysDataType_t dt) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_batch_invariant{false};
+}  // namespace
+
+bool batch_invariant() { return g_batch_invariant.load(std::memory_order_relaxed); }
+
+void set_batch_invariant(bool on) { g_batch_invariant.store(on, std::memory_order_relaxed); }
 
 const QuantPlan &quant_plan(llaisysDataType_t dt) {
     static const auto plans = [] {
