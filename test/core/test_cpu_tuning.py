@@ -31,6 +31,7 @@ ZEN3 = CpuId("AuthenticAMD", 0x19, 0x01, "AMD EPYC 7B13", False)
 ZEN4_ID = CpuId("AuthenticAMD", 0x19, 0x11, "AMD EPYC 9R14", True)
 ZEN1 = CpuId("AuthenticAMD", 0x17, 0x01, "AMD EPYC 7601", False)
 XEON = CpuId("GenuineIntel", 6, 0x8F, "Intel Xeon Platinum 8481C", True)
+SKYLAKE_SP = CpuId("GenuineIntel", 6, 0x55, "Intel Xeon Processor @ 2.00GHz", True)
 HYGON = CpuId("HygonGenuine", 0x18, 0x01, "Hygon C86", False)
 
 
@@ -43,7 +44,7 @@ def test_cpuinfo_is_read_from_the_first_processor():
         assert here.vendor and here.family > 0
 
 
-@pytest.mark.parametrize("cpu, env", [(ZEN3, SPIN), (ZEN4_ID, SPIN_SHORT),
+@pytest.mark.parametrize("cpu, env", [(ZEN3, SPIN), (ZEN4_ID, SPIN_SHORT), (SKYLAKE_SP, SPIN),
                                       (CpuId("AuthenticAMD", 0x1A, 0x02, "Zen 5", True), SPIN)])
 def test_measured_kinds_come_from_the_table(cpu, env):
     assert table_wait(cpu).env == env
@@ -70,7 +71,7 @@ FAKE = {"wait_env": dict(PASSIVE), "wait_why": "passive (figures)", "prefetch": 
 def test_unknown_kinds_are_calibrated():
     seen = []
     ch = choose(XEON, {}, calibrate=lambda cpu, env: seen.append(cpu) or FAKE)
-    assert seen == [XEON]  # Intel: the library has a prefetch row, the wait table none
+    assert seen == [XEON]  # Sapphire Rapids: the library has a prefetch row, the wait table none (a row is per model)
     assert ch.env == PASSIVE and ch.wait.startswith(XEON.key + ": calibrated: passive") and ch.prefetch == ""
     # Zen 1/2: the wait from its table row, the prefetch (no library row) calibrated
     ch = choose(ZEN1, {}, calibrate=lambda cpu, env: FAKE)

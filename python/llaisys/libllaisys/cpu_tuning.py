@@ -95,6 +95,7 @@ class WaitRow:
     avx512: Optional[bool]  # None: either
     env: dict
     reason: str  # "<kind>: <the measurement>", one line
+    models: Optional[tuple] = None  # display models, inclusive (lo, hi); None: any
 
 
 # How idle threads wait, per CPU kind, as measured (tools/bench_contention.py, 0.5B bf16,
@@ -116,12 +117,17 @@ WAIT_TABLE = (
     WaitRow("AuthenticAMD", (0x17, 0x17), None, SPIN,
             "AMD Zen 1/2: a 20k spin won, idle 17.8 vs 15.6 tok/s for passive, beside 2 busy processes "
             "10.2 vs 7.6 (EPYC Naples, 2 vCPUs, 2026-11-24)"),
+    WaitRow("GenuineIntel", (0x06, 0x06), True, SPIN,
+            "Intel Skylake-SP (model 55h, which Cascade Lake shares): a 20k spin won idle, 1.5B Q4_K_M 11.7 vs "
+            "9.9 tok/s for passive, 0.5B 28.4 vs 23.8; beside 2 busy processes a wash, 4.7 vs 5.1 and 13.8 vs 13.2 "
+            "(Xeon VM, 2 vCPUs, 2026-12-01, medians of 3)", models=(0x55, 0x55)),
 )
 
 
 def table_wait(cpu: CpuId) -> Optional[WaitRow]:
     for row in WAIT_TABLE:
         if cpu.vendor == row.vendor and row.families[0] <= cpu.family <= row.families[1] \
+                and (row.models is None or row.models[0] <= cpu.model <= row.models[1]) \
                 and (row.avx512 is None or row.avx512 == cpu.avx512):
             return row
     return None
