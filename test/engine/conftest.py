@@ -1,5 +1,6 @@
 """Engine tests: every KV manager a test creates must end with no block in use and
-consistent bookkeeping (no leaks)."""
+consistent bookkeeping (no leaks). `tiny`: a tiny random checkpoint with the real tokenizer, for
+tests of configuration that need a real LLM but not its answers."""
 
 import pytest
 
@@ -24,3 +25,10 @@ def no_kv_leak(monkeypatch):
         assert kv.num_used_blocks == 0, f"{kv.num_used_blocks} blocks still in use"
         assert not kv.tables, f"block tables left: {list(kv.tables)}"
         assert all(b.ref_cnt == 0 for b in kv.blocks)
+
+
+@pytest.fixture(scope="session")
+def tiny(qwen05_dir, tmp_path_factory):
+    from tiny_checkpoint import make_tiny_checkpoint
+
+    return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), qwen05_dir))

@@ -13,13 +13,6 @@ from llaisys.engine import worker as worker_mod
 from llaisys.engine.worker import Worker, WorkerConfig
 
 
-@pytest.fixture(scope="module")
-def tiny(qwen05_dir, tmp_path_factory):
-    from tiny_checkpoint import make_tiny_checkpoint
-
-    return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), qwen05_dir))
-
-
 @pytest.fixture
 def restore():
     yield

@@ -15,13 +15,6 @@ from llaisys.engine import worker as worker_mod
 from llaisys.engine.worker import Worker, WorkerConfig, check_device_id
 
 
-@pytest.fixture(scope="module")
-def tiny(qwen05_dir, tmp_path_factory):
-    from tiny_checkpoint import make_tiny_checkpoint
-
-    return str(make_tiny_checkpoint(tmp_path_factory.mktemp("tiny"), qwen05_dir))
-
-
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "0", None])
 def test_a_device_id_is_a_non_negative_int(bad):
     with pytest.raises(ValueError, match="device_id must be an integer >= 0"):
