@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from llaisys import DeviceType, runtime
+from llaisys import runtime
 from llaisys.engine import LLM
 from llaisys.engine import worker as worker_mod
 from llaisys.engine.worker import Worker, WorkerConfig
